@@ -1,0 +1,181 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/metrics"
+	"github.com/courier-oss/courier/mq"
+)
+
+// Registered activity names (stable; never the Go method names).
+const (
+	DeliverOutboxName  = "outbox-deliver"
+	MarkOutboxDeadName = "outbox-mark-dead"
+)
+
+// Non-retryable error types raised by the outbox activities.
+const (
+	ErrTypeUnknownTopic   = "UnknownTopic"
+	ErrTypeOutboxNotFound = "OutboxNotFound"
+	ErrTypeUnknownSource  = "UnknownSource"
+)
+
+// OutboxStore is what the outbox activities need from a database holding an outbox table.
+type OutboxStore interface {
+	GetOutbox(ctx context.Context, id int64) (courier.OutboxRecord, error)
+	RecordOutboxAttempt(ctx context.Context, id int64, lastErr string, retryIn time.Duration) error
+	MarkOutboxSent(ctx context.Context, id int64) (bool, error)
+	MarkOutboxDead(ctx context.Context, id int64, lastErr string) (bool, error)
+}
+
+// Outbox delivers outbox records to the message queue.
+type Outbox struct {
+	sources map[string]OutboxStore
+	pub     mq.Publisher
+	metrics *metrics.Outbox
+	now     func() time.Time
+}
+
+// NewOutbox builds the outbox activities over the named outbox sources ("default" is courier's
+// own database), a publisher, and optional metrics (nil records nothing).
+func NewOutbox(sources map[string]OutboxStore, pub mq.Publisher, m *metrics.Outbox) *Outbox {
+	return &Outbox{sources: sources, pub: pub, metrics: m, now: time.Now}
+}
+
+// DeliverParams names the record to deliver.
+type DeliverParams struct {
+	Source string
+	ID     int64
+}
+
+// DeliverResult says what Deliver did.
+type DeliverResult struct {
+	AlreadySent bool // the record was already sent (a repeated delivery): nothing was published
+}
+
+// MarkDeadParams names the record to mark dead and why.
+type MarkDeadParams struct {
+	Source    string
+	ID        int64
+	LastError string
+}
+
+func (a *Outbox) store(source string) (OutboxStore, error) {
+	if source == "" {
+		source = courier.DefaultSource
+	}
+	st, ok := a.sources[source]
+	if !ok {
+		return nil, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("outbox source %q is not configured on this worker", source), ErrTypeUnknownSource, nil)
+	}
+	return st, nil
+}
+
+// Deliver publishes one record (message id = outbox id) and marks it sent. A record that is
+// already sent is not published again. A failed attempt is counted on the row with its error
+// before the error is returned for Temporal to retry.
+func (a *Outbox) Deliver(ctx context.Context, p DeliverParams) (DeliverResult, error) {
+	st, err := a.store(p.Source)
+	if err != nil {
+		return DeliverResult{}, err
+	}
+	rec, err := st.GetOutbox(ctx, p.ID)
+	if courier.ErrorCode(err) == courier.CodeNotFound {
+		return DeliverResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeOutboxNotFound, err)
+	}
+	if err != nil {
+		return DeliverResult{}, fmt.Errorf("load outbox %d: %w", p.ID, err)
+	}
+	if rec.Status == courier.OutboxSent {
+		return DeliverResult{AlreadySent: true}, nil
+	}
+	source := p.Source
+	if source == "" {
+		source = courier.DefaultSource
+	}
+	perr := a.pub.Publish(ctx, mq.Message{
+		ID:      courier.OutboxMessageID(source, rec.ID),
+		Topic:   rec.Topic,
+		Key:     rec.Key,
+		Payload: rec.Payload,
+		Headers: rec.Headers,
+	})
+	if perr != nil {
+		if a.metrics != nil {
+			a.metrics.Failures.WithLabelValues(source, rec.Topic).Inc()
+		}
+		if rerr := st.RecordOutboxAttempt(ctx, rec.ID, perr.Error(), nextRetryIn(activity.GetInfo(ctx))); rerr != nil {
+			activity.GetLogger(ctx).Warn("could not record failed attempt", "id", rec.ID, "error", rerr)
+		}
+		if errors.Is(perr, mq.ErrUnknownTopic) {
+			return DeliverResult{}, temporal.NewNonRetryableApplicationError(perr.Error(), ErrTypeUnknownTopic, perr)
+		}
+		return DeliverResult{}, perr
+	}
+	if err := st.RecordOutboxAttempt(ctx, rec.ID, "", 0); err != nil {
+		return DeliverResult{}, fmt.Errorf("record attempt of outbox %d: %w", rec.ID, err)
+	}
+	sent, err := st.MarkOutboxSent(ctx, rec.ID)
+	if err != nil {
+		// Published but not marked: the retry publishes again with the same message id, which
+		// the broker drops as a duplicate.
+		return DeliverResult{}, fmt.Errorf("mark outbox %d sent: %w", rec.ID, err)
+	}
+	if a.metrics != nil && sent {
+		a.metrics.Published.WithLabelValues(source, rec.Topic).Inc()
+		a.metrics.Latency.Observe(a.now().Sub(rec.CreatedAt).Seconds())
+	}
+	return DeliverResult{AlreadySent: !sent}, nil
+}
+
+// MarkDead marks a record dead with its last error once its retry budget is spent.
+func (a *Outbox) MarkDead(ctx context.Context, p MarkDeadParams) error {
+	st, err := a.store(p.Source)
+	if err != nil {
+		return err
+	}
+	marked, err := st.MarkOutboxDead(ctx, p.ID, p.LastError)
+	if err != nil {
+		return fmt.Errorf("mark outbox %d dead: %w", p.ID, err)
+	}
+	if marked && a.metrics != nil {
+		rec, err := st.GetOutbox(ctx, p.ID)
+		topic := ""
+		if err == nil {
+			topic = rec.Topic
+		}
+		source := p.Source
+		if source == "" {
+			source = courier.DefaultSource
+		}
+		a.metrics.Dead.WithLabelValues(source, topic).Inc()
+	}
+	return nil
+}
+
+// nextRetryIn estimates when Temporal will run the next attempt, from the activity's retry
+// policy, for display in next_attempt_at.
+func nextRetryIn(info activity.Info) time.Duration {
+	rp := info.RetryPolicy
+	if rp == nil || rp.InitialInterval <= 0 {
+		return time.Second
+	}
+	coef := rp.BackoffCoefficient
+	if coef < 1 {
+		coef = 2
+	}
+	d := float64(rp.InitialInterval) * math.Pow(coef, float64(info.Attempt-1))
+	if rp.MaximumInterval > 0 && d > float64(rp.MaximumInterval) {
+		d = float64(rp.MaximumInterval)
+	}
+	return time.Duration(d)
+}

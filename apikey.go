@@ -1,0 +1,51 @@
+package courier
+
+import "strings"
+
+// Scope is a permission an API key carries.
+type Scope string
+
+// The scopes. Admin implies every other scope.
+const (
+	ScopeProducer Scope = "producer" // insert tasks, timers, outbox records
+	ScopeWorker   Scope = "worker"   // report task results and heartbeats
+	ScopeAdmin    Scope = "admin"    // configuration, redrive, everything
+)
+
+// ParseScopes parses a comma-separated scope list and rejects unknown names.
+func ParseScopes(s string) ([]Scope, error) {
+	var out []Scope
+	for _, p := range strings.Split(s, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		switch Scope(p) {
+		case ScopeProducer, ScopeWorker, ScopeAdmin:
+			out = append(out, Scope(p))
+		default:
+			return nil, Errorf(CodeInvalid, "unknown scope %q (want producer, worker or admin)", p)
+		}
+	}
+	if len(out) == 0 {
+		return nil, Errorf(CodeInvalid, "at least one scope is required")
+	}
+	return out, nil
+}
+
+// APIKey is a stored API key; the secret itself is never stored, only its hash.
+type APIKey struct {
+	ID     string
+	Name   string
+	Scopes []Scope
+}
+
+// Allows reports whether the key may act with scope s.
+func (k APIKey) Allows(s Scope) bool {
+	for _, have := range k.Scopes {
+		if have == s || have == ScopeAdmin {
+			return true
+		}
+	}
+	return false
+}

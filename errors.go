@@ -1,0 +1,50 @@
+package courier
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code is a stable, machine-readable error code. Clients branch on it; the gateway maps it to an
+// HTTP status in exactly one table.
+type Code string
+
+// The error codes courier returns. They never change meaning once shipped.
+const (
+	CodeInvalid          Code = "invalid_argument"
+	CodeNotFound         Code = "not_found"
+	CodeConflict         Code = "conflict"
+	CodeUnauthenticated  Code = "unauthenticated"
+	CodePermissionDenied Code = "permission_denied"
+	CodeTooLarge         Code = "payload_too_large"
+	CodeUnavailable      Code = "unavailable"
+	CodeInternal         Code = "internal"
+)
+
+// Error is an error with a stable code, a human message and optional structured details.
+type Error struct {
+	Code    Code
+	Message string
+	Details map[string]any
+}
+
+func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
+
+// Errorf builds an *Error with a formatted message.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrorCode returns the code of the first *Error in err's chain, or CodeInternal.
+func ErrorCode(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeInternal
+}
+
+// Sentinel errors for the common cases; wrap them with %w to add context.
+var (
+	ErrNotFound = &Error{Code: CodeNotFound, Message: "not found"}
+)

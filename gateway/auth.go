@@ -1,0 +1,39 @@
+package gateway
+
+import (
+	"context"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/courier-oss/courier"
+)
+
+// KeyStore resolves API tokens.
+type KeyStore interface {
+	LookupAPIKey(ctx context.Context, token string) (courier.APIKey, error)
+}
+
+const ctxKey = "courier.apikey"
+
+// requireScope authenticates the Bearer token and checks it carries scope (admin carries all).
+func requireScope(keys KeyStore, scope courier.Scope) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			h := c.Request().Header.Get("Authorization")
+			token, ok := strings.CutPrefix(h, "Bearer ")
+			if !ok || strings.TrimSpace(token) == "" {
+				return courier.Errorf(courier.CodeUnauthenticated, "missing API key: send Authorization: Bearer <key>")
+			}
+			key, err := keys.LookupAPIKey(c.Request().Context(), strings.TrimSpace(token))
+			if err != nil {
+				return err
+			}
+			if !key.Allows(scope) {
+				return courier.Errorf(courier.CodePermissionDenied, "API key %s lacks the %s scope", key.ID, scope)
+			}
+			c.Set(ctxKey, key)
+			return next(c)
+		}
+	}
+}

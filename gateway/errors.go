@@ -1,0 +1,92 @@
+package gateway
+
+import (
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/courier-oss/courier"
+)
+
+// statusOf is the one table from courier's error codes to HTTP statuses.
+var statusOf = map[courier.Code]int{
+	courier.CodeInvalid:          http.StatusBadRequest,
+	courier.CodeNotFound:         http.StatusNotFound,
+	courier.CodeConflict:         http.StatusConflict,
+	courier.CodeUnauthenticated:  http.StatusUnauthorized,
+	courier.CodePermissionDenied: http.StatusForbidden,
+	courier.CodeTooLarge:         http.StatusRequestEntityTooLarge,
+	courier.CodeUnavailable:      http.StatusServiceUnavailable,
+	courier.CodeInternal:         http.StatusInternalServerError,
+}
+
+// codeOfStatus maps echo's own HTTP errors (routing, body limit) back to codes.
+var codeOfStatus = map[int]courier.Code{
+	http.StatusBadRequest:            courier.CodeInvalid,
+	http.StatusNotFound:              courier.CodeNotFound,
+	http.StatusMethodNotAllowed:      "method_not_allowed",
+	http.StatusRequestEntityTooLarge: courier.CodeTooLarge,
+	http.StatusUnsupportedMediaType:  "unsupported_media_type",
+	http.StatusUnauthorized:          courier.CodeUnauthenticated,
+	http.StatusForbidden:             courier.CodePermissionDenied,
+	http.StatusServiceUnavailable:    courier.CodeUnavailable,
+}
+
+// ErrorBody is the JSON shape of every error response.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail carries a stable code, a message and optional details.
+type ErrorDetail struct {
+	Code    courier.Code   `json:"code"`
+	Message string         `json:"message"`
+	Details map[string]any `json:"details,omitempty"`
+}
+
+func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
+	return func(err error, c echo.Context) {
+		if c.Response().Committed {
+			return
+		}
+		status, body := render(err)
+		if status >= 500 {
+			log.Error("request failed", "method", c.Request().Method, "path", c.Path(), "error", err)
+		}
+		if c.Request().Method == http.MethodHead {
+			_ = c.NoContent(status)
+			return
+		}
+		_ = c.JSON(status, body)
+	}
+}
+
+func render(err error) (int, ErrorBody) {
+	var ce *courier.Error
+	if errors.As(err, &ce) {
+		st, ok := statusOf[ce.Code]
+		if !ok {
+			st = http.StatusInternalServerError
+		}
+		msg := ce.Message
+		if st >= 500 && ce.Code == courier.CodeInternal {
+			msg = "internal error"
+		}
+		return st, ErrorBody{ErrorDetail{Code: ce.Code, Message: msg, Details: ce.Details}}
+	}
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		code, ok := codeOfStatus[he.Code]
+		if !ok {
+			code = courier.CodeInternal
+		}
+		msg := http.StatusText(he.Code)
+		if m, ok := he.Message.(string); ok && m != "" {
+			msg = m
+		}
+		return he.Code, ErrorBody{ErrorDetail{Code: code, Message: msg}}
+	}
+	return http.StatusInternalServerError, ErrorBody{ErrorDetail{Code: courier.CodeInternal, Message: "internal error"}}
+}

@@ -1,0 +1,123 @@
+package gateway
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/store"
+)
+
+// OutboxStore is what the outbox endpoints need.
+type OutboxStore interface {
+	GetOutbox(ctx context.Context, id int64) (courier.OutboxRecord, error)
+	ListOutbox(ctx context.Context, f store.OutboxFilter) ([]courier.OutboxRecord, error)
+	RedriveOutbox(ctx context.Context, id int64) (courier.OutboxRecord, error)
+}
+
+// Check is one readiness dependency: a name and a probe.
+type Check struct {
+	Name  string
+	Probe func(ctx context.Context) error
+}
+
+// Deps are the gateway's collaborators.
+type Deps struct {
+	Keys     KeyStore
+	Outbox   OutboxStore
+	Checks   []Check              // probed by /readyz: database, Temporal, message queue
+	Gatherer prometheus.Gatherer  // served at /metrics; nil serves the default registry
+	Wake     func()               // optional: nudge an in-process relay after a redrive
+	Logger   *slog.Logger
+}
+
+// Config tunes the gateway.
+type Config struct {
+	MaxBodyBytes int64 // request body limit; default 1 MiB (below Temporal's 2 MB payload limit)
+}
+
+// DefaultMaxBodyBytes is the request body limit when Config sets none.
+const DefaultMaxBodyBytes = 1 << 20
+
+// New builds the HTTP handler.
+func New(cfg Config, d Deps) *echo.Echo {
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	if d.Gatherer == nil {
+		d.Gatherer = prometheus.DefaultGatherer
+	}
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	e.HTTPErrorHandler = errorHandler(d.Logger)
+	e.Use(middleware.Recover())
+	e.Use(bodyLimit(cfg.MaxBodyBytes))
+
+	h := &handlers{d: d}
+	e.GET("/healthz", h.healthz)
+	e.GET("/readyz", h.readyz)
+	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{})))
+	e.GET("/openapi.yaml", serveOpenAPI)
+
+	v1 := e.Group("/v1")
+	producer := requireScope(d.Keys, courier.ScopeProducer)
+	admin := requireScope(d.Keys, courier.ScopeAdmin)
+	v1.GET("/outbox", h.listOutbox, producer)
+	v1.GET("/outbox/:id", h.getOutbox, producer)
+	v1.POST("/outbox/:id/redrive", h.redriveOutbox, admin)
+	return e
+}
+
+// bodyLimit refuses bodies over max before any handler reads them: by Content-Length when
+// given, and by a capped reader otherwise.
+func bodyLimit(max int64) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			req := c.Request()
+			if req.ContentLength > max {
+				return &courier.Error{Code: courier.CodeTooLarge,
+					Message: "request body is larger than the limit",
+					Details: map[string]any{"limit_bytes": max}}
+			}
+			req.Body = http.MaxBytesReader(c.Response(), req.Body, max)
+			return next(c)
+		}
+	}
+}
+
+type handlers struct{ d Deps }
+
+func (h *handlers) healthz(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (h *handlers) readyz(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), 3*time.Second)
+	defer cancel()
+	out := map[string]string{}
+	ready := true
+	for _, chk := range h.d.Checks {
+		if err := chk.Probe(ctx); err != nil {
+			out[chk.Name] = err.Error()
+			ready = false
+			continue
+		}
+		out[chk.Name] = "ok"
+	}
+	status := http.StatusOK
+	if !ready {
+		status = http.StatusServiceUnavailable
+	}
+	return c.JSON(status, map[string]any{"ready": ready, "checks": out})
+}

@@ -1,0 +1,116 @@
+package gateway
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/store"
+)
+
+// OutboxJSON is an outbox record as the API shows it. Payload is base64 (JSON bytes of any
+// kind); PayloadText repeats it as a string when it is valid UTF-8, for humans.
+type OutboxJSON struct {
+	ID            int64             `json:"id"`
+	Topic         string            `json:"topic"`
+	Key           string            `json:"key,omitempty"`
+	Payload       []byte            `json:"payload"`
+	Headers       map[string]string `json:"headers,omitempty"`
+	Status        string            `json:"status"`
+	Attempts      int               `json:"attempts"`
+	NextAttemptAt time.Time         `json:"next_attempt_at"`
+	CreatedAt     time.Time         `json:"created_at"`
+	SentAt        *time.Time        `json:"sent_at,omitempty"`
+	LastError     string            `json:"last_error,omitempty"`
+	WorkflowID    string            `json:"workflow_id"`
+}
+
+func outboxJSON(r courier.OutboxRecord) OutboxJSON {
+	return OutboxJSON{
+		ID: r.ID, Topic: r.Topic, Key: r.Key, Payload: r.Payload, Headers: r.Headers,
+		Status: string(r.Status), Attempts: r.Attempts, NextAttemptAt: r.NextAttemptAt,
+		CreatedAt: r.CreatedAt, SentAt: r.SentAt, LastError: r.LastError,
+		WorkflowID: courier.OutboxWorkflowID(courier.DefaultSource, r.ID),
+	}
+}
+
+// OutboxPage is a page of records; pass NextAfter as ?after= for the next page.
+type OutboxPage struct {
+	Items     []OutboxJSON `json:"items"`
+	NextAfter int64        `json:"next_after,omitempty"`
+}
+
+func pathID(c echo.Context) (int64, error) {
+	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, courier.Errorf(courier.CodeInvalid, "outbox id must be a positive integer, got %q", c.Param("id"))
+	}
+	return id, nil
+}
+
+func (h *handlers) listOutbox(c echo.Context) error {
+	f := store.OutboxFilter{Status: courier.OutboxStatus(c.QueryParam("status")), Topic: c.QueryParam("topic")}
+	if f.Status != "" && !f.Status.Valid() {
+		return courier.Errorf(courier.CodeInvalid, "status must be one of pending, dispatched, sent, dead; got %q", f.Status)
+	}
+	if s := c.QueryParam("after"); s != "" {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || v < 0 {
+			return courier.Errorf(courier.CodeInvalid, "after must be a non-negative integer")
+		}
+		f.AfterID = v
+	}
+	if s := c.QueryParam("limit"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 || v > 1000 {
+			return courier.Errorf(courier.CodeInvalid, "limit must be an integer from 1 to 1000")
+		}
+		f.Limit = v
+	}
+	recs, err := h.d.Outbox.ListOutbox(c.Request().Context(), f)
+	if err != nil {
+		return err
+	}
+	page := OutboxPage{Items: make([]OutboxJSON, 0, len(recs))}
+	for _, r := range recs {
+		page.Items = append(page.Items, outboxJSON(r))
+	}
+	limit := f.Limit
+	if limit == 0 {
+		limit = 100
+	}
+	if len(recs) == limit {
+		page.NextAfter = recs[len(recs)-1].ID
+	}
+	return c.JSON(http.StatusOK, page)
+}
+
+func (h *handlers) getOutbox(c echo.Context) error {
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	rec, err := h.d.Outbox.GetOutbox(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, outboxJSON(rec))
+}
+
+func (h *handlers) redriveOutbox(c echo.Context) error {
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	rec, err := h.d.Outbox.RedriveOutbox(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	if h.d.Wake != nil {
+		h.d.Wake()
+	}
+	return c.JSON(http.StatusAccepted, outboxJSON(rec))
+}

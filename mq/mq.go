@@ -1,0 +1,33 @@
+package mq
+
+import (
+	"context"
+	"errors"
+)
+
+// Message is one message to publish. ID is the broker-side deduplication id (the outbox id).
+type Message struct {
+	ID      string
+	Topic   string
+	Key     string
+	Payload []byte
+	Headers map[string]string
+}
+
+// Publisher publishes messages. Publish returns nil only once the broker has acknowledged the
+// message durably; an error wrapping ErrUnknownTopic means no destination exists for the topic
+// (a permanent failure until an operator creates it).
+type Publisher interface {
+	Publish(ctx context.Context, m Message) error
+	Ping(ctx context.Context) error
+	Close() error
+}
+
+// ErrUnknownTopic reports that the broker has no destination for a topic.
+var ErrUnknownTopic = errors.New("mq: no destination for topic")
+
+// Header names courier adds to every published message.
+const (
+	HeaderMessageID = "Courier-Message-Id"
+	HeaderKey       = "Courier-Key"
+)

@@ -1,0 +1,67 @@
+package courier
+
+import (
+	"strconv"
+	"time"
+)
+
+// OutboxStatus is where an outbox record is in its life.
+type OutboxStatus string
+
+// Outbox record statuses. A producer inserts rows as pending; the relay moves them to
+// dispatched when their delivery workflow has started; the workflow moves them to sent, or to
+// dead when the retry budget is spent. Redrive moves a dead row back to pending.
+const (
+	OutboxPending    OutboxStatus = "pending"
+	OutboxDispatched OutboxStatus = "dispatched"
+	OutboxSent       OutboxStatus = "sent"
+	OutboxDead       OutboxStatus = "dead"
+)
+
+// Valid reports whether s is one of the known statuses.
+func (s OutboxStatus) Valid() bool {
+	switch s {
+	case OutboxPending, OutboxDispatched, OutboxSent, OutboxDead:
+		return true
+	}
+	return false
+}
+
+// OutboxTable is the name of the outbox table in courier's database and in producers' databases.
+const OutboxTable = "courier_outbox"
+
+// OutboxRecord is one row of the outbox table (see docs/outbox.md for the contract).
+type OutboxRecord struct {
+	ID            int64
+	Topic         string
+	Key           string
+	Payload       []byte
+	Headers       map[string]string
+	Status        OutboxStatus
+	Attempts      int
+	NextAttemptAt time.Time
+	CreatedAt     time.Time
+	SentAt        *time.Time
+	LastError     string
+}
+
+// DefaultSource names courier's own database among the outbox sources.
+const DefaultSource = "default"
+
+// OutboxWorkflowID is the deterministic workflow ID of a record's delivery: outbox/<id> for
+// courier's own database, outbox/<source>/<id> for a producer's database.
+func OutboxWorkflowID(source string, id int64) string {
+	if source == "" || source == DefaultSource {
+		return "outbox/" + strconv.FormatInt(id, 10)
+	}
+	return "outbox/" + source + "/" + strconv.FormatInt(id, 10)
+}
+
+// OutboxMessageID is the broker message id of a record, used by the broker to deduplicate:
+// the outbox id itself, prefixed by the source for producers' databases.
+func OutboxMessageID(source string, id int64) string {
+	if source == "" || source == DefaultSource {
+		return strconv.FormatInt(id, 10)
+	}
+	return source + "/" + strconv.FormatInt(id, 10)
+}

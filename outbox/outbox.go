@@ -1,0 +1,97 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/uptrace/bun/schema"
+)
+
+// Message is one message to publish: Topic is the broker subject, Key an optional partition or
+// ordering key, Payload the body, Headers optional broker headers.
+type Message struct {
+	Topic   string
+	Key     string
+	Payload []byte
+	Headers map[string]string
+}
+
+// MaxPayloadBytes bounds one message's payload; Temporal and brokers reject larger ones.
+const MaxPayloadBytes = 1 << 20
+
+// Tx is what Enqueue writes through: a *sql.Tx, a bun.Tx, or any bun.IDB.
+type Tx interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// bunFormatter is satisfied by bun's handles, which format "?" placeholders themselves.
+type bunFormatter interface {
+	Dialect() schema.Dialect
+}
+
+// Enqueue inserts the messages into the outbox inside tx and returns their ids in order. Call
+// it in the same transaction as the business change; nothing is published unless that
+// transaction commits.
+func Enqueue(ctx context.Context, tx Tx, msgs ...Message) ([]int64, error) {
+	if tx == nil {
+		return nil, errors.New("outbox: nil transaction")
+	}
+	_, isBun := tx.(bunFormatter)
+	ids := make([]int64, 0, len(msgs))
+	for i, m := range msgs {
+		if err := m.validate(); err != nil {
+			return nil, fmt.Errorf("outbox: message %d: %w", i, err)
+		}
+		var headers any
+		if len(m.Headers) > 0 {
+			b, err := json.Marshal(m.Headers)
+			if err != nil {
+				return nil, err
+			}
+			headers = string(b)
+		}
+		q := insertSQL(isBun)
+		var id int64
+		if err := tx.QueryRowContext(ctx, q, m.Topic, m.Key, m.Payload, headers).Scan(&id); err != nil {
+			return nil, fmt.Errorf("outbox: insert: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+func insertSQL(questionMarks bool) string {
+	ph := make([]string, 4)
+	for i := range ph {
+		if questionMarks {
+			ph[i] = "?"
+		} else {
+			ph[i] = "$" + strconv.Itoa(i+1)
+		}
+	}
+	return `INSERT INTO courier_outbox (topic, "key", payload, headers) VALUES (` +
+		strings.Join(ph, ", ") + `) RETURNING id`
+}
+
+func (m Message) validate() error {
+	switch {
+	case m.Topic == "":
+		return errors.New("topic is required")
+	case len(m.Topic) > 255:
+		return errors.New("topic is longer than 255 bytes")
+	case strings.ContainsAny(m.Topic, " \t\r\n*>"):
+		return fmt.Errorf("topic %q contains a space or a wildcard", m.Topic)
+	case len(m.Key) > 255:
+		return errors.New("key is longer than 255 bytes")
+	case m.Payload == nil:
+		return errors.New("payload is required (use an empty slice for an empty body)")
+	case len(m.Payload) > MaxPayloadBytes:
+		return fmt.Errorf("payload is %d bytes; the limit is %d", len(m.Payload), MaxPayloadBytes)
+	}
+	return nil
+}

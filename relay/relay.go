@@ -1,0 +1,217 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/lib/pq"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/store"
+	"github.com/courier-oss/courier/workflows"
+)
+
+// Source is one database holding an outbox table.
+type Source struct {
+	Name  string       // "default" for courier's own database
+	Store *store.Store // the database
+	DSN   string       // PostgreSQL URL for LISTEN/NOTIFY; "" disables it
+}
+
+// Config tunes the relay. Zero fields take the documented defaults.
+type Config struct {
+	TaskQueue    string                // delivery workflows' task queue; default "courier-outbox"
+	BatchSize    int                   // rows per claim; default 100
+	PollInterval time.Duration         // fallback poll; default 1 s
+	StartWorkers int                   // concurrent workflow starts per claim; default 16
+	Retry        workflows.RetryPolicy // delivery budget; default workflows.DefaultOutboxRetry
+}
+
+// DefaultTaskQueue is where delivery workflows run unless configured otherwise.
+const DefaultTaskQueue = "courier-outbox"
+
+func (c Config) withDefaults() Config {
+	if c.TaskQueue == "" {
+		c.TaskQueue = DefaultTaskQueue
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = 100
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = time.Second
+	}
+	if c.StartWorkers <= 0 {
+		c.StartWorkers = 16
+	}
+	c.Retry = c.Retry.WithDefaults()
+	return c
+}
+
+// Relay moves committed outbox rows into delivery workflows.
+type Relay struct {
+	tc      client.Client
+	cfg     Config
+	sources []Source
+	log     *slog.Logger
+	wake    chan struct{}
+}
+
+// New builds a relay over the sources.
+func New(tc client.Client, cfg Config, sources []Source, log *slog.Logger) *Relay {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Relay{tc: tc, cfg: cfg.withDefaults(), sources: sources, log: log, wake: make(chan struct{}, 1)}
+}
+
+// Wake nudges every source loop to claim now (for writers in the same process, such as a
+// redrive through the gateway in dev mode).
+func (r *Relay) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run claims until ctx ends. It returns nil on cancellation.
+func (r *Relay) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for _, src := range r.sources {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.runSource(ctx, src)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+func (r *Relay) runSource(ctx context.Context, src Source) {
+	notify := make(chan struct{}, 1)
+	if src.DSN != "" && src.Store.IsPostgres() {
+		stop := listen(ctx, src.DSN, notify, r.log.With("source", src.Name))
+		defer stop()
+	}
+	ticker := time.NewTicker(r.cfg.PollInterval)
+	defer ticker.Stop()
+	for {
+		n, err := r.ClaimOnce(ctx, src)
+		if err != nil && ctx.Err() == nil {
+			r.log.Warn("outbox claim failed", "source", src.Name, "error", err)
+		}
+		if err == nil && n == r.cfg.BatchSize {
+			continue // more may be waiting
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		case <-notify:
+		case <-r.wake:
+			r.Wake() // pass the nudge on to the other sources
+		}
+	}
+}
+
+// ClaimOnce claims one batch from src and starts its deliveries; it returns how many rows it
+// claimed.
+func (r *Relay) ClaimOnce(ctx context.Context, src Source) (int, error) {
+	return src.Store.ClaimOutbox(ctx, r.cfg.BatchSize, func(ctx context.Context, recs []store.ClaimedRecord) ([]int64, error) {
+		return r.start(ctx, src.Name, recs)
+	})
+}
+
+func (r *Relay) start(ctx context.Context, source string, recs []store.ClaimedRecord) ([]int64, error) {
+	var (
+		mu      sync.Mutex
+		started []int64
+		errs    []error
+		wg      sync.WaitGroup
+		sem     = make(chan struct{}, r.cfg.StartWorkers)
+	)
+	for _, rec := range recs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			err := r.startOne(ctx, source, rec)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			started = append(started, rec.ID)
+		}()
+	}
+	wg.Wait()
+	return started, errors.Join(errs...)
+}
+
+func (r *Relay) startOne(ctx context.Context, source string, rec store.ClaimedRecord) error {
+	opts := client.StartWorkflowOptions{
+		ID:                       courier.OutboxWorkflowID(source, rec.ID),
+		TaskQueue:                r.cfg.TaskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet("outbox"),
+			temporal.NewSearchAttributeKeyKeyword(courier.SATopic).ValueSet(rec.Topic),
+			temporal.NewSearchAttributeKeyKeyword(courier.SASource).ValueSet(source),
+		),
+	}
+	_, err := r.tc.ExecuteWorkflow(ctx, opts, workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{
+		Source: source, ID: rec.ID, Retry: r.cfg.Retry,
+	})
+	return err
+}
+
+// listen forwards PostgreSQL notifications on the courier_outbox channel to notify. lib/pq's
+// listener reconnects by itself; a reconnect also nudges, since notifications sent while
+// disconnected are lost.
+func listen(ctx context.Context, dsn string, notify chan<- struct{}, log *slog.Logger) (stop func()) {
+	nudge := func() {
+		select {
+		case notify <- struct{}{}:
+		default:
+		}
+	}
+	l := pq.NewListener(dsn, 200*time.Millisecond, 10*time.Second, func(ev pq.ListenerEventType, err error) {
+		if err != nil {
+			log.Debug("outbox listener", "event", ev, "error", err)
+		}
+		if ev == pq.ListenerEventReconnected {
+			nudge()
+		}
+	})
+	if err := l.Listen("courier_outbox"); err != nil {
+		log.Warn("LISTEN courier_outbox failed; polling only", "error", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case _, ok := <-l.Notify:
+				if !ok {
+					return
+				}
+				nudge()
+			}
+		}
+	}()
+	return func() {
+		l.Close()
+		<-done
+	}
+}

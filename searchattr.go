@@ -1,0 +1,27 @@
+package courier
+
+// SearchAttributeType mirrors Temporal's indexed value types that courier uses, without
+// importing the Temporal API here.
+type SearchAttributeType string
+
+// The types courier's search attributes use.
+const (
+	SAKeyword  SearchAttributeType = "Keyword"
+	SAInt      SearchAttributeType = "Int"
+	SADatetime SearchAttributeType = "Datetime"
+)
+
+// Search attribute names courier sets on its workflows, so operators can find work by its
+// business key in the Temporal UI.
+const (
+	SAKind   = "CourierKind"   // outbox, timer, task
+	SATopic  = "CourierTopic"  // outbox topic
+	SASource = "CourierSource" // outbox source database
+)
+
+// SearchAttributes lists every custom search attribute courier registers on start.
+var SearchAttributes = map[string]SearchAttributeType{
+	SAKind:   SAKeyword,
+	SATopic:  SAKeyword,
+	SASource: SAKeyword,
+}

@@ -1,0 +1,117 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect"
+	"github.com/uptrace/bun/dialect/pgdialect"
+	"github.com/uptrace/bun/dialect/sqlitedialect"
+
+	_ "github.com/lib/pq"  // PostgreSQL driver "postgres"
+	_ "modernc.org/sqlite" // pure-Go SQLite driver "sqlite"
+)
+
+// Store wraps one database (courier's own, or a producer's that holds only the outbox table).
+type Store struct {
+	db *bun.DB
+	pg bool
+}
+
+// Open connects to a database by URL: postgres://… or postgresql://… for PostgreSQL,
+// sqlite:PATH (or a bare path ending in .db) for SQLite. SQLite files get WAL, a busy timeout
+// and immediate transactions, so concurrent writers in one process wait instead of failing.
+func Open(ctx context.Context, databaseURL string) (*Store, error) {
+	var (
+		sqldb *sql.DB
+		db    *bun.DB
+		err   error
+	)
+	switch {
+	case strings.HasPrefix(databaseURL, "postgres://"), strings.HasPrefix(databaseURL, "postgresql://"):
+		sqldb, err = sql.Open("postgres", databaseURL)
+		if err != nil {
+			return nil, err
+		}
+		sqldb.SetMaxOpenConns(20)
+		sqldb.SetConnMaxIdleTime(5 * time.Minute)
+		db = bun.NewDB(sqldb, pgdialect.New())
+	case strings.HasPrefix(databaseURL, "sqlite:"), strings.HasSuffix(databaseURL, ".db"):
+		path := strings.TrimPrefix(strings.TrimPrefix(databaseURL, "sqlite://"), "sqlite:")
+		sqldb, err = sql.Open("sqlite", sqliteDSN(path))
+		if err != nil {
+			return nil, err
+		}
+		sqldb.SetMaxOpenConns(8)
+		db = bun.NewDB(sqldb, sqlitedialect.New())
+	default:
+		return nil, fmt.Errorf("store: unsupported database URL %q (want postgres://… or sqlite:PATH)", redact(databaseURL))
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(pingCtx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: connect %s: %w", redact(databaseURL), err)
+	}
+	return &Store{db: db, pg: db.Dialect().Name() == dialect.PG}, nil
+}
+
+func sqliteDSN(path string) string {
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(30000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Add("_pragma", "foreign_keys(ON)")
+	q.Set("_txlock", "immediate")
+	sep := "?"
+	if strings.Contains(path, "?") {
+		sep = "&"
+	}
+	return "file:" + path + sep + q.Encode()
+}
+
+// redact hides a password in a URL so it never reaches logs or error messages.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}
+
+// DB exposes the bun handle (for migrations and for tests).
+func (s *Store) DB() *bun.DB { return s.db }
+
+// IsPostgres reports whether the store runs on PostgreSQL.
+func (s *Store) IsPostgres() bool { return s.pg }
+
+// Close closes the connection pool.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Ping checks the database answers.
+func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
+
+// nowSQL is the database's current time in the column layout of the dialect. Due times are
+// always compared against the database clock, never a worker's.
+func (s *Store) nowSQL() string {
+	if s.pg {
+		return "clock_timestamp()"
+	}
+	return "strftime('%Y-%m-%d %H:%M:%f+00:00', 'now')"
+}
+
+// nowPlusSQL is the database's current time plus d, in the column layout of the dialect.
+func (s *Store) nowPlusSQL(d time.Duration) string {
+	if s.pg {
+		return fmt.Sprintf("(clock_timestamp() + make_interval(secs => %f))", d.Seconds())
+	}
+	return fmt.Sprintf("strftime('%%Y-%%m-%%d %%H:%%M:%%f+00:00', 'now', '%+f seconds')", d.Seconds())
+}

@@ -1,0 +1,302 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/courier-oss/courier"
+)
+
+// outboxRow is the bun model of courier_outbox (contract: docs/outbox.md).
+type outboxRow struct {
+	bun.BaseModel `bun:"table:courier_outbox"`
+
+	ID            int64        `bun:"id,pk,autoincrement"`
+	Topic         string       `bun:"topic"`
+	Key           string       `bun:"key"`
+	Payload       []byte       `bun:"payload"`
+	Headers       *string      `bun:"headers"`
+	Status        string       `bun:"status"`
+	Attempts      int          `bun:"attempts"`
+	NextAttemptAt time.Time    `bun:"next_attempt_at"`
+	CreatedAt     time.Time    `bun:"created_at"`
+	SentAt        bun.NullTime `bun:"sent_at"`
+	LastError     *string      `bun:"last_error"`
+}
+
+func (r *outboxRow) record() (courier.OutboxRecord, error) {
+	rec := courier.OutboxRecord{
+		ID:            r.ID,
+		Topic:         r.Topic,
+		Key:           r.Key,
+		Payload:       r.Payload,
+		Status:        courier.OutboxStatus(r.Status),
+		Attempts:      r.Attempts,
+		NextAttemptAt: r.NextAttemptAt.UTC(),
+		CreatedAt:     r.CreatedAt.UTC(),
+	}
+	if !r.SentAt.IsZero() {
+		t := r.SentAt.UTC()
+		rec.SentAt = &t
+	}
+	if r.LastError != nil {
+		rec.LastError = *r.LastError
+	}
+	if r.Headers != nil && *r.Headers != "" {
+		if err := json.Unmarshal([]byte(*r.Headers), &rec.Headers); err != nil {
+			return rec, fmt.Errorf("outbox %d: headers are not a JSON object of strings: %w", r.ID, err)
+		}
+	}
+	return rec, nil
+}
+
+// ClaimedRecord is what the relay needs to start a delivery: the payload stays in the database,
+// out of workflow history.
+type ClaimedRecord struct {
+	ID    int64
+	Topic string
+}
+
+// DispatchFunc starts deliveries for claimed records while their rows are locked and returns
+// the ids whose delivery has started; only those are marked dispatched.
+type DispatchFunc func(ctx context.Context, recs []ClaimedRecord) (started []int64, err error)
+
+// ClaimOutbox takes up to limit pending rows that are due, hands them to dispatch, and marks
+// the started ones dispatched, all in one transaction. On PostgreSQL rows are locked with
+// FOR UPDATE SKIP LOCKED, so any number of relays claim disjoint rows without a leader or a
+// cursor; on SQLite the transaction is IMMEDIATE, so claims are serialised. It returns how many
+// rows were claimed (not only started).
+func (s *Store) ClaimOutbox(ctx context.Context, limit int, dispatch DispatchFunc) (int, error) {
+	var claimed int
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		q := "SELECT id, topic FROM courier_outbox WHERE status = 'pending' AND next_attempt_at <= " +
+			s.nowSQL() + " ORDER BY next_attempt_at, id LIMIT ?"
+		if s.pg {
+			q += " FOR UPDATE SKIP LOCKED"
+		}
+		var recs []ClaimedRecord
+		rows, err := tx.QueryContext(ctx, q, limit)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var r ClaimedRecord
+			if err := rows.Scan(&r.ID, &r.Topic); err != nil {
+				rows.Close()
+				return err
+			}
+			recs = append(recs, r)
+		}
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		claimed = len(recs)
+		if claimed == 0 {
+			return nil
+		}
+		started, derr := dispatch(ctx, recs)
+		if len(started) > 0 {
+			if _, err := tx.NewUpdate().Model((*outboxRow)(nil)).
+				Set("status = ?", courier.OutboxDispatched).
+				Where("id IN (?)", bun.In(started)).
+				Where("status = ?", courier.OutboxPending).
+				Exec(ctx); err != nil {
+				return err
+			}
+		}
+		if derr != nil && len(started) == 0 {
+			return derr
+		}
+		return nil
+	})
+	return claimed, err
+}
+
+// GetOutbox returns one record, or an error with code not_found.
+func (s *Store) GetOutbox(ctx context.Context, id int64) (courier.OutboxRecord, error) {
+	var row outboxRow
+	err := s.db.NewSelect().Model(&row).Where("id = ?", id).Scan(ctx)
+	if errors.Is(err, sql.ErrNoRows) {
+		return courier.OutboxRecord{}, courier.Errorf(courier.CodeNotFound, "outbox record %d not found", id)
+	}
+	if err != nil {
+		return courier.OutboxRecord{}, err
+	}
+	return row.record()
+}
+
+// OutboxFilter selects records for listing. Records come in ascending id order, after AfterID.
+type OutboxFilter struct {
+	Status  courier.OutboxStatus // "" for every status
+	Topic   string               // "" for every topic
+	AfterID int64                // keyset pagination: ids greater than this
+	Limit   int                  // default 100, at most 1000
+}
+
+// ListOutbox lists records by filter, without payloads' interpretation.
+func (s *Store) ListOutbox(ctx context.Context, f OutboxFilter) ([]courier.OutboxRecord, error) {
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	if f.Limit > 1000 {
+		f.Limit = 1000
+	}
+	var rows []outboxRow
+	q := s.db.NewSelect().Model(&rows).Where("id > ?", f.AfterID).Order("id ASC").Limit(int64(f.Limit))
+	if f.Status != "" {
+		q = q.Where("status = ?", f.Status)
+	}
+	if f.Topic != "" {
+		q = q.Where("topic = ?", f.Topic)
+	}
+	if err := q.Scan(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]courier.OutboxRecord, 0, len(rows))
+	for i := range rows {
+		rec, err := rows[i].record()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rec)
+	}
+	return out, nil
+}
+
+// RecordOutboxAttempt counts one delivery attempt and keeps its error ("" on success) and the
+// time of the next attempt, so operators see progress while Temporal retries.
+func (s *Store) RecordOutboxAttempt(ctx context.Context, id int64, lastErr string, retryIn time.Duration) error {
+	q := s.db.NewUpdate().Model((*outboxRow)(nil)).
+		Set("attempts = attempts + 1").
+		Where("id = ?", id)
+	if lastErr != "" {
+		q = q.Set("last_error = ?", lastErr).Set("next_attempt_at = " + s.nowPlusSQL(retryIn))
+	}
+	_, err := q.Exec(ctx)
+	return err
+}
+
+// MarkOutboxSent marks a record sent. It returns false if the record was not pending or
+// dispatched (already sent, or dead), which makes a repeated delivery harmless.
+func (s *Store) MarkOutboxSent(ctx context.Context, id int64) (bool, error) {
+	res, err := s.db.NewUpdate().Model((*outboxRow)(nil)).
+		Set("status = ?", courier.OutboxSent).
+		Set("sent_at = "+s.nowSQL()).
+		Where("id = ?", id).
+		Where("status IN (?)", bun.In([]courier.OutboxStatus{courier.OutboxPending, courier.OutboxDispatched})).
+		Exec(ctx)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// MarkOutboxDead marks a record dead with its last error, unless it was sent meanwhile.
+func (s *Store) MarkOutboxDead(ctx context.Context, id int64, lastErr string) (bool, error) {
+	res, err := s.db.NewUpdate().Model((*outboxRow)(nil)).
+		Set("status = ?", courier.OutboxDead).
+		Set("last_error = ?", lastErr).
+		Where("id = ?", id).
+		Where("status IN (?)", bun.In([]courier.OutboxStatus{courier.OutboxPending, courier.OutboxDispatched})).
+		Exec(ctx)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// RedriveOutbox moves a dead record back to pending so the relay delivers it again. A record
+// that is not dead is a conflict; an unknown id is not_found.
+func (s *Store) RedriveOutbox(ctx context.Context, id int64) (courier.OutboxRecord, error) {
+	var out courier.OutboxRecord
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		var row outboxRow
+		q := tx.NewSelect().Model(&row).Where("id = ?", id)
+		if s.pg {
+			q = q.For("UPDATE")
+		}
+		if err := q.Scan(ctx); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return courier.Errorf(courier.CodeNotFound, "outbox record %d not found", id)
+			}
+			return err
+		}
+		if row.Status != string(courier.OutboxDead) {
+			return &courier.Error{Code: courier.CodeConflict,
+				Message: fmt.Sprintf("outbox record %d is %s; only dead records can be redriven", id, row.Status),
+				Details: map[string]any{"status": row.Status}}
+		}
+		if _, err := tx.NewUpdate().Model((*outboxRow)(nil)).
+			Set("status = ?", courier.OutboxPending).
+			Set("next_attempt_at = "+s.nowSQL()).
+			Where("id = ?", id).Exec(ctx); err != nil {
+			return err
+		}
+		if err := tx.NewSelect().Model(&row).Where("id = ?", id).Scan(ctx); err != nil {
+			return err
+		}
+		var err error
+		out, err = row.record()
+		return err
+	})
+	return out, err
+}
+
+// OutboxStats summarises the table for metrics.
+type OutboxStats struct {
+	ByStatus     map[courier.OutboxStatus]int64
+	OldestUnsent *time.Time // created_at of the oldest pending or dispatched row
+}
+
+// OutboxStats counts rows by status and finds the oldest unsent row.
+func (s *Store) OutboxStats(ctx context.Context) (OutboxStats, error) {
+	st := OutboxStats{ByStatus: map[courier.OutboxStatus]int64{}}
+	var rows []struct {
+		Status string `bun:"status"`
+		N      int64  `bun:"n"`
+	}
+	if err := s.db.NewSelect().TableExpr("courier_outbox").ColumnExpr("status, count(*) AS n").
+		Group("status").Scan(ctx, &rows); err != nil {
+		return st, err
+	}
+	for _, r := range rows {
+		st.ByStatus[courier.OutboxStatus(r.Status)] = r.N
+	}
+	var oldest outboxRow
+	err := s.db.NewSelect().Model(&oldest).Column("created_at").
+		Where("status IN (?)", bun.In([]courier.OutboxStatus{courier.OutboxPending, courier.OutboxDispatched})).
+		Order("id ASC").Limit(1).Scan(ctx)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return st, err
+	default:
+		t := oldest.CreatedAt.UTC()
+		st.OldestUnsent = &t
+	}
+	return st, nil
+}
+
+// DeleteSentOutbox deletes up to limit sent rows sent before the cutoff, keeping the hot table
+// small; callers loop until it returns fewer than limit.
+func (s *Store) DeleteSentOutbox(ctx context.Context, before time.Time, limit int) (int64, error) {
+	sub := s.db.NewSelect().Model((*outboxRow)(nil)).Column("id").
+		Where("status = ?", courier.OutboxSent).Where("sent_at < ?", before.UTC()).
+		Order("id ASC").Limit(int64(limit))
+	res, err := s.db.NewDelete().Model((*outboxRow)(nil)).Where("id IN (?)", sub).Exec(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}

@@ -1,0 +1,330 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/internal/testenv"
+	"github.com/courier-oss/courier/outbox"
+	"github.com/courier-oss/courier/store"
+)
+
+// The conformance suite: every case runs on SQLite and on PostgreSQL.
+func forEachDialect(t *testing.T, fn func(t *testing.T, s *store.Store)) {
+	for _, d := range testenv.Dialects {
+		t.Run(d, func(t *testing.T) {
+			t.Parallel()
+			s, _ := testenv.Store(t, d)
+			fn(t, s)
+		})
+	}
+}
+
+func enqueue(t *testing.T, s *store.Store, msgs ...outbox.Message) []int64 {
+	t.Helper()
+	var ids []int64
+	err := s.DB().RunInTx(context.Background(), nil, func(ctx context.Context, tx bun.Tx) error {
+		var err error
+		ids, err = outbox.Enqueue(ctx, tx, msgs...)
+		return err
+	})
+	require.NoError(t, err)
+	return ids
+}
+
+func msg(topic string) outbox.Message {
+	return outbox.Message{Topic: topic, Key: "k", Payload: []byte(`{"a":1}`), Headers: map[string]string{"h": "v"}}
+}
+
+func TestEnqueueAndGet(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		ids := enqueue(t, s, msg("a.b"), msg("c"))
+		require.Len(t, ids, 2)
+		require.Less(t, ids[0], ids[1])
+		rec, err := s.GetOutbox(ctx, ids[0])
+		require.NoError(t, err)
+		require.Equal(t, "a.b", rec.Topic)
+		require.Equal(t, "k", rec.Key)
+		require.Equal(t, []byte(`{"a":1}`), rec.Payload)
+		require.Equal(t, map[string]string{"h": "v"}, rec.Headers)
+		require.Equal(t, courier.OutboxPending, rec.Status)
+		require.WithinDuration(t, time.Now(), rec.CreatedAt, time.Minute)
+		require.Nil(t, rec.SentAt)
+
+		_, err = s.GetOutbox(ctx, 999999)
+		require.Equal(t, courier.CodeNotFound, courier.ErrorCode(err))
+	})
+}
+
+// A *sql.Tx (not bun) works too, and a rolled-back transaction leaves nothing behind.
+func TestEnqueueSQLTxAndRollback(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		tx, err := s.DB().DB.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		ids, err := outbox.Enqueue(ctx, tx, msg("rolled.back"))
+		require.NoError(t, err)
+		require.NoError(t, tx.Rollback())
+		_, err = s.GetOutbox(ctx, ids[0])
+		require.Equal(t, courier.CodeNotFound, courier.ErrorCode(err))
+
+		tx, err = s.DB().DB.BeginTx(ctx, nil)
+		require.NoError(t, err)
+		ids, err = outbox.Enqueue(ctx, tx, msg("committed"))
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit())
+		rec, err := s.GetOutbox(ctx, ids[0])
+		require.NoError(t, err)
+		require.Equal(t, "committed", rec.Topic)
+	})
+}
+
+func TestEnqueueRejectsBadMessages(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		for name, m := range map[string]outbox.Message{
+			"no topic":    {Payload: []byte("x")},
+			"wildcard":    {Topic: "a.>", Payload: []byte("x")},
+			"nil payload": {Topic: "a"},
+			"too large":   {Topic: "a", Payload: make([]byte, outbox.MaxPayloadBytes+1)},
+		} {
+			err := s.DB().RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+				_, err := outbox.Enqueue(ctx, tx, m)
+				return err
+			})
+			require.Error(t, err, name)
+		}
+		recs, err := s.ListOutbox(ctx, store.OutboxFilter{})
+		require.NoError(t, err)
+		require.Empty(t, recs)
+	})
+}
+
+func TestClaimMarksOnlyStarted(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		ids := enqueue(t, s, msg("a"), msg("b"), msg("c"))
+		n, err := s.ClaimOutbox(ctx, 10, func(ctx context.Context, recs []store.ClaimedRecord) ([]int64, error) {
+			require.Len(t, recs, 3)
+			require.Equal(t, "a", recs[0].Topic)
+			return []int64{recs[0].ID, recs[2].ID}, errors.New("b failed to start")
+		})
+		require.NoError(t, err)
+		require.Equal(t, 3, n)
+		statuses := map[int64]courier.OutboxStatus{}
+		for _, id := range ids {
+			rec, err := s.GetOutbox(ctx, id)
+			require.NoError(t, err)
+			statuses[id] = rec.Status
+		}
+		require.Equal(t, courier.OutboxDispatched, statuses[ids[0]])
+		require.Equal(t, courier.OutboxPending, statuses[ids[1]], "a row whose start failed stays pending")
+		require.Equal(t, courier.OutboxDispatched, statuses[ids[2]])
+
+		// The next claim sees only the pending one.
+		n, err = s.ClaimOutbox(ctx, 10, func(ctx context.Context, recs []store.ClaimedRecord) ([]int64, error) {
+			require.Len(t, recs, 1)
+			require.Equal(t, ids[1], recs[0].ID)
+			return nil, errors.New("still failing")
+		})
+		require.Error(t, err, "a claim where nothing started reports the error")
+		require.Equal(t, 1, n)
+	})
+}
+
+// Concurrent claimers never claim the same row twice (SKIP LOCKED on PostgreSQL, serialised
+// transactions on SQLite), and together they claim every row.
+func TestConcurrentClaimsAreDisjoint(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		const rows = 300
+		msgs := make([]outbox.Message, rows)
+		for i := range msgs {
+			msgs[i] = msg("t")
+		}
+		enqueue(t, s, msgs...)
+		var (
+			mu   sync.Mutex
+			seen = map[int64]int{}
+			wg   sync.WaitGroup
+		)
+		for w := 0; w < 4; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					n, err := s.ClaimOutbox(ctx, 7, func(ctx context.Context, recs []store.ClaimedRecord) ([]int64, error) {
+						ids := make([]int64, len(recs))
+						mu.Lock()
+						for i, r := range recs {
+							seen[r.ID]++
+							ids[i] = r.ID
+						}
+						mu.Unlock()
+						return ids, nil
+					})
+					if err != nil {
+						t.Errorf("claim: %v", err)
+						return
+					}
+					if n == 0 {
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		require.Len(t, seen, rows)
+		for id, c := range seen {
+			require.Equal(t, 1, c, "row %d claimed %d times", id, c)
+		}
+	})
+}
+
+func TestSentDeadRedrive(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		ids := enqueue(t, s, msg("a"), msg("b"))
+
+		require.NoError(t, s.RecordOutboxAttempt(ctx, ids[0], "boom", 3*time.Second))
+		rec, err := s.GetOutbox(ctx, ids[0])
+		require.NoError(t, err)
+		require.Equal(t, 1, rec.Attempts)
+		require.Equal(t, "boom", rec.LastError)
+		require.True(t, rec.NextAttemptAt.After(rec.CreatedAt), "next attempt moves into the future")
+
+		ok, err := s.MarkOutboxSent(ctx, ids[0])
+		require.NoError(t, err)
+		require.True(t, ok)
+		ok, err = s.MarkOutboxSent(ctx, ids[0])
+		require.NoError(t, err)
+		require.False(t, ok, "marking sent twice is a no-op")
+		rec, err = s.GetOutbox(ctx, ids[0])
+		require.NoError(t, err)
+		require.Equal(t, courier.OutboxSent, rec.Status)
+		require.NotNil(t, rec.SentAt)
+		ok, err = s.MarkOutboxDead(ctx, ids[0], "late")
+		require.NoError(t, err)
+		require.False(t, ok, "a sent record never becomes dead")
+
+		_, err = s.RedriveOutbox(ctx, ids[0])
+		require.Equal(t, courier.CodeConflict, courier.ErrorCode(err), "only dead records can be redriven")
+		_, err = s.RedriveOutbox(ctx, 424242)
+		require.Equal(t, courier.CodeNotFound, courier.ErrorCode(err))
+
+		ok, err = s.MarkOutboxDead(ctx, ids[1], "no stream")
+		require.NoError(t, err)
+		require.True(t, ok)
+		dead, err := s.ListOutbox(ctx, store.OutboxFilter{Status: courier.OutboxDead})
+		require.NoError(t, err)
+		require.Len(t, dead, 1)
+		require.Equal(t, "no stream", dead[0].LastError)
+
+		rec, err = s.RedriveOutbox(ctx, ids[1])
+		require.NoError(t, err)
+		require.Equal(t, courier.OutboxPending, rec.Status)
+		require.Equal(t, "no stream", rec.LastError, "the last error stays visible")
+		n, err := s.ClaimOutbox(ctx, 10, func(ctx context.Context, recs []store.ClaimedRecord) ([]int64, error) {
+			return []int64{recs[0].ID}, nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "a redriven record is claimable at once")
+	})
+}
+
+func TestListPaginatesAndFilters(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		var msgs []outbox.Message
+		for i := 0; i < 25; i++ {
+			topic := "even"
+			if i%2 == 1 {
+				topic = "odd"
+			}
+			msgs = append(msgs, msg(topic))
+		}
+		enqueue(t, s, msgs...)
+		var all []int64
+		after := int64(0)
+		for {
+			page, err := s.ListOutbox(ctx, store.OutboxFilter{AfterID: after, Limit: 10})
+			require.NoError(t, err)
+			for _, r := range page {
+				all = append(all, r.ID)
+			}
+			if len(page) < 10 {
+				break
+			}
+			after = page[len(page)-1].ID
+		}
+		require.Len(t, all, 25)
+		require.True(t, sort.SliceIsSorted(all, func(i, j int) bool { return all[i] < all[j] }))
+		odd, err := s.ListOutbox(ctx, store.OutboxFilter{Topic: "odd"})
+		require.NoError(t, err)
+		require.Len(t, odd, 12)
+	})
+}
+
+func TestStatsAndCleanup(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		st, err := s.OutboxStats(ctx)
+		require.NoError(t, err)
+		require.Nil(t, st.OldestUnsent)
+		ids := enqueue(t, s, msg("a"), msg("b"), msg("c"))
+		_, err = s.MarkOutboxSent(ctx, ids[0])
+		require.NoError(t, err)
+		_, err = s.MarkOutboxDead(ctx, ids[1], "x")
+		require.NoError(t, err)
+		st, err = s.OutboxStats(ctx)
+		require.NoError(t, err)
+		require.Equal(t, int64(1), st.ByStatus[courier.OutboxSent])
+		require.Equal(t, int64(1), st.ByStatus[courier.OutboxDead])
+		require.Equal(t, int64(1), st.ByStatus[courier.OutboxPending])
+		require.NotNil(t, st.OldestUnsent)
+
+		n, err := s.DeleteSentOutbox(ctx, time.Now().Add(-time.Hour), 100)
+		require.NoError(t, err)
+		require.Zero(t, n, "recently sent rows are kept")
+		n, err = s.DeleteSentOutbox(ctx, time.Now().Add(time.Hour), 100)
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n)
+		_, err = s.GetOutbox(ctx, ids[0])
+		require.Equal(t, courier.CodeNotFound, courier.ErrorCode(err))
+	})
+}
+
+func TestAPIKeys(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		key, token, err := s.CreateAPIKey(ctx, "ci", []courier.Scope{courier.ScopeProducer})
+		require.NoError(t, err)
+		require.NotContains(t, token, " ")
+		got, err := s.LookupAPIKey(ctx, token)
+		require.NoError(t, err)
+		require.Equal(t, key.ID, got.ID)
+		require.True(t, got.Allows(courier.ScopeProducer))
+		require.False(t, got.Allows(courier.ScopeAdmin))
+
+		var stored string
+		require.NoError(t, s.DB().NewSelect().Table("courier_api_keys").Column("key_hash").Where("id = ?", key.ID).Scan(ctx, &stored))
+		require.NotContains(t, stored, token[10:], "the token itself is never stored")
+
+		_, err = s.LookupAPIKey(ctx, token+"x")
+		require.Equal(t, courier.CodeUnauthenticated, courier.ErrorCode(err))
+		require.NoError(t, s.RevokeAPIKey(ctx, key.ID))
+		_, err = s.LookupAPIKey(ctx, token)
+		require.Equal(t, courier.CodeUnauthenticated, courier.ErrorCode(err))
+		require.Equal(t, courier.CodeNotFound, courier.ErrorCode(s.RevokeAPIKey(ctx, key.ID)))
+	})
+}
+

@@ -1,0 +1,174 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/metrics"
+	"github.com/courier-oss/courier/mq"
+	"github.com/courier-oss/courier/relay"
+	"github.com/courier-oss/courier/workflows"
+)
+
+// Config tunes the worker. Zero fields take the documented defaults.
+type Config struct {
+	Relay relay.Config // outbox relay; its TaskQueue is also the delivery workflows' queue
+	// ShutdownTimeout bounds how long Stop lets in-flight activities finish; default 10 s.
+	ShutdownTimeout time.Duration
+	// MaxConcurrentActivities per process; default 200 (publishes are I/O bound).
+	MaxConcurrentActivities int
+	// DisableRelay runs the Temporal worker without claiming outbox rows (for tests and for
+	// deployments that separate the two).
+	DisableRelay bool
+}
+
+// Deps are the worker's collaborators.
+type Deps struct {
+	Temporal  client.Client
+	Sources   []relay.Source // outbox sources; the one named "default" is courier's database
+	Publisher mq.Publisher
+	Metrics   *metrics.Outbox // nil records nothing
+	Logger    *slog.Logger
+}
+
+// Worker is a running (or startable) courier worker.
+type Worker struct {
+	cfg    Config
+	deps   Deps
+	tw     sdkworker.Worker
+	relay  *relay.Relay
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New builds a worker; Start runs it.
+func New(cfg Config, d Deps) (*Worker, error) {
+	if d.Temporal == nil || d.Publisher == nil || len(d.Sources) == 0 {
+		return nil, fmt.Errorf("worker: Temporal client, publisher and at least one outbox source are required")
+	}
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 10 * time.Second
+	}
+	if cfg.MaxConcurrentActivities <= 0 {
+		cfg.MaxConcurrentActivities = 200
+	}
+	queue := cfg.Relay.TaskQueue
+	if queue == "" {
+		queue = relay.DefaultTaskQueue
+	}
+	tw := sdkworker.New(d.Temporal, queue, sdkworker.Options{
+		WorkerStopTimeout:                  cfg.ShutdownTimeout,
+		MaxConcurrentActivityExecutionSize: cfg.MaxConcurrentActivities,
+	})
+	stores := map[string]activities.OutboxStore{}
+	for _, s := range d.Sources {
+		stores[s.Name] = s.Store
+	}
+	Register(tw, activities.NewOutbox(stores, d.Publisher, d.Metrics))
+	return &Worker{
+		cfg:   cfg,
+		deps:  d,
+		tw:    tw,
+		relay: relay.New(d.Temporal, cfg.Relay, d.Sources, d.Logger),
+	}, nil
+}
+
+// Registrar is the part of a Temporal worker that registrations need (a worker or a replayer).
+type Registrar interface {
+	RegisterWorkflowWithOptions(w any, options workflow.RegisterOptions)
+	RegisterActivityWithOptions(a any, options activity.RegisterOptions)
+}
+
+// Register registers courier's workflows and the outbox activities under their stable names.
+func Register(r Registrar, outbox *activities.Outbox) {
+	r.RegisterWorkflowWithOptions(workflows.OutboxDelivery, workflow.RegisterOptions{Name: workflows.OutboxDeliveryName})
+	if outbox != nil {
+		r.RegisterActivityWithOptions(outbox.Deliver, activity.RegisterOptions{Name: activities.DeliverOutboxName})
+		r.RegisterActivityWithOptions(outbox.MarkDead, activity.RegisterOptions{Name: activities.MarkOutboxDeadName})
+	}
+}
+
+// Relay exposes the relay (to wake it from the gateway in the same process).
+func (w *Worker) Relay() *relay.Relay { return w.relay }
+
+// Start starts the Temporal worker and the relay.
+func (w *Worker) Start(ctx context.Context) error {
+	if err := w.tw.Start(); err != nil {
+		return fmt.Errorf("worker: start Temporal worker: %w", err)
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	w.cancel = cancel
+	w.done = make(chan struct{})
+	go func() {
+		defer close(w.done)
+		if w.cfg.DisableRelay {
+			return
+		}
+		_ = w.relay.Run(rctx)
+	}()
+	return nil
+}
+
+// Stop stops claiming new rows, then stops the Temporal worker, letting in-flight activities
+// finish for up to ShutdownTimeout. Anything unfinished is retried by Temporal on another
+// worker: nothing acknowledged is lost.
+func (w *Worker) Stop() {
+	if w.cancel != nil {
+		w.cancel()
+		<-w.done
+	}
+	w.tw.Stop()
+}
+
+// EnsureSearchAttributes registers courier's search attributes in the namespace if missing. It
+// is idempotent and runs on every worker start.
+func EnsureSearchAttributes(ctx context.Context, c client.Client, namespace string) error {
+	op := c.OperatorService()
+	have, err := op.ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
+	if err != nil {
+		return fmt.Errorf("list search attributes: %w", err)
+	}
+	missing := map[string]enumspb.IndexedValueType{}
+	for name, typ := range courier.SearchAttributes {
+		if _, ok := have.GetCustomAttributes()[name]; ok {
+			continue
+		}
+		missing[name] = IndexedValueType(typ)
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	_, err = op.AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
+		Namespace: namespace, SearchAttributes: missing,
+	})
+	if err != nil {
+		return fmt.Errorf("add search attributes: %w", err)
+	}
+	return nil
+}
+
+// IndexedValueType maps courier's search attribute types to Temporal's.
+func IndexedValueType(t courier.SearchAttributeType) enumspb.IndexedValueType {
+	switch t {
+	case courier.SAInt:
+		return enumspb.INDEXED_VALUE_TYPE_INT
+	case courier.SADatetime:
+		return enumspb.INDEXED_VALUE_TYPE_DATETIME
+	default:
+		return enumspb.INDEXED_VALUE_TYPE_KEYWORD
+	}
+}

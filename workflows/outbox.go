@@ -1,0 +1,126 @@
+package workflows
+
+import (
+	"errors"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities"
+)
+
+// OutboxDeliveryName is the registered name of the per-record delivery workflow.
+const OutboxDeliveryName = "outbox-delivery"
+
+// RetryPolicy is a serialisable retry budget with exponential backoff.
+type RetryPolicy struct {
+	InitialInterval time.Duration // first wait; default 1 s
+	BackoffCoef     float64       // growth per attempt; default 2
+	MaxInterval     time.Duration // cap on one wait; default 5 min
+	MaxAttempts     int32         // attempts in all, including the first; default 20
+}
+
+// DefaultOutboxRetry is the outbox delivery budget when the worker's config sets none: 20
+// attempts from 1 s doubling to a 5 min cap, about an hour in all.
+var DefaultOutboxRetry = RetryPolicy{
+	InitialInterval: time.Second,
+	BackoffCoef:     2,
+	MaxInterval:     5 * time.Minute,
+	MaxAttempts:     20,
+}
+
+// WithDefaults fills zero fields from DefaultOutboxRetry.
+func (r RetryPolicy) WithDefaults() RetryPolicy {
+	if r.InitialInterval <= 0 {
+		r.InitialInterval = DefaultOutboxRetry.InitialInterval
+	}
+	if r.BackoffCoef < 1 {
+		r.BackoffCoef = DefaultOutboxRetry.BackoffCoef
+	}
+	if r.MaxInterval <= 0 {
+		r.MaxInterval = DefaultOutboxRetry.MaxInterval
+	}
+	if r.MaxAttempts <= 0 {
+		r.MaxAttempts = DefaultOutboxRetry.MaxAttempts
+	}
+	return r
+}
+
+func (r RetryPolicy) temporal() *temporal.RetryPolicy {
+	return &temporal.RetryPolicy{
+		InitialInterval:    r.InitialInterval,
+		BackoffCoefficient: r.BackoffCoef,
+		MaximumInterval:    r.MaxInterval,
+		MaximumAttempts:    r.MaxAttempts,
+		NonRetryableErrorTypes: []string{
+			activities.ErrTypeUnknownTopic, activities.ErrTypeOutboxNotFound, activities.ErrTypeUnknownSource,
+		},
+	}
+}
+
+// OutboxDeliveryParams is the delivery workflow's input. The payload stays in the database.
+type OutboxDeliveryParams struct {
+	Source string
+	ID     int64
+	Retry  RetryPolicy
+}
+
+// OutboxDeliveryResult is the delivery workflow's outcome.
+type OutboxDeliveryResult struct {
+	Status      courier.OutboxStatus // sent or dead
+	AlreadySent bool                 // a repeated delivery found the record sent
+	LastError   string               // why it is dead
+}
+
+// deliverStartToClose bounds one publish attempt (load, publish, mark sent).
+const deliverStartToClose = 30 * time.Second
+
+// markDeadOptions retries marking a record dead until the database answers: the record must
+// not stay in limbo.
+var markDeadOptions = workflow.ActivityOptions{
+	StartToCloseTimeout: 30 * time.Second,
+	RetryPolicy: &temporal.RetryPolicy{
+		InitialInterval:    time.Second,
+		BackoffCoefficient: 2,
+		MaximumInterval:    time.Minute,
+	},
+}
+
+// OutboxDelivery publishes one outbox record with retries and backoff, then the record is
+// sent; once the budget is spent (or the failure is permanent) it marks the record dead with
+// its last error.
+func OutboxDelivery(ctx workflow.Context, p OutboxDeliveryParams) (OutboxDeliveryResult, error) {
+	retry := p.Retry.WithDefaults()
+	dctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: deliverStartToClose,
+		RetryPolicy:         retry.temporal(),
+	})
+	var res activities.DeliverResult
+	err := workflow.ExecuteActivity(dctx, activities.DeliverOutboxName,
+		activities.DeliverParams{Source: p.Source, ID: p.ID}).Get(ctx, &res)
+	if err == nil {
+		return OutboxDeliveryResult{Status: courier.OutboxSent, AlreadySent: res.AlreadySent}, nil
+	}
+	lastErr := rootMessage(err)
+	mctx := workflow.WithActivityOptions(ctx, markDeadOptions)
+	if err := workflow.ExecuteActivity(mctx, activities.MarkOutboxDeadName,
+		activities.MarkDeadParams{Source: p.Source, ID: p.ID, LastError: lastErr}).Get(ctx, nil); err != nil {
+		return OutboxDeliveryResult{}, err
+	}
+	return OutboxDeliveryResult{Status: courier.OutboxDead, LastError: lastErr}, nil
+}
+
+// rootMessage extracts the activity's own error message from Temporal's wrappers.
+func rootMessage(err error) string {
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		return app.Error()
+	}
+	var to *temporal.TimeoutError
+	if errors.As(err, &to) {
+		return "timeout: " + to.Error()
+	}
+	return err.Error()
+}
