@@ -11,7 +11,8 @@ type Code string
 
 // The error codes courier returns. They never change meaning once shipped.
 const (
-	CodeInvalid          Code = "invalid_argument"
+	CodeInvalid          Code = "invalid_argument"  // malformed request: JSON syntax, path or query
+	CodeValidation       Code = "validation_failed" // well-formed body with invalid field values
 	CodeNotFound         Code = "not_found"
 	CodeConflict         Code = "conflict"
 	CodeUnauthenticated  Code = "unauthenticated"

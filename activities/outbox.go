@@ -121,9 +121,6 @@ func (a *Outbox) Deliver(ctx context.Context, p DeliverParams) (DeliverResult, e
 		}
 		return DeliverResult{}, perr
 	}
-	if err := st.RecordOutboxAttempt(ctx, rec.ID, "", 0); err != nil {
-		return DeliverResult{}, fmt.Errorf("record attempt of outbox %d: %w", rec.ID, err)
-	}
 	sent, err := st.MarkOutboxSent(ctx, rec.ID)
 	if err != nil {
 		// Published but not marked: the retry publishes again with the same message id, which

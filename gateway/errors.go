@@ -13,6 +13,7 @@ import (
 // statusOf is the one table from courier's error codes to HTTP statuses.
 var statusOf = map[courier.Code]int{
 	courier.CodeInvalid:          http.StatusBadRequest,
+	courier.CodeValidation:       http.StatusUnprocessableEntity,
 	courier.CodeNotFound:         http.StatusNotFound,
 	courier.CodeConflict:         http.StatusConflict,
 	courier.CodeUnauthenticated:  http.StatusUnauthorized,
@@ -20,6 +21,7 @@ var statusOf = map[courier.Code]int{
 	courier.CodeTooLarge:         http.StatusRequestEntityTooLarge,
 	courier.CodeUnavailable:      http.StatusServiceUnavailable,
 	courier.CodeInternal:         http.StatusInternalServerError,
+	"unsupported_media_type":     http.StatusUnsupportedMediaType,
 }
 
 // codeOfStatus maps echo's own HTTP errors (routing, body limit) back to codes.

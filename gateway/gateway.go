@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/store"
 )
 
@@ -20,6 +21,7 @@ type OutboxStore interface {
 	GetOutbox(ctx context.Context, id int64) (courier.OutboxRecord, error)
 	ListOutbox(ctx context.Context, f store.OutboxFilter) ([]courier.OutboxRecord, error)
 	RedriveOutbox(ctx context.Context, id int64) (courier.OutboxRecord, error)
+	EnqueueOutbox(ctx context.Context, m outbox.Message) (courier.OutboxRecord, error)
 }
 
 // Check is one readiness dependency: a name and a probe.
@@ -32,9 +34,9 @@ type Check struct {
 type Deps struct {
 	Keys     KeyStore
 	Outbox   OutboxStore
-	Checks   []Check              // probed by /readyz: database, Temporal, message queue
-	Gatherer prometheus.Gatherer  // served at /metrics; nil serves the default registry
-	Wake     func()               // optional: nudge an in-process relay after a redrive
+	Checks   []Check             // probed by /readyz: database, Temporal, message queue
+	Gatherer prometheus.Gatherer // served at /metrics; nil serves the default registry
+	Wake     func()              // optional: nudge an in-process relay after a redrive
 	Logger   *slog.Logger
 }
 
@@ -73,6 +75,7 @@ func New(cfg Config, d Deps) *echo.Echo {
 	v1 := e.Group("/v1")
 	producer := requireScope(d.Keys, courier.ScopeProducer)
 	admin := requireScope(d.Keys, courier.ScopeAdmin)
+	v1.POST("/outbox", h.publishOutbox, producer)
 	v1.GET("/outbox", h.listOutbox, producer)
 	v1.GET("/outbox/:id", h.getOutbox, producer)
 	v1.POST("/outbox/:id/redrive", h.redriveOutbox, admin)

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/store"
 )
 
@@ -86,6 +88,39 @@ func (h *handlers) listOutbox(c echo.Context) error {
 		page.NextAfter = recs[len(recs)-1].ID
 	}
 	return c.JSON(http.StatusOK, page)
+}
+
+// PublishRequest is the body of POST /v1/outbox.
+type PublishRequest struct {
+	Topic   string            `json:"topic"`
+	Key     string            `json:"key"`
+	Payload json.RawMessage   `json:"payload"`
+	Headers map[string]string `json:"headers"`
+}
+
+// publishOutbox writes one outbox record for producers that cannot write to a database of their
+// own; it is delivered like any other row.
+func (h *handlers) publishOutbox(c echo.Context) error {
+	var req PublishRequest
+	if err := bindJSON(c, &req); err != nil {
+		return err
+	}
+	if len(req.Payload) == 0 {
+		return &courier.Error{Code: courier.CodeValidation, Message: "payload is required (any JSON value)",
+			Details: map[string]any{"field": "payload"}}
+	}
+	m := outbox.Message{Topic: req.Topic, Key: req.Key, Payload: req.Payload, Headers: req.Headers}
+	if err := m.Validate(); err != nil {
+		return &courier.Error{Code: courier.CodeValidation, Message: err.Error()}
+	}
+	rec, err := h.d.Outbox.EnqueueOutbox(c.Request().Context(), m)
+	if err != nil {
+		return err
+	}
+	if h.d.Wake != nil {
+		h.d.Wake()
+	}
+	return c.JSON(http.StatusCreated, outboxJSON(rec))
 }
 
 func (h *handlers) getOutbox(c echo.Context) error {

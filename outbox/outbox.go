@@ -44,7 +44,7 @@ func Enqueue(ctx context.Context, tx Tx, msgs ...Message) ([]int64, error) {
 	_, isBun := tx.(bunFormatter)
 	ids := make([]int64, 0, len(msgs))
 	for i, m := range msgs {
-		if err := m.validate(); err != nil {
+		if err := m.Validate(); err != nil {
 			return nil, fmt.Errorf("outbox: message %d: %w", i, err)
 		}
 		var headers any
@@ -78,7 +78,8 @@ func insertSQL(questionMarks bool) string {
 		strings.Join(ph, ", ") + `) RETURNING id`
 }
 
-func (m Message) validate() error {
+// Validate checks the message against the table contract's limits.
+func (m Message) Validate() error {
 	switch {
 	case m.Topic == "":
 		return errors.New("topic is required")

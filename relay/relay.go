@@ -30,6 +30,9 @@ type Config struct {
 	BatchSize    int                   // rows per claim; default 100
 	PollInterval time.Duration         // fallback poll; default 1 s
 	StartWorkers int                   // concurrent workflow starts per claim; default 16
+	// Lease is how long a claimed row stays with its relay before another relay re-ensures its
+	// delivery workflow exists (covers a relay that crashed between claim and start); default 30 s.
+	Lease time.Duration
 	Retry        workflows.RetryPolicy // delivery budget; default workflows.DefaultOutboxRetry
 }
 
@@ -48,6 +51,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StartWorkers <= 0 {
 		c.StartWorkers = 16
+	}
+	if c.Lease <= 0 {
+		c.Lease = 30 * time.Second
 	}
 	c.Retry = c.Retry.WithDefaults()
 	return c
@@ -121,20 +127,29 @@ func (r *Relay) runSource(ctx context.Context, src Source) {
 }
 
 // ClaimOnce claims one batch from src and starts its deliveries; it returns how many rows it
-// claimed.
+// claimed. Rows whose start failed go back to pending shortly after.
 func (r *Relay) ClaimOnce(ctx context.Context, src Source) (int, error) {
-	return src.Store.ClaimOutbox(ctx, r.cfg.BatchSize, func(ctx context.Context, recs []store.ClaimedRecord) ([]int64, error) {
-		return r.start(ctx, src.Name, recs)
-	})
+	recs, err := src.Store.ClaimOutbox(ctx, r.cfg.BatchSize, r.cfg.Lease)
+	if err != nil || len(recs) == 0 {
+		return 0, err
+	}
+	failed, err := r.start(ctx, src.Name, recs)
+	if len(failed) > 0 {
+		if rerr := src.Store.ReleaseOutbox(context.WithoutCancel(ctx), failed, r.cfg.PollInterval); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+	}
+	return len(recs), err
 }
 
+// start starts one delivery per record, concurrently, and returns the ids it could not start.
 func (r *Relay) start(ctx context.Context, source string, recs []store.ClaimedRecord) ([]int64, error) {
 	var (
-		mu      sync.Mutex
-		started []int64
-		errs    []error
-		wg      sync.WaitGroup
-		sem     = make(chan struct{}, r.cfg.StartWorkers)
+		mu     sync.Mutex
+		failed []int64
+		errs   []error
+		wg     sync.WaitGroup
+		sem    = make(chan struct{}, r.cfg.StartWorkers)
 	)
 	for _, rec := range recs {
 		wg.Add(1)
@@ -142,18 +157,16 @@ func (r *Relay) start(ctx context.Context, source string, recs []store.ClaimedRe
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			err := r.startOne(ctx, source, rec)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
+			if err := r.startOne(ctx, source, rec); err != nil {
+				mu.Lock()
+				failed = append(failed, rec.ID)
 				errs = append(errs, err)
-				return
+				mu.Unlock()
 			}
-			started = append(started, rec.ID)
 		}()
 	}
 	wg.Wait()
-	return started, errors.Join(errs...)
+	return failed, errors.Join(errs...)
 }
 
 func (r *Relay) startOne(ctx context.Context, source string, rec store.ClaimedRecord) error {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"sort"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/outbox"
 )
 
 // outboxRow is the bun model of courier_outbox (contract: docs/outbox.md).
@@ -63,62 +65,58 @@ type ClaimedRecord struct {
 	Topic string
 }
 
-// DispatchFunc starts deliveries for claimed records while their rows are locked and returns
-// the ids whose delivery has started; only those are marked dispatched.
-type DispatchFunc func(ctx context.Context, recs []ClaimedRecord) (started []int64, err error)
-
-// ClaimOutbox takes up to limit pending rows that are due, hands them to dispatch, and marks
-// the started ones dispatched, all in one transaction. On PostgreSQL rows are locked with
+// ClaimOutbox claims up to limit due rows in one short transaction and returns them. A due row
+// is pending with next_attempt_at in the past, or dispatched whose lease has run out (its
+// delivery may never have started if a relay crashed after claiming). Claimed rows become
+// dispatched with next_attempt_at = now + lease; the caller then starts their deliveries,
+// which is idempotent, outside any transaction. On PostgreSQL the rows are locked with
 // FOR UPDATE SKIP LOCKED, so any number of relays claim disjoint rows without a leader or a
-// cursor; on SQLite the transaction is IMMEDIATE, so claims are serialised. It returns how many
-// rows were claimed (not only started).
-func (s *Store) ClaimOutbox(ctx context.Context, limit int, dispatch DispatchFunc) (int, error) {
-	var claimed int
+// cursor; on SQLite the immediate transaction serialises claims.
+func (s *Store) ClaimOutbox(ctx context.Context, limit int, lease time.Duration) ([]ClaimedRecord, error) {
+	lock := ""
+	if s.pg {
+		lock = " FOR UPDATE SKIP LOCKED"
+	}
+	q := "UPDATE courier_outbox SET status = 'dispatched', next_attempt_at = " + s.nowPlusSQL(lease) +
+		" WHERE id IN (SELECT id FROM courier_outbox WHERE status IN ('pending', 'dispatched')" +
+		" AND next_attempt_at <= " + s.nowSQL() + " ORDER BY next_attempt_at, id LIMIT ?" + lock + ")" +
+		" RETURNING id, topic"
+	var recs []ClaimedRecord
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		q := "SELECT id, topic FROM courier_outbox WHERE status = 'pending' AND next_attempt_at <= " +
-			s.nowSQL() + " ORDER BY next_attempt_at, id LIMIT ?"
-		if s.pg {
-			q += " FOR UPDATE SKIP LOCKED"
-		}
-		var recs []ClaimedRecord
 		rows, err := tx.QueryContext(ctx, q, limit)
 		if err != nil {
 			return err
 		}
+		defer rows.Close()
 		for rows.Next() {
 			var r ClaimedRecord
 			if err := rows.Scan(&r.ID, &r.Topic); err != nil {
-				rows.Close()
 				return err
 			}
 			recs = append(recs, r)
 		}
-		if err := rows.Close(); err != nil {
-			return err
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		claimed = len(recs)
-		if claimed == 0 {
-			return nil
-		}
-		started, derr := dispatch(ctx, recs)
-		if len(started) > 0 {
-			if _, err := tx.NewUpdate().Model((*outboxRow)(nil)).
-				Set("status = ?", courier.OutboxDispatched).
-				Where("id IN (?)", bun.In(started)).
-				Where("status = ?", courier.OutboxPending).
-				Exec(ctx); err != nil {
-				return err
-			}
-		}
-		if derr != nil && len(started) == 0 {
-			return derr
-		}
-		return nil
+		return rows.Err()
 	})
-	return claimed, err
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(recs, func(i, j int) bool { return recs[i].ID < recs[j].ID })
+	return recs, nil
+}
+
+// ReleaseOutbox hands claimed rows whose delivery could not be started back to pending, due
+// again after retryIn.
+func (s *Store) ReleaseOutbox(ctx context.Context, ids []int64, retryIn time.Duration) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := s.db.NewUpdate().Model((*outboxRow)(nil)).
+		Set("status = ?", courier.OutboxPending).
+		Set("next_attempt_at = " + s.nowPlusSQL(retryIn)).
+		Where("id IN (?)", bun.In(ids)).
+		Where("status = ?", courier.OutboxDispatched).
+		Exec(ctx)
+	return err
 }
 
 // GetOutbox returns one record, or an error with code not_found.
@@ -185,7 +183,7 @@ func (s *Store) RecordOutboxAttempt(ctx context.Context, id int64, lastErr strin
 	return err
 }
 
-// MarkOutboxSent marks a record sent. It returns false if the record was not pending or
+// MarkOutboxSent marks a record sent and counts the successful attempt. It returns false if the record was not pending or
 // dispatched (already sent, or dead), which makes a repeated delivery harmless.
 func (s *Store) MarkOutboxSent(ctx context.Context, id int64) (bool, error) {
 	res, err := s.db.NewUpdate().Model((*outboxRow)(nil)).
@@ -299,4 +297,23 @@ func (s *Store) DeleteSentOutbox(ctx context.Context, before time.Time, limit in
 		return 0, err
 	}
 	return res.RowsAffected()
+}
+
+// EnqueueOutbox inserts one message in its own transaction (for the gateway's publish endpoint;
+// producers with a database use outbox.Enqueue inside their own transaction instead).
+func (s *Store) EnqueueOutbox(ctx context.Context, m outbox.Message) (courier.OutboxRecord, error) {
+	var rec courier.OutboxRecord
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		ids, err := outbox.Enqueue(ctx, tx, m)
+		if err != nil {
+			return err
+		}
+		var row outboxRow
+		if err := tx.NewSelect().Model(&row).Where("id = ?", ids[0]).Scan(ctx); err != nil {
+			return err
+		}
+		rec, err = row.record()
+		return err
+	})
+	return rec, err
 }

@@ -2,7 +2,6 @@ package store_test
 
 import (
 	"context"
-	"errors"
 	"sort"
 	"sync"
 	"testing"
@@ -109,35 +108,50 @@ func TestEnqueueRejectsBadMessages(t *testing.T) {
 	})
 }
 
-func TestClaimMarksOnlyStarted(t *testing.T) {
+func TestClaimLeasesAndReleases(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
 		ids := enqueue(t, s, msg("a"), msg("b"), msg("c"))
-		n, err := s.ClaimOutbox(ctx, 10, func(ctx context.Context, recs []store.ClaimedRecord) ([]int64, error) {
-			require.Len(t, recs, 3)
-			require.Equal(t, "a", recs[0].Topic)
-			return []int64{recs[0].ID, recs[2].ID}, errors.New("b failed to start")
-		})
+		recs, err := s.ClaimOutbox(ctx, 10, time.Hour)
 		require.NoError(t, err)
-		require.Equal(t, 3, n)
-		statuses := map[int64]courier.OutboxStatus{}
+		require.Len(t, recs, 3)
+		require.Equal(t, "a", recs[0].Topic)
 		for _, id := range ids {
 			rec, err := s.GetOutbox(ctx, id)
 			require.NoError(t, err)
-			statuses[id] = rec.Status
+			require.Equal(t, courier.OutboxDispatched, rec.Status)
 		}
-		require.Equal(t, courier.OutboxDispatched, statuses[ids[0]])
-		require.Equal(t, courier.OutboxPending, statuses[ids[1]], "a row whose start failed stays pending")
-		require.Equal(t, courier.OutboxDispatched, statuses[ids[2]])
+		again, err := s.ClaimOutbox(ctx, 10, time.Hour)
+		require.NoError(t, err)
+		require.Empty(t, again, "leased rows are not claimed again")
 
-		// The next claim sees only the pending one.
-		n, err = s.ClaimOutbox(ctx, 10, func(ctx context.Context, recs []store.ClaimedRecord) ([]int64, error) {
-			require.Len(t, recs, 1)
-			require.Equal(t, ids[1], recs[0].ID)
-			return nil, errors.New("still failing")
-		})
-		require.Error(t, err, "a claim where nothing started reports the error")
-		require.Equal(t, 1, n)
+		// A row whose delivery could not start goes back to pending and is due again.
+		require.NoError(t, s.ReleaseOutbox(ctx, []int64{ids[1]}, 0))
+		rec, err := s.GetOutbox(ctx, ids[1])
+		require.NoError(t, err)
+		require.Equal(t, courier.OutboxPending, rec.Status)
+		again, err = s.ClaimOutbox(ctx, 10, time.Hour)
+		require.NoError(t, err)
+		require.Len(t, again, 1)
+		require.Equal(t, ids[1], again[0].ID)
+	})
+}
+
+// A claimed row whose lease runs out (its relay died before starting the delivery) is claimed
+// again; a sent row never is.
+func TestExpiredLeaseIsReclaimed(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		ids := enqueue(t, s, msg("a"), msg("b"))
+		recs, err := s.ClaimOutbox(ctx, 10, -time.Second) // a lease that has already run out
+		require.NoError(t, err)
+		require.Len(t, recs, 2)
+		_, err = s.MarkOutboxSent(ctx, ids[0])
+		require.NoError(t, err)
+		again, err := s.ClaimOutbox(ctx, 10, time.Hour)
+		require.NoError(t, err)
+		require.Len(t, again, 1)
+		require.Equal(t, ids[1], again[0].ID)
 	})
 }
 
@@ -162,23 +176,19 @@ func TestConcurrentClaimsAreDisjoint(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for {
-					n, err := s.ClaimOutbox(ctx, 7, func(ctx context.Context, recs []store.ClaimedRecord) ([]int64, error) {
-						ids := make([]int64, len(recs))
-						mu.Lock()
-						for i, r := range recs {
-							seen[r.ID]++
-							ids[i] = r.ID
-						}
-						mu.Unlock()
-						return ids, nil
-					})
+					recs, err := s.ClaimOutbox(ctx, 7, time.Hour)
 					if err != nil {
 						t.Errorf("claim: %v", err)
 						return
 					}
-					if n == 0 {
+					if len(recs) == 0 {
 						return
 					}
+					mu.Lock()
+					for _, r := range recs {
+						seen[r.ID]++
+					}
+					mu.Unlock()
 				}
 			}()
 		}
@@ -233,11 +243,9 @@ func TestSentDeadRedrive(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, courier.OutboxPending, rec.Status)
 		require.Equal(t, "no stream", rec.LastError, "the last error stays visible")
-		n, err := s.ClaimOutbox(ctx, 10, func(ctx context.Context, recs []store.ClaimedRecord) ([]int64, error) {
-			return []int64{recs[0].ID}, nil
-		})
+		recs, err := s.ClaimOutbox(ctx, 10, time.Hour)
 		require.NoError(t, err)
-		require.Equal(t, 1, n, "a redriven record is claimable at once")
+		require.Len(t, recs, 1, "a redriven record is claimable at once")
 	})
 }
 

@@ -20,6 +20,9 @@ type RetryPolicy struct {
 	BackoffCoef     float64       // growth per attempt; default 2
 	MaxInterval     time.Duration // cap on one wait; default 5 min
 	MaxAttempts     int32         // attempts in all, including the first; default 20
+	// AttemptTimeout bounds one attempt (load, publish, mark sent); after a worker crash the
+	// attempt is retried elsewhere once it passes. Default 30 s.
+	AttemptTimeout time.Duration
 }
 
 // DefaultOutboxRetry is the outbox delivery budget when the worker's config sets none: 20
@@ -29,6 +32,7 @@ var DefaultOutboxRetry = RetryPolicy{
 	BackoffCoef:     2,
 	MaxInterval:     5 * time.Minute,
 	MaxAttempts:     20,
+	AttemptTimeout:  30 * time.Second,
 }
 
 // WithDefaults fills zero fields from DefaultOutboxRetry.
@@ -44,6 +48,9 @@ func (r RetryPolicy) WithDefaults() RetryPolicy {
 	}
 	if r.MaxAttempts <= 0 {
 		r.MaxAttempts = DefaultOutboxRetry.MaxAttempts
+	}
+	if r.AttemptTimeout <= 0 {
+		r.AttemptTimeout = DefaultOutboxRetry.AttemptTimeout
 	}
 	return r
 }
@@ -74,9 +81,6 @@ type OutboxDeliveryResult struct {
 	LastError   string               // why it is dead
 }
 
-// deliverStartToClose bounds one publish attempt (load, publish, mark sent).
-const deliverStartToClose = 30 * time.Second
-
 // markDeadOptions retries marking a record dead until the database answers: the record must
 // not stay in limbo.
 var markDeadOptions = workflow.ActivityOptions{
@@ -94,7 +98,7 @@ var markDeadOptions = workflow.ActivityOptions{
 func OutboxDelivery(ctx workflow.Context, p OutboxDeliveryParams) (OutboxDeliveryResult, error) {
 	retry := p.Retry.WithDefaults()
 	dctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: deliverStartToClose,
+		StartToCloseTimeout: retry.AttemptTimeout,
 		RetryPolicy:         retry.temporal(),
 	})
 	var res activities.DeliverResult

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/uber-go/tally/v4"
+	tallyprom "github.com/uber-go/tally/v4/prometheus"
+	"go.temporal.io/sdk/client"
+	sdktally "go.temporal.io/sdk/contrib/tally"
+	sdklog "go.temporal.io/sdk/log"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/gateway"
+	"github.com/courier-oss/courier/metrics"
+	"github.com/courier-oss/courier/mq"
+	"github.com/courier-oss/courier/relay"
+	"github.com/courier-oss/courier/schema"
+	"github.com/courier-oss/courier/store"
+	"github.com/courier-oss/courier/worker"
+)
+
+// app holds the connections one process shares between its roles.
+type app struct {
+	cfg      Config
+	log      *slog.Logger
+	reg      *prometheus.Registry
+	store    *store.Store
+	sources  []relay.Source
+	temporal client.Client
+	pub      *mq.NATS
+	closers  []io.Closer
+}
+
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// openDB opens courier's database and every extra outbox source. migrate applies migrations
+// (dev mode does; production runs `courier migrate` first).
+func (a *app) openDB(ctx context.Context, migrate bool) error {
+	st, err := store.Open(ctx, a.cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	a.store = st
+	a.closers = append(a.closers, st)
+	if migrate {
+		if err := schema.Up(ctx, st.DB(), schema.AllSets...); err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+	}
+	a.sources = []relay.Source{{Name: courier.DefaultSource, Store: st, DSN: pgDSN(a.cfg.DatabaseURL)}}
+	for _, spec := range a.cfg.Outbox.Sources {
+		src, err := store.Open(ctx, spec.URL)
+		if err != nil {
+			return fmt.Errorf("outbox source %s: %w", spec.Name, err)
+		}
+		a.closers = append(a.closers, src)
+		if migrate {
+			if err := schema.Up(ctx, src.DB(), schema.Outbox); err != nil {
+				return fmt.Errorf("outbox source %s: migrate: %w", spec.Name, err)
+			}
+		}
+		a.sources = append(a.sources, relay.Source{Name: spec.Name, Store: src, DSN: pgDSN(spec.URL)})
+	}
+	return nil
+}
+
+func pgDSN(u string) string {
+	if strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://") {
+		return u
+	}
+	return ""
+}
+
+// dialTemporal connects to Temporal with the SDK's metrics exported to the registry.
+func (a *app) dialTemporal(ctx context.Context) error {
+	tlsCfg, err := a.cfg.Temporal.tlsConfig()
+	if err != nil {
+		return err
+	}
+	reporter := tallyprom.NewReporter(tallyprom.Options{
+		Registerer:      a.reg,
+		OnRegisterError: func(err error) { a.log.Debug("temporal metric registration", "error", err) },
+	})
+	scope, closer := tally.NewRootScope(tally.ScopeOptions{
+		CachedReporter:  reporter,
+		Separator:       tallyprom.DefaultSeparator,
+		SanitizeOptions: &sdktally.PrometheusSanitizeOptions,
+		Prefix:          "temporal",
+	}, time.Second)
+	a.closers = append(a.closers, closer)
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := client.DialContext(dctx, client.Options{
+		HostPort:          a.cfg.Temporal.Address,
+		Namespace:         a.cfg.Temporal.Namespace,
+		Logger:            sdklog.NewStructuredLogger(a.log.With("component", "temporal-sdk")),
+		MetricsHandler:    sdktally.NewMetricsHandler(scope),
+		ConnectionOptions: client.ConnectionOptions{TLS: tlsCfg},
+	})
+	if err != nil {
+		return fmt.Errorf("connect to Temporal at %s: %w", a.cfg.Temporal.Address, err)
+	}
+	a.temporal = c
+	return nil
+}
+
+func (a *app) dialNATS() error {
+	pub, err := mq.DialNATS(a.cfg.NATSURL, "courier")
+	if err != nil {
+		return err
+	}
+	a.pub = pub
+	return nil
+}
+
+func (a *app) newWorker() (*worker.Worker, error) {
+	return worker.New(worker.Config{
+		Relay: relay.Config{
+			BatchSize:    a.cfg.Outbox.BatchSize,
+			PollInterval: a.cfg.Outbox.PollInterval,
+			Retry:        a.cfg.Outbox.Retry,
+		},
+		ShutdownTimeout: a.cfg.ShutdownTimeout,
+	}, worker.Deps{
+		Temporal:  a.temporal,
+		Sources:   a.sources,
+		Publisher: a.pub,
+		Metrics:   metrics.NewOutbox(a.reg),
+		Logger:    a.log,
+	})
+}
+
+func (a *app) newGateway(wake func()) http.Handler {
+	a.reg.MustRegister(metrics.NewOutboxTableCollector(func() (metrics.OutboxTableStats, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		st, err := a.store.OutboxStats(ctx)
+		if err != nil {
+			return metrics.OutboxTableStats{}, err
+		}
+		out := metrics.OutboxTableStats{ByStatus: map[string]int64{}}
+		for k, v := range st.ByStatus {
+			out.ByStatus[string(k)] = v
+		}
+		if st.OldestUnsent != nil {
+			out.OldestUnsent = time.Since(*st.OldestUnsent).Seconds()
+		}
+		return out, nil
+	}))
+	return gateway.New(gateway.Config{MaxBodyBytes: a.cfg.MaxBodyBytes}, gateway.Deps{
+		Keys:   a.store,
+		Outbox: a.store,
+		Checks: []gateway.Check{
+			{Name: "database", Probe: a.store.Ping},
+			{Name: "temporal", Probe: func(ctx context.Context) error {
+				_, err := a.temporal.CheckHealth(ctx, &client.CheckHealthRequest{})
+				return err
+			}},
+			{Name: "mq", Probe: a.pub.Ping},
+		},
+		Gatherer: a.reg,
+		Wake:     wake,
+		Logger:   a.log,
+	})
+}
+
+func (a *app) close() {
+	if a.pub != nil {
+		_ = a.pub.Close()
+	}
+	if a.temporal != nil {
+		a.temporal.Close()
+	}
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		_ = a.closers[i].Close()
+	}
+}
+
+// listen binds addr, turning "address in use" into one clear line.
+func listen(addr, what, flagName string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("%s: port %s is already in use (set %s)", what, addr, flagName)
+	}
+	return ln, err
+}
+
+// serve runs an HTTP server on ln until ctx ends, then shuts it down gracefully within timeout.
+func serve(ctx context.Context, ln net.Listener, h http.Handler, timeout time.Duration, log *slog.Logger) <-chan error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan error, 1)
+	go func() {
+		err := srv.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		done <- err
+	}()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			log.Warn("HTTP shutdown", "error", err)
+		}
+	}()
+	return done
+}

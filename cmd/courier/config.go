@@ -1,0 +1,203 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/workflows"
+)
+
+// TemporalConfig says how to reach Temporal.
+type TemporalConfig struct {
+	Address       string // TEMPORAL_ADDRESS; default 127.0.0.1:7233
+	Namespace     string // TEMPORAL_NAMESPACE; default "courier"
+	TLS           bool   // TEMPORAL_TLS; default false (implied by a cert or CA)
+	TLSCert       string // TEMPORAL_TLS_CERT: client certificate file (mTLS)
+	TLSKey        string // TEMPORAL_TLS_KEY: client key file (mTLS)
+	TLSCA         string // TEMPORAL_TLS_CA: CA bundle to verify the server
+	TLSServerName string // TEMPORAL_TLS_SERVER_NAME: override the verified server name
+}
+
+// OutboxConfig tunes the relay and the delivery budget.
+type OutboxConfig struct {
+	Sources      sourceList    // COURIER_OUTBOX_SOURCES: extra producer databases, name=url,…
+	BatchSize    int           // COURIER_OUTBOX_BATCH; default 100
+	PollInterval time.Duration // COURIER_OUTBOX_POLL; default 1s
+	Retry        workflows.RetryPolicy
+}
+
+// Config is the configuration shared by worker, gateway and dev. Each field names its
+// environment variable and default in the flag help.
+type Config struct {
+	Temporal        TemporalConfig
+	DatabaseURL     string        // DATABASE_URL
+	NATSURL         string        // NATS_URL; default nats://127.0.0.1:4222
+	HTTPAddr        string        // COURIER_HTTP_ADDR; gateway (or worker metrics) listen address
+	LogLevel        string        // COURIER_LOG_LEVEL; default info
+	ShutdownTimeout time.Duration // COURIER_SHUTDOWN_TIMEOUT; default 10s
+	MaxBodyBytes    int64         // COURIER_MAX_BODY_BYTES; default 1 MiB
+	Outbox          OutboxConfig
+}
+
+type sourceList []sourceSpec
+
+type sourceSpec struct{ Name, URL string }
+
+func (s *sourceList) String() string {
+	parts := make([]string, len(*s))
+	for i, v := range *s {
+		parts[i] = v.Name + "=" + v.URL
+	}
+	return strings.Join(parts, ",")
+}
+
+func (s *sourceList) Set(v string) error {
+	for _, part := range strings.Split(v, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, url, ok := strings.Cut(part, "=")
+		if !ok || name == "" || url == "" {
+			return fmt.Errorf("outbox source %q: want name=database-url", part)
+		}
+		if name == courier.DefaultSource || strings.ContainsAny(name, "/ ") {
+			return fmt.Errorf("outbox source name %q is reserved or contains '/' or a space", name)
+		}
+		*s = append(*s, sourceSpec{Name: name, URL: url})
+	}
+	return nil
+}
+
+func env(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(env(name, "")); err == nil {
+		return v
+	}
+	return def
+}
+
+func envDur(name string, def time.Duration) time.Duration {
+	if v, err := time.ParseDuration(env(name, "")); err == nil {
+		return v
+	}
+	return def
+}
+
+func envBool(name string, def bool) bool {
+	if v, err := strconv.ParseBool(env(name, "")); err == nil {
+		return v
+	}
+	return def
+}
+
+// bind registers the shared flags on fs, with environment variables as defaults.
+func (c *Config) bind(fs *flag.FlagSet, defaultHTTP string) {
+	fs.StringVar(&c.Temporal.Address, "temporal-address", env("TEMPORAL_ADDRESS", "127.0.0.1:7233"), "Temporal frontend host:port (TEMPORAL_ADDRESS)")
+	fs.StringVar(&c.Temporal.Namespace, "temporal-namespace", env("TEMPORAL_NAMESPACE", "courier"), "Temporal namespace (TEMPORAL_NAMESPACE)")
+	fs.BoolVar(&c.Temporal.TLS, "temporal-tls", envBool("TEMPORAL_TLS", false), "use TLS to Temporal (TEMPORAL_TLS)")
+	fs.StringVar(&c.Temporal.TLSCert, "temporal-tls-cert", env("TEMPORAL_TLS_CERT", ""), "client certificate for mTLS (TEMPORAL_TLS_CERT)")
+	fs.StringVar(&c.Temporal.TLSKey, "temporal-tls-key", env("TEMPORAL_TLS_KEY", ""), "client key for mTLS (TEMPORAL_TLS_KEY)")
+	fs.StringVar(&c.Temporal.TLSCA, "temporal-tls-ca", env("TEMPORAL_TLS_CA", ""), "CA bundle to verify Temporal (TEMPORAL_TLS_CA)")
+	fs.StringVar(&c.Temporal.TLSServerName, "temporal-tls-server-name", env("TEMPORAL_TLS_SERVER_NAME", ""), "TLS server name override (TEMPORAL_TLS_SERVER_NAME)")
+	fs.StringVar(&c.DatabaseURL, "database-url", env("DATABASE_URL", ""), "postgres://… or sqlite:PATH (DATABASE_URL)")
+	fs.StringVar(&c.NATSURL, "nats-url", env("NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL (NATS_URL)")
+	fs.StringVar(&c.HTTPAddr, "http-addr", env("COURIER_HTTP_ADDR", defaultHTTP), "HTTP listen address (COURIER_HTTP_ADDR)")
+	c.bindRuntime(fs)
+}
+
+// bindRuntime registers the flags that do not say where the dependencies are (dev mode brings
+// its own).
+func (c *Config) bindRuntime(fs *flag.FlagSet) {
+	fs.StringVar(&c.LogLevel, "log-level", env("COURIER_LOG_LEVEL", "info"), "debug, info, warn or error (COURIER_LOG_LEVEL)")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", envDur("COURIER_SHUTDOWN_TIMEOUT", 10*time.Second), "how long in-flight work may finish on SIGTERM (COURIER_SHUTDOWN_TIMEOUT)")
+	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", int64(envInt("COURIER_MAX_BODY_BYTES", 1<<20)), "request body limit in bytes (COURIER_MAX_BODY_BYTES)")
+	_ = c.Outbox.Sources.Set(env("COURIER_OUTBOX_SOURCES", ""))
+	fs.Var(&c.Outbox.Sources, "outbox-source", "extra producer database to relay from, name=database-url; repeatable (COURIER_OUTBOX_SOURCES, comma-separated)")
+	fs.IntVar(&c.Outbox.BatchSize, "outbox-batch", envInt("COURIER_OUTBOX_BATCH", 100), "outbox rows claimed per batch (COURIER_OUTBOX_BATCH)")
+	fs.DurationVar(&c.Outbox.PollInterval, "outbox-poll", envDur("COURIER_OUTBOX_POLL", time.Second), "fallback poll interval (COURIER_OUTBOX_POLL)")
+	d := workflows.DefaultOutboxRetry
+	fs.DurationVar(&c.Outbox.Retry.InitialInterval, "outbox-retry-initial", envDur("COURIER_OUTBOX_RETRY_INITIAL", d.InitialInterval), "first retry wait (COURIER_OUTBOX_RETRY_INITIAL)")
+	fs.DurationVar(&c.Outbox.Retry.MaxInterval, "outbox-retry-max-interval", envDur("COURIER_OUTBOX_RETRY_MAX_INTERVAL", d.MaxInterval), "longest retry wait (COURIER_OUTBOX_RETRY_MAX_INTERVAL)")
+	fs.Float64Var(&c.Outbox.Retry.BackoffCoef, "outbox-retry-backoff", d.BackoffCoef, "retry wait growth factor")
+	attempts := envInt("COURIER_OUTBOX_MAX_ATTEMPTS", int(d.MaxAttempts))
+	c.Outbox.Retry.MaxAttempts = int32(attempts)
+	fs.Func("outbox-max-attempts", fmt.Sprintf("attempts before a record is dead (COURIER_OUTBOX_MAX_ATTEMPTS; default %d)", attempts), func(s string) error {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 {
+			return errors.New("want a positive integer")
+		}
+		c.Outbox.Retry.MaxAttempts = int32(v)
+		return nil
+	})
+}
+
+// Validate reports the first configuration error in plain words.
+func (c *Config) Validate(needDB bool) error {
+	switch {
+	case needDB && c.DatabaseURL == "":
+		return errors.New("DATABASE_URL (or --database-url) is required: postgres://… or sqlite:PATH")
+	case c.Temporal.Address == "":
+		return errors.New("TEMPORAL_ADDRESS is required")
+	case c.Temporal.Namespace == "":
+		return errors.New("TEMPORAL_NAMESPACE is required")
+	case (c.Temporal.TLSCert == "") != (c.Temporal.TLSKey == ""):
+		return errors.New("TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY go together")
+	case c.Outbox.BatchSize < 1 || c.Outbox.BatchSize > 1000:
+		return errors.New("outbox batch must be from 1 to 1000")
+	case c.Outbox.PollInterval < 10*time.Millisecond:
+		return errors.New("outbox poll interval must be at least 10ms")
+	case c.MaxBodyBytes < 1024 || c.MaxBodyBytes > 2<<20:
+		return errors.New("max body bytes must be from 1 KiB to 2 MiB (Temporal rejects payloads over 2 MB)")
+	}
+	return nil
+}
+
+func (t TemporalConfig) tlsConfig() (*tls.Config, error) {
+	if !t.TLS && t.TLSCert == "" && t.TLSCA == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.TLSServerName}
+	if t.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(t.TLSCert, t.TLSKey)
+		if err != nil {
+			return nil, fmt.Errorf("load Temporal client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	if t.TLSCA != "" {
+		pem, err := os.ReadFile(t.TLSCA)
+		if err != nil {
+			return nil, fmt.Errorf("read Temporal CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, errors.New("no certificates in TEMPORAL_TLS_CA")
+		}
+		cfg.RootCAs = pool
+	}
+	return cfg, nil
+}
+
+func newLogger(level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}

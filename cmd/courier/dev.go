@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/devstack"
+	"github.com/courier-oss/courier/devstack/embeddednats"
+	"github.com/courier-oss/courier/worker"
+)
+
+// DevConfig is `courier dev`'s configuration on top of the shared runtime flags.
+type DevConfig struct {
+	DataDir      string // COURIER_DATA_DIR; default ./.courier
+	Host         string // COURIER_DEV_HOST; default 127.0.0.1
+	HTTPPort     int    // COURIER_HTTP_PORT; default 8080
+	TemporalPort int    // COURIER_TEMPORAL_PORT; default 7233
+	UIPort       int    // COURIER_UI_PORT; default 8233
+	NATSPort     int    // COURIER_NATS_PORT; default 4322 (never 4222, so a local NATS keeps its port)
+}
+
+func runDev(ctx context.Context, args []string) error {
+	var (
+		cfg Config
+		dev DevConfig
+	)
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	fs.StringVar(&dev.DataDir, "data-dir", env("COURIER_DATA_DIR", ".courier"), "where Temporal, NATS and the SQLite database keep their data (COURIER_DATA_DIR)")
+	fs.StringVar(&dev.Host, "host", env("COURIER_DEV_HOST", "127.0.0.1"), "address every embedded server listens on (COURIER_DEV_HOST)")
+	fs.IntVar(&dev.HTTPPort, "http-port", envInt("COURIER_HTTP_PORT", 8080), "gateway port (COURIER_HTTP_PORT)")
+	fs.IntVar(&dev.TemporalPort, "temporal-port", envInt("COURIER_TEMPORAL_PORT", 7233), "Temporal frontend gRPC port (COURIER_TEMPORAL_PORT)")
+	fs.IntVar(&dev.UIPort, "ui-port", envInt("COURIER_UI_PORT", 8233), "Temporal Web UI port (COURIER_UI_PORT)")
+	fs.IntVar(&dev.NATSPort, "nats-port", envInt("COURIER_NATS_PORT", 4322), "embedded NATS port (COURIER_NATS_PORT)")
+	cfg.bindRuntime(fs)
+	cfg.Temporal.Namespace = "courier"
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if dev.NATSPort == 4222 {
+		return errors.New("--nats-port 4222 is reserved for a system NATS; pick another port")
+	}
+	log := newLogger(cfg.LogLevel)
+	if err := os.MkdirAll(dev.DataDir, 0o755); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	// Bind the gateway first: every port is checked before anything starts.
+	gwLn, err := listen(net.JoinHostPort(dev.Host, strconv.Itoa(dev.HTTPPort)), "gateway", "--http-port")
+	if err != nil {
+		return err
+	}
+	defer gwLn.Close()
+
+	start := time.Now()
+	nats, err := embeddednats.Start(embeddednats.Config{Host: dev.Host, Port: dev.NATSPort, StoreDir: filepath.Join(dev.DataDir, "nats")})
+	if err != nil {
+		return err
+	}
+	defer nats.Shutdown()
+
+	sas := map[string]enumspb.IndexedValueType{}
+	for name, typ := range courier.SearchAttributes {
+		sas[name] = worker.IndexedValueType(typ)
+	}
+	tmp, err := devstack.StartTemporal(ctx, devstack.Config{
+		DataDir:          dev.DataDir,
+		Host:             dev.Host,
+		TemporalPort:     dev.TemporalPort,
+		UIPort:           dev.UIPort,
+		Namespace:        cfg.Temporal.Namespace,
+		SearchAttributes: sas,
+		Logger:           log.With("component", "temporal-server"),
+	})
+	if err != nil {
+		return err
+	}
+	defer tmp.Stop()
+
+	cfg.Temporal.Address = tmp.Address()
+	cfg.DatabaseURL = "sqlite:" + filepath.Join(dev.DataDir, "courier.db")
+	cfg.NATSURL = nats.URL()
+	if err := cfg.Validate(true); err != nil {
+		return err
+	}
+	a := &app{cfg: cfg, log: log, reg: newRegistry()}
+	defer a.close()
+	if err := a.openDB(ctx, true); err != nil {
+		return err
+	}
+	if err := a.dialTemporal(ctx); err != nil {
+		return err
+	}
+	if err := a.dialNATS(); err != nil {
+		return err
+	}
+	token, err := devAPIKey(ctx, a, filepath.Join(dev.DataDir, "dev-api-key"))
+	if err != nil {
+		return err
+	}
+	w, err := a.newWorker()
+	if err != nil {
+		return err
+	}
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	done := serve(ctx, gwLn, a.newGateway(w.Relay().Wake), cfg.ShutdownTimeout, log)
+
+	gw := "http://" + gwLn.Addr().String()
+	fmt.Printf(`
+courier dev is up (%.1fs)
+  gateway      %s   (OpenAPI: %s/openapi.yaml, metrics: %s/metrics)
+  Temporal UI  %s   (namespace %s)
+  Temporal     %s
+  NATS         %s
+  database     %s
+  data dir     %s
+  API key      %s   (admin; kept in %s)
+
+Try:  curl -H "Authorization: Bearer %s" %s/v1/outbox
+Stop with Ctrl-C.
+`, time.Since(start).Seconds(), gw, gw, gw, tmp.UIURL(), tmp.Namespace(), tmp.Address(), nats.URL(),
+		cfg.DatabaseURL, dev.DataDir, token, filepath.Join(dev.DataDir, "dev-api-key"), token, gw)
+
+	select {
+	case <-ctx.Done():
+	case err := <-done:
+		return err
+	}
+	log.Info("stopping: no new requests, in-flight activities may finish", "timeout", cfg.ShutdownTimeout)
+	serr := <-done // the gateway has stopped accepting and drained
+	w.Stop()
+	return serr
+}
+
+// devAPIKey reuses the dev admin key kept in the data dir, or creates one.
+func devAPIKey(ctx context.Context, a *app, path string) (string, error) {
+	if b, err := os.ReadFile(path); err == nil {
+		token := strings.TrimSpace(string(b))
+		if _, err := a.store.LookupAPIKey(ctx, token); err == nil {
+			return token, nil
+		}
+	}
+	_, token, err := a.store.CreateAPIKey(ctx, "courier dev", []courier.Scope{courier.ScopeAdmin})
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return token, nil
+}

@@ -1,0 +1,66 @@
+// Command courier runs courier: `courier dev` for everything in one process on an embedded
+// stack, and `courier migrate`, `courier worker`, `courier gateway` against a Temporal cluster,
+// PostgreSQL and NATS in production. `courier bench` measures it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `courier: durable asynchronous business work on Temporal.
+
+Usage:
+  courier dev       run everything in one process (embedded Temporal + UI, NATS, SQLite)
+  courier migrate   apply database migrations (DATABASE_URL)
+  courier worker    run the Temporal worker and the outbox relay
+  courier gateway   run the HTTP gateway
+  courier apikey    create or revoke API keys
+  courier bench     run a benchmark (courier bench outbox -h)
+
+Every command takes -h for its flags; each flag also reads the environment variable named in
+its help text.
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	args := os.Args[2:]
+	switch os.Args[1] {
+	case "dev":
+		err = runDev(ctx, args)
+	case "migrate":
+		err = runMigrate(ctx, args)
+	case "worker":
+		err = runWorker(ctx, args)
+	case "gateway":
+		err = runGateway(ctx, args)
+	case "apikey":
+		err = runAPIKey(ctx, args)
+	case "bench":
+		err = runBench(ctx, args)
+	case "-h", "--help", "help":
+		fmt.Print(usage)
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "courier: unknown command %q\n\n%s", os.Args[1], usage)
+		os.Exit(2)
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "courier %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,62 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/courier-oss/courier"
+)
+
+// bindJSON decodes the request body strictly into v: JSON only, no unknown fields, no trailing
+// data, within the body limit. Syntax problems are invalid_argument (400); values of the wrong
+// type are validation_failed (422).
+func bindJSON(c echo.Context, v any) error {
+	req := c.Request()
+	if ct := req.Header.Get(echo.HeaderContentType); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || mt != echo.MIMEApplicationJSON {
+			return &courier.Error{Code: "unsupported_media_type", Message: "send the body as application/json"}
+		}
+	}
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return &courier.Error{Code: courier.CodeTooLarge, Message: "request body is larger than the limit",
+				Details: map[string]any{"limit_bytes": mbe.Limit}}
+		}
+		return courier.Errorf(courier.CodeInvalid, "read body: %v", err)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return courier.Errorf(courier.CodeInvalid, "request body is empty; send a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &se):
+			return &courier.Error{Code: courier.CodeInvalid, Message: "malformed JSON: " + se.Error(),
+				Details: map[string]any{"offset": se.Offset}}
+		case errors.As(err, &te):
+			return &courier.Error{Code: courier.CodeValidation,
+				Message: "field " + te.Field + " must be " + te.Type.String(),
+				Details: map[string]any{"field": te.Field}}
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			return courier.Errorf(courier.CodeInvalid, "malformed JSON: unexpected end of input")
+		default:
+			return courier.Errorf(courier.CodeInvalid, "malformed JSON: %v", err)
+		}
+	}
+	if dec.More() {
+		return courier.Errorf(courier.CodeInvalid, "malformed JSON: trailing data after the object")
+	}
+	return nil
+}

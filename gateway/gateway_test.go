@@ -1,0 +1,246 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/gateway"
+	"github.com/courier-oss/courier/internal/testenv"
+	"github.com/courier-oss/courier/outbox"
+	"github.com/courier-oss/courier/store"
+)
+
+type fixture struct {
+	url                     string
+	st                      *store.Store
+	admin, producer, worker string
+	readyErr                error
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	st, _ := testenv.Store(t, "sqlite")
+	f := &fixture{st: st}
+	ctx := context.Background()
+	mk := func(s courier.Scope) string {
+		_, tok, err := st.CreateAPIKey(ctx, string(s), []courier.Scope{s})
+		require.NoError(t, err)
+		return tok
+	}
+	f.admin, f.producer, f.worker = mk(courier.ScopeAdmin), mk(courier.ScopeProducer), mk(courier.ScopeWorker)
+	reg := prometheus.NewRegistry()
+	h := gateway.New(gateway.Config{MaxBodyBytes: 4096}, gateway.Deps{
+		Keys: st, Outbox: st, Gatherer: reg,
+		Checks: []gateway.Check{
+			{Name: "database", Probe: st.Ping},
+			{Name: "mq", Probe: func(context.Context) error { return f.readyErr }},
+		},
+	})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	f.url = srv.URL
+	return f
+}
+
+func (f *fixture) do(t *testing.T, method, path, token, contentType string, body io.Reader) (*http.Response, gateway.ErrorBody) {
+	t.Helper()
+	req, err := http.NewRequest(method, f.url+path, body)
+	require.NoError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	var eb gateway.ErrorBody
+	if resp.StatusCode >= 400 {
+		require.NoError(t, json.Unmarshal(raw, &eb), "error bodies are JSON: %s", raw)
+		require.NotEmpty(t, eb.Error.Code)
+		require.NotEmpty(t, eb.Error.Message)
+	}
+	resp.Body = io.NopCloser(strings.NewReader(string(raw)))
+	return resp, eb
+}
+
+func (f *fixture) count(t *testing.T) int {
+	recs, err := f.st.ListOutbox(context.Background(), store.OutboxFilter{Limit: 1000})
+	require.NoError(t, err)
+	return len(recs)
+}
+
+func TestAuthMatrix(t *testing.T) {
+	f := setup(t)
+	rec, err := f.st.EnqueueOutbox(context.Background(), outbox.Message{Topic: "a.b", Payload: []byte("{}")})
+	require.NoError(t, err)
+	_, err = f.st.MarkOutboxDead(context.Background(), rec.ID, "x")
+	require.NoError(t, err)
+
+	type route struct {
+		method, path, body string
+		scope              courier.Scope
+	}
+	routes := []route{
+		{"GET", "/v1/outbox", "", courier.ScopeProducer},
+		{"GET", fmt.Sprintf("/v1/outbox/%d", rec.ID), "", courier.ScopeProducer},
+		{"POST", "/v1/outbox", `{"topic":"a.b","payload":{}}`, courier.ScopeProducer},
+		{"POST", fmt.Sprintf("/v1/outbox/%d/redrive", rec.ID), "", courier.ScopeAdmin},
+	}
+	tokens := map[string]string{"admin": f.admin, "producer": f.producer, "worker": f.worker}
+	for _, r := range routes {
+		t.Run(r.method+" "+r.path, func(t *testing.T) {
+			resp, eb := f.do(t, r.method, r.path, "", "", strings.NewReader(r.body))
+			require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "no key")
+			require.Equal(t, courier.CodeUnauthenticated, eb.Error.Code)
+
+			resp, eb = f.do(t, r.method, r.path, "ck_nothing_real", "", strings.NewReader(r.body))
+			require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "bad key")
+			require.Equal(t, courier.CodeUnauthenticated, eb.Error.Code)
+
+			for name, tok := range tokens {
+				allowed := name == "admin" || courier.Scope(name) == r.scope
+				resp, eb = f.do(t, r.method, r.path, tok, "", strings.NewReader(r.body))
+				if allowed {
+					require.Less(t, resp.StatusCode, 400, "%s may call it: %+v", name, eb)
+				} else {
+					require.Equal(t, http.StatusForbidden, resp.StatusCode, "%s must be refused", name)
+					require.Equal(t, courier.CodePermissionDenied, eb.Error.Code)
+				}
+			}
+		})
+	}
+}
+
+func TestBadJSONWritesNothing(t *testing.T) {
+	f := setup(t)
+	cases := []struct {
+		name, body string
+		status     int
+		code       courier.Code
+	}{
+		{"syntax", `{"topic": "a.b", "payload": `, 400, courier.CodeInvalid},
+		{"not json", `topic=a`, 400, courier.CodeInvalid},
+		{"empty", ``, 400, courier.CodeInvalid},
+		{"unknown field", `{"topic":"a.b","payload":1,"extra":true}`, 400, courier.CodeInvalid},
+		{"trailing", `{"topic":"a.b","payload":1} {}`, 400, courier.CodeInvalid},
+		{"wrong type", `{"topic":7,"payload":1}`, 422, courier.CodeValidation},
+		{"no topic", `{"payload":1}`, 422, courier.CodeValidation},
+		{"wildcard topic", `{"topic":"a.*","payload":1}`, 422, courier.CodeValidation},
+		{"no payload", `{"topic":"a.b"}`, 422, courier.CodeValidation},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			resp, eb := f.do(t, "POST", "/v1/outbox", f.producer, "application/json", strings.NewReader(c.body))
+			require.Equal(t, c.status, resp.StatusCode)
+			require.Equal(t, c.code, eb.Error.Code)
+		})
+	}
+	resp, eb := f.do(t, "POST", "/v1/outbox", f.producer, "text/plain", strings.NewReader(`{"topic":"a","payload":1}`))
+	require.Equal(t, http.StatusUnsupportedMediaType, resp.StatusCode)
+	require.Equal(t, courier.Code("unsupported_media_type"), eb.Error.Code)
+	require.Zero(t, f.count(t), "a rejected request writes nothing")
+}
+
+func TestOversizedBody(t *testing.T) {
+	f := setup(t)
+	big := `{"topic":"a.b","payload":"` + strings.Repeat("x", 5000) + `"}`
+	// With a Content-Length.
+	resp, eb := f.do(t, "POST", "/v1/outbox", f.producer, "application/json", strings.NewReader(big))
+	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
+	require.Equal(t, courier.CodeTooLarge, eb.Error.Code)
+	// Chunked, without a Content-Length.
+	resp, eb = f.do(t, "POST", "/v1/outbox", f.producer, "application/json", io.MultiReader(strings.NewReader(big)))
+	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
+	require.Equal(t, courier.CodeTooLarge, eb.Error.Code)
+	require.Zero(t, f.count(t))
+}
+
+func TestPublishGetListRedrive(t *testing.T) {
+	f := setup(t)
+	resp, _ := f.do(t, "POST", "/v1/outbox", f.producer, "application/json",
+		strings.NewReader(`{"topic":"orders.created","key":"o-1","payload":{"order":1},"headers":{"trace":"t1"}}`))
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	var rec gateway.OutboxJSON
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&rec))
+	require.Equal(t, "orders.created", rec.Topic)
+	require.JSONEq(t, `{"order":1}`, string(rec.Payload))
+	require.Equal(t, "pending", rec.Status)
+	require.Equal(t, fmt.Sprintf("outbox/%d", rec.ID), rec.WorkflowID)
+
+	resp, _ = f.do(t, "GET", fmt.Sprintf("/v1/outbox/%d", rec.ID), f.producer, "", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	resp, eb := f.do(t, "GET", "/v1/outbox/999999", f.producer, "", nil)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+	require.Equal(t, courier.CodeNotFound, eb.Error.Code)
+	resp, eb = f.do(t, "POST", "/v1/outbox/999999/redrive", f.admin, "", nil)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+	resp, eb = f.do(t, "GET", "/v1/outbox/-3", f.producer, "", nil)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Equal(t, courier.CodeInvalid, eb.Error.Code)
+
+	resp, eb = f.do(t, "GET", "/v1/outbox?status=lost", f.producer, "", nil)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	resp, eb = f.do(t, "GET", "/v1/outbox?limit=0", f.producer, "", nil)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+
+	resp, eb = f.do(t, "POST", fmt.Sprintf("/v1/outbox/%d/redrive", rec.ID), f.admin, "", nil)
+	require.Equal(t, http.StatusConflict, resp.StatusCode, "a pending record cannot be redriven")
+	require.Equal(t, courier.CodeConflict, eb.Error.Code)
+	require.Equal(t, "pending", eb.Error.Details["status"])
+
+	_, err := f.st.MarkOutboxDead(context.Background(), rec.ID, "no stream")
+	require.NoError(t, err)
+	resp, _ = f.do(t, "GET", "/v1/outbox?status=dead", f.producer, "", nil)
+	var page gateway.OutboxPage
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&page))
+	require.Len(t, page.Items, 1)
+	require.Equal(t, "no stream", page.Items[0].LastError)
+	resp, _ = f.do(t, "POST", fmt.Sprintf("/v1/outbox/%d/redrive", rec.ID), f.admin, "", nil)
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	got, err := f.st.GetOutbox(context.Background(), rec.ID)
+	require.NoError(t, err)
+	require.Equal(t, courier.OutboxPending, got.Status)
+}
+
+func TestHealthReadinessMetricsOpenAPI(t *testing.T) {
+	f := setup(t)
+	resp, _ := f.do(t, "GET", "/healthz", "", "", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	resp, _ = f.do(t, "GET", "/readyz", "", "", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	f.readyErr = errors.New("nats: not connected")
+	req, _ := http.NewRequest("GET", f.url+"/readyz", nil)
+	r, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	require.Equal(t, http.StatusServiceUnavailable, r.StatusCode)
+	require.Contains(t, string(body), "nats: not connected")
+
+	resp, _ = f.do(t, "GET", "/metrics", "", "", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	resp, _ = f.do(t, "GET", "/openapi.yaml", "", "", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	b, _ := io.ReadAll(resp.Body)
+	require.Contains(t, string(b), "/v1/outbox/{id}/redrive")
+
+	resp, eb := f.do(t, "GET", "/v1/nothing-here", f.admin, "", nil)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+	require.Equal(t, courier.CodeNotFound, eb.Error.Code)
+}

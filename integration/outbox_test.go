@@ -1,0 +1,185 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+	"go.temporal.io/sdk/client"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/gateway"
+	"github.com/courier-oss/courier/outbox"
+	"github.com/courier-oss/courier/store"
+)
+
+var topics = []string{"orders.created", "users.registered", "billing.invoiced"}
+
+// 1,000 rows committed across 3 topics, the third of which has no stream: every record of the
+// first two is delivered exactly once (counted on the consumer side), the third's end dead with
+// their error and are delivered once the stream exists and they are redriven. Rows of a
+// rolled-back transaction are never published.
+func TestOutboxRelayEndToEnd(t *testing.T) {
+	for _, dialect := range []string{"sqlite", "postgres"} {
+		t.Run(dialect, func(t *testing.T) {
+			s := newStack(t, dialect)
+			s.createStream("ORDERS", "orders.>")
+			s.createStream("USERS", "users.>")
+			w := s.startWorker(false)
+			ctx := context.Background()
+
+			const total = 1000
+			want := map[string]map[string]bool{} // topic -> message ids
+			for _, tp := range topics {
+				want[tp] = map[string]bool{}
+			}
+			for batch := 0; batch < total/50; batch++ {
+				err := s.store.DB().RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+					msgs := make([]outbox.Message, 50)
+					for i := range msgs {
+						n := batch*50 + i
+						msgs[i] = outbox.Message{Topic: topics[n%3], Key: fmt.Sprint(n), Payload: []byte(fmt.Sprintf(`{"n":%d}`, n))}
+					}
+					ids, err := outbox.Enqueue(ctx, tx, msgs...)
+					for i, id := range ids {
+						want[msgs[i].Topic][idString(id)] = true
+					}
+					return err
+				})
+				require.NoError(t, err)
+			}
+			// A transaction that rolls back: its rows must never be published.
+			tx, err := s.store.DB().BeginTx(ctx, nil)
+			require.NoError(t, err)
+			_, err = outbox.Enqueue(ctx, tx, outbox.Message{Topic: "orders.created", Payload: []byte(`"rolled-back"`)})
+			require.NoError(t, err)
+			require.NoError(t, tx.Rollback())
+
+			deliverable := len(want[topics[0]]) + len(want[topics[1]])
+			require.Eventually(t, func() bool {
+				c := s.countByStatus()
+				return c[courier.OutboxSent] == int64(deliverable) && c[courier.OutboxDead] == int64(len(want[topics[2]]))
+			}, 3*time.Minute, 100*time.Millisecond, "all deliverable rows sent and the rest dead")
+
+			for i, stream := range []string{"ORDERS", "USERS"} {
+				got, payloads := s.streamIDs(stream)
+				require.Len(t, got, len(want[topics[i]]), "stream %s holds every id of %s", stream, topics[i])
+				for id, n := range got {
+					require.True(t, want[topics[i]][id], "unexpected id %s in %s", id, stream)
+					require.Equal(t, 1, n, "id %s delivered %d times", id, n)
+				}
+				for _, p := range payloads {
+					require.NotContains(t, string(p), "rolled-back")
+				}
+			}
+
+			dead, err := s.store.ListOutbox(ctx, store.OutboxFilter{Status: courier.OutboxDead, Limit: 1000})
+			require.NoError(t, err)
+			require.Len(t, dead, len(want[topics[2]]))
+			for _, r := range dead {
+				require.Equal(t, topics[2], r.Topic)
+				require.Contains(t, r.LastError, "no JetStream stream")
+				require.GreaterOrEqual(t, r.Attempts, 1)
+			}
+
+			// The delivery workflow is findable by its outbox id.
+			desc, err := s.tc.DescribeWorkflowExecution(ctx, courier.OutboxWorkflowID(courier.DefaultSource, dead[0].ID), "")
+			require.NoError(t, err)
+			require.Equal(t, "outbox-delivery", desc.GetWorkflowExecutionInfo().GetType().GetName())
+
+			// Create the missing stream and redrive every dead record through the gateway.
+			s.createStream("BILLING", "billing.>")
+			url, token := s.gateway(w.Relay().Wake)
+			for _, r := range dead {
+				resp := do(t, http.MethodPost, fmt.Sprintf("%s/v1/outbox/%d/redrive", url, r.ID), token, nil)
+				require.Equal(t, http.StatusAccepted, resp.StatusCode)
+			}
+			require.Eventually(t, func() bool {
+				return s.countByStatus()[courier.OutboxSent] == total
+			}, 3*time.Minute, 100*time.Millisecond, "redriven rows are delivered")
+			got, _ := s.streamIDs("BILLING")
+			require.Len(t, got, len(want[topics[2]]))
+			for id, n := range got {
+				require.True(t, want[topics[2]][id])
+				require.Equal(t, 1, n)
+			}
+			rec, err := s.store.GetOutbox(ctx, dead[0].ID)
+			require.NoError(t, err)
+			require.Equal(t, courier.OutboxSent, rec.Status)
+			require.NotNil(t, rec.SentAt)
+
+			// A second redrive of a sent record is a conflict and changes nothing.
+			resp := do(t, http.MethodPost, fmt.Sprintf("%s/v1/outbox/%d/redrive", url, dead[0].ID), token, nil)
+			require.Equal(t, http.StatusConflict, resp.StatusCode)
+		})
+	}
+}
+
+// A delivery that finds its record already sent publishes nothing (a repeated start after a
+// crash between start and commit).
+func TestRepeatedDeliveryOfSentRecordPublishesNothing(t *testing.T) {
+	s := newStack(t, "sqlite")
+	s.createStream("ORDERS", "orders.>")
+	s.startWorker(true)
+	ctx := context.Background()
+	var ids []int64
+	require.NoError(t, s.store.DB().RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		var err error
+		ids, err = outbox.Enqueue(ctx, tx, outbox.Message{Topic: "orders.created", Payload: []byte("{}")})
+		return err
+	}))
+	_, err := s.store.MarkOutboxSent(ctx, ids[0])
+	require.NoError(t, err)
+	run, err := s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: courier.OutboxWorkflowID("", ids[0]), TaskQueue: "courier-outbox",
+	}, "outbox-delivery", map[string]any{"Source": "default", "ID": ids[0], "Retry": testRetry})
+	require.NoError(t, err)
+	var res struct {
+		Status      string
+		AlreadySent bool
+	}
+	require.NoError(t, run.Get(ctx, &res))
+	require.Equal(t, "sent", res.Status)
+	require.True(t, res.AlreadySent)
+	got, _ := s.streamIDs("ORDERS")
+	require.Empty(t, got)
+}
+
+func do(t *testing.T, method, url, token string, body any) *http.Response {
+	t.Helper()
+	var rd *bytes.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		require.NoError(t, err)
+		rd = bytes.NewReader(b)
+	} else {
+		rd = bytes.NewReader(nil)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	require.NoError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+func decodeError(t *testing.T, resp *http.Response) gateway.ErrorBody {
+	t.Helper()
+	var eb gateway.ErrorBody
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&eb))
+	require.NotEmpty(t, eb.Error.Code)
+	require.NotEmpty(t, eb.Error.Message)
+	return eb
+}
+
+var _ = strings.Contains

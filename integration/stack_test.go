@@ -1,0 +1,163 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/server/temporaltest"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/devstack/embeddednats"
+	"github.com/courier-oss/courier/gateway"
+	"github.com/courier-oss/courier/internal/testenv"
+	"github.com/courier-oss/courier/mq"
+	"github.com/courier-oss/courier/relay"
+	"github.com/courier-oss/courier/store"
+	"github.com/courier-oss/courier/worker"
+	"github.com/courier-oss/courier/workflows"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(workerRoleEnv) != "" {
+		os.Exit(runWorkerProcess())
+	}
+	os.Exit(m.Run())
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// testRetry keeps the tests quick: short waits, a small budget, short attempts (so a crashed
+// worker's attempts are retried elsewhere within seconds).
+var testRetry = workflows.RetryPolicy{
+	InitialInterval: 100 * time.Millisecond,
+	BackoffCoef:     2,
+	MaxInterval:     time.Second,
+	MaxAttempts:     3,
+	AttemptTimeout:  3 * time.Second,
+}
+
+// stack is one test's real components.
+type stack struct {
+	t        *testing.T
+	ts       *temporaltest.TestServer
+	tc       client.Client
+	nats     *embeddednats.Server
+	js       jetstream.JetStream
+	store    *store.Store
+	dsn      string
+	pub      *mq.NATS
+}
+
+func newStack(t *testing.T, dialect string) *stack {
+	t.Helper()
+	ctx := context.Background()
+	ts := temporaltest.NewServer(temporaltest.WithT(t))
+	tc := ts.GetDefaultClient()
+	require.NoError(t, worker.EnsureSearchAttributes(ctx, tc, ts.GetDefaultNamespace()))
+
+	ns, err := embeddednats.Start(embeddednats.Config{Port: -1, StoreDir: t.TempDir()})
+	require.NoError(t, err)
+	t.Cleanup(ns.Shutdown)
+	nc, err := nats.Connect(ns.URL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+
+	st, dsn := testenv.Store(t, dialect)
+	pub, err := mq.DialNATS(ns.URL(), "courier-test")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	return &stack{t: t, ts: ts, tc: tc, nats: ns, js: js, store: st, dsn: dsn, pub: pub}
+}
+
+func (s *stack) createStream(name string, subjects ...string) {
+	s.t.Helper()
+	_, err := s.js.CreateOrUpdateStream(context.Background(), jetstream.StreamConfig{
+		Name: name, Subjects: subjects, Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute,
+	})
+	require.NoError(s.t, err)
+}
+
+func (s *stack) startWorker(disableRelay bool) *worker.Worker {
+	s.t.Helper()
+	w, err := worker.New(worker.Config{
+		Relay:           relay.Config{BatchSize: 50, PollInterval: 50 * time.Millisecond, Lease: 2 * time.Second, Retry: testRetry},
+		ShutdownTimeout: 5 * time.Second,
+		DisableRelay:    disableRelay,
+	}, worker.Deps{
+		Temporal:  s.tc,
+		Sources:   []relay.Source{{Name: courier.DefaultSource, Store: s.store, DSN: pgDSN(s.dsn)}},
+		Publisher: s.pub,
+		Logger:    quiet,
+	})
+	require.NoError(s.t, err)
+	require.NoError(s.t, w.Start(context.Background()))
+	s.t.Cleanup(w.Stop)
+	return w
+}
+
+func pgDSN(dsn string) string {
+	if len(dsn) > 8 && dsn[:8] == "postgres" {
+		return dsn
+	}
+	return ""
+}
+
+// gateway serves the real gateway over HTTP and returns its URL and an admin token.
+func (s *stack) gateway(wake func()) (string, string) {
+	s.t.Helper()
+	_, token, err := s.store.CreateAPIKey(context.Background(), "test-admin", []courier.Scope{courier.ScopeAdmin})
+	require.NoError(s.t, err)
+	h := gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store, Wake: wake, Logger: quiet})
+	srv := httptest.NewServer(h)
+	s.t.Cleanup(srv.Close)
+	return srv.URL, token
+}
+
+// streamIDs reads every message of a stream and counts them by courier message id.
+func (s *stack) streamIDs(stream string) (map[string]int, [][]byte) {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := s.js.Stream(ctx, stream)
+	require.NoError(s.t, err)
+	info, err := st.Info(ctx)
+	require.NoError(s.t, err)
+	counts := map[string]int{}
+	var payloads [][]byte
+	if info.State.Msgs == 0 {
+		return counts, nil
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	require.NoError(s.t, err)
+	for got := uint64(0); got < info.State.Msgs; {
+		batch, err := cons.Fetch(500, jetstream.FetchMaxWait(5*time.Second))
+		require.NoError(s.t, err)
+		for m := range batch.Messages() {
+			counts[m.Headers().Get(mq.HeaderMessageID)]++
+			payloads = append(payloads, m.Data())
+			got++
+		}
+		require.NoError(s.t, batch.Error())
+	}
+	return counts, payloads
+}
+
+func (s *stack) countByStatus() map[courier.OutboxStatus]int64 {
+	st, err := s.store.OutboxStats(context.Background())
+	require.NoError(s.t, err)
+	return st.ByStatus
+}
+
+func idString(id int64) string { return fmt.Sprint(id) }

@@ -1,0 +1,107 @@
+// Command testreport reads `go test -json` on stdin and prints what a person needs: each
+// package's result, the full output of failed tests, which tests were skipped and why, and a
+// closing "N passed, N failed, N skipped" line. It exits 1 if anything failed or did not build.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+)
+
+type event struct {
+	Action  string
+	Package string
+	Test    string
+	Output  string
+	Elapsed float64
+}
+
+func main() {
+	var (
+		passed, failed, skipped int
+		output                  = map[string]*strings.Builder{} // package/test -> output
+		failures                []string
+		skips                   []string
+		pkgFailed               bool
+	)
+	key := func(e event) string { return e.Package + " " + e.Test }
+	sc := bufio.NewScanner(os.Stdin)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		var e event
+		if err := json.Unmarshal(line, &e); err != nil || e.Action == "" {
+			fmt.Println(string(line)) // build errors and other plain output
+			continue
+		}
+		switch e.Action {
+		case "output":
+			b := output[key(e)]
+			if b == nil {
+				b = &strings.Builder{}
+				output[key(e)] = b
+			}
+			if b.Len() < 256<<10 {
+				b.WriteString(e.Output)
+			}
+		case "pass", "fail", "skip":
+			if e.Test == "" {
+				status := map[string]string{"pass": "ok  ", "fail": "FAIL", "skip": "skip"}[e.Action]
+				fmt.Printf("%s %s (%.1fs)\n", status, e.Package, e.Elapsed)
+				if e.Action == "fail" {
+					pkgFailed = true
+					if b := output[key(e)]; b != nil {
+						failures = append(failures, "--- package "+e.Package+"\n"+b.String())
+					}
+				}
+				continue
+			}
+			switch e.Action {
+			case "pass":
+				passed++
+			case "fail":
+				failed++
+				failures = append(failures, "--- FAIL "+e.Package+" "+e.Test+"\n"+output[key(e)].String())
+			case "skip":
+				skipped++
+				skips = append(skips, e.Package+" "+e.Test+": "+skipReason(output[key(e)]))
+			}
+			delete(output, key(e))
+		}
+	}
+	if len(failures) > 0 {
+		fmt.Println("\n=== failures")
+		for _, f := range failures {
+			fmt.Println(f)
+		}
+	}
+	if len(skips) > 0 {
+		sort.Strings(skips)
+		fmt.Println("\n=== skipped (and why)")
+		for _, s := range skips {
+			fmt.Println(s)
+		}
+	}
+	fmt.Printf("\n%d passed, %d failed, %d skipped\n", passed, failed, skipped)
+	if failed > 0 || pkgFailed {
+		os.Exit(1)
+	}
+}
+
+func skipReason(b *strings.Builder) string {
+	if b == nil {
+		return "(no reason given)"
+	}
+	for _, l := range strings.Split(b.String(), "\n") {
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, "---") || strings.HasPrefix(l, "===") || l == "" {
+			continue
+		}
+		return l
+	}
+	return "(no reason given)"
+}

@@ -1,0 +1,146 @@
+package workflows_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/workflows"
+)
+
+func newEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterWorkflowWithOptions(workflows.OutboxDelivery, workflow.RegisterOptions{Name: workflows.OutboxDeliveryName})
+	env.RegisterActivityWithOptions(func(context.Context, activities.DeliverParams) (activities.DeliverResult, error) {
+		return activities.DeliverResult{}, nil
+	}, activity.RegisterOptions{Name: activities.DeliverOutboxName})
+	env.RegisterActivityWithOptions(func(context.Context, activities.MarkDeadParams) error { return nil },
+		activity.RegisterOptions{Name: activities.MarkOutboxDeadName})
+	return env
+}
+
+var budget = workflows.RetryPolicy{InitialInterval: time.Second, BackoffCoef: 2, MaxInterval: 10 * time.Second, MaxAttempts: 5}
+
+func TestOutboxDeliverySuccess(t *testing.T) {
+	env := newEnv(t)
+	env.OnActivity(activities.DeliverOutboxName, mock.Anything, activities.DeliverParams{Source: "default", ID: 7}).
+		Return(activities.DeliverResult{}, nil).Once()
+	env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{Source: "default", ID: 7, Retry: budget})
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	var res workflows.OutboxDeliveryResult
+	require.NoError(t, env.GetWorkflowResult(&res))
+	require.Equal(t, courier.OutboxSent, res.Status)
+	env.AssertExpectations(t)
+	env.AssertNotCalled(t, activities.MarkOutboxDeadName, mock.Anything, mock.Anything)
+}
+
+// Transient failures are retried with exponential backoff (1 s, 2 s, 4 s of virtual time)
+// until a publish succeeds.
+func TestOutboxDeliveryRetriesWithBackoff(t *testing.T) {
+	env := newEnv(t)
+	var at []time.Time
+	calls := 0
+	env.OnActivity(activities.DeliverOutboxName, mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, p activities.DeliverParams) (activities.DeliverResult, error) {
+			at = append(at, env.Now())
+			calls++
+			if calls < 4 {
+				return activities.DeliverResult{}, errors.New("broker unavailable")
+			}
+			return activities.DeliverResult{}, nil
+		})
+	env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 1, Retry: budget})
+	require.NoError(t, env.GetWorkflowError())
+	var res workflows.OutboxDeliveryResult
+	require.NoError(t, env.GetWorkflowResult(&res))
+	require.Equal(t, courier.OutboxSent, res.Status)
+	require.Len(t, at, 4)
+	for i, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
+		got := at[i+1].Sub(at[i])
+		require.InDelta(t, want.Seconds(), got.Seconds(), 0.5, "wait before attempt %d", i+2)
+	}
+}
+
+// After the budget the record is marked dead with the last error.
+func TestOutboxDeliveryDeadAfterBudget(t *testing.T) {
+	env := newEnv(t)
+	calls := 0
+	env.OnActivity(activities.DeliverOutboxName, mock.Anything, mock.Anything).Return(
+		func(context.Context, activities.DeliverParams) (activities.DeliverResult, error) {
+			calls++
+			return activities.DeliverResult{}, errors.New("broker unavailable")
+		})
+	var dead activities.MarkDeadParams
+	env.OnActivity(activities.MarkOutboxDeadName, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, p activities.MarkDeadParams) error { dead = p; return nil }).Once()
+	start := env.Now()
+	env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 9, Retry: budget})
+	require.NoError(t, env.GetWorkflowError())
+	var res workflows.OutboxDeliveryResult
+	require.NoError(t, env.GetWorkflowResult(&res))
+	require.Equal(t, courier.OutboxDead, res.Status)
+	require.Equal(t, 5, calls, "exactly MaxAttempts attempts")
+	require.Equal(t, int64(9), dead.ID)
+	require.Contains(t, dead.LastError, "broker unavailable")
+	require.Contains(t, res.LastError, "broker unavailable")
+	// 1+2+4+8 s of backoff passed in virtual time.
+	require.GreaterOrEqual(t, env.Now().Sub(start), 15*time.Second)
+}
+
+// A permanent failure (no stream for the topic) is not retried: dead at once.
+func TestOutboxDeliveryPermanentFailureIsDeadAtOnce(t *testing.T) {
+	env := newEnv(t)
+	calls := 0
+	env.OnActivity(activities.DeliverOutboxName, mock.Anything, mock.Anything).Return(
+		func(context.Context, activities.DeliverParams) (activities.DeliverResult, error) {
+			calls++
+			return activities.DeliverResult{}, temporal.NewNonRetryableApplicationError("no stream for orders.x", activities.ErrTypeUnknownTopic, nil)
+		})
+	env.OnActivity(activities.MarkOutboxDeadName, mock.Anything, mock.Anything).Return(nil).Once()
+	env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 3, Retry: budget})
+	var res workflows.OutboxDeliveryResult
+	require.NoError(t, env.GetWorkflowResult(&res))
+	require.Equal(t, courier.OutboxDead, res.Status)
+	require.Equal(t, 1, calls)
+	require.Contains(t, res.LastError, "no stream for orders.x")
+}
+
+// Marking dead is retried until the database answers; the workflow does not give up on it.
+func TestOutboxDeliveryMarkDeadIsRetried(t *testing.T) {
+	env := newEnv(t)
+	env.OnActivity(activities.DeliverOutboxName, mock.Anything, mock.Anything).
+		Return(activities.DeliverResult{}, temporal.NewNonRetryableApplicationError("x", activities.ErrTypeUnknownTopic, nil))
+	calls := 0
+	env.OnActivity(activities.MarkOutboxDeadName, mock.Anything, mock.Anything).Return(
+		func(context.Context, activities.MarkDeadParams) error {
+			calls++
+			if calls < 3 {
+				return errors.New("database down")
+			}
+			return nil
+		})
+	env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 3, Retry: budget})
+	var res workflows.OutboxDeliveryResult
+	require.NoError(t, env.GetWorkflowResult(&res))
+	require.Equal(t, courier.OutboxDead, res.Status)
+	require.Equal(t, 3, calls)
+}
+
+func TestRetryPolicyDefaults(t *testing.T) {
+	require.Equal(t, workflows.DefaultOutboxRetry, workflows.RetryPolicy{}.WithDefaults())
+	custom := workflows.RetryPolicy{MaxAttempts: 3}.WithDefaults()
+	require.Equal(t, int32(3), custom.MaxAttempts)
+	require.Equal(t, time.Second, custom.InitialInterval)
+}
