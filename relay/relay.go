@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -166,7 +167,10 @@ func (r *Relay) start(ctx context.Context, source string, recs []store.ClaimedRe
 		}()
 	}
 	wg.Wait()
-	return failed, errors.Join(errs...)
+	if len(errs) == 0 {
+		return nil, nil
+	}
+	return failed, fmt.Errorf("%d of %d delivery starts failed; first: %w", len(errs), len(recs), errs[0])
 }
 
 func (r *Relay) startOne(ctx context.Context, source string, rec store.ClaimedRecord) error {

@@ -47,7 +47,7 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 		if err != nil {
 			return nil, err
 		}
-		sqldb.SetMaxOpenConns(8)
+		sqldb.SetMaxOpenConns(1)
 		db = bun.NewDB(sqldb, sqlitedialect.New())
 	default:
 		return nil, fmt.Errorf("store: unsupported database URL %q (want postgres://… or sqlite:PATH)", redact(databaseURL))

@@ -73,6 +73,10 @@ func New(cfg Config, d Deps) (*Worker, error) {
 	tw := sdkworker.New(d.Temporal, queue, sdkworker.Options{
 		WorkerStopTimeout:                  cfg.ShutdownTimeout,
 		MaxConcurrentActivityExecutionSize: cfg.MaxConcurrentActivities,
+		// More pollers than the SDK's default of 2: deliveries are short, so the round trip of
+		// a poll, not the work, is what bounds throughput.
+		MaxConcurrentWorkflowTaskPollers: 8,
+		MaxConcurrentActivityTaskPollers: 8,
 	})
 	stores := map[string]activities.OutboxStore{}
 	for _, s := range d.Sources {

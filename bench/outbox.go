@@ -1,0 +1,400 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/devstack"
+	"github.com/courier-oss/courier/devstack/embeddednats"
+	"github.com/courier-oss/courier/mq"
+	"github.com/courier-oss/courier/outbox"
+	"github.com/courier-oss/courier/relay"
+	"github.com/courier-oss/courier/schema"
+	"github.com/courier-oss/courier/store"
+	"github.com/courier-oss/courier/worker"
+)
+
+// OutboxConfig sets up `courier bench outbox`.
+type OutboxConfig struct {
+	Rows        int           // rows committed per scenario; default 2000
+	Rate        float64       // target commits per second; default 200
+	PostgresURL string        // also run against this PostgreSQL database when set
+	Timeout     time.Duration // per scenario; default 10 min
+	Out         io.Writer     // where the table goes; default stdout
+}
+
+// Result is one row of the table.
+type Result struct {
+	Scenario   string
+	N          int
+	Elapsed    time.Duration
+	Throughput float64 // completed per second, from the first commit to the last arrival
+	P50, P99   time.Duration
+	Max        time.Duration
+}
+
+// RunOutbox runs the outbox scenarios and the bare-Temporal baseline on one embedded stack.
+func RunOutbox(ctx context.Context, cfg OutboxConfig) ([]Result, error) {
+	if cfg.Rows <= 0 {
+		cfg.Rows = 2000
+	}
+	if cfg.Rate <= 0 {
+		cfg.Rate = 200
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Minute
+	}
+	if cfg.Out == nil {
+		cfg.Out = os.Stdout
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	dir, err := os.MkdirTemp("", "courier-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+
+	ns, err := embeddednats.Start(embeddednats.Config{Port: -1, StoreDir: filepath.Join(dir, "nats")})
+	if err != nil {
+		return nil, err
+	}
+	defer ns.Shutdown()
+	sas := map[string]enumspb.IndexedValueType{}
+	for name, typ := range courier.SearchAttributes {
+		sas[name] = worker.IndexedValueType(typ)
+	}
+	tmp, err := devstack.StartTemporal(ctx, devstack.Config{
+		DataDir: dir, TemporalPort: -1, DisableUI: true, SearchAttributes: sas, Logger: quiet,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer tmp.Stop()
+	tc, err := client.Dial(client.Options{HostPort: tmp.Address(), Namespace: tmp.Namespace(), Logger: nopLogger{}})
+	if err != nil {
+		return nil, err
+	}
+	defer tc.Close()
+
+	var results []Result
+	base, err := runBaseline(ctx, tc, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("baseline: %w", err)
+	}
+	results = append(results, base)
+
+	dbs := []struct{ name, url string }{{"sqlite", "sqlite:" + filepath.Join(dir, "bench.db")}}
+	if cfg.PostgresURL != "" {
+		dbs = append(dbs, struct{ name, url string }{"postgres", cfg.PostgresURL})
+	}
+	for i, db := range dbs {
+		if db.name == "postgres" {
+			u, drop, err := scratchSchema(ctx, db.url)
+			if err != nil {
+				return results, err
+			}
+			defer drop()
+			db.url = u
+		}
+		r, err := runOutbox(ctx, tc, ns.URL(), db.name, db.url, fmt.Sprintf("BENCH%d", i), cfg, quiet)
+		if err != nil {
+			return results, fmt.Errorf("outbox on %s: %w", db.name, err)
+		}
+		results = append(results, r)
+	}
+	PrintTable(cfg.Out, fmt.Sprintf("outbox: %d rows per scenario, target %.0f commits/s, one row per transaction", cfg.Rows, cfg.Rate), results)
+	return results, nil
+}
+
+// runOutbox commits rows at the target rate and times each from its commit to its arrival at
+// a JetStream consumer.
+func runOutbox(ctx context.Context, tc client.Client, natsURL, dbName, dbURL, streamName string, cfg OutboxConfig, log *slog.Logger) (Result, error) {
+	st, err := store.Open(ctx, dbURL)
+	if err != nil {
+		return Result{}, err
+	}
+	defer st.Close()
+	if err := schema.Up(ctx, st.DB(), schema.AllSets...); err != nil {
+		return Result{}, err
+	}
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		return Result{}, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return Result{}, err
+	}
+	subject := "bench." + dbName
+	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: streamName, Subjects: []string{subject}, Storage: jetstream.FileStorage})
+	if err != nil {
+		return Result{}, err
+	}
+	pub, err := mq.DialNATS(natsURL, "courier-bench")
+	if err != nil {
+		return Result{}, err
+	}
+	defer pub.Close()
+	source := "bench-" + dbName
+	w, err := worker.New(worker.Config{Relay: relay.Config{TaskQueue: "bench-" + dbName, PollInterval: 100 * time.Millisecond}}, worker.Deps{
+		Temporal: tc, Publisher: pub, Logger: log,
+		// A source name per scenario keeps workflow ids apart from earlier scenarios on the
+		// same server (outbox/<source>/<id>).
+		Sources: []relay.Source{{Name: source, Store: st, DSN: pgURL(dbURL)}},
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	if err := w.Start(ctx); err != nil {
+		return Result{}, err
+	}
+	defer w.Stop()
+
+	var (
+		mu        sync.Mutex
+		committed = make(map[string]time.Time, cfg.Rows)
+		arrived   = make(map[string]time.Time, cfg.Rows)
+		done      = make(chan struct{})
+	)
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return Result{}, err
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		now := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		id := m.Headers().Get(mq.HeaderMessageID)
+		if _, dup := arrived[id]; !dup {
+			arrived[id] = now
+			if len(arrived) == cfg.Rows {
+				close(done)
+			}
+		}
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	defer cc.Stop()
+
+	start := time.Now()
+	interval := time.Duration(float64(time.Second) / cfg.Rate)
+	payload := []byte(`{"bench":true}`)
+	for i := 0; i < cfg.Rows; i++ {
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			time.Sleep(d)
+		}
+		tx, err := st.DB().BeginTx(ctx, nil)
+		if err != nil {
+			return Result{}, err
+		}
+		ids, err := outbox.Enqueue(ctx, tx, outbox.Message{Topic: subject, Payload: payload})
+		if err != nil {
+			_ = tx.Rollback()
+			return Result{}, err
+		}
+		if err := tx.Commit(); err != nil {
+			return Result{}, err
+		}
+		mu.Lock()
+		committed[courier.OutboxMessageID(source, ids[0])] = time.Now()
+		mu.Unlock()
+	}
+	select {
+	case <-done:
+	case <-time.After(cfg.Timeout):
+		mu.Lock()
+		n := len(arrived)
+		mu.Unlock()
+		return Result{}, fmt.Errorf("only %d of %d rows arrived within %s", n, cfg.Rows, cfg.Timeout)
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+	// Let the last deliveries mark their rows sent before the worker stops.
+	for {
+		st, err := st.OutboxStats(ctx)
+		if err != nil {
+			return Result{}, err
+		}
+		if st.ByStatus[courier.OutboxSent] == int64(cfg.Rows) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return Result{}, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var lat []time.Duration
+	last := start
+	for id, at := range arrived {
+		c, ok := committed[id]
+		if !ok {
+			return Result{}, fmt.Errorf("message %s arrived but was never committed", id)
+		}
+		lat = append(lat, at.Sub(c))
+		if at.After(last) {
+			last = at
+		}
+	}
+	return summarize("courier outbox, "+dbName, lat, last.Sub(start)), nil
+}
+
+const (
+	baselineWorkflow = "bench-noop-workflow"
+	baselineActivity = "bench-noop-activity"
+)
+
+// runBaseline starts workflows with one no-op activity at the same rate on the same server,
+// timing each from its start call to its completion.
+func runBaseline(ctx context.Context, tc client.Client, cfg OutboxConfig) (Result, error) {
+	const queue = "bench-baseline"
+	w := sdkworker.New(tc, queue, sdkworker.Options{MaxConcurrentWorkflowTaskPollers: 8, MaxConcurrentActivityTaskPollers: 8})
+	w.RegisterWorkflowWithOptions(func(ctx workflow.Context) error {
+		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second})
+		return workflow.ExecuteActivity(ctx, baselineActivity).Get(ctx, nil)
+	}, workflow.RegisterOptions{Name: baselineWorkflow})
+	w.RegisterActivityWithOptions(func(context.Context) error { return nil }, activity.RegisterOptions{Name: baselineActivity})
+	if err := w.Start(); err != nil {
+		return Result{}, err
+	}
+	defer w.Stop()
+
+	var (
+		mu   sync.Mutex
+		lat  []time.Duration
+		last time.Time
+		errs []error
+		wg   sync.WaitGroup
+	)
+	start := time.Now()
+	interval := time.Duration(float64(time.Second) / cfg.Rate)
+	for i := 0; i < cfg.Rows; i++ {
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			time.Sleep(d)
+		}
+		t0 := time.Now()
+		run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: fmt.Sprintf("bench-baseline-%d-%d", start.UnixNano(), i), TaskQueue: queue}, baselineWorkflow)
+		if err != nil {
+			return Result{}, err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := run.Get(ctx, nil)
+			now := time.Now()
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			lat = append(lat, now.Sub(t0))
+			if now.After(last) {
+				last = now
+			}
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return Result{}, errors.Join(errs...)
+	}
+	return summarize("bare Temporal, 1 no-op activity", lat, last.Sub(start)), nil
+}
+
+func summarize(name string, lat []time.Duration, elapsed time.Duration) Result {
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	pick := func(q float64) time.Duration {
+		if len(lat) == 0 {
+			return 0
+		}
+		i := int(q * float64(len(lat)-1))
+		return lat[i]
+	}
+	return Result{
+		Scenario: name, N: len(lat), Elapsed: elapsed,
+		Throughput: float64(len(lat)) / elapsed.Seconds(),
+		P50:        pick(0.50), P99: pick(0.99), Max: pick(1),
+	}
+}
+
+// PrintTable prints results as a Markdown table.
+func PrintTable(w io.Writer, title string, rs []Result) {
+	fmt.Fprintf(w, "\n%s\n\n", title)
+	fmt.Fprintln(w, "| scenario | n | elapsed | throughput/s | p50 | p99 | max |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
+	for _, r := range rs {
+		fmt.Fprintf(w, "| %s | %d | %.1fs | %.1f | %s | %s | %s |\n", r.Scenario, r.N, r.Elapsed.Seconds(), r.Throughput,
+			r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond), r.Max.Round(time.Millisecond))
+	}
+	if len(rs) > 1 && rs[0].Throughput > 0 {
+		fmt.Fprintln(w)
+		for _, r := range rs[1:] {
+			fmt.Fprintf(w, "%s: %.0f%% of the bare-Temporal throughput, p50 %.1fx the baseline's\n", r.Scenario,
+				100*r.Throughput/rs[0].Throughput, float64(r.P50)/float64(max(rs[0].P50, 1)))
+		}
+	}
+}
+
+func pgURL(u string) string {
+	if len(u) > 8 && u[:8] == "postgres" {
+		return u
+	}
+	return ""
+}
+
+// nopLogger silences the SDK client in benchmarks.
+type nopLogger struct{}
+
+func (nopLogger) Debug(string, ...any) {}
+func (nopLogger) Info(string, ...any)  {}
+func (nopLogger) Warn(string, ...any)  {}
+func (nopLogger) Error(string, ...any) {}
+
+// scratchSchema creates a throwaway schema in the given PostgreSQL database, so the benchmark
+// never touches existing tables, and returns a URL that uses it.
+func scratchSchema(ctx context.Context, base string) (string, func(), error) {
+	db, err := sql.Open("postgres", base)
+	if err != nil {
+		return "", nil, err
+	}
+	name := fmt.Sprintf("courier_bench_%d", time.Now().UnixNano())
+	if _, err := db.ExecContext(ctx, "CREATE SCHEMA "+name); err != nil {
+		db.Close()
+		return "", nil, fmt.Errorf("create scratch schema: %w", err)
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		db.Close()
+		return "", nil, err
+	}
+	q := u.Query()
+	q.Set("search_path", name)
+	u.RawQuery = q.Encode()
+	return u.String(), func() {
+		_, _ = db.Exec("DROP SCHEMA " + name + " CASCADE")
+		db.Close()
+	}, nil
+}
