@@ -27,14 +27,17 @@ type Source struct {
 
 // Config tunes the relay. Zero fields take the documented defaults.
 type Config struct {
-	TaskQueue    string                // delivery workflows' task queue; default "courier-outbox"
-	BatchSize    int                   // rows per claim; default 100
-	PollInterval time.Duration         // fallback poll; default 1 s
-	StartWorkers int                   // concurrent workflow starts per claim; default 16
+	TaskQueue    string        // delivery workflows' task queue; default "courier-outbox"
+	BatchSize    int           // rows per claim; default 100
+	PollInterval time.Duration // fallback poll; default 1 s
+	StartWorkers int           // concurrent workflow starts per claim; default 16
 	// Lease is how long a claimed row stays with its relay before another relay re-ensures its
 	// delivery workflow exists (covers a relay that crashed between claim and start); default 30 s.
 	Lease time.Duration
-	Retry        workflows.RetryPolicy // delivery budget; default workflows.DefaultOutboxRetry
+	Retry workflows.RetryPolicy // delivery budget; default workflows.DefaultOutboxRetry
+	// SentRetention is how long sent rows are kept before the relay deletes them in bounded
+	// batches; default 7 days; negative keeps them forever.
+	SentRetention time.Duration
 }
 
 // DefaultTaskQueue is where delivery workflows run unless configured otherwise.
@@ -55,6 +58,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Lease <= 0 {
 		c.Lease = 30 * time.Second
+	}
+	if c.SentRetention == 0 {
+		c.SentRetention = 7 * 24 * time.Hour
 	}
 	c.Retry = c.Retry.WithDefaults()
 	return c
@@ -108,6 +114,8 @@ func (r *Relay) runSource(ctx context.Context, src Source) {
 	}
 	ticker := time.NewTicker(r.cfg.PollInterval)
 	defer ticker.Stop()
+	cleanup := time.NewTicker(cleanupEvery)
+	defer cleanup.Stop()
 	for {
 		n, err := r.ClaimOnce(ctx, src)
 		if err != nil && ctx.Err() == nil {
@@ -121,8 +129,32 @@ func (r *Relay) runSource(ctx context.Context, src Source) {
 			return
 		case <-ticker.C:
 		case <-notify:
+		case <-cleanup.C:
+			r.deleteSent(ctx, src)
 		case <-r.wake:
 			r.Wake() // pass the nudge on to the other sources
+		}
+	}
+}
+
+// cleanupEvery is how often each relay deletes sent rows past retention.
+const cleanupEvery = time.Minute
+
+// deleteSent removes sent rows older than the retention in batches of 1,000, so the hot table
+// stays small without one long transaction. Several relays doing it at once is harmless.
+func (r *Relay) deleteSent(ctx context.Context, src Source) {
+	if r.cfg.SentRetention < 0 {
+		return
+	}
+	before := time.Now().Add(-r.cfg.SentRetention)
+	for i := 0; i < 100; i++ {
+		n, err := src.Store.DeleteSentOutbox(ctx, before, 1000)
+		if err != nil {
+			r.log.Warn("deleting sent outbox rows failed", "source", src.Name, "error", err)
+			return
+		}
+		if n < 1000 {
+			return
 		}
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
-	"go.temporal.io/sdk/workflow"
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities"
@@ -91,15 +90,9 @@ func New(cfg Config, d Deps) (*Worker, error) {
 	}, nil
 }
 
-// Registrar is the part of a Temporal worker that registrations need (a worker or a replayer).
-type Registrar interface {
-	RegisterWorkflowWithOptions(w any, options workflow.RegisterOptions)
-	RegisterActivityWithOptions(a any, options activity.RegisterOptions)
-}
-
 // Register registers courier's workflows and the outbox activities under their stable names.
-func Register(r Registrar, outbox *activities.Outbox) {
-	r.RegisterWorkflowWithOptions(workflows.OutboxDelivery, workflow.RegisterOptions{Name: workflows.OutboxDeliveryName})
+func Register(r sdkworker.Registry, outbox *activities.Outbox) {
+	workflows.Register(r)
 	if outbox != nil {
 		r.RegisterActivityWithOptions(outbox.Deliver, activity.RegisterOptions{Name: activities.DeliverOutboxName})
 		r.RegisterActivityWithOptions(outbox.MarkDead, activity.RegisterOptions{Name: activities.MarkOutboxDeadName})

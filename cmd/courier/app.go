@@ -131,9 +131,11 @@ func (a *app) dialNATS() error {
 func (a *app) newWorker() (*worker.Worker, error) {
 	return worker.New(worker.Config{
 		Relay: relay.Config{
-			BatchSize:    a.cfg.Outbox.BatchSize,
-			PollInterval: a.cfg.Outbox.PollInterval,
-			Retry:        a.cfg.Outbox.Retry,
+			BatchSize:     a.cfg.Outbox.BatchSize,
+			PollInterval:  a.cfg.Outbox.PollInterval,
+			Lease:         a.cfg.Outbox.Lease,
+			SentRetention: a.cfg.Outbox.Retention,
+			Retry:         a.cfg.Outbox.Retry,
 		},
 		ShutdownTimeout: a.cfg.ShutdownTimeout,
 	}, worker.Deps{

@@ -32,6 +32,8 @@ type OutboxConfig struct {
 	Sources      sourceList    // COURIER_OUTBOX_SOURCES: extra producer databases, name=url,…
 	BatchSize    int           // COURIER_OUTBOX_BATCH; default 100
 	PollInterval time.Duration // COURIER_OUTBOX_POLL; default 1s
+	Lease        time.Duration // COURIER_OUTBOX_LEASE; default 30s
+	Retention    time.Duration // COURIER_OUTBOX_RETENTION: how long sent rows are kept; default 168h
 	Retry        workflows.RetryPolicy
 }
 
@@ -131,7 +133,10 @@ func (c *Config) bindRuntime(fs *flag.FlagSet) {
 	fs.Var(&c.Outbox.Sources, "outbox-source", "extra producer database to relay from, name=database-url; repeatable (COURIER_OUTBOX_SOURCES, comma-separated)")
 	fs.IntVar(&c.Outbox.BatchSize, "outbox-batch", envInt("COURIER_OUTBOX_BATCH", 100), "outbox rows claimed per batch (COURIER_OUTBOX_BATCH)")
 	fs.DurationVar(&c.Outbox.PollInterval, "outbox-poll", envDur("COURIER_OUTBOX_POLL", time.Second), "fallback poll interval (COURIER_OUTBOX_POLL)")
+	fs.DurationVar(&c.Outbox.Lease, "outbox-lease", envDur("COURIER_OUTBOX_LEASE", 30*time.Second), "after this long a claimed row's delivery is re-ensured by any relay (COURIER_OUTBOX_LEASE)")
+	fs.DurationVar(&c.Outbox.Retention, "outbox-retention", envDur("COURIER_OUTBOX_RETENTION", 7*24*time.Hour), "sent rows older than this are deleted; negative keeps them (COURIER_OUTBOX_RETENTION)")
 	d := workflows.DefaultOutboxRetry
+	fs.DurationVar(&c.Outbox.Retry.AttemptTimeout, "outbox-attempt-timeout", envDur("COURIER_OUTBOX_ATTEMPT_TIMEOUT", d.AttemptTimeout), "bound on one publish attempt (COURIER_OUTBOX_ATTEMPT_TIMEOUT)")
 	fs.DurationVar(&c.Outbox.Retry.InitialInterval, "outbox-retry-initial", envDur("COURIER_OUTBOX_RETRY_INITIAL", d.InitialInterval), "first retry wait (COURIER_OUTBOX_RETRY_INITIAL)")
 	fs.DurationVar(&c.Outbox.Retry.MaxInterval, "outbox-retry-max-interval", envDur("COURIER_OUTBOX_RETRY_MAX_INTERVAL", d.MaxInterval), "longest retry wait (COURIER_OUTBOX_RETRY_MAX_INTERVAL)")
 	fs.Float64Var(&c.Outbox.Retry.BackoffCoef, "outbox-retry-backoff", d.BackoffCoef, "retry wait growth factor")

@@ -50,8 +50,12 @@ func main() {
 			}
 		case "pass", "fail", "skip":
 			if e.Test == "" {
-				status := map[string]string{"pass": "ok  ", "fail": "FAIL", "skip": "skip"}[e.Action]
-				fmt.Printf("%s %s (%.1fs)\n", status, e.Package, e.Elapsed)
+				status := map[string]string{"pass": "ok  ", "fail": "FAIL", "skip": "--  "}[e.Action]
+				if e.Action == "skip" {
+					fmt.Printf("%s %s (no tests)\n", status, e.Package)
+				} else {
+					fmt.Printf("%s %s (%.1fs)\n", status, e.Package, e.Elapsed)
+				}
 				if e.Action == "fail" {
 					pkgFailed = true
 					if b := output[key(e)]; b != nil {

@@ -1,0 +1,13 @@
+# courier: one static binary. Build context is the repository root.
+FROM golang:1.26-bookworm AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o /out/courier ./cmd/courier
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/courier /usr/local/bin/courier
+USER nonroot
+ENTRYPOINT ["/usr/local/bin/courier"]
+CMD ["--help"]

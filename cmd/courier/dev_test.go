@@ -1,0 +1,212 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+)
+
+// The test binary doubles as the courier binary: with COURIER_AS_MAIN=1 it runs main() on the
+// arguments after "--".
+func TestMain(m *testing.M) {
+	if os.Getenv("COURIER_AS_MAIN") == "1" {
+		for i, a := range os.Args {
+			if a == "--" {
+				os.Args = append([]string{"courier"}, os.Args[i+1:]...)
+				break
+			}
+		}
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+type devProc struct {
+	cmd  *exec.Cmd
+	out  *bytes.Buffer
+	done chan error
+}
+
+func startDev(t *testing.T, args ...string) *devProc {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$", "--", "dev"}, args...)...)
+	cmd.Env = append(os.Environ(), "COURIER_AS_MAIN=1")
+	out := &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	require.NoError(t, cmd.Start())
+	p := &devProc{cmd: cmd, out: out, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func httpJSON(t *testing.T, method, url, key string, body any, out any) int {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	if out != nil {
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(out))
+	}
+	return resp.StatusCode
+}
+
+// courier dev end to end: starts, serves the gateway and the Temporal UI, delivers, refuses a
+// second copy on taken ports with one clear line, exits 0 on SIGTERM, and after a restart on
+// the same data dir every sent and dead record, the API key, the workflow history and the
+// broker's messages are still there.
+func TestDevRunsStopsAndRestartsWithoutLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the embedded Temporal server")
+	}
+	dir := t.TempDir()
+	ports := map[string]int{"http": freePort(t), "temporal": freePort(t), "ui": freePort(t), "nats": freePort(t)}
+	args := []string{"--data-dir", dir, "--http-port", strconv.Itoa(ports["http"]), "--temporal-port", strconv.Itoa(ports["temporal"]),
+		"--ui-port", strconv.Itoa(ports["ui"]), "--nats-port", strconv.Itoa(ports["nats"]), "--shutdown-timeout", "5s"}
+	gw := fmt.Sprintf("http://127.0.0.1:%d", ports["http"])
+	waitUp := func(p *devProc) {
+		require.Eventually(t, func() bool {
+			select {
+			case err := <-p.done:
+				t.Fatalf("courier dev exited early: %v\n%s", err, p.out)
+			default:
+			}
+			resp, err := http.Get(gw + "/healthz")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == 200
+		}, 3*time.Minute, 100*time.Millisecond)
+	}
+
+	p := startDev(t, args...)
+	waitUp(p)
+	require.Contains(t, p.out.String(), "API key")
+	keyB, err := os.ReadFile(filepath.Join(dir, "dev-api-key"))
+	require.NoError(t, err)
+	key := strings.TrimSpace(string(keyB))
+	require.Contains(t, p.out.String(), key, "the key is printed")
+
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/", ports["ui"]))
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode, "the Temporal UI serves")
+
+	var ready map[string]any
+	require.Equal(t, 200, httpJSON(t, "GET", gw+"/readyz", "", nil, &ready))
+
+	nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", ports["nats"]))
+	require.NoError(t, err)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Storage: jetstream.FileStorage})
+	require.NoError(t, err)
+	nc.Close()
+
+	type rec struct {
+		ID     int64  `json:"id"`
+		Status string `json:"status"`
+	}
+	var sent, dead rec
+	require.Equal(t, 201, httpJSON(t, "POST", gw+"/v1/outbox", key, map[string]any{"topic": "orders.created", "payload": map[string]int{"order": 1}}, &sent))
+	require.Equal(t, 201, httpJSON(t, "POST", gw+"/v1/outbox", key, map[string]any{"topic": "nowhere.created", "payload": 1}, &dead))
+	waitStatus := func(id int64, want string) {
+		require.Eventually(t, func() bool {
+			var r rec
+			httpJSON(t, "GET", fmt.Sprintf("%s/v1/outbox/%d", gw, id), key, nil, &r)
+			return r.Status == want
+		}, time.Minute, 50*time.Millisecond, "record %d becomes %s", id, want)
+	}
+	waitStatus(sent.ID, "sent")
+	waitStatus(dead.ID, "dead")
+
+	// A second copy on the same ports says which port is taken, in one line, and fails.
+	second := exec.Command(os.Args[0], append([]string{"-test.run=^$", "--", "dev"}, append(args[:0:0], append([]string{"--data-dir", t.TempDir()}, args[2:]...)...)...)...)
+	second.Env = append(os.Environ(), "COURIER_AS_MAIN=1")
+	out, err := second.CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(out), "is already in use")
+
+	// SIGTERM: clean stop, exit 0.
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-p.done:
+		require.NoError(t, err, "exit status 0 on SIGTERM\n%s", p.out)
+		p.done <- nil
+	case <-time.After(60 * time.Second):
+		t.Fatalf("courier dev did not stop within 60s of SIGTERM\n%s", p.out)
+	}
+
+	// Restart on the same data dir: nothing is lost.
+	p2 := startDev(t, args...)
+	waitUp(p2)
+	var r rec
+	require.Equal(t, 200, httpJSON(t, "GET", fmt.Sprintf("%s/v1/outbox/%d", gw, sent.ID), key, nil, &r), "the API key survives")
+	require.Equal(t, "sent", r.Status)
+	require.Equal(t, 200, httpJSON(t, "GET", fmt.Sprintf("%s/v1/outbox/%d", gw, dead.ID), key, nil, &r))
+	require.Equal(t, "dead", r.Status)
+
+	tc, err := client.Dial(client.Options{HostPort: fmt.Sprintf("127.0.0.1:%d", ports["temporal"]), Namespace: "courier"})
+	require.NoError(t, err)
+	defer tc.Close()
+	d, err := tc.DescribeWorkflowExecution(context.Background(), fmt.Sprintf("outbox/%d", sent.ID), "")
+	require.NoError(t, err, "the delivery workflow is still in Temporal")
+	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, d.GetWorkflowExecutionInfo().GetStatus())
+
+	nc, err = nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", ports["nats"]))
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err = jetstream.New(nc)
+	require.NoError(t, err)
+	st, err := js.Stream(context.Background(), "ORDERS")
+	require.NoError(t, err)
+	info, err := st.Info(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), info.State.Msgs, "the published message survives the restart")
+
+	// The dead record can be redriven after the stream for its topic exists.
+	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "NOWHERE", Subjects: []string{"nowhere.>"}})
+	require.NoError(t, err)
+	require.Equal(t, 202, httpJSON(t, "POST", fmt.Sprintf("%s/v1/outbox/%d/redrive", gw, dead.ID), key, nil, nil))
+	waitStatus(dead.ID, "sent")
+}

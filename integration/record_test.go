@@ -1,0 +1,117 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/temporalproto"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/mq"
+	"github.com/courier-oss/courier/outbox"
+	"github.com/courier-oss/courier/relay"
+	"github.com/courier-oss/courier/worker"
+)
+
+// flakyPublisher fails the first failures publishes of every message, or all of them when
+// failures < 0, with a transient error.
+type flakyPublisher struct {
+	mq.Publisher
+	failures int
+	mu       sync.Mutex
+	seen     map[string]int
+}
+
+func (f *flakyPublisher) Publish(ctx context.Context, m mq.Message) error {
+	f.mu.Lock()
+	f.seen[m.ID]++
+	n := f.seen[m.ID]
+	f.mu.Unlock()
+	if f.failures < 0 || n <= f.failures {
+		return errors.New("broker unavailable (injected)")
+	}
+	return f.Publisher.Publish(ctx, m)
+}
+
+// TestRecordHistories re-records the replay histories under workflows/testdata from real runs
+// on a real server. It runs only with COURIER_RECORD_HISTORIES=1 (make record-histories).
+func TestRecordHistories(t *testing.T) {
+	if os.Getenv("COURIER_RECORD_HISTORIES") == "" {
+		t.Skip("set COURIER_RECORD_HISTORIES=1 to re-record workflow histories")
+	}
+	dir := filepath.Join("..", "workflows", "testdata", "histories")
+	cases := []struct {
+		name     string
+		topic    string
+		failures int
+	}{
+		{"sent", "orders.created", 0},
+		{"retried-then-sent", "orders.created", 2},
+		{"dead-unknown-topic", "nowhere.created", 0},
+		{"dead-after-budget", "orders.created", -1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := newStack(t, "sqlite")
+			s.createStream("ORDERS", "orders.>")
+			pub := &flakyPublisher{Publisher: s.pub, failures: c.failures, seen: map[string]int{}}
+			w, err := worker.New(worker.Config{Relay: relay.Config{PollInterval: 50 * time.Millisecond, Retry: testRetry}}, worker.Deps{
+				Temporal: s.tc, Publisher: pub, Logger: quiet,
+				Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store}},
+			})
+			require.NoError(t, err)
+			require.NoError(t, w.Start(context.Background()))
+			defer w.Stop()
+			ctx := context.Background()
+			var ids []int64
+			require.NoError(t, s.store.DB().RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+				ids, err = outbox.Enqueue(ctx, tx, outbox.Message{Topic: c.topic, Payload: []byte(`{"recorded":true}`)})
+				return err
+			}))
+			wid := courier.OutboxWorkflowID("", ids[0])
+			require.Eventually(t, func() bool {
+				d, err := s.tc.DescribeWorkflowExecution(ctx, wid, "")
+				return err == nil && d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+			}, time.Minute, 50*time.Millisecond)
+			hist := &historypb.History{}
+			it := s.tc.GetWorkflowHistory(ctx, wid, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+			for it.HasNext() {
+				ev, err := it.Next()
+				require.NoError(t, err)
+				hist.Events = append(hist.Events, ev)
+			}
+			write(t, filepath.Join(dir, "outbox-delivery", c.name+".json"), hist)
+
+			if c.name == "sent" {
+				// A deliberately incompatible history: the recorded run scheduled an activity the
+				// current code never schedules. Replay must reject it.
+				for _, ev := range hist.Events {
+					if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil {
+						a.ActivityType.Name = "outbox-deliver-v0"
+					}
+				}
+				write(t, filepath.Join(dir, "broken", "outbox-delivery-renamed-activity.json"), hist)
+			}
+		})
+	}
+}
+
+func write(t *testing.T, path string, hist *historypb.History) {
+	t.Helper()
+	b, err := temporalproto.CustomJSONMarshalOptions{Indent: "  "}.Marshal(hist)
+	require.NoError(t, err)
+	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+	require.NoError(t, os.WriteFile(path, b, 0o644))
+	t.Logf("recorded %s (%d events)", path, len(hist.Events))
+	require.False(t, strings.Contains(string(b), "TODO"))
+}
