@@ -29,7 +29,7 @@ const workerRoleEnv = "COURIER_IT_WORKER"
 func runWorkerProcess() int {
 	ctx := context.Background()
 	fail := func(err error) int { fmt.Fprintln(os.Stderr, "worker process:", err); return 1 }
-	tc, err := client.Dial(client.Options{HostPort: os.Getenv("COURIER_IT_TEMPORAL"), Namespace: os.Getenv("COURIER_IT_NAMESPACE"), })
+	tc, err := client.Dial(client.Options{HostPort: os.Getenv("COURIER_IT_TEMPORAL"), Namespace: os.Getenv("COURIER_IT_NAMESPACE")})
 	if err != nil {
 		return fail(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/store"
 )
@@ -172,14 +170,3 @@ func do(t *testing.T, method, url, token string, body any) *http.Response {
 	t.Cleanup(func() { resp.Body.Close() })
 	return resp
 }
-
-func decodeError(t *testing.T, resp *http.Response) gateway.ErrorBody {
-	t.Helper()
-	var eb gateway.ErrorBody
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&eb))
-	require.NotEmpty(t, eb.Error.Code)
-	require.NotEmpty(t, eb.Error.Message)
-	return eb
-}
-
-var _ = strings.Contains

@@ -48,14 +48,14 @@ var testRetry = workflows.RetryPolicy{
 
 // stack is one test's real components.
 type stack struct {
-	t        *testing.T
-	ts       *temporaltest.TestServer
-	tc       client.Client
-	nats     *embeddednats.Server
-	js       jetstream.JetStream
-	store    *store.Store
-	dsn      string
-	pub      *mq.NATS
+	t     *testing.T
+	ts    *temporaltest.TestServer
+	tc    client.Client
+	nats  *embeddednats.Server
+	js    jetstream.JetStream
+	store *store.Store
+	dsn   string
+	pub   *mq.NATS
 }
 
 func newStack(t *testing.T, dialect string) *stack {

@@ -2,11 +2,11 @@ package store
 
 import (
 	"context"
-	"sort"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -112,8 +112,8 @@ func (s *Store) ReleaseOutbox(ctx context.Context, ids []int64, retryIn time.Dur
 	}
 	_, err := s.db.NewUpdate().Model((*outboxRow)(nil)).
 		Set("status = ?", courier.OutboxPending).
-		Set("next_attempt_at = " + s.nowPlusSQL(retryIn)).
-		Where("id IN (?)", bun.In(ids)).
+		Set("next_attempt_at = "+s.nowPlusSQL(retryIn)).
+		Where("id IN (?)", bun.List(ids)).
 		Where("status = ?", courier.OutboxDispatched).
 		Exec(ctx)
 	return err
@@ -190,7 +190,7 @@ func (s *Store) MarkOutboxSent(ctx context.Context, id int64) (bool, error) {
 		Set("status = ?", courier.OutboxSent).
 		Set("sent_at = "+s.nowSQL()).
 		Where("id = ?", id).
-		Where("status IN (?)", bun.In([]courier.OutboxStatus{courier.OutboxPending, courier.OutboxDispatched})).
+		Where("status IN (?)", bun.List([]courier.OutboxStatus{courier.OutboxPending, courier.OutboxDispatched})).
 		Exec(ctx)
 	if err != nil {
 		return false, err
@@ -205,7 +205,7 @@ func (s *Store) MarkOutboxDead(ctx context.Context, id int64, lastErr string) (b
 		Set("status = ?", courier.OutboxDead).
 		Set("last_error = ?", lastErr).
 		Where("id = ?", id).
-		Where("status IN (?)", bun.In([]courier.OutboxStatus{courier.OutboxPending, courier.OutboxDispatched})).
+		Where("status IN (?)", bun.List([]courier.OutboxStatus{courier.OutboxPending, courier.OutboxDispatched})).
 		Exec(ctx)
 	if err != nil {
 		return false, err
@@ -273,7 +273,7 @@ func (s *Store) OutboxStats(ctx context.Context) (OutboxStats, error) {
 	}
 	var oldest outboxRow
 	err := s.db.NewSelect().Model(&oldest).Column("created_at").
-		Where("status IN (?)", bun.In([]courier.OutboxStatus{courier.OutboxPending, courier.OutboxDispatched})).
+		Where("status IN (?)", bun.List([]courier.OutboxStatus{courier.OutboxPending, courier.OutboxDispatched})).
 		Order("id ASC").Limit(1).Scan(ctx)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):

@@ -335,4 +335,3 @@ func TestAPIKeys(t *testing.T) {
 		require.Equal(t, courier.CodeNotFound, courier.ErrorCode(s.RevokeAPIKey(ctx, key.ID)))
 	})
 }
-
