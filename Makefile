@@ -18,7 +18,8 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
 
 run: ## run everything in one process: Temporal + UI (:8233), NATS, SQLite, gateway (:8080), worker
-	go run ./cmd/courier dev
+	go build -o bin/courier ./cmd/courier
+	exec ./bin/courier dev $(ARGS)
 
 build: ## build bin/courier
 	go build -o bin/courier ./cmd/courier

@@ -140,6 +140,9 @@ Stop with Ctrl-C.
 	log.Info("stopping: no new requests, in-flight activities may finish", "timeout", cfg.ShutdownTimeout)
 	serr := <-done // the gateway has stopped accepting and drained
 	w.Stop()
+	if serr == nil {
+		fmt.Println("courier dev stopped cleanly; data kept in", dev.DataDir)
+	}
 	return serr
 }
 
