@@ -160,6 +160,23 @@ func TestDevRunsStopsAndRestartsWithoutLoss(t *testing.T) {
 	waitStatus(sent.ID, "sent")
 	waitStatus(dead.ID, "dead")
 
+	// Metrics: the table gauges, the delivery counters and histogram, and the SDK's own.
+	mresp, err := http.Get(gw + "/metrics")
+	require.NoError(t, err)
+	mbody, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	for _, want := range []string{
+		`courier_outbox_rows{status="sent"} 1`,
+		`courier_outbox_rows{status="dead"} 1`,
+		`courier_outbox_oldest_unsent_age_seconds 0`,
+		`courier_outbox_published_total{source="default",topic="orders.created"} 1`,
+		`courier_outbox_dead_total{source="default",topic="nowhere.created"} 1`,
+		`courier_outbox_commit_to_publish_seconds_count 1`,
+		`temporal_request`,
+	} {
+		require.Contains(t, string(mbody), want)
+	}
+
 	// A second copy on the same ports says which port is taken, in one line, and fails.
 	second := exec.Command(os.Args[0], append([]string{"-test.run=^$", "--", "dev"}, append(args[:0:0], append([]string{"--data-dir", t.TempDir()}, args[2:]...)...)...)...)
 	second.Env = append(os.Environ(), "COURIER_AS_MAIN=1")
