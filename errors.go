@@ -19,6 +19,8 @@ const (
 	CodePermissionDenied Code = "permission_denied"
 	CodeTooLarge         Code = "payload_too_large"
 	CodeUnavailable      Code = "unavailable"
+	CodeMethodNotAllowed Code = "method_not_allowed"
+	CodeUnsupportedMedia Code = "unsupported_media_type"
 	CodeInternal         Code = "internal"
 )
 

@@ -21,7 +21,7 @@ func bindJSON(c echo.Context, v any) error {
 	if ct := req.Header.Get(echo.HeaderContentType); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || mt != echo.MIMEApplicationJSON {
-			return &courier.Error{Code: "unsupported_media_type", Message: "send the body as application/json"}
+			return &courier.Error{Code: courier.CodeUnsupportedMedia, Message: "send the body as application/json"}
 		}
 	}
 	body, err := io.ReadAll(req.Body)

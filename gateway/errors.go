@@ -21,16 +21,17 @@ var statusOf = map[courier.Code]int{
 	courier.CodeTooLarge:         http.StatusRequestEntityTooLarge,
 	courier.CodeUnavailable:      http.StatusServiceUnavailable,
 	courier.CodeInternal:         http.StatusInternalServerError,
-	"unsupported_media_type":     http.StatusUnsupportedMediaType,
+	courier.CodeUnsupportedMedia: http.StatusUnsupportedMediaType,
+	courier.CodeMethodNotAllowed: http.StatusMethodNotAllowed,
 }
 
 // codeOfStatus maps echo's own HTTP errors (routing, body limit) back to codes.
 var codeOfStatus = map[int]courier.Code{
 	http.StatusBadRequest:            courier.CodeInvalid,
 	http.StatusNotFound:              courier.CodeNotFound,
-	http.StatusMethodNotAllowed:      "method_not_allowed",
+	http.StatusMethodNotAllowed:      courier.CodeMethodNotAllowed,
 	http.StatusRequestEntityTooLarge: courier.CodeTooLarge,
-	http.StatusUnsupportedMediaType:  "unsupported_media_type",
+	http.StatusUnsupportedMediaType:  courier.CodeUnsupportedMedia,
 	http.StatusUnauthorized:          courier.CodeUnauthenticated,
 	http.StatusForbidden:             courier.CodePermissionDenied,
 	http.StatusServiceUnavailable:    courier.CodeUnavailable,

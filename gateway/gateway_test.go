@@ -152,7 +152,7 @@ func TestBadJSONWritesNothing(t *testing.T) {
 	}
 	resp, eb := f.do(t, "POST", "/v1/outbox", f.producer, "text/plain", strings.NewReader(`{"topic":"a","payload":1}`))
 	require.Equal(t, http.StatusUnsupportedMediaType, resp.StatusCode)
-	require.Equal(t, courier.Code("unsupported_media_type"), eb.Error.Code)
+	require.Equal(t, courier.CodeUnsupportedMedia, eb.Error.Code)
 	require.Zero(t, f.count(t), "a rejected request writes nothing")
 }
 

@@ -13,8 +13,7 @@ import (
 	"github.com/courier-oss/courier/store"
 )
 
-// OutboxJSON is an outbox record as the API shows it. Payload is base64 (JSON bytes of any
-// kind); PayloadText repeats it as a string when it is valid UTF-8, for humans.
+// OutboxJSON is an outbox record as the API shows it. Payload is the raw bytes, base64-encoded.
 type OutboxJSON struct {
 	ID            int64             `json:"id"`
 	Topic         string            `json:"topic"`

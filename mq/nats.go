@@ -58,7 +58,12 @@ func (n *NATS) Publish(ctx context.Context, m Message) error {
 	}
 	_, err := n.js.PublishMsg(ctx, msg, jetstream.WithMsgID(m.ID))
 	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
-		return fmt.Errorf("%w %q: no JetStream stream captures this subject", ErrUnknownTopic, m.Topic)
+		// No answer can also mean JetStream is briefly unavailable (a restart, a leader
+		// election): only a confirmed missing stream is permanent.
+		if _, lerr := n.js.StreamNameBySubject(ctx, m.Topic); errors.Is(lerr, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("%w %q: no JetStream stream captures this subject", ErrUnknownTopic, m.Topic)
+		}
+		return fmt.Errorf("mq: publish to %q: no stream answered (retrying): %w", m.Topic, err)
 	}
 	if err != nil {
 		return fmt.Errorf("mq: publish to %q: %w", m.Topic, err)

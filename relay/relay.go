@@ -35,6 +35,9 @@ type Config struct {
 	// delivery workflow exists (covers a relay that crashed between claim and start); default 30 s.
 	Lease time.Duration
 	Retry workflows.RetryPolicy // delivery budget; default workflows.DefaultOutboxRetry
+	// OrphanCheck is how long after its delivery started a row is looked at again, to re-ensure
+	// its workflow still exists (an idempotent start); default 1 h.
+	OrphanCheck time.Duration
 	// SentRetention is how long sent rows are kept before the relay deletes them in bounded
 	// batches; default 7 days; negative keeps them forever.
 	SentRetention time.Duration
@@ -59,6 +62,9 @@ func (c Config) withDefaults() Config {
 	if c.Lease <= 0 {
 		c.Lease = 30 * time.Second
 	}
+	if c.OrphanCheck <= 0 {
+		c.OrphanCheck = time.Hour
+	}
 	if c.SentRetention == 0 {
 		c.SentRetention = 7 * 24 * time.Hour
 	}
@@ -72,7 +78,7 @@ type Relay struct {
 	cfg     Config
 	sources []Source
 	log     *slog.Logger
-	wake    chan struct{}
+	wakes   []chan struct{} // one per source, so a nudge reaches each loop exactly once
 }
 
 // New builds a relay over the sources.
@@ -80,33 +86,39 @@ func New(tc client.Client, cfg Config, sources []Source, log *slog.Logger) *Rela
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Relay{tc: tc, cfg: cfg.withDefaults(), sources: sources, log: log, wake: make(chan struct{}, 1)}
+	wakes := make([]chan struct{}, len(sources))
+	for i := range wakes {
+		wakes[i] = make(chan struct{}, 1)
+	}
+	return &Relay{tc: tc, cfg: cfg.withDefaults(), sources: sources, log: log, wakes: wakes}
 }
 
 // Wake nudges every source loop to claim now (for writers in the same process, such as a
 // redrive through the gateway in dev mode).
 func (r *Relay) Wake() {
-	select {
-	case r.wake <- struct{}{}:
-	default:
+	for _, w := range r.wakes {
+		select {
+		case w <- struct{}{}:
+		default: // a nudge is already pending
+		}
 	}
 }
 
 // Run claims until ctx ends. It returns nil on cancellation.
 func (r *Relay) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	for _, src := range r.sources {
+	for i, src := range r.sources {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r.runSource(ctx, src)
+			r.runSource(ctx, src, r.wakes[i])
 		}()
 	}
 	wg.Wait()
 	return nil
 }
 
-func (r *Relay) runSource(ctx context.Context, src Source) {
+func (r *Relay) runSource(ctx context.Context, src Source, wake <-chan struct{}) {
 	notify := make(chan struct{}, 1)
 	if src.DSN != "" && src.Store.IsPostgres() {
 		stop := listen(ctx, src.DSN, notify, r.log.With("source", src.Name))
@@ -131,8 +143,7 @@ func (r *Relay) runSource(ctx context.Context, src Source) {
 		case <-notify:
 		case <-cleanup.C:
 			r.deleteSent(ctx, src)
-		case <-r.wake:
-			r.Wake() // pass the nudge on to the other sources
+		case <-wake:
 		}
 	}
 }
@@ -167,9 +178,25 @@ func (r *Relay) ClaimOnce(ctx context.Context, src Source) (int, error) {
 		return 0, err
 	}
 	failed, err := r.start(ctx, src.Name, recs)
+	bg := context.WithoutCancel(ctx)
 	if len(failed) > 0 {
-		if rerr := src.Store.ReleaseOutbox(context.WithoutCancel(ctx), failed, r.cfg.PollInterval); rerr != nil {
+		if rerr := src.Store.ReleaseOutbox(bg, failed, r.cfg.PollInterval); rerr != nil {
 			err = errors.Join(err, rerr)
+		}
+	}
+	if len(failed) < len(recs) {
+		failedSet := make(map[int64]bool, len(failed))
+		for _, id := range failed {
+			failedSet[id] = true
+		}
+		started := make([]int64, 0, len(recs)-len(failed))
+		for _, rec := range recs {
+			if !failedSet[rec.ID] {
+				started = append(started, rec.ID)
+			}
+		}
+		if merr := src.Store.MarkOutboxStarted(bg, started, r.cfg.OrphanCheck); merr != nil {
+			err = errors.Join(err, merr) // harmless: the rows are re-ensured when their lease ends
 		}
 	}
 	return len(recs), err
@@ -241,12 +268,21 @@ func listen(ctx context.Context, dsn string, notify chan<- struct{}, log *slog.L
 			nudge()
 		}
 	})
-	if err := l.Listen("courier_outbox"); err != nil {
-		log.Warn("LISTEN courier_outbox failed; polling only", "error", err)
-	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		// Listen blocks until the database answers and takes no context; run it here so an
+		// unreachable database delays only the wake-ups, never the polling or shutdown.
+		listened := make(chan error, 1)
+		go func() { listened <- l.Listen("courier_outbox") }()
+		select {
+		case err := <-listened:
+			if err != nil {
+				log.Warn("LISTEN courier_outbox failed; polling only", "error", err)
+			}
+		case <-ctx.Done():
+			return
+		}
 		for {
 			select {
 			case <-ctx.Done():

@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -71,7 +72,8 @@ func (s *Store) LookupAPIKey(ctx context.Context, token string) (courier.APIKey,
 	}
 	scopes, err := courier.ParseScopes(row.Scopes)
 	if err != nil {
-		return courier.APIKey{}, err
+		// A stored key with a bad scope list is our fault, not the caller's.
+		return courier.APIKey{}, fmt.Errorf("API key %s has unreadable scopes: %v", row.ID, err)
 	}
 	return courier.APIKey{ID: row.ID, Name: row.Name, Scopes: scopes}, nil
 }

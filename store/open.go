@@ -115,3 +115,11 @@ func (s *Store) nowPlusSQL(d time.Duration) string {
 	}
 	return fmt.Sprintf("strftime('%%Y-%%m-%%d %%H:%%M:%%f+00:00', 'now', '%+f seconds')", d.Seconds())
 }
+
+// greatestSQL is the later of two timestamp expressions (text compares correctly on SQLite).
+func (s *Store) greatestSQL(a, b string) string {
+	if s.pg {
+		return "GREATEST(" + a + ", " + b + ")"
+	}
+	return "MAX(" + a + ", " + b + ")"
+}

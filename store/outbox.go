@@ -170,24 +170,42 @@ func (s *Store) ListOutbox(ctx context.Context, f OutboxFilter) ([]courier.Outbo
 	return out, nil
 }
 
-// RecordOutboxAttempt counts one delivery attempt and keeps its error ("" on success) and the
-// time of the next attempt, so operators see progress while Temporal retries.
+// RecordOutboxAttempt counts one failed delivery attempt and keeps its error, so operators see
+// progress while Temporal retries. next_attempt_at moves to the estimated retry time but never
+// earlier than it already is: a dispatched row must not become due for re-claiming while its
+// workflow is merely waiting to retry.
 func (s *Store) RecordOutboxAttempt(ctx context.Context, id int64, lastErr string, retryIn time.Duration) error {
-	q := s.db.NewUpdate().Model((*outboxRow)(nil)).
+	_, err := s.db.NewUpdate().Model((*outboxRow)(nil)).
 		Set("attempts = attempts + 1").
-		Where("id = ?", id)
-	if lastErr != "" {
-		q = q.Set("last_error = ?", lastErr).Set("next_attempt_at = " + s.nowPlusSQL(retryIn))
-	}
-	_, err := q.Exec(ctx)
+		Set("last_error = ?", lastErr).
+		Set("next_attempt_at = "+s.greatestSQL("next_attempt_at", s.nowPlusSQL(retryIn))).
+		Where("id = ?", id).
+		Exec(ctx)
 	return err
 }
 
-// MarkOutboxSent marks a record sent and counts the successful attempt. It returns false if the record was not pending or
-// dispatched (already sent, or dead), which makes a repeated delivery harmless.
+// MarkOutboxStarted records that the delivery workflows of claimed rows have started: they are
+// not due again until horizon has passed, when any relay re-ensures that their workflow still
+// exists (an idempotent start). Without it every started row would be re-claimed each lease.
+func (s *Store) MarkOutboxStarted(ctx context.Context, ids []int64, horizon time.Duration) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := s.db.NewUpdate().Model((*outboxRow)(nil)).
+		Set("next_attempt_at = "+s.nowPlusSQL(horizon)).
+		Where("id IN (?)", bun.List(ids)).
+		Where("status = ?", courier.OutboxDispatched).
+		Exec(ctx)
+	return err
+}
+
+// MarkOutboxSent marks a record sent and counts the successful attempt. It returns false if the
+// record was not pending or dispatched (already sent, or dead), which makes a repeated delivery
+// harmless.
 func (s *Store) MarkOutboxSent(ctx context.Context, id int64) (bool, error) {
 	res, err := s.db.NewUpdate().Model((*outboxRow)(nil)).
 		Set("status = ?", courier.OutboxSent).
+		Set("attempts = attempts + 1").
 		Set("sent_at = "+s.nowSQL()).
 		Where("id = ?", id).
 		Where("status IN (?)", bun.List([]courier.OutboxStatus{courier.OutboxPending, courier.OutboxDispatched})).

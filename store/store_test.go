@@ -335,3 +335,33 @@ func TestAPIKeys(t *testing.T) {
 		require.Equal(t, courier.CodeNotFound, courier.ErrorCode(s.RevokeAPIKey(ctx, key.ID)))
 	})
 }
+
+// A started row is not due again until the orphan-check horizon, and a failed attempt never
+// makes a dispatched row due sooner than that.
+func TestStartedRowsWaitForTheOrphanCheck(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		ids := enqueue(t, s, msg("a"), msg("b"))
+		recs, err := s.ClaimOutbox(ctx, 10, -time.Second) // lease already over
+		require.NoError(t, err)
+		require.Len(t, recs, 2)
+		require.NoError(t, s.MarkOutboxStarted(ctx, []int64{ids[0]}, time.Hour))
+		require.NoError(t, s.RecordOutboxAttempt(ctx, ids[0], "broker down", time.Second))
+		again, err := s.ClaimOutbox(ctx, 10, time.Hour)
+		require.NoError(t, err)
+		require.Len(t, again, 1, "only the row whose start was never recorded is re-claimed")
+		require.Equal(t, ids[1], again[0].ID)
+		rec, err := s.GetOutbox(ctx, ids[0])
+		require.NoError(t, err)
+		require.Equal(t, 1, rec.Attempts)
+		require.Equal(t, "broker down", rec.LastError)
+		require.True(t, rec.NextAttemptAt.After(time.Now().Add(50*time.Minute)), "the failure did not pull the row's next look earlier")
+
+		ok, err := s.MarkOutboxSent(ctx, ids[0])
+		require.NoError(t, err)
+		require.True(t, ok)
+		rec, err = s.GetOutbox(ctx, ids[0])
+		require.NoError(t, err)
+		require.Equal(t, 2, rec.Attempts, "the successful attempt is counted too")
+	})
+}

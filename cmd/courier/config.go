@@ -48,6 +48,8 @@ type Config struct {
 	ShutdownTimeout time.Duration // COURIER_SHUTDOWN_TIMEOUT; default 10s
 	MaxBodyBytes    int64         // COURIER_MAX_BODY_BYTES; default 1 MiB
 	Outbox          OutboxConfig
+
+	envErrs []error // environment variables that did not parse; Validate reports them
 }
 
 type sourceList []sourceSpec
@@ -87,26 +89,37 @@ func env(name, def string) string {
 	return def
 }
 
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(env(name, "")); err == nil {
-		return v
+// envParse reads a typed environment variable; a value that does not parse is remembered in
+// errs (reported by Validate) instead of silently falling back to the default.
+func envParse[T any](errs *[]error, name string, def T, parse func(string) (T, error)) T {
+	raw := env(name, "")
+	if raw == "" {
+		return def
 	}
-	return def
+	v, err := parse(raw)
+	if err != nil {
+		*errs = append(*errs, fmt.Errorf("%s=%q: %v", name, raw, err))
+		return def
+	}
+	return v
 }
 
+func envInt(name string, def int) int { return envParse(&pendingEnvErrs, name, def, strconv.Atoi) }
+
 func envDur(name string, def time.Duration) time.Duration {
-	if v, err := time.ParseDuration(env(name, "")); err == nil {
-		return v
-	}
-	return def
+	return envParse(&pendingEnvErrs, name, def, time.ParseDuration)
 }
 
 func envBool(name string, def bool) bool {
-	if v, err := strconv.ParseBool(env(name, "")); err == nil {
-		return v
-	}
-	return def
+	return envParse(&pendingEnvErrs, name, def, strconv.ParseBool)
 }
+
+func envFloat(name string, def float64) float64 {
+	return envParse(&pendingEnvErrs, name, def, func(s string) (float64, error) { return strconv.ParseFloat(s, 64) })
+}
+
+// pendingEnvErrs collects parse errors while flags are bound; bind moves them into the Config.
+var pendingEnvErrs []error
 
 // bind registers the shared flags on fs, with environment variables as defaults.
 func (c *Config) bind(fs *flag.FlagSet, defaultHTTP string) {
@@ -129,7 +142,9 @@ func (c *Config) bindRuntime(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogLevel, "log-level", env("COURIER_LOG_LEVEL", "info"), "debug, info, warn or error (COURIER_LOG_LEVEL)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", envDur("COURIER_SHUTDOWN_TIMEOUT", 10*time.Second), "how long in-flight work may finish on SIGTERM (COURIER_SHUTDOWN_TIMEOUT)")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", int64(envInt("COURIER_MAX_BODY_BYTES", 1<<20)), "request body limit in bytes (COURIER_MAX_BODY_BYTES)")
-	_ = c.Outbox.Sources.Set(env("COURIER_OUTBOX_SOURCES", ""))
+	if err := c.Outbox.Sources.Set(env("COURIER_OUTBOX_SOURCES", "")); err != nil {
+		pendingEnvErrs = append(pendingEnvErrs, fmt.Errorf("COURIER_OUTBOX_SOURCES: %w", err))
+	}
 	fs.Var(&c.Outbox.Sources, "outbox-source", "extra producer database to relay from, name=database-url; repeatable (COURIER_OUTBOX_SOURCES, comma-separated)")
 	fs.IntVar(&c.Outbox.BatchSize, "outbox-batch", envInt("COURIER_OUTBOX_BATCH", 100), "outbox rows claimed per batch (COURIER_OUTBOX_BATCH)")
 	fs.DurationVar(&c.Outbox.PollInterval, "outbox-poll", envDur("COURIER_OUTBOX_POLL", time.Second), "fallback poll interval (COURIER_OUTBOX_POLL)")
@@ -139,7 +154,7 @@ func (c *Config) bindRuntime(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Outbox.Retry.AttemptTimeout, "outbox-attempt-timeout", envDur("COURIER_OUTBOX_ATTEMPT_TIMEOUT", d.AttemptTimeout), "bound on one publish attempt (COURIER_OUTBOX_ATTEMPT_TIMEOUT)")
 	fs.DurationVar(&c.Outbox.Retry.InitialInterval, "outbox-retry-initial", envDur("COURIER_OUTBOX_RETRY_INITIAL", d.InitialInterval), "first retry wait (COURIER_OUTBOX_RETRY_INITIAL)")
 	fs.DurationVar(&c.Outbox.Retry.MaxInterval, "outbox-retry-max-interval", envDur("COURIER_OUTBOX_RETRY_MAX_INTERVAL", d.MaxInterval), "longest retry wait (COURIER_OUTBOX_RETRY_MAX_INTERVAL)")
-	fs.Float64Var(&c.Outbox.Retry.BackoffCoef, "outbox-retry-backoff", d.BackoffCoef, "retry wait growth factor")
+	fs.Float64Var(&c.Outbox.Retry.BackoffCoef, "outbox-retry-backoff", envFloat("COURIER_OUTBOX_RETRY_BACKOFF", d.BackoffCoef), "retry wait growth factor (COURIER_OUTBOX_RETRY_BACKOFF)")
 	attempts := envInt("COURIER_OUTBOX_MAX_ATTEMPTS", int(d.MaxAttempts))
 	c.Outbox.Retry.MaxAttempts = int32(attempts)
 	fs.Func("outbox-max-attempts", fmt.Sprintf("attempts before a record is dead (COURIER_OUTBOX_MAX_ATTEMPTS; default %d)", attempts), func(s string) error {
@@ -150,10 +165,14 @@ func (c *Config) bindRuntime(fs *flag.FlagSet) {
 		c.Outbox.Retry.MaxAttempts = int32(v)
 		return nil
 	})
+	c.envErrs, pendingEnvErrs = append(c.envErrs, pendingEnvErrs...), nil
 }
 
 // Validate reports the first configuration error in plain words.
 func (c *Config) Validate(needDB bool) error {
+	if len(c.envErrs) > 0 {
+		return fmt.Errorf("bad environment: %w", errors.Join(c.envErrs...))
+	}
 	switch {
 	case needDB && c.DatabaseURL == "":
 		return errors.New("DATABASE_URL (or --database-url) is required: postgres://… or sqlite:PATH")

@@ -1,0 +1,57 @@
+package mq_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/courier-oss/courier/devstack/embeddednats"
+	"github.com/courier-oss/courier/mq"
+)
+
+// The publisher contract, against a real NATS JetStream server: acknowledged publishes land in
+// the stream with courier's headers, the same message id is stored once, and a subject no stream
+// captures is ErrUnknownTopic.
+func TestNATSPublisher(t *testing.T) {
+	srv, err := embeddednats.Start(embeddednats.Config{Port: -1, StoreDir: t.TempDir()})
+	require.NoError(t, err)
+	defer srv.Shutdown()
+	pub, err := mq.DialNATS(srv.URL(), "test")
+	require.NoError(t, err)
+	defer pub.Close()
+	ctx := context.Background()
+	require.NoError(t, pub.Ping(ctx))
+
+	js, err := jetstream.New(pub.Conn())
+	require.NoError(t, err)
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
+	require.NoError(t, err)
+
+	m := mq.Message{ID: "42", Topic: "orders.created", Key: "o-1", Payload: []byte(`{"a":1}`), Headers: map[string]string{"Trace": "t"}}
+	require.NoError(t, pub.Publish(ctx, m))
+	require.NoError(t, pub.Publish(ctx, m), "a re-publish is acknowledged")
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), info.State.Msgs, "and stored once")
+
+	got, err := st.GetMsg(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, "42", got.Header.Get(mq.HeaderMessageID))
+	require.Equal(t, "o-1", got.Header.Get(mq.HeaderKey))
+	require.Equal(t, "t", got.Header.Get("Trace"))
+	require.Equal(t, `{"a":1}`, string(got.Data))
+
+	err = pub.Publish(ctx, mq.Message{ID: "43", Topic: "nowhere.created", Payload: []byte("x")})
+	require.ErrorIs(t, err, mq.ErrUnknownTopic)
+
+	// With the server gone, a publish fails without claiming the topic is unknown.
+	srv.Shutdown()
+	tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	err = pub.Publish(tctx, mq.Message{ID: "44", Topic: "orders.created", Payload: []byte("x")})
+	require.Error(t, err)
+	require.NotErrorIs(t, err, mq.ErrUnknownTopic, "an unavailable broker is retried, not dead")
+}
