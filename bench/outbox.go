@@ -16,15 +16,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/devstack"
-	"github.com/courier-oss/courier/devstack/embeddednats"
 	"github.com/courier-oss/courier/mq"
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/relay"
@@ -52,8 +49,15 @@ type Result struct {
 	Max        time.Duration
 }
 
-// RunOutbox runs the outbox scenarios and the bare-Temporal baseline on one embedded stack.
-func RunOutbox(ctx context.Context, cfg OutboxConfig) ([]Result, error) {
+// Stack is the running Temporal server and NATS server a benchmark measures (cmd/courier
+// starts the embedded ones; bench itself never imports the Temporal server).
+type Stack struct {
+	Temporal client.Client
+	NATSURL  string
+}
+
+// RunOutbox runs the outbox scenarios and the bare-Temporal baseline on one stack.
+func RunOutbox(ctx context.Context, stack Stack, cfg OutboxConfig) ([]Result, error) {
 	if cfg.Rows <= 0 {
 		cfg.Rows = 2000
 	}
@@ -72,28 +76,7 @@ func RunOutbox(ctx context.Context, cfg OutboxConfig) ([]Result, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-
-	ns, err := embeddednats.Start(embeddednats.Config{Port: -1, StoreDir: filepath.Join(dir, "nats")})
-	if err != nil {
-		return nil, err
-	}
-	defer ns.Shutdown()
-	sas := map[string]enumspb.IndexedValueType{}
-	for name, typ := range courier.SearchAttributes {
-		sas[name] = worker.IndexedValueType(typ)
-	}
-	tmp, err := devstack.StartTemporal(ctx, devstack.Config{
-		DataDir: dir, TemporalPort: -1, DisableUI: true, SearchAttributes: sas, Logger: quiet,
-	})
-	if err != nil {
-		return nil, err
-	}
-	defer tmp.Stop()
-	tc, err := client.Dial(client.Options{HostPort: tmp.Address(), Namespace: tmp.Namespace(), Logger: nopLogger{}})
-	if err != nil {
-		return nil, err
-	}
-	defer tc.Close()
+	tc := stack.Temporal
 
 	var results []Result
 	base, err := runBaseline(ctx, tc, cfg)
@@ -115,7 +98,7 @@ func RunOutbox(ctx context.Context, cfg OutboxConfig) ([]Result, error) {
 			defer drop()
 			db.url = u
 		}
-		r, err := runOutbox(ctx, tc, ns.URL(), db.name, db.url, fmt.Sprintf("BENCH%d", i), cfg, quiet)
+		r, err := runOutbox(ctx, tc, stack.NATSURL, db.name, db.url, fmt.Sprintf("BENCH%d", i), cfg, quiet)
 		if err != nil {
 			return results, fmt.Errorf("outbox on %s: %w", db.name, err)
 		}
@@ -364,14 +347,6 @@ func pgURL(u string) string {
 	}
 	return ""
 }
-
-// nopLogger silences the SDK client in benchmarks.
-type nopLogger struct{}
-
-func (nopLogger) Debug(string, ...any) {}
-func (nopLogger) Info(string, ...any)  {}
-func (nopLogger) Warn(string, ...any)  {}
-func (nopLogger) Error(string, ...any) {}
 
 // scratchSchema creates a throwaway schema in the given PostgreSQL database, so the benchmark
 // never touches existing tables, and returns a URL that uses it.

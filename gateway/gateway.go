@@ -33,10 +33,11 @@ type Check struct {
 // Deps are the gateway's collaborators.
 type Deps struct {
 	Keys     KeyStore
-	Outbox   OutboxStore
-	Checks   []Check             // probed by /readyz: database, Temporal, message queue
-	Gatherer prometheus.Gatherer // served at /metrics; nil serves the default registry
-	Wake     func()              // optional: nudge an in-process relay after a redrive
+	Outbox   OutboxStore            // courier's own database
+	Sources  map[string]OutboxStore // producer databases by source name (read and redrive via ?source=)
+	Checks   []Check                // probed by /readyz: database, Temporal, message queue
+	Gatherer prometheus.Gatherer    // served at /metrics; nil serves the default registry
+	Wake     func()                 // optional: nudge an in-process relay after a redrive
 	Logger   *slog.Logger
 }
 

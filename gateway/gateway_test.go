@@ -24,6 +24,7 @@ import (
 type fixture struct {
 	url                     string
 	st                      *store.Store
+	prodDB                  *store.Store // a producer's own database, source "accounts"
 	admin, producer, worker string
 	readyErr                error
 }
@@ -31,7 +32,8 @@ type fixture struct {
 func setup(t *testing.T) *fixture {
 	t.Helper()
 	st, _ := testenv.Store(t, "sqlite")
-	f := &fixture{st: st}
+	prod, _ := testenv.Store(t, "sqlite")
+	f := &fixture{st: st, prodDB: prod}
 	ctx := context.Background()
 	mk := func(s courier.Scope) string {
 		_, tok, err := st.CreateAPIKey(ctx, string(s), []courier.Scope{s})
@@ -42,6 +44,7 @@ func setup(t *testing.T) *fixture {
 	reg := prometheus.NewRegistry()
 	h := gateway.New(gateway.Config{MaxBodyBytes: 4096}, gateway.Deps{
 		Keys: st, Outbox: st, Gatherer: reg,
+		Sources: map[string]gateway.OutboxStore{"accounts": prod},
 		Checks: []gateway.Check{
 			{Name: "database", Probe: st.Ping},
 			{Name: "mq", Probe: func(context.Context) error { return f.readyErr }},
@@ -243,4 +246,48 @@ func TestHealthReadinessMetricsOpenAPI(t *testing.T) {
 	resp, eb := f.do(t, "GET", "/v1/nothing-here", f.admin, "", nil)
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)
 	require.Equal(t, courier.CodeNotFound, eb.Error.Code)
+}
+
+// Records in a producer's own database are read and redriven with ?source=; ids of different
+// databases never mix.
+func TestProducerSources(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	own, err := f.st.EnqueueOutbox(ctx, outbox.Message{Topic: "own.topic", Payload: []byte("1")})
+	require.NoError(t, err)
+	theirs, err := f.prodDB.EnqueueOutbox(ctx, outbox.Message{Topic: "user.registered", Payload: []byte("2")})
+	require.NoError(t, err)
+	require.Equal(t, own.ID, theirs.ID, "both databases start at id 1")
+
+	var rec gateway.OutboxJSON
+	resp, _ := f.do(t, "GET", fmt.Sprintf("/v1/outbox/%d?source=accounts", theirs.ID), f.producer, "", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&rec))
+	require.Equal(t, "user.registered", rec.Topic)
+	require.Equal(t, "accounts", rec.Source)
+	require.Equal(t, fmt.Sprintf("outbox/accounts/%d", theirs.ID), rec.WorkflowID)
+
+	resp, _ = f.do(t, "GET", fmt.Sprintf("/v1/outbox/%d", own.ID), f.producer, "", nil)
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&rec))
+	require.Equal(t, "own.topic", rec.Topic)
+	require.Equal(t, "default", rec.Source)
+
+	resp, eb := f.do(t, "GET", "/v1/outbox?source=nope", f.producer, "", nil)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+	require.Equal(t, courier.CodeNotFound, eb.Error.Code)
+
+	_, err = f.prodDB.MarkOutboxDead(ctx, theirs.ID, "no stream")
+	require.NoError(t, err)
+	resp, _ = f.do(t, "GET", "/v1/outbox?source=accounts&status=dead", f.producer, "", nil)
+	var page gateway.OutboxPage
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&page))
+	require.Len(t, page.Items, 1)
+	resp, _ = f.do(t, "POST", fmt.Sprintf("/v1/outbox/%d/redrive?source=accounts", theirs.ID), f.admin, "", nil)
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	got, err := f.prodDB.GetOutbox(ctx, theirs.ID)
+	require.NoError(t, err)
+	require.Equal(t, courier.OutboxPending, got.Status)
+	mine, err := f.st.GetOutbox(ctx, own.ID)
+	require.NoError(t, err)
+	require.Equal(t, courier.OutboxPending, mine.Status, "courier's own record with the same id is untouched")
 }

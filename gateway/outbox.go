@@ -15,6 +15,7 @@ import (
 
 // OutboxJSON is an outbox record as the API shows it. Payload is the raw bytes, base64-encoded.
 type OutboxJSON struct {
+	Source        string            `json:"source"`
 	ID            int64             `json:"id"`
 	Topic         string            `json:"topic"`
 	Key           string            `json:"key,omitempty"`
@@ -29,12 +30,12 @@ type OutboxJSON struct {
 	WorkflowID    string            `json:"workflow_id"`
 }
 
-func outboxJSON(r courier.OutboxRecord) OutboxJSON {
+func outboxJSON(source string, r courier.OutboxRecord) OutboxJSON {
 	return OutboxJSON{
-		ID: r.ID, Topic: r.Topic, Key: r.Key, Payload: r.Payload, Headers: r.Headers,
+		Source: source, ID: r.ID, Topic: r.Topic, Key: r.Key, Payload: r.Payload, Headers: r.Headers,
 		Status: string(r.Status), Attempts: r.Attempts, NextAttemptAt: r.NextAttemptAt,
 		CreatedAt: r.CreatedAt, SentAt: r.SentAt, LastError: r.LastError,
-		WorkflowID: courier.OutboxWorkflowID(courier.DefaultSource, r.ID),
+		WorkflowID: courier.OutboxWorkflowID(source, r.ID),
 	}
 }
 
@@ -52,7 +53,23 @@ func pathID(c echo.Context) (int64, error) {
 	return id, nil
 }
 
+// source picks the database named by ?source= (default: courier's own).
+func (h *handlers) source(c echo.Context) (string, OutboxStore, error) {
+	name := c.QueryParam("source")
+	if name == "" || name == courier.DefaultSource {
+		return courier.DefaultSource, h.d.Outbox, nil
+	}
+	if st, ok := h.d.Sources[name]; ok {
+		return name, st, nil
+	}
+	return "", nil, courier.Errorf(courier.CodeNotFound, "unknown outbox source %q", name)
+}
+
 func (h *handlers) listOutbox(c echo.Context) error {
+	src, st, err := h.source(c)
+	if err != nil {
+		return err
+	}
 	f := store.OutboxFilter{Status: courier.OutboxStatus(c.QueryParam("status")), Topic: c.QueryParam("topic")}
 	if f.Status != "" && !f.Status.Valid() {
 		return courier.Errorf(courier.CodeInvalid, "status must be one of pending, dispatched, sent, dead; got %q", f.Status)
@@ -71,13 +88,13 @@ func (h *handlers) listOutbox(c echo.Context) error {
 		}
 		f.Limit = v
 	}
-	recs, err := h.d.Outbox.ListOutbox(c.Request().Context(), f)
+	recs, err := st.ListOutbox(c.Request().Context(), f)
 	if err != nil {
 		return err
 	}
 	page := OutboxPage{Items: make([]OutboxJSON, 0, len(recs))}
 	for _, r := range recs {
-		page.Items = append(page.Items, outboxJSON(r))
+		page.Items = append(page.Items, outboxJSON(src, r))
 	}
 	limit := f.Limit
 	if limit == 0 {
@@ -119,7 +136,7 @@ func (h *handlers) publishOutbox(c echo.Context) error {
 	if h.d.Wake != nil {
 		h.d.Wake()
 	}
-	return c.JSON(http.StatusCreated, outboxJSON(rec))
+	return c.JSON(http.StatusCreated, outboxJSON(courier.DefaultSource, rec))
 }
 
 func (h *handlers) getOutbox(c echo.Context) error {
@@ -127,11 +144,15 @@ func (h *handlers) getOutbox(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	rec, err := h.d.Outbox.GetOutbox(c.Request().Context(), id)
+	src, st, err := h.source(c)
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, outboxJSON(rec))
+	rec, err := st.GetOutbox(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, outboxJSON(src, rec))
 }
 
 func (h *handlers) redriveOutbox(c echo.Context) error {
@@ -139,12 +160,16 @@ func (h *handlers) redriveOutbox(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	rec, err := h.d.Outbox.RedriveOutbox(c.Request().Context(), id)
+	src, st, err := h.source(c)
+	if err != nil {
+		return err
+	}
+	rec, err := st.RedriveOutbox(c.Request().Context(), id)
 	if err != nil {
 		return err
 	}
 	if h.d.Wake != nil {
 		h.d.Wake()
 	}
-	return c.JSON(http.StatusAccepted, outboxJSON(rec))
+	return c.JSON(http.StatusAccepted, outboxJSON(src, rec))
 }

@@ -54,14 +54,16 @@ type outboxTable struct {
 	up     *prometheus.Desc
 }
 
-// NewOutboxTableCollector exports courier_outbox_rows{status} and
-// courier_outbox_oldest_unsent_age_seconds, computed by stats at each scrape.
-func NewOutboxTableCollector(stats func() (OutboxTableStats, error)) prometheus.Collector {
+// NewOutboxTableCollector exports courier_outbox_rows{source,status} and
+// courier_outbox_oldest_unsent_age_seconds{source}, computed by stats at each scrape.
+// The source label names the database (default: courier's own).
+func NewOutboxTableCollector(source string, stats func() (OutboxTableStats, error)) prometheus.Collector {
+	labels := prometheus.Labels{"source": source}
 	return &outboxTable{
 		stats:  stats,
-		rows:   prometheus.NewDesc("courier_outbox_rows", "Outbox rows by status.", []string{"status"}, nil),
-		oldest: prometheus.NewDesc("courier_outbox_oldest_unsent_age_seconds", "Age of the oldest outbox row not yet sent (pending or dispatched).", nil, nil),
-		up:     prometheus.NewDesc("courier_outbox_stats_up", "1 if the outbox table could be read at this scrape.", nil, nil),
+		rows:   prometheus.NewDesc("courier_outbox_rows", "Outbox rows by status.", []string{"status"}, labels),
+		oldest: prometheus.NewDesc("courier_outbox_oldest_unsent_age_seconds", "Age of the oldest outbox row not yet sent (pending or dispatched).", nil, labels),
+		up:     prometheus.NewDesc("courier_outbox_stats_up", "1 if the outbox table could be read at this scrape.", nil, labels),
 	}
 }
 

@@ -148,25 +148,17 @@ func (a *app) newWorker() (*worker.Worker, error) {
 }
 
 func (a *app) newGateway(wake func()) http.Handler {
-	a.reg.MustRegister(metrics.NewOutboxTableCollector(func() (metrics.OutboxTableStats, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		st, err := a.store.OutboxStats(ctx)
-		if err != nil {
-			return metrics.OutboxTableStats{}, err
+	extra := map[string]gateway.OutboxStore{}
+	for _, src := range a.sources {
+		a.reg.MustRegister(metrics.NewOutboxTableCollector(src.Name, tableStats(src.Store)))
+		if src.Name != courier.DefaultSource {
+			extra[src.Name] = src.Store
 		}
-		out := metrics.OutboxTableStats{ByStatus: map[string]int64{}}
-		for k, v := range st.ByStatus {
-			out.ByStatus[string(k)] = v
-		}
-		if st.OldestUnsent != nil {
-			out.OldestUnsent = time.Since(*st.OldestUnsent).Seconds()
-		}
-		return out, nil
-	}))
+	}
 	return gateway.New(gateway.Config{MaxBodyBytes: a.cfg.MaxBodyBytes}, gateway.Deps{
-		Keys:   a.store,
-		Outbox: a.store,
+		Keys:    a.store,
+		Outbox:  a.store,
+		Sources: extra,
 		Checks: []gateway.Check{
 			{Name: "database", Probe: a.store.Ping},
 			{Name: "temporal", Probe: func(ctx context.Context) error {
@@ -179,6 +171,26 @@ func (a *app) newGateway(wake func()) http.Handler {
 		Wake:     wake,
 		Logger:   a.log,
 	})
+}
+
+// tableStats reads one outbox table for the scrape-time gauges.
+func tableStats(st *store.Store) func() (metrics.OutboxTableStats, error) {
+	return func() (metrics.OutboxTableStats, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s, err := st.OutboxStats(ctx)
+		if err != nil {
+			return metrics.OutboxTableStats{}, err
+		}
+		out := metrics.OutboxTableStats{ByStatus: map[string]int64{}}
+		for k, v := range s.ByStatus {
+			out.ByStatus[string(k)] = v
+		}
+		if s.OldestUnsent != nil {
+			out.OldestUnsent = time.Since(*s.OldestUnsent).Seconds()
+		}
+		return out, nil
+	}
 }
 
 func (a *app) close() {

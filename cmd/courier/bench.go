@@ -4,9 +4,21 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
+
+	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/bench"
+	"github.com/courier-oss/courier/devstack"
+	"github.com/courier-oss/courier/devstack/embeddednats"
+	"github.com/courier-oss/courier/worker"
 )
 
 // runBench runs a named benchmark against a fresh embedded stack and prints one table.
@@ -18,11 +30,36 @@ func runBench(ctx context.Context, args []string) error {
 	var cfg bench.OutboxConfig
 	fs.IntVar(&cfg.Rows, "rows", 2000, "rows committed per scenario")
 	fs.Float64Var(&cfg.Rate, "rate", 200, "target commits per second")
-	fs.StringVar(&cfg.PostgresURL, "postgres-url", env("COURIER_BENCH_POSTGRES_URL", ""), "also run against this PostgreSQL database (COURIER_BENCH_POSTGRES_URL)")
+	fs.StringVar(&cfg.PostgresURL, "postgres-url", env("COURIER_BENCH_POSTGRES_URL", ""), "also run against this PostgreSQL database, in a throwaway schema (COURIER_BENCH_POSTGRES_URL)")
 	fs.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "give up on a scenario after this long")
 	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}
-	_, err := bench.RunOutbox(ctx, cfg)
+	dir, err := os.MkdirTemp("", "courier-bench-stack-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ns, err := embeddednats.Start(embeddednats.Config{Port: -1, StoreDir: filepath.Join(dir, "nats")})
+	if err != nil {
+		return err
+	}
+	defer ns.Shutdown()
+	sas := map[string]enumspb.IndexedValueType{}
+	for name, typ := range courier.SearchAttributes {
+		sas[name] = worker.IndexedValueType(typ)
+	}
+	tmp, err := devstack.StartTemporal(ctx, devstack.Config{DataDir: dir, TemporalPort: -1, DisableUI: true, SearchAttributes: sas, Logger: quiet})
+	if err != nil {
+		return err
+	}
+	defer tmp.Stop()
+	tc, err := client.Dial(client.Options{HostPort: tmp.Address(), Namespace: tmp.Namespace(), Logger: sdklog.NewStructuredLogger(quiet)})
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	_, err = bench.RunOutbox(ctx, bench.Stack{Temporal: tc, NATSURL: ns.URL()}, cfg)
 	return err
 }

@@ -166,9 +166,9 @@ func TestDevRunsStopsAndRestartsWithoutLoss(t *testing.T) {
 	mbody, _ := io.ReadAll(mresp.Body)
 	mresp.Body.Close()
 	for _, want := range []string{
-		`courier_outbox_rows{status="sent"} 1`,
-		`courier_outbox_rows{status="dead"} 1`,
-		`courier_outbox_oldest_unsent_age_seconds 0`,
+		`courier_outbox_rows{source="default",status="sent"} 1`,
+		`courier_outbox_rows{source="default",status="dead"} 1`,
+		`courier_outbox_oldest_unsent_age_seconds{source="default"} 0`,
 		`courier_outbox_published_total{source="default",topic="orders.created"} 1`,
 		`courier_outbox_dead_total{source="default",topic="nowhere.created"} 1`,
 		`courier_outbox_commit_to_publish_seconds_count 1`,
