@@ -11,4 +11,5 @@ type WorkflowRegistrar interface {
 // tests share this one list, so a replayed history always meets the code that runs.
 func Register(r WorkflowRegistrar) {
 	r.RegisterWorkflowWithOptions(OutboxDelivery, workflow.RegisterOptions{Name: OutboxDeliveryName})
+	r.RegisterWorkflowWithOptions(Timer, workflow.RegisterOptions{Name: TimerName})
 }

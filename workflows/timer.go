@@ -1,0 +1,172 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+)
+
+// Names of the timer workflow and its messages (stable; never the Go names).
+const (
+	TimerName          = "timer"
+	UpdateReschedule   = "reschedule-timer"
+	UpdateCancel       = "cancel-timer"
+	QueryTimerState    = "timer-state"
+	LoadBizTypeName    = "timer-load-biz-type"
+	DeliverTimerName   = "timer-deliver"
+	ErrTypeTimerClosed = "TimerClosed"
+)
+
+// Timer states.
+const (
+	TimerScheduled = "scheduled"
+	TimerFiring    = "firing"
+	TimerDelivered = "delivered"
+	TimerFailed    = "failed"
+	TimerCancelled = "cancelled"
+)
+
+// TimerParams is the timer workflow's input. Its ID is timer/<biz_type>/<biz_id>.
+type TimerParams struct {
+	BizType string
+	BizID   string
+	FireAt  time.Time
+	Payload []byte // JSON, delivered as is
+}
+
+// TimerState is what the state query, the updates and the workflow result report.
+type TimerState struct {
+	State     string
+	FireAt    time.Time
+	Attempts  int
+	LastError string
+	Version   int // bumped by every accepted change, so callers can order what they saw
+}
+
+// RescheduleRequest moves the fire time.
+type RescheduleRequest struct {
+	FireAt time.Time
+}
+
+// BizTypeDelivery is how a business type's timers are delivered, read at fire time.
+type BizTypeDelivery struct {
+	TaskQueue      string        // the type's own queue: one slow type never delays another
+	Retry          RetryPolicy   // the type's retry budget
+	RequestTimeout time.Duration // one attempt's bound
+}
+
+// DeliverTimerParams is the delivery activity's input.
+type DeliverTimerParams struct {
+	BizType    string
+	BizID      string
+	DeliveryID string // the same for every attempt: receivers deduplicate on it
+	FireAt     time.Time
+	Payload    []byte
+}
+
+// loadBizTypeOptions reads the type's delivery settings; a local activity, quick and retried.
+var loadBizTypeOptions = workflow.LocalActivityOptions{
+	StartToCloseTimeout: 10 * time.Second,
+	RetryPolicy: &temporal.RetryPolicy{
+		InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: time.Minute,
+		NonRetryableErrorTypes: []string{"UnknownBizType"},
+	},
+}
+
+// Timer waits until FireAt (never earlier), accepting reschedules and a cancel as updates so the
+// caller learns the outcome, then delivers once through the business type's queue with its
+// retry budget. A cancel that was accepted wins: the timer never fires after it.
+func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
+	st := TimerState{State: TimerScheduled, FireAt: p.FireAt}
+	changed := false
+	if err := workflow.SetQueryHandler(ctx, QueryTimerState, func() (TimerState, error) { return st, nil }); err != nil {
+		return st, err
+	}
+	mustBeScheduled := func(verb string) error {
+		if st.State != TimerScheduled {
+			return temporal.NewApplicationError(fmt.Sprintf("timer is %s; it cannot be %s", st.State, verb), ErrTypeTimerClosed)
+		}
+		return nil
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateReschedule,
+		func(ctx workflow.Context, req RescheduleRequest) (TimerState, error) {
+			st.FireAt, changed = req.FireAt, true
+			st.Version++
+			return st, nil
+		},
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, req RescheduleRequest) error {
+			if req.FireAt.IsZero() {
+				return errors.New("fire_at is required")
+			}
+			return mustBeScheduled("rescheduled")
+		}},
+	); err != nil {
+		return st, err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateCancel,
+		func(ctx workflow.Context) (TimerState, error) {
+			st.State, changed = TimerCancelled, true
+			st.Version++
+			return st, nil
+		},
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context) error { return mustBeScheduled("cancelled") }},
+	); err != nil {
+		return st, err
+	}
+
+	for st.State == TimerScheduled {
+		wait := st.FireAt.Sub(workflow.Now(ctx))
+		if wait <= 0 {
+			break
+		}
+		tctx, cancelTimer := workflow.WithCancel(ctx)
+		timer := workflow.NewTimer(tctx, wait)
+		changed = false
+		if err := workflow.Await(ctx, func() bool { return changed || timer.IsReady() }); err != nil {
+			cancelTimer()
+			return st, err
+		}
+		cancelTimer() // a no-op if it fired; otherwise the old fire time is void
+	}
+	if st.State == TimerCancelled {
+		return st, workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
+	}
+
+	st.State = TimerFiring
+	var cfg BizTypeDelivery
+	lctx := workflow.WithLocalActivityOptions(ctx, loadBizTypeOptions)
+	if err := workflow.ExecuteLocalActivity(lctx, LoadBizTypeName, p.BizType).Get(ctx, &cfg); err != nil {
+		st.State, st.LastError = TimerFailed, rootMessage(err)
+		return st, nil
+	}
+	retry := cfg.Retry.WithDefaults()
+	timeout := cfg.RequestTimeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	dctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:           cfg.TaskQueue,
+		StartToCloseTimeout: timeout + 5*time.Second,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:        retry.InitialInterval,
+			BackoffCoefficient:     retry.BackoffCoef,
+			MaximumInterval:        retry.MaxInterval,
+			MaximumAttempts:        retry.MaxAttempts,
+			NonRetryableErrorTypes: []string{"PermanentDelivery"},
+		},
+	})
+	info := workflow.GetInfo(ctx)
+	err := workflow.ExecuteActivity(dctx, DeliverTimerName, DeliverTimerParams{
+		BizType: p.BizType, BizID: p.BizID, DeliveryID: info.WorkflowExecution.RunID,
+		FireAt: st.FireAt, Payload: p.Payload,
+	}).Get(ctx, &st.Attempts)
+	if err != nil {
+		st.State, st.LastError = TimerFailed, rootMessage(err)
+	} else {
+		st.State = TimerDelivered
+	}
+	return st, workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
+}

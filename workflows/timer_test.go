@@ -1,0 +1,168 @@
+package workflows_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/courier-oss/courier/workflows"
+)
+
+var bizCfg = workflows.BizTypeDelivery{
+	TaskQueue: "courier-biz-orders",
+	Retry:     workflows.RetryPolicy{InitialInterval: 10 * time.Second, BackoffCoef: 1, MaxInterval: 10 * time.Second, MaxAttempts: 3},
+}
+
+type timerEnv struct {
+	*testsuite.TestWorkflowEnvironment
+	start     time.Time
+	delivered []time.Time
+}
+
+// newTimerEnv runs the timer workflow with the business-type lookup and the delivery mocked;
+// deliver decides each attempt's outcome.
+func newTimerEnv(t *testing.T, deliver func(n int) error) *timerEnv {
+	var s testsuite.WorkflowTestSuite
+	env := &timerEnv{TestWorkflowEnvironment: s.NewTestWorkflowEnvironment()}
+	env.RegisterWorkflowWithOptions(workflows.Timer, workflow.RegisterOptions{Name: workflows.TimerName})
+	env.RegisterActivityWithOptions(func(context.Context, string) (workflows.BizTypeDelivery, error) { return bizCfg, nil },
+		activity.RegisterOptions{Name: workflows.LoadBizTypeName})
+	env.RegisterActivityWithOptions(func(context.Context, workflows.DeliverTimerParams) (int, error) { return 0, nil },
+		activity.RegisterOptions{Name: workflows.DeliverTimerName})
+	n := 0
+	env.OnActivity(workflows.DeliverTimerName, mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, p workflows.DeliverTimerParams) (int, error) {
+			n++
+			env.delivered = append(env.delivered, env.Now())
+			if deliver != nil {
+				if err := deliver(n); err != nil {
+					return 0, err
+				}
+			}
+			return n, nil
+		}).Maybe()
+	env.start = env.Now()
+	return env
+}
+
+func (e *timerEnv) run(t *testing.T, in time.Duration) workflows.TimerState {
+	e.ExecuteWorkflow(workflows.TimerName, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: e.start.Add(in), Payload: []byte(`{}`)})
+	require.True(t, e.IsWorkflowCompleted())
+	require.NoError(t, e.GetWorkflowError())
+	var st workflows.TimerState
+	require.NoError(t, e.GetWorkflowResult(&st))
+	return st
+}
+
+// update sends an update at a virtual time offset and records whether it was accepted.
+func (e *timerEnv) update(at time.Duration, name string, rejected *error, args ...any) {
+	e.RegisterDelayedCallback(func() {
+		e.UpdateWorkflow(name, "", &testsuite.TestUpdateCallback{
+			OnReject:   func(err error) { *rejected = err },
+			OnAccept:   func() {},
+			OnComplete: func(any, error) {},
+		}, args...)
+	}, at)
+}
+
+func TestTimerFiresOnTimeNeverEarly(t *testing.T) {
+	env := newTimerEnv(t, nil)
+	st := env.run(t, 30*time.Minute)
+	require.Equal(t, workflows.TimerDelivered, st.State)
+	require.Len(t, env.delivered, 1)
+	require.False(t, env.delivered[0].Before(env.start.Add(30*time.Minute)), "never early")
+	require.Less(t, env.delivered[0].Sub(env.start.Add(30*time.Minute)), time.Second)
+	require.Equal(t, 1, st.Attempts)
+}
+
+func TestTimerRescheduleLaterAndEarlier(t *testing.T) {
+	for name, tc := range map[string]struct{ to time.Duration }{"later": {2 * time.Hour}, "earlier": {10 * time.Minute}} {
+		t.Run(name, func(t *testing.T) {
+			env := newTimerEnv(t, nil)
+			var rejected error
+			env.update(5*time.Minute, workflows.UpdateReschedule, &rejected, workflows.RescheduleRequest{FireAt: env.start.Add(tc.to)})
+			st := env.run(t, time.Hour)
+			require.NoError(t, rejected)
+			require.Equal(t, workflows.TimerDelivered, st.State)
+			require.Len(t, env.delivered, 1, "the old fire time is void")
+			require.False(t, env.delivered[0].Before(env.start.Add(tc.to)))
+			require.Less(t, env.delivered[0].Sub(env.start.Add(tc.to)), time.Second)
+			require.Equal(t, 1, st.Version)
+		})
+	}
+}
+
+// Once the timer has fired, a reschedule is refused and says why.
+func TestTimerRescheduleAfterFireIsRefused(t *testing.T) {
+	env := newTimerEnv(t, func(n int) error {
+		if n < 3 {
+			return errors.New("receiver down")
+		}
+		return nil
+	})
+	var rejected error
+	env.update(time.Hour+5*time.Second, workflows.UpdateReschedule, &rejected, workflows.RescheduleRequest{FireAt: env.start.Add(3 * time.Hour)})
+	st := env.run(t, time.Hour)
+	require.Error(t, rejected)
+	require.Contains(t, rejected.Error(), "timer is firing; it cannot be rescheduled")
+	require.Equal(t, workflows.TimerDelivered, st.State)
+	require.Len(t, env.delivered, 3)
+}
+
+func TestTimerCancelBeforeAndJustBeforeFire(t *testing.T) {
+	for name, at := range map[string]time.Duration{"well before": 5 * time.Minute, "just before": time.Hour - time.Millisecond} {
+		t.Run(name, func(t *testing.T) {
+			env := newTimerEnv(t, nil)
+			var rejected error
+			env.update(at, workflows.UpdateCancel, &rejected)
+			st := env.run(t, time.Hour)
+			require.NoError(t, rejected)
+			require.Equal(t, workflows.TimerCancelled, st.State)
+			require.Empty(t, env.delivered, "an acknowledged cancel never fires")
+		})
+	}
+}
+
+// A cancel that arrives after the fire time is refused: the caller learns it fired.
+func TestTimerCancelAfterFireIsRefused(t *testing.T) {
+	env := newTimerEnv(t, func(n int) error {
+		if n < 2 {
+			return errors.New("receiver down")
+		}
+		return nil
+	})
+	var rejected error
+	env.update(time.Hour+time.Second, workflows.UpdateCancel, &rejected)
+	st := env.run(t, time.Hour)
+	require.Error(t, rejected)
+	require.Equal(t, workflows.TimerDelivered, st.State)
+}
+
+func TestTimerDeliveryRetriesThenFails(t *testing.T) {
+	env := newTimerEnv(t, func(int) error { return errors.New("receiver answered 503") })
+	st := env.run(t, time.Minute)
+	require.Equal(t, workflows.TimerFailed, st.State)
+	require.Len(t, env.delivered, 3, "the business type's MaxAttempts")
+	require.Contains(t, st.LastError, "503")
+	require.GreaterOrEqual(t, env.delivered[2].Sub(env.delivered[0]), 20*time.Second, "retries wait per the policy")
+}
+
+func TestTimerStateQuery(t *testing.T) {
+	env := newTimerEnv(t, nil)
+	env.RegisterDelayedCallback(func() {
+		v, err := env.QueryWorkflow(workflows.QueryTimerState)
+		require.NoError(t, err)
+		var st workflows.TimerState
+		require.NoError(t, v.Get(&st))
+		require.Equal(t, workflows.TimerScheduled, st.State)
+		require.True(t, env.start.Add(time.Hour).Equal(st.FireAt))
+	}, 10*time.Minute)
+	env.run(t, time.Hour)
+}
