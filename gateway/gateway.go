@@ -35,6 +35,7 @@ type Deps struct {
 	Keys     KeyStore
 	Outbox   OutboxStore            // courier's own database
 	Sources  map[string]OutboxStore // producer databases by source name (read and redrive via ?source=)
+	BizTypes BizTypeStore           // business types; nil disables their endpoints
 	Checks   []Check                // probed by /readyz: database, Temporal, message queue
 	Gatherer prometheus.Gatherer    // served at /metrics; nil serves the default registry
 	Wake     func()                 // optional: nudge an in-process relay after a redrive
@@ -80,6 +81,12 @@ func New(cfg Config, d Deps) *echo.Echo {
 	v1.GET("/outbox", h.listOutbox, producer)
 	v1.GET("/outbox/:id", h.getOutbox, producer)
 	v1.POST("/outbox/:id/redrive", h.redriveOutbox, admin)
+	if d.BizTypes != nil {
+		v1.GET("/biz-types", h.listBizTypes, admin)
+		v1.GET("/biz-types/:name", h.getBizType, admin)
+		v1.PUT("/biz-types/:name", h.putBizType, admin)
+		v1.DELETE("/biz-types/:name", h.deleteBizType, admin)
+	}
 	return e
 }
 

@@ -44,7 +44,8 @@ func setup(t *testing.T) *fixture {
 	reg := prometheus.NewRegistry()
 	h := gateway.New(gateway.Config{MaxBodyBytes: 4096}, gateway.Deps{
 		Keys: st, Outbox: st, Gatherer: reg,
-		Sources: map[string]gateway.OutboxStore{"accounts": prod},
+		Sources:  map[string]gateway.OutboxStore{"accounts": prod},
+		BizTypes: st,
 		Checks: []gateway.Check{
 			{Name: "database", Probe: st.Ping},
 			{Name: "mq", Probe: func(context.Context) error { return f.readyErr }},
@@ -290,4 +291,57 @@ func TestProducerSources(t *testing.T) {
 	mine, err := f.st.GetOutbox(ctx, own.ID)
 	require.NoError(t, err)
 	require.Equal(t, courier.OutboxPending, mine.Status, "courier's own record with the same id is untouched")
+}
+
+func TestBizTypesAPI(t *testing.T) {
+	f := setup(t)
+	body := `{"delivery":"http","callback_url":"https://orders.example/cb","request_timeout":"5s","retry":{"max_attempts":4},"rate_limit_per_second":5}`
+	resp, eb := f.do(t, "PUT", "/v1/biz-types/order.close", f.producer, "application/json", strings.NewReader(body))
+	require.Equal(t, http.StatusForbidden, resp.StatusCode, "admin only")
+	require.Equal(t, courier.CodePermissionDenied, eb.Error.Code)
+
+	resp, _ = f.do(t, "PUT", "/v1/biz-types/order.close", f.admin, "application/json", strings.NewReader(body))
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	var bt gateway.BizTypeJSON
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&bt))
+	require.True(t, strings.HasPrefix(bt.GeneratedSecret, "whsec_"), "a secret is generated and shown once")
+	require.Equal(t, 1, bt.SecretsCount)
+	require.Equal(t, "5s", bt.RequestTimeout)
+	require.Equal(t, 4, bt.Retry.MaxAttempts)
+	require.Equal(t, "1s", bt.Retry.InitialInterval, "defaults fill the rest")
+	require.Equal(t, "courier-biz-order.close", bt.TaskQueue)
+
+	resp, _ = f.do(t, "GET", "/v1/biz-types/order.close", f.admin, "", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	raw, _ := io.ReadAll(resp.Body)
+	require.NotContains(t, string(raw), bt.GeneratedSecret, "secrets are never shown again")
+
+	resp, _ = f.do(t, "PUT", "/v1/biz-types/order.close", f.admin, "application/json",
+		strings.NewReader(`{"delivery":"mq","topic":"orders.close"}`))
+	require.Equal(t, http.StatusOK, resp.StatusCode, "a second PUT replaces")
+
+	for name, c := range map[string]struct {
+		path, body string
+		status     int
+	}{
+		"bad delivery":  {"/v1/biz-types/x", `{"delivery":"fax"}`, 422},
+		"bad duration":  {"/v1/biz-types/x", `{"delivery":"mq","topic":"a","request_timeout":"soon"}`, 422},
+		"bad url":       {"/v1/biz-types/x", `{"delivery":"http","callback_url":"ftp://x"}`, 422},
+		"bad name":      {"/v1/biz-types/Bad%20Name", `{"delivery":"mq","topic":"a"}`, 400},
+		"too fast":      {"/v1/biz-types/x", `{"delivery":"mq","topic":"a","rate_limit_per_second":-1}`, 422},
+		"unknown field": {"/v1/biz-types/x", `{"delivery":"mq","topic":"a","colour":"red"}`, 400},
+	} {
+		resp, _ := f.do(t, "PUT", c.path, f.admin, "application/json", strings.NewReader(c.body))
+		require.Equal(t, c.status, resp.StatusCode, name)
+	}
+	resp, _ = f.do(t, "GET", "/v1/biz-types", f.admin, "", nil)
+	var list struct{ Items []gateway.BizTypeJSON }
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&list))
+	require.Len(t, list.Items, 1, "rejected requests wrote nothing")
+
+	resp, _ = f.do(t, "DELETE", "/v1/biz-types/order.close", f.admin, "", nil)
+	require.Equal(t, http.StatusNoContent, resp.StatusCode)
+	resp, eb = f.do(t, "GET", "/v1/biz-types/order.close", f.admin, "", nil)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+	require.Equal(t, courier.CodeNotFound, eb.Error.Code)
 }

@@ -156,9 +156,10 @@ func (a *app) newGateway(wake func()) http.Handler {
 		}
 	}
 	return gateway.New(gateway.Config{MaxBodyBytes: a.cfg.MaxBodyBytes}, gateway.Deps{
-		Keys:    a.store,
-		Outbox:  a.store,
-		Sources: extra,
+		Keys:     a.store,
+		Outbox:   a.store,
+		Sources:  extra,
+		BizTypes: a.store,
 		Checks: []gateway.Check{
 			{Name: "database", Probe: a.store.Ping},
 			{Name: "temporal", Probe: func(ctx context.Context) error {

@@ -1,0 +1,106 @@
+package courier
+
+import (
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Delivery kinds of a business type.
+const (
+	DeliveryHTTP = "http" // signed HTTP callback
+	DeliveryMQ   = "mq"   // publish to a message-queue topic
+)
+
+// BizType is a business type's delivery configuration: how its timers and schedules are
+// delivered, retried and rate-limited.
+type BizType struct {
+	Name           string
+	Delivery       string        // http or mq
+	CallbackURL    string        // http: where to POST
+	Secrets        []string      // http: signing secrets, newest first (two during a rotation)
+	Topic          string        // mq: topic to publish to
+	RequestTimeout time.Duration // one attempt; default 10 s, at most 60 s
+	RetryInitial   time.Duration // default 1 s
+	RetryBackoff   float64       // default 2
+	RetryMax       time.Duration // default 5 min
+	MaxAttempts    int           // default 10
+	RateLimit      float64       // deliveries per second across all workers; 0 = unlimited
+	AllowPrivate   bool          // callbacks may reach private-network addresses
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
+var bizTypeName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
+
+// ValidBizTypeName reports whether name can name a business type (it is part of task queue
+// names and workflow ids).
+func ValidBizTypeName(name string) bool { return bizTypeName.MatchString(name) }
+
+// WithDefaults fills unset fields with their documented defaults.
+func (b BizType) WithDefaults() BizType {
+	if b.RequestTimeout == 0 {
+		b.RequestTimeout = 10 * time.Second
+	}
+	if b.RetryInitial == 0 {
+		b.RetryInitial = time.Second
+	}
+	if b.RetryBackoff == 0 {
+		b.RetryBackoff = 2
+	}
+	if b.RetryMax == 0 {
+		b.RetryMax = 5 * time.Minute
+	}
+	if b.MaxAttempts == 0 {
+		b.MaxAttempts = 10
+	}
+	return b
+}
+
+// Validate returns a validation_failed error naming the first bad field.
+func (b BizType) Validate() error {
+	bad := func(field, format string, args ...any) error {
+		return &Error{Code: CodeValidation, Message: fmt.Sprintf(format, args...), Details: map[string]any{"field": field}}
+	}
+	switch {
+	case !ValidBizTypeName(b.Name):
+		return bad("name", "name must be 1-64 of a-z, 0-9, '_', '.', '-', starting with a letter or digit")
+	case b.Delivery != DeliveryHTTP && b.Delivery != DeliveryMQ:
+		return bad("delivery", "delivery must be %q or %q", DeliveryHTTP, DeliveryMQ)
+	case b.RequestTimeout < 100*time.Millisecond || b.RequestTimeout > time.Minute:
+		return bad("request_timeout", "request_timeout must be from 100ms to 1m")
+	case b.RetryInitial < 100*time.Millisecond || b.RetryInitial > time.Hour:
+		return bad("retry.initial_interval", "retry initial interval must be from 100ms to 1h")
+	case b.RetryBackoff < 1 || b.RetryBackoff > 10:
+		return bad("retry.backoff", "retry backoff must be from 1 to 10")
+	case b.RetryMax < b.RetryInitial || b.RetryMax > 24*time.Hour:
+		return bad("retry.max_interval", "retry max interval must be at least the initial interval and at most 24h")
+	case b.MaxAttempts < 1 || b.MaxAttempts > 1000:
+		return bad("retry.max_attempts", "retry max attempts must be from 1 to 1000")
+	case b.RateLimit < 0 || b.RateLimit > 10000:
+		return bad("rate_limit_per_second", "rate limit must be from 0 (unlimited) to 10000 per second")
+	}
+	if b.Delivery == DeliveryHTTP {
+		u, err := url.Parse(b.CallbackURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return bad("callback_url", "callback_url must be an absolute http or https URL")
+		}
+		if len(b.Secrets) == 0 || len(b.Secrets) > 2 {
+			return bad("secrets", "an http business type needs one or two signing secrets")
+		}
+		for _, s := range b.Secrets {
+			if !strings.HasPrefix(s, "whsec_") {
+				return bad("secrets", "signing secrets start with whsec_")
+			}
+		}
+	}
+	if b.Delivery == DeliveryMQ && (b.Topic == "" || strings.ContainsAny(b.Topic, " *>")) {
+		return bad("topic", "an mq business type needs a topic without spaces or wildcards")
+	}
+	return nil
+}
+
+// BizTypeTaskQueue is the task queue a business type's deliveries run on.
+func BizTypeTaskQueue(name string) string { return "courier-biz-" + name }

@@ -1,0 +1,134 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/courier-oss/courier"
+)
+
+type bizTypeRow struct {
+	bun.BaseModel `bun:"table:courier_biz_types"`
+
+	Name           string    `bun:"name,pk"`
+	Delivery       string    `bun:"delivery"`
+	CallbackURL    string    `bun:"callback_url"`
+	Secrets        string    `bun:"secrets"`
+	Topic          string    `bun:"topic"`
+	RequestTimeout int64     `bun:"request_timeout_ms"`
+	RetryInitial   int64     `bun:"retry_initial_ms"`
+	RetryBackoff   float64   `bun:"retry_backoff"`
+	RetryMax       int64     `bun:"retry_max_ms"`
+	MaxAttempts    int       `bun:"max_attempts"`
+	RateLimit      float64   `bun:"rate_limit_per_second"`
+	AllowPrivate   bool      `bun:"allow_private"`
+	CreatedAt      time.Time `bun:"created_at,skipupdate"`
+	UpdatedAt      time.Time `bun:"updated_at"`
+}
+
+func (r *bizTypeRow) bizType() (courier.BizType, error) {
+	b := courier.BizType{
+		Name: r.Name, Delivery: r.Delivery, CallbackURL: r.CallbackURL, Topic: r.Topic,
+		RequestTimeout: time.Duration(r.RequestTimeout) * time.Millisecond,
+		RetryInitial:   time.Duration(r.RetryInitial) * time.Millisecond,
+		RetryBackoff:   r.RetryBackoff,
+		RetryMax:       time.Duration(r.RetryMax) * time.Millisecond,
+		MaxAttempts:    r.MaxAttempts, RateLimit: r.RateLimit, AllowPrivate: r.AllowPrivate,
+		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
+	}
+	return b, json.Unmarshal([]byte(r.Secrets), &b.Secrets)
+}
+
+// PutBizType creates or replaces a business type (after WithDefaults and Validate) and reports
+// whether it was created.
+func (s *Store) PutBizType(ctx context.Context, b courier.BizType) (courier.BizType, bool, error) {
+	b = b.WithDefaults()
+	if err := b.Validate(); err != nil {
+		return courier.BizType{}, false, err
+	}
+	secrets, err := json.Marshal(b.Secrets)
+	if err != nil {
+		return courier.BizType{}, false, err
+	}
+	if b.Secrets == nil {
+		secrets = []byte("[]")
+	}
+	row := bizTypeRow{
+		Name: b.Name, Delivery: b.Delivery, CallbackURL: b.CallbackURL, Secrets: string(secrets), Topic: b.Topic,
+		RequestTimeout: b.RequestTimeout.Milliseconds(), RetryInitial: b.RetryInitial.Milliseconds(),
+		RetryBackoff: b.RetryBackoff, RetryMax: b.RetryMax.Milliseconds(), MaxAttempts: b.MaxAttempts,
+		RateLimit: b.RateLimit, AllowPrivate: b.AllowPrivate,
+	}
+	var created bool
+	var out courier.BizType
+	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		n, err := tx.NewSelect().Model((*bizTypeRow)(nil)).Where("name = ?", b.Name).Count(ctx)
+		if err != nil {
+			return err
+		}
+		created = n == 0
+		if created {
+			_, err = tx.NewInsert().Model(&row).ExcludeColumn("created_at", "updated_at").Exec(ctx)
+		} else {
+			_, err = tx.NewUpdate().Model(&row).ExcludeColumn("created_at", "updated_at").
+				Set("updated_at = "+s.nowSQL()).WherePK().Exec(ctx)
+		}
+		if err != nil {
+			return err
+		}
+		var stored bizTypeRow
+		if err := tx.NewSelect().Model(&stored).Where("name = ?", b.Name).Scan(ctx); err != nil {
+			return err
+		}
+		out, err = stored.bizType()
+		return err
+	})
+	return out, created, err
+}
+
+// GetBizType returns one business type, or not_found.
+func (s *Store) GetBizType(ctx context.Context, name string) (courier.BizType, error) {
+	var row bizTypeRow
+	err := s.db.NewSelect().Model(&row).Where("name = ?", name).Scan(ctx)
+	if errors.Is(err, sql.ErrNoRows) {
+		return courier.BizType{}, courier.Errorf(courier.CodeNotFound, "business type %q not found", name)
+	}
+	if err != nil {
+		return courier.BizType{}, err
+	}
+	return row.bizType()
+}
+
+// ListBizTypes returns every business type by name.
+func (s *Store) ListBizTypes(ctx context.Context) ([]courier.BizType, error) {
+	var rows []bizTypeRow
+	if err := s.db.NewSelect().Model(&rows).Order("name ASC").Scan(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]courier.BizType, 0, len(rows))
+	for i := range rows {
+		b, err := rows[i].bizType()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// DeleteBizType removes a business type, or returns not_found.
+func (s *Store) DeleteBizType(ctx context.Context, name string) error {
+	res, err := s.db.NewDelete().Model((*bizTypeRow)(nil)).Where("name = ?", name).Exec(ctx)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return courier.Errorf(courier.CodeNotFound, "business type %q not found", name)
+	}
+	return nil
+}
