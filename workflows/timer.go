@@ -7,6 +7,8 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
+
+	"github.com/courier-oss/courier/activities"
 )
 
 // Names of the timer workflow and its messages (stable; never the Go names).
@@ -15,8 +17,6 @@ const (
 	UpdateReschedule   = "reschedule-timer"
 	UpdateCancel       = "cancel-timer"
 	QueryTimerState    = "timer-state"
-	LoadBizTypeName    = "timer-load-biz-type"
-	DeliverTimerName   = "timer-deliver"
 	ErrTypeTimerClosed = "TimerClosed"
 )
 
@@ -51,28 +51,12 @@ type RescheduleRequest struct {
 	FireAt time.Time
 }
 
-// BizTypeDelivery is how a business type's timers are delivered, read at fire time.
-type BizTypeDelivery struct {
-	TaskQueue      string        // the type's own queue: one slow type never delays another
-	Retry          RetryPolicy   // the type's retry budget
-	RequestTimeout time.Duration // one attempt's bound
-}
-
-// DeliverTimerParams is the delivery activity's input.
-type DeliverTimerParams struct {
-	BizType    string
-	BizID      string
-	DeliveryID string // the same for every attempt: receivers deduplicate on it
-	FireAt     time.Time
-	Payload    []byte
-}
-
 // loadBizTypeOptions reads the type's delivery settings; a local activity, quick and retried.
 var loadBizTypeOptions = workflow.LocalActivityOptions{
 	StartToCloseTimeout: 10 * time.Second,
 	RetryPolicy: &temporal.RetryPolicy{
 		InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: time.Minute,
-		NonRetryableErrorTypes: []string{"UnknownBizType"},
+		NonRetryableErrorTypes: []string{activities.ErrTypeUnknownBizType},
 	},
 }
 
@@ -136,13 +120,14 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 	}
 
 	st.State = TimerFiring
-	var cfg BizTypeDelivery
+	var cfg activities.BizTypeDelivery
 	lctx := workflow.WithLocalActivityOptions(ctx, loadBizTypeOptions)
-	if err := workflow.ExecuteLocalActivity(lctx, LoadBizTypeName, p.BizType).Get(ctx, &cfg); err != nil {
+	if err := workflow.ExecuteLocalActivity(lctx, activities.LoadBizTypeName, p.BizType).Get(ctx, &cfg); err != nil {
 		st.State, st.LastError = TimerFailed, rootMessage(err)
 		return st, nil
 	}
-	retry := cfg.Retry.WithDefaults()
+	retry := RetryPolicy{InitialInterval: cfg.InitialInterval, BackoffCoef: cfg.Backoff,
+		MaxInterval: cfg.MaxInterval, MaxAttempts: cfg.MaxAttempts}.WithDefaults()
 	timeout := cfg.RequestTimeout
 	if timeout <= 0 {
 		timeout = 10 * time.Second
@@ -155,11 +140,11 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 			BackoffCoefficient:     retry.BackoffCoef,
 			MaximumInterval:        retry.MaxInterval,
 			MaximumAttempts:        retry.MaxAttempts,
-			NonRetryableErrorTypes: []string{"PermanentDelivery"},
+			NonRetryableErrorTypes: []string{activities.ErrTypePermanentDelivery, activities.ErrTypeUnknownBizType},
 		},
 	})
 	info := workflow.GetInfo(ctx)
-	err := workflow.ExecuteActivity(dctx, DeliverTimerName, DeliverTimerParams{
+	err := workflow.ExecuteActivity(dctx, activities.DeliverTimerName, activities.DeliverTimerParams{
 		BizType: p.BizType, BizID: p.BizID, DeliveryID: info.WorkflowExecution.RunID,
 		FireAt: st.FireAt, Payload: p.Payload,
 	}).Get(ctx, &st.Attempts)

@@ -12,12 +12,12 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/courier-oss/courier/activities"
 	"github.com/courier-oss/courier/workflows"
 )
 
-var bizCfg = workflows.BizTypeDelivery{
-	TaskQueue: "courier-biz-orders",
-	Retry:     workflows.RetryPolicy{InitialInterval: 10 * time.Second, BackoffCoef: 1, MaxInterval: 10 * time.Second, MaxAttempts: 3},
+var bizCfg = activities.BizTypeDelivery{
+	TaskQueue: "courier-biz-orders", InitialInterval: 10 * time.Second, Backoff: 1, MaxInterval: 10 * time.Second, MaxAttempts: 3,
 }
 
 type timerEnv struct {
@@ -32,13 +32,13 @@ func newTimerEnv(t *testing.T, deliver func(n int) error) *timerEnv {
 	var s testsuite.WorkflowTestSuite
 	env := &timerEnv{TestWorkflowEnvironment: s.NewTestWorkflowEnvironment()}
 	env.RegisterWorkflowWithOptions(workflows.Timer, workflow.RegisterOptions{Name: workflows.TimerName})
-	env.RegisterActivityWithOptions(func(context.Context, string) (workflows.BizTypeDelivery, error) { return bizCfg, nil },
-		activity.RegisterOptions{Name: workflows.LoadBizTypeName})
-	env.RegisterActivityWithOptions(func(context.Context, workflows.DeliverTimerParams) (int, error) { return 0, nil },
-		activity.RegisterOptions{Name: workflows.DeliverTimerName})
+	env.RegisterActivityWithOptions(func(context.Context, string) (activities.BizTypeDelivery, error) { return bizCfg, nil },
+		activity.RegisterOptions{Name: activities.LoadBizTypeName})
+	env.RegisterActivityWithOptions(func(context.Context, activities.DeliverTimerParams) (int, error) { return 0, nil },
+		activity.RegisterOptions{Name: activities.DeliverTimerName})
 	n := 0
-	env.OnActivity(workflows.DeliverTimerName, mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, p workflows.DeliverTimerParams) (int, error) {
+	env.OnActivity(activities.DeliverTimerName, mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, p activities.DeliverTimerParams) (int, error) {
 			n++
 			env.delivered = append(env.delivered, env.Now())
 			if deliver != nil {
