@@ -14,14 +14,22 @@ const (
 // Search attribute names courier sets on its workflows, so operators can find work by its
 // business key in the Temporal UI.
 const (
-	SAKind   = "CourierKind"   // outbox, timer, task
-	SATopic  = "CourierTopic"  // outbox topic
-	SASource = "CourierSource" // outbox source database
+	SAKind    = "CourierKind"    // outbox, timer, task
+	SATopic   = "CourierTopic"   // outbox topic
+	SASource  = "CourierSource"  // outbox source database
+	SABizType = "CourierBizType" // timer business type
+	SABizID   = "CourierBizID"   // timer business id
+	SAState   = "CourierState"   // timer state: scheduled, firing, delivered, failed, cancelled
+	SAFireAt  = "CourierFireAt"  // timer fire time
 )
 
 // SearchAttributes lists every custom search attribute courier registers on start.
 var SearchAttributes = map[string]SearchAttributeType{
-	SAKind:   SAKeyword,
-	SATopic:  SAKeyword,
-	SASource: SAKeyword,
+	SAKind:    SAKeyword,
+	SATopic:   SAKeyword,
+	SASource:  SAKeyword,
+	SABizType: SAKeyword,
+	SABizID:   SAKeyword,
+	SAState:   SAKeyword,
+	SAFireAt:  SADatetime,
 }

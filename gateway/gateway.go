@@ -36,6 +36,7 @@ type Deps struct {
 	Outbox   OutboxStore            // courier's own database
 	Sources  map[string]OutboxStore // producer databases by source name (read and redrive via ?source=)
 	BizTypes BizTypeStore           // business types; nil disables their endpoints
+	Timers   TimerService           // timers; nil disables their endpoints
 	Checks   []Check                // probed by /readyz: database, Temporal, message queue
 	Gatherer prometheus.Gatherer    // served at /metrics; nil serves the default registry
 	Wake     func()                 // optional: nudge an in-process relay after a redrive
@@ -86,6 +87,13 @@ func New(cfg Config, d Deps) *echo.Echo {
 		v1.GET("/biz-types/:name", h.getBizType, admin)
 		v1.PUT("/biz-types/:name", h.putBizType, admin)
 		v1.DELETE("/biz-types/:name", h.deleteBizType, admin)
+	}
+	if d.Timers != nil {
+		v1.POST("/timers", h.createTimer, producer)
+		v1.GET("/timers", h.listTimers, producer)
+		v1.GET("/timers/:biz_type/:biz_id", h.getTimer, producer)
+		v1.PATCH("/timers/:biz_type/:biz_id", h.rescheduleTimer, producer)
+		v1.DELETE("/timers/:biz_type/:biz_id", h.cancelTimer, producer)
 	}
 	return e
 }

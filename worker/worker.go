@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -30,6 +31,11 @@ type Config struct {
 	// DisableRelay runs the Temporal worker without claiming outbox rows (for tests and for
 	// deployments that separate the two).
 	DisableRelay bool
+	// AllowLoopbackCallbacks lets timer callbacks reach 127.0.0.1 (courier dev only).
+	AllowLoopbackCallbacks bool
+	// BizTypeRefresh is how often the worker re-reads business types to start, restart or stop
+	// their delivery workers; default 5 s.
+	BizTypeRefresh time.Duration
 }
 
 // Deps are the worker's collaborators.
@@ -39,6 +45,11 @@ type Deps struct {
 	Publisher mq.Publisher
 	Metrics   *metrics.Outbox // nil records nothing
 	Logger    *slog.Logger
+	// BizTypes enables timers: their delivery settings are read from it. Nil disables them.
+	BizTypes interface {
+		BizTypeLister
+		activities.BizTypeStore
+	}
 }
 
 // Worker is a running (or startable) courier worker.
@@ -47,6 +58,7 @@ type Worker struct {
 	deps   Deps
 	tw     sdkworker.Worker
 	relay  *relay.Relay
+	biz    *bizWorkers
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -82,12 +94,23 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		stores[s.Name] = s.Store
 	}
 	Register(tw, activities.NewOutbox(stores, d.Publisher, d.Metrics))
-	return &Worker{
+	w := &Worker{
 		cfg:   cfg,
 		deps:  d,
 		tw:    tw,
 		relay: relay.New(d.Temporal, cfg.Relay, d.Sources, d.Logger),
-	}, nil
+	}
+	if d.BizTypes != nil {
+		timers := activities.NewTimers(d.BizTypes, d.Publisher, cfg.AllowLoopbackCallbacks)
+		tw.RegisterActivityWithOptions(timers.LoadBizType, activity.RegisterOptions{Name: activities.LoadBizTypeName})
+		refresh := cfg.BizTypeRefresh
+		if refresh <= 0 {
+			refresh = 5 * time.Second
+		}
+		w.biz = &bizWorkers{tc: d.Temporal, types: d.BizTypes, timers: timers, refresh: refresh,
+			log: d.Logger, running: map[string]runningBiz{}}
+	}
+	return w, nil
 }
 
 // Register registers courier's workflows and the outbox activities under their stable names.
@@ -110,12 +133,24 @@ func (w *Worker) Start(ctx context.Context) error {
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	w.cancel = cancel
 	w.done = make(chan struct{})
+	var wg sync.WaitGroup
+	if !w.cfg.DisableRelay {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = w.relay.Run(rctx)
+		}()
+	}
+	if w.biz != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.biz.run(rctx)
+		}()
+	}
 	go func() {
-		defer close(w.done)
-		if w.cfg.DisableRelay {
-			return
-		}
-		_ = w.relay.Run(rctx)
+		wg.Wait()
+		close(w.done)
 	}()
 	return nil
 }
@@ -127,6 +162,9 @@ func (w *Worker) Stop() {
 	if w.cancel != nil {
 		w.cancel()
 		<-w.done
+	}
+	if w.biz != nil {
+		w.biz.stopAll()
 	}
 	w.tw.Stop()
 }

@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities"
 )
 
@@ -51,6 +52,11 @@ type RescheduleRequest struct {
 	FireAt time.Time
 }
 
+var (
+	saState  = temporal.NewSearchAttributeKeyKeyword(courier.SAState)
+	saFireAt = temporal.NewSearchAttributeKeyTime(courier.SAFireAt)
+)
+
 // loadBizTypeOptions reads the type's delivery settings; a local activity, quick and retried.
 var loadBizTypeOptions = workflow.LocalActivityOptions{
 	StartToCloseTimeout: 10 * time.Second,
@@ -66,6 +72,11 @@ var loadBizTypeOptions = workflow.LocalActivityOptions{
 func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 	st := TimerState{State: TimerScheduled, FireAt: p.FireAt}
 	changed := false
+	// publish keeps the state and fire time searchable in the Temporal UI and the list API.
+	publish := func() {
+		_ = workflow.UpsertTypedSearchAttributes(ctx,
+			saState.ValueSet(st.State), saFireAt.ValueSet(st.FireAt))
+	}
 	if err := workflow.SetQueryHandler(ctx, QueryTimerState, func() (TimerState, error) { return st, nil }); err != nil {
 		return st, err
 	}
@@ -114,16 +125,20 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 			return st, err
 		}
 		cancelTimer() // a no-op if it fired; otherwise the old fire time is void
+		publish()
 	}
 	if st.State == TimerCancelled {
+		publish()
 		return st, workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
 	}
 
 	st.State = TimerFiring
+	publish()
 	var cfg activities.BizTypeDelivery
 	lctx := workflow.WithLocalActivityOptions(ctx, loadBizTypeOptions)
 	if err := workflow.ExecuteLocalActivity(lctx, activities.LoadBizTypeName, p.BizType).Get(ctx, &cfg); err != nil {
 		st.State, st.LastError = TimerFailed, rootMessage(err)
+		publish()
 		return st, nil
 	}
 	retry := RetryPolicy{InitialInterval: cfg.InitialInterval, BackoffCoef: cfg.Backoff,
@@ -153,5 +168,6 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 	} else {
 		st.State = TimerDelivered
 	}
+	publish()
 	return st, workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
 }

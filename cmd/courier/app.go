@@ -27,6 +27,7 @@ import (
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/schema"
 	"github.com/courier-oss/courier/store"
+	"github.com/courier-oss/courier/timers"
 	"github.com/courier-oss/courier/worker"
 )
 
@@ -40,6 +41,7 @@ type app struct {
 	temporal client.Client
 	pub      *mq.NATS
 	closers  []io.Closer
+	dev      bool // courier dev: timer callbacks may reach loopback
 }
 
 func newRegistry() *prometheus.Registry {
@@ -137,13 +139,15 @@ func (a *app) newWorker() (*worker.Worker, error) {
 			SentRetention: a.cfg.Outbox.Retention,
 			Retry:         a.cfg.Outbox.Retry,
 		},
-		ShutdownTimeout: a.cfg.ShutdownTimeout,
+		ShutdownTimeout:        a.cfg.ShutdownTimeout,
+		AllowLoopbackCallbacks: a.dev,
 	}, worker.Deps{
 		Temporal:  a.temporal,
 		Sources:   a.sources,
 		Publisher: a.pub,
 		Metrics:   metrics.NewOutbox(a.reg),
 		Logger:    a.log,
+		BizTypes:  a.store,
 	})
 }
 
@@ -160,6 +164,7 @@ func (a *app) newGateway(wake func()) http.Handler {
 		Outbox:   a.store,
 		Sources:  extra,
 		BizTypes: a.store,
+		Timers:   timers.New(a.temporal, a.cfg.Temporal.Namespace, a.store, relay.DefaultTaskQueue),
 		Checks: []gateway.Check{
 			{Name: "database", Probe: a.store.Ping},
 			{Name: "temporal", Probe: func(ctx context.Context) error {

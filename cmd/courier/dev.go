@@ -92,7 +92,7 @@ func runDev(ctx context.Context, args []string) error {
 	if err := cfg.Validate(true); err != nil {
 		return err
 	}
-	a := &app{cfg: cfg, log: log, reg: newRegistry()}
+	a := &app{cfg: cfg, log: log, reg: newRegistry(), dev: true}
 	defer a.close()
 	if err := a.openDB(ctx, true); err != nil {
 		return err

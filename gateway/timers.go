@@ -1,0 +1,137 @@
+package gateway
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/timers"
+)
+
+// TimerService is what the timer endpoints need.
+type TimerService interface {
+	Create(ctx context.Context, r timers.CreateRequest) (timers.Timer, bool, error)
+	Get(ctx context.Context, bizType, bizID string) (timers.Timer, error)
+	Reschedule(ctx context.Context, bizType, bizID string, fireAt time.Time) (timers.Timer, error)
+	Cancel(ctx context.Context, bizType, bizID string) (timers.Timer, error)
+	List(ctx context.Context, bizType, state string, pageSize int, token []byte) ([]timers.Timer, []byte, error)
+}
+
+// TimerRequest is the body of POST /v1/timers; give fire_at (RFC 3339) or delay ("30m").
+type TimerRequest struct {
+	BizType string          `json:"biz_type"`
+	BizID   string          `json:"biz_id"`
+	FireAt  *time.Time      `json:"fire_at"`
+	Delay   string          `json:"delay"`
+	Payload json.RawMessage `json:"payload"`
+}
+
+// RescheduleBody is the body of PATCH /v1/timers/{biz_type}/{biz_id}.
+type RescheduleBody struct {
+	FireAt *time.Time `json:"fire_at"`
+	Delay  string     `json:"delay"`
+}
+
+func fireTime(fireAt *time.Time, delay string) (time.Time, error) {
+	switch {
+	case fireAt != nil && delay != "":
+		return time.Time{}, &courier.Error{Code: courier.CodeValidation, Message: "give fire_at or delay, not both"}
+	case fireAt != nil:
+		return *fireAt, nil
+	case delay != "":
+		d, err := time.ParseDuration(delay)
+		if err != nil || d < 0 {
+			return time.Time{}, &courier.Error{Code: courier.CodeValidation, Message: "delay must be a non-negative duration such as \"30m\"",
+				Details: map[string]any{"field": "delay"}}
+		}
+		return time.Now().Add(d), nil
+	}
+	return time.Time{}, &courier.Error{Code: courier.CodeValidation, Message: "fire_at or delay is required", Details: map[string]any{"field": "fire_at"}}
+}
+
+func (h *handlers) createTimer(c echo.Context) error {
+	var req TimerRequest
+	if err := bindJSON(c, &req); err != nil {
+		return err
+	}
+	if !courier.ValidBizTypeName(req.BizType) {
+		return &courier.Error{Code: courier.CodeValidation, Message: "biz_type is required and must be a valid name", Details: map[string]any{"field": "biz_type"}}
+	}
+	at, err := fireTime(req.FireAt, req.Delay)
+	if err != nil {
+		return err
+	}
+	t, created, err := h.d.Timers.Create(c.Request().Context(), timers.CreateRequest{BizType: req.BizType, BizID: req.BizID, FireAt: at, Payload: req.Payload})
+	if err != nil {
+		return err
+	}
+	if created {
+		return c.JSON(http.StatusCreated, t)
+	}
+	return c.JSON(http.StatusOK, t)
+}
+
+func (h *handlers) getTimer(c echo.Context) error {
+	t, err := h.d.Timers.Get(c.Request().Context(), c.Param("biz_type"), c.Param("biz_id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, t)
+}
+
+func (h *handlers) rescheduleTimer(c echo.Context) error {
+	var req RescheduleBody
+	if err := bindJSON(c, &req); err != nil {
+		return err
+	}
+	at, err := fireTime(req.FireAt, req.Delay)
+	if err != nil {
+		return err
+	}
+	t, err := h.d.Timers.Reschedule(c.Request().Context(), c.Param("biz_type"), c.Param("biz_id"), at)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, t)
+}
+
+func (h *handlers) cancelTimer(c echo.Context) error {
+	t, err := h.d.Timers.Cancel(c.Request().Context(), c.Param("biz_type"), c.Param("biz_id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, t)
+}
+
+func (h *handlers) listTimers(c echo.Context) error {
+	size := 100
+	if v := c.QueryParam("page_size"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			return courier.Errorf(courier.CodeInvalid, "page_size must be from 1 to 1000")
+		}
+		size = n
+	}
+	var token []byte
+	if v := c.QueryParam("page_token"); v != "" {
+		b, err := base64.RawURLEncoding.DecodeString(v)
+		if err != nil {
+			return courier.Errorf(courier.CodeInvalid, "page_token is not valid")
+		}
+		token = b
+	}
+	items, next, err := h.d.Timers.List(c.Request().Context(), c.QueryParam("biz_type"), c.QueryParam("state"), size, token)
+	if err != nil {
+		return err
+	}
+	if items == nil {
+		items = []timers.Timer{}
+	}
+	return c.JSON(http.StatusOK, map[string]any{"items": items, "next_page_token": base64.RawURLEncoding.EncodeToString(next)})
+}

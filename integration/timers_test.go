@@ -1,0 +1,158 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/gateway"
+	"github.com/courier-oss/courier/relay"
+	"github.com/courier-oss/courier/timers"
+	"github.com/courier-oss/courier/webhook"
+	"github.com/courier-oss/courier/worker"
+)
+
+// receiver is a business's callback endpoint: it verifies every signature and records each
+// delivery by biz id with its arrival time.
+type receiver struct {
+	mu       sync.Mutex
+	got      map[string][]time.Time
+	bad      int
+	verifier *webhook.Verifier
+}
+
+func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	body, _ := io.ReadAll(req.Body)
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.verifier.Verify(body, req.Header); err != nil {
+		r.bad++
+		http.Error(w, err.Error(), 401)
+		return
+	}
+	var cb activities.TimerCallback
+	_ = json.Unmarshal(body, &cb)
+	r.got[cb.BizID] = append(r.got[cb.BizID], now)
+}
+
+func (r *receiver) count(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.got[id])
+}
+
+// Timers end to end through the gateway: many timers due within seconds are each delivered
+// once, never early, with valid signatures; a cancel acknowledged just before the fire time
+// never delivers; a reschedule moves the delivery; repeats are idempotent; changes after firing
+// are refused with 409.
+func TestTimersEndToEnd(t *testing.T) {
+	s := newStack(t, "sqlite")
+	secret, _ := webhook.GenerateSecret()
+	verifier, _ := webhook.NewVerifier(secret)
+	rcv := &receiver{got: map[string][]time.Time{}, verifier: verifier}
+	srv := httptest.NewServer(rcv)
+	t.Cleanup(srv.Close)
+	ctx := context.Background()
+	_, _, err := s.store.PutBizType(ctx, courier.BizType{Name: "order.close", Delivery: courier.DeliveryHTTP,
+		CallbackURL: srv.URL, Secrets: []string{secret}})
+	require.NoError(t, err)
+
+	w, err := worker.New(worker.Config{
+		Relay: relay.Config{PollInterval: 50 * time.Millisecond, Retry: testRetry}, DisableRelay: true,
+		AllowLoopbackCallbacks: true, BizTypeRefresh: 200 * time.Millisecond,
+	}, worker.Deps{Temporal: s.tc, Publisher: s.pub, Logger: quiet, BizTypes: s.store,
+		Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store}}})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(w.Stop)
+
+	_, token, err := s.store.CreateAPIKey(ctx, "orders", []courier.Scope{courier.ScopeProducer})
+	require.NoError(t, err)
+	gw := httptest.NewServer(gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store,
+		Timers: timers.New(s.tc, s.ts.GetDefaultNamespace(), s.store, relay.DefaultTaskQueue), Logger: quiet}))
+	t.Cleanup(gw.Close)
+	call := func(method, path string, body any) (int, timers.Timer) {
+		resp := do(t, method, gw.URL+path, token, body)
+		var tm timers.Timer
+		if resp.StatusCode < 300 {
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&tm))
+		}
+		return resp.StatusCode, tm
+	}
+
+	const n = 50
+	base := time.Now().Add(3 * time.Second)
+	fireAt := map[string]time.Time{}
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("o-%d", i)
+		at := base.Add(time.Duration(i%10) * 100 * time.Millisecond)
+		fireAt[id] = at
+		status, tm := call("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": id, "fire_at": at, "payload": map[string]string{"order": id}})
+		require.Equal(t, http.StatusCreated, status, id)
+		require.Equal(t, "scheduled", tm.State)
+	}
+	// The same request again is the same timer; a different one is a conflict.
+	status, _ := call("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": "o-0", "fire_at": fireAt["o-0"], "payload": map[string]string{"order": "o-0"}})
+	require.Equal(t, http.StatusOK, status)
+	status, _ = call("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": "o-0", "delay": "1h", "payload": map[string]string{"order": "o-0"}})
+	require.Equal(t, http.StatusConflict, status)
+	status, _ = call("POST", "/v1/timers", map[string]any{"biz_type": "nope", "biz_id": "x", "delay": "1s"})
+	require.Equal(t, http.StatusUnprocessableEntity, status)
+
+	// Cancel one just before its fire time; move another two seconds later.
+	status, tm := call("DELETE", "/v1/timers/order.close/o-1", nil)
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, "cancelled", tm.State)
+	later := fireAt["o-2"].Add(2 * time.Second)
+	status, tm = call("PATCH", "/v1/timers/order.close/o-2", map[string]any{"fire_at": later})
+	require.Equal(t, http.StatusOK, status)
+	require.True(t, later.Truncate(time.Millisecond).Equal(tm.FireAt))
+	fireAt["o-2"] = later
+
+	require.Eventually(t, func() bool {
+		for id := range fireAt {
+			if id != "o-1" && rcv.count(id) == 0 {
+				return false
+			}
+		}
+		return true
+	}, 2*time.Minute, 50*time.Millisecond, "every timer but the cancelled one is delivered")
+
+	rcv.mu.Lock()
+	for id, times := range rcv.got {
+		require.Len(t, times, 1, "%s delivered once", id)
+		require.False(t, times[0].Before(fireAt[id].Truncate(time.Millisecond)), "%s delivered %s early", id, fireAt[id].Sub(times[0]))
+	}
+	require.Zero(t, rcv.bad, "every signature verified")
+	require.Empty(t, rcv.got["o-1"], "the cancelled timer never fired")
+	rcv.mu.Unlock()
+
+	status, tm = call("GET", "/v1/timers/order.close/o-3", nil)
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, "delivered", tm.State)
+	require.Equal(t, 1, tm.Attempts)
+	status, _ = call("PATCH", "/v1/timers/order.close/o-3", map[string]any{"delay": "1h"})
+	require.Equal(t, http.StatusConflict, status, "a delivered timer cannot be rescheduled")
+	status, _ = call("DELETE", "/v1/timers/order.close/o-3", nil)
+	require.Equal(t, http.StatusConflict, status)
+	status, _ = call("GET", "/v1/timers/order.close/missing", nil)
+	require.Equal(t, http.StatusNotFound, status)
+
+	require.Eventually(t, func() bool {
+		resp := do(t, "GET", gw.URL+"/v1/timers?biz_type=order.close&state=cancelled", token, nil)
+		var page struct{ Items []timers.Timer }
+		_ = json.NewDecoder(resp.Body).Decode(&page)
+		return len(page.Items) == 1 && page.Items[0].BizID == "o-1"
+	}, 30*time.Second, 200*time.Millisecond, "timers are listed by type and state")
+}
