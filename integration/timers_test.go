@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities"
 	"github.com/courier-oss/courier/gateway"
+	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/timers"
 	"github.com/courier-oss/courier/webhook"
@@ -155,4 +157,63 @@ func TestTimersEndToEnd(t *testing.T) {
 		_ = json.NewDecoder(resp.Body).Decode(&page)
 		return len(page.Items) == 1 && page.Items[0].BizID == "o-1"
 	}, 30*time.Second, 200*time.Millisecond, "timers are listed by type and state")
+}
+
+// A producer arms a timer in its own transaction through the outbox: it exists only if the
+// transaction commits.
+func TestTimerArmedThroughTheOutbox(t *testing.T) {
+	s := newStack(t, "postgres")
+	secret, _ := webhook.GenerateSecret()
+	verifier, _ := webhook.NewVerifier(secret)
+	rcv := &receiver{got: map[string][]time.Time{}, verifier: verifier}
+	srv := httptest.NewServer(rcv)
+	t.Cleanup(srv.Close)
+	ctx := context.Background()
+	_, _, err := s.store.PutBizType(ctx, courier.BizType{Name: "order.close", Delivery: courier.DeliveryHTTP,
+		CallbackURL: srv.URL, Secrets: []string{secret}})
+	require.NoError(t, err)
+	w, err := worker.New(worker.Config{
+		Relay: relay.Config{PollInterval: 50 * time.Millisecond, Retry: testRetry}, Namespace: s.ts.GetDefaultNamespace(),
+		AllowLoopbackCallbacks: true, BizTypeRefresh: 200 * time.Millisecond,
+	}, worker.Deps{Temporal: s.tc, Publisher: s.pub, Logger: quiet, BizTypes: s.store,
+		Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store, DSN: s.dsn}}})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(w.Stop)
+
+	arm := func(id string, commit bool) int64 {
+		tx, err := s.store.DB().BeginTx(ctx, nil)
+		require.NoError(t, err)
+		rowID, err := outbox.ArmTimer(ctx, tx, outbox.Timer{BizType: "order.close", BizID: id,
+			FireAt: time.Now().Add(time.Second), Payload: json.RawMessage(`{"order":"` + id + `"}`)})
+		require.NoError(t, err)
+		if commit {
+			require.NoError(t, tx.Commit())
+		} else {
+			require.NoError(t, tx.Rollback())
+		}
+		return rowID
+	}
+	row := arm("o-committed", true)
+	arm("o-rolled-back", false)
+	bad := func() int64 {
+		tx, _ := s.store.DB().BeginTx(ctx, nil)
+		id, err := outbox.ArmTimer(ctx, tx, outbox.Timer{BizType: "unknown.type", BizID: "x", FireAt: time.Now()})
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit())
+		return id
+	}()
+
+	require.Eventually(t, func() bool { return rcv.count("o-committed") == 1 }, time.Minute, 50*time.Millisecond)
+	rec, err := s.store.GetOutbox(ctx, row)
+	require.NoError(t, err)
+	require.Equal(t, courier.OutboxSent, rec.Status)
+	svc := timers.New(s.tc, s.ts.GetDefaultNamespace(), s.store, relay.DefaultTaskQueue)
+	_, err = svc.Get(ctx, "order.close", "o-rolled-back")
+	require.Equal(t, courier.CodeNotFound, courier.ErrorCode(err), "a rolled-back timer never exists")
+	require.Eventually(t, func() bool {
+		r, err := s.store.GetOutbox(ctx, bad)
+		return err == nil && r.Status == courier.OutboxDead && strings.Contains(r.LastError, "unknown.type")
+	}, 30*time.Second, 50*time.Millisecond, "a row for an unknown business type ends dead with the reason")
+	require.Zero(t, rcv.count("o-rolled-back"))
 }

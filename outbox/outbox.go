@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/uptrace/bun/schema"
 )
@@ -95,4 +96,44 @@ func (m Message) Validate() error {
 		return fmt.Errorf("payload is %d bytes; the limit is %d", len(m.Payload), MaxPayloadBytes)
 	}
 	return nil
+}
+
+// TimerTopic is the reserved topic of rows that arm a timer instead of publishing a message.
+const TimerTopic = "courier.timer.arm"
+
+// Timer arms a courier timer from the producer's own transaction: the timer exists if and
+// only if the transaction commits ("create the order and arm its close-order timer").
+type Timer struct {
+	BizType string
+	BizID   string
+	FireAt  time.Time
+	Payload json.RawMessage // JSON delivered with the callback; nil for none
+}
+
+// TimerRow is the payload of a TimerTopic row (the relay reads it back).
+type TimerRow struct {
+	BizType string          `json:"biz_type"`
+	BizID   string          `json:"biz_id"`
+	FireAt  time.Time       `json:"fire_at"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// ArmTimer writes a row that makes courier's relay create the timer once tx commits. Creating
+// is idempotent on (biz_type, biz_id), so a relay retry never arms twice.
+func ArmTimer(ctx context.Context, tx Tx, t Timer) (int64, error) {
+	if t.BizType == "" || t.BizID == "" || t.FireAt.IsZero() {
+		return 0, errors.New("outbox: a timer needs biz_type, biz_id and fire_at")
+	}
+	if len(t.Payload) > 0 && !json.Valid(t.Payload) {
+		return 0, errors.New("outbox: timer payload must be JSON")
+	}
+	body, err := json.Marshal(TimerRow{BizType: t.BizType, BizID: t.BizID, FireAt: t.FireAt.UTC(), Payload: t.Payload})
+	if err != nil {
+		return 0, err
+	}
+	ids, err := Enqueue(ctx, tx, Message{Topic: TimerTopic, Key: t.BizType + "/" + t.BizID, Payload: body})
+	if err != nil {
+		return 0, err
+	}
+	return ids[0], nil
 }

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,7 +15,9 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/store"
+	"github.com/courier-oss/courier/timers"
 	"github.com/courier-oss/courier/workflows"
 )
 
@@ -72,8 +75,14 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// TimerArmer creates timers for rows on outbox.TimerTopic (the timer service).
+type TimerArmer interface {
+	Create(ctx context.Context, r timers.CreateRequest) (timers.Timer, bool, error)
+}
+
 // Relay moves committed outbox rows into delivery workflows.
 type Relay struct {
+	timers  TimerArmer // nil: timer rows fail as dead ("timers are not enabled")
 	tc      client.Client
 	cfg     Config
 	sources []Source
@@ -92,6 +101,9 @@ func New(tc client.Client, cfg Config, sources []Source, log *slog.Logger) *Rela
 	}
 	return &Relay{tc: tc, cfg: cfg.withDefaults(), sources: sources, log: log, wakes: wakes}
 }
+
+// SetTimers enables rows that arm timers (outbox.ArmTimer).
+func (r *Relay) SetTimers(t TimerArmer) { r.timers = t }
 
 // Wake nudges every source loop to claim now (for writers in the same process, such as a
 // redrive through the gateway in dev mode).
@@ -173,9 +185,20 @@ func (r *Relay) deleteSent(ctx context.Context, src Source) {
 // ClaimOnce claims one batch from src and starts its deliveries; it returns how many rows it
 // claimed. Rows whose start failed go back to pending shortly after.
 func (r *Relay) ClaimOnce(ctx context.Context, src Source) (int, error) {
-	recs, err := src.Store.ClaimOutbox(ctx, r.cfg.BatchSize, r.cfg.Lease)
-	if err != nil || len(recs) == 0 {
+	claimed, err := src.Store.ClaimOutbox(ctx, r.cfg.BatchSize, r.cfg.Lease)
+	if err != nil || len(claimed) == 0 {
 		return 0, err
+	}
+	recs := claimed[:0:0]
+	for _, rec := range claimed {
+		if rec.Topic == outbox.TimerTopic {
+			r.armTimer(ctx, src, rec.ID)
+			continue
+		}
+		recs = append(recs, rec)
+	}
+	if len(recs) == 0 {
+		return len(claimed), nil
 	}
 	failed, err := r.start(ctx, src.Name, recs)
 	bg := context.WithoutCancel(ctx)
@@ -199,7 +222,45 @@ func (r *Relay) ClaimOnce(ctx context.Context, src Source) (int, error) {
 			err = errors.Join(err, merr) // harmless: the rows are re-ensured when their lease ends
 		}
 	}
-	return len(recs), err
+	return len(claimed), err
+}
+
+// armTimer turns a committed timer row into its timer. Creating is idempotent, so a row that
+// is armed again after a crash finds the same timer. A request the timer API refuses (unknown
+// business type, a different timer under the same id) leaves the row dead with the reason; a
+// transient failure leaves it to its lease.
+func (r *Relay) armTimer(ctx context.Context, src Source, id int64) {
+	fail := func(msg string) {
+		if _, err := src.Store.MarkOutboxDead(ctx, id, msg); err != nil {
+			r.log.Warn("marking a timer row dead failed", "source", src.Name, "id", id, "error", err)
+		}
+	}
+	if r.timers == nil {
+		fail("timers are not enabled on this worker")
+		return
+	}
+	rec, err := src.Store.GetOutbox(ctx, id)
+	if err != nil {
+		return
+	}
+	var row outbox.TimerRow
+	if err := json.Unmarshal(rec.Payload, &row); err != nil {
+		fail("timer row payload is not valid: " + err.Error())
+		return
+	}
+	_, _, err = r.timers.Create(ctx, timers.CreateRequest{BizType: row.BizType, BizID: row.BizID, FireAt: row.FireAt, Payload: row.Payload})
+	switch courier.ErrorCode(err) {
+	case courier.CodeValidation, courier.CodeConflict, courier.CodeTooLarge, courier.CodeInvalid:
+		fail(err.Error())
+		return
+	}
+	if err != nil {
+		r.log.Warn("arming a timer failed; retrying after the lease", "source", src.Name, "id", id, "error", err)
+		return
+	}
+	if _, err := src.Store.MarkOutboxSent(ctx, id); err != nil {
+		r.log.Warn("marking a timer row sent failed", "source", src.Name, "id", id, "error", err)
+	}
 }
 
 // start starts one delivery per record, concurrently, and returns the ids it could not start.

@@ -18,6 +18,7 @@ import (
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/mq"
 	"github.com/courier-oss/courier/relay"
+	"github.com/courier-oss/courier/timers"
 	"github.com/courier-oss/courier/workflows"
 )
 
@@ -33,6 +34,8 @@ type Config struct {
 	DisableRelay bool
 	// AllowLoopbackCallbacks lets timer callbacks reach 127.0.0.1 (courier dev only).
 	AllowLoopbackCallbacks bool
+	// Namespace is the Temporal namespace (for listing timers); default "courier".
+	Namespace string
 	// BizTypeRefresh is how often the worker re-reads business types to start, restart or stop
 	// their delivery workers; default 5 s.
 	BizTypeRefresh time.Duration
@@ -101,13 +104,14 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		relay: relay.New(d.Temporal, cfg.Relay, d.Sources, d.Logger),
 	}
 	if d.BizTypes != nil {
-		timers := activities.NewTimers(d.BizTypes, d.Publisher, cfg.AllowLoopbackCallbacks)
-		tw.RegisterActivityWithOptions(timers.LoadBizType, activity.RegisterOptions{Name: activities.LoadBizTypeName})
+		timerActs := activities.NewTimers(d.BizTypes, d.Publisher, cfg.AllowLoopbackCallbacks)
+		tw.RegisterActivityWithOptions(timerActs.LoadBizType, activity.RegisterOptions{Name: activities.LoadBizTypeName})
 		refresh := cfg.BizTypeRefresh
 		if refresh <= 0 {
 			refresh = 5 * time.Second
 		}
-		w.biz = &bizWorkers{tc: d.Temporal, types: d.BizTypes, timers: timers, refresh: refresh,
+		w.relay.SetTimers(timers.New(d.Temporal, cfg.Namespace, d.BizTypes, queue))
+		w.biz = &bizWorkers{tc: d.Temporal, types: d.BizTypes, timers: timerActs, refresh: refresh,
 			log: d.Logger, running: map[string]runningBiz{}}
 	}
 	return w, nil

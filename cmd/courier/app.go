@@ -141,6 +141,7 @@ func (a *app) newWorker() (*worker.Worker, error) {
 		},
 		ShutdownTimeout:        a.cfg.ShutdownTimeout,
 		AllowLoopbackCallbacks: a.dev,
+		Namespace:              a.cfg.Temporal.Namespace,
 	}, worker.Deps{
 		Temporal:  a.temporal,
 		Sources:   a.sources,
