@@ -76,7 +76,7 @@ func (s *Store) PutBizType(ctx context.Context, b courier.BizType) (courier.BizT
 			_, err = tx.NewInsert().Model(&row).ExcludeColumn("created_at", "updated_at").Exec(ctx)
 		} else {
 			_, err = tx.NewUpdate().Model(&row).ExcludeColumn("created_at", "updated_at").
-				Set("updated_at = "+s.nowSQL()).WherePK().Exec(ctx)
+				Set("updated_at = " + s.nowSQL()).WherePK().Exec(ctx)
 		}
 		if err != nil {
 			return err
