@@ -32,15 +32,16 @@ type Check struct {
 
 // Deps are the gateway's collaborators.
 type Deps struct {
-	Keys     KeyStore
-	Outbox   OutboxStore            // courier's own database
-	Sources  map[string]OutboxStore // producer databases by source name (read and redrive via ?source=)
-	BizTypes BizTypeStore           // business types; nil disables their endpoints
-	Timers   TimerService           // timers; nil disables their endpoints
-	Checks   []Check                // probed by /readyz: database, Temporal, message queue
-	Gatherer prometheus.Gatherer    // served at /metrics; nil serves the default registry
-	Wake     func()                 // optional: nudge an in-process relay after a redrive
-	Logger   *slog.Logger
+	Keys      KeyStore
+	Outbox    OutboxStore            // courier's own database
+	Sources   map[string]OutboxStore // producer databases by source name (read and redrive via ?source=)
+	BizTypes  BizTypeStore           // business types; nil disables their endpoints
+	Timers    TimerService           // timers; nil disables their endpoints
+	Schedules ScheduleService        // cron schedules; nil disables their endpoints
+	Checks    []Check                // probed by /readyz: database, Temporal, message queue
+	Gatherer  prometheus.Gatherer    // served at /metrics; nil serves the default registry
+	Wake      func()                 // optional: nudge an in-process relay after a redrive
+	Logger    *slog.Logger
 }
 
 // Config tunes the gateway.
@@ -94,6 +95,18 @@ func New(cfg Config, d Deps) *echo.Echo {
 		v1.GET("/timers/:biz_type/:biz_id", h.getTimer, producer)
 		v1.PATCH("/timers/:biz_type/:biz_id", h.rescheduleTimer, producer)
 		v1.DELETE("/timers/:biz_type/:biz_id", h.cancelTimer, producer)
+	}
+	if d.Schedules != nil {
+		sc := d.Schedules
+		v1.POST("/schedules/:id", h.createSchedule, producer)
+		v1.GET("/schedules/:id", h.getSchedule, producer)
+		v1.PATCH("/schedules/:id", h.updateSchedule, producer)
+		v1.DELETE("/schedules/:id", h.deleteSchedule, producer)
+		v1.POST("/schedules/:id/pause", h.scheduleAction(sc.PauseSchedule), producer)
+		v1.POST("/schedules/:id/unpause", h.scheduleAction(sc.UnpauseSchedule), producer)
+		v1.POST("/schedules/:id/trigger", h.scheduleAction(func(ctx context.Context, id, _ string) error {
+			return sc.TriggerSchedule(ctx, id)
+		}), producer)
 	}
 	return e
 }

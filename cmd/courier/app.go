@@ -160,12 +160,14 @@ func (a *app) newGateway(wake func()) http.Handler {
 			extra[src.Name] = src.Store
 		}
 	}
+	svc := timers.New(a.temporal, a.cfg.Temporal.Namespace, a.store, relay.DefaultTaskQueue)
 	return gateway.New(gateway.Config{MaxBodyBytes: a.cfg.MaxBodyBytes}, gateway.Deps{
-		Keys:     a.store,
-		Outbox:   a.store,
-		Sources:  extra,
-		BizTypes: a.store,
-		Timers:   timers.New(a.temporal, a.cfg.Temporal.Namespace, a.store, relay.DefaultTaskQueue),
+		Keys:      a.store,
+		Outbox:    a.store,
+		Sources:   extra,
+		BizTypes:  a.store,
+		Timers:    svc,
+		Schedules: svc,
 		Checks: []gateway.Check{
 			{Name: "database", Probe: a.store.Ping},
 			{Name: "temporal", Probe: func(ctx context.Context) error {

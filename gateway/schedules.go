@@ -1,0 +1,80 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/courier-oss/courier/timers"
+)
+
+// ScheduleService is what the schedule endpoints need.
+type ScheduleService interface {
+	CreateSchedule(ctx context.Context, id string, sp timers.ScheduleSpec) (timers.Schedule, error)
+	GetSchedule(ctx context.Context, id string) (timers.Schedule, error)
+	UpdateSchedule(ctx context.Context, id string, sp timers.ScheduleSpec) (timers.Schedule, error)
+	DeleteSchedule(ctx context.Context, id string) error
+	PauseSchedule(ctx context.Context, id, note string) error
+	UnpauseSchedule(ctx context.Context, id, note string) error
+	TriggerSchedule(ctx context.Context, id string) error
+}
+
+// ScheduleNote is the optional body of pause and unpause.
+type ScheduleNote struct {
+	Note string `json:"note"`
+}
+
+func (h *handlers) createSchedule(c echo.Context) error {
+	var sp timers.ScheduleSpec
+	if err := bindJSON(c, &sp); err != nil {
+		return err
+	}
+	out, err := h.d.Schedules.CreateSchedule(c.Request().Context(), c.Param("id"), sp)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, out)
+}
+
+func (h *handlers) getSchedule(c echo.Context) error {
+	out, err := h.d.Schedules.GetSchedule(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (h *handlers) updateSchedule(c echo.Context) error {
+	var sp timers.ScheduleSpec
+	if err := bindJSON(c, &sp); err != nil {
+		return err
+	}
+	out, err := h.d.Schedules.UpdateSchedule(c.Request().Context(), c.Param("id"), sp)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (h *handlers) deleteSchedule(c echo.Context) error {
+	if err := h.d.Schedules.DeleteSchedule(c.Request().Context(), c.Param("id")); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (h *handlers) scheduleAction(act func(ctx context.Context, id, note string) error) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		var n ScheduleNote
+		if c.Request().ContentLength > 0 {
+			if err := bindJSON(c, &n); err != nil {
+				return err
+			}
+		}
+		if err := act(c.Request().Context(), c.Param("id"), n.Note); err != nil {
+			return err
+		}
+		return h.getSchedule(c)
+	}
+}

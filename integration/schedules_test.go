@@ -1,0 +1,108 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/gateway"
+	"github.com/courier-oss/courier/relay"
+	"github.com/courier-oss/courier/timers"
+	"github.com/courier-oss/courier/webhook"
+	"github.com/courier-oss/courier/worker"
+)
+
+// Cron schedules on Temporal Schedules: runs deliver like timers; pause stops them; trigger
+// runs once now; PATCH changes the spec (cron with a time zone); bad specs are 422; delete
+// removes it.
+func TestSchedulesEndToEnd(t *testing.T) {
+	s := newStack(t, "sqlite")
+	secret, _ := webhook.GenerateSecret()
+	verifier, _ := webhook.NewVerifier(secret)
+	rcv := &receiver{got: map[string][]time.Time{}, verifier: verifier}
+	srv := httptest.NewServer(rcv)
+	t.Cleanup(srv.Close)
+	ctx := context.Background()
+	_, _, err := s.store.PutBizType(ctx, courier.BizType{Name: "marketing.digest", Delivery: courier.DeliveryHTTP,
+		CallbackURL: srv.URL, Secrets: []string{secret}})
+	require.NoError(t, err)
+	w, err := worker.New(worker.Config{Relay: relay.Config{Retry: testRetry}, DisableRelay: true,
+		AllowLoopbackCallbacks: true, BizTypeRefresh: 200 * time.Millisecond},
+		worker.Deps{Temporal: s.tc, Publisher: s.pub, Logger: quiet, BizTypes: s.store,
+			Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store}}})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(w.Stop)
+	_, token, err := s.store.CreateAPIKey(ctx, "marketing", []courier.Scope{courier.ScopeProducer})
+	require.NoError(t, err)
+	svc := timers.New(s.tc, s.ts.GetDefaultNamespace(), s.store, relay.DefaultTaskQueue)
+	gw := httptest.NewServer(gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store, Schedules: svc, Logger: quiet}))
+	t.Cleanup(gw.Close)
+	call := func(method, path string, body any) (int, timers.Schedule) {
+		resp := do(t, method, gw.URL+path, token, body)
+		var sc timers.Schedule
+		if resp.StatusCode < 300 && resp.StatusCode != http.StatusNoContent {
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&sc))
+		}
+		return resp.StatusCode, sc
+	}
+
+	for name, body := range map[string]map[string]any{
+		"both":      {"biz_type": "marketing.digest", "cron": "0 9 * * *", "interval": "1h"},
+		"neither":   {"biz_type": "marketing.digest"},
+		"bad tz":    {"biz_type": "marketing.digest", "cron": "0 9 * * *", "time_zone": "Mars/Olympus"},
+		"bad type":  {"biz_type": "nope", "interval": "1h"},
+		"short":     {"biz_type": "marketing.digest", "interval": "10ms"},
+		"bad cron":  {"biz_type": "marketing.digest", "cron": "every day"},
+		"catchup":   {"biz_type": "marketing.digest", "interval": "1h", "catchup_window": "1s"},
+		"overlap":   {"biz_type": "marketing.digest", "interval": "1h", "overlap": "sometimes"},
+	} {
+		status, _ := call("POST", "/v1/schedules/bad", body)
+		require.Equal(t, http.StatusUnprocessableEntity, status, name)
+	}
+
+	status, sc := call("POST", "/v1/schedules/digest", map[string]any{"biz_type": "marketing.digest", "interval": "1s", "payload": map[string]int{"v": 1}})
+	require.Equal(t, http.StatusCreated, status)
+	require.Equal(t, "1s", sc.Spec.Interval)
+	require.NotEmpty(t, sc.NextRuns)
+	status, _ = call("POST", "/v1/schedules/digest", map[string]any{"biz_type": "marketing.digest", "interval": "1s"})
+	require.Equal(t, http.StatusConflict, status)
+
+	require.Eventually(t, func() bool { return rcv.count("digest") >= 2 }, time.Minute, 50*time.Millisecond, "runs are delivered")
+
+	status, sc = call("POST", "/v1/schedules/digest/pause", map[string]string{"note": "holiday"})
+	require.Equal(t, http.StatusOK, status)
+	require.True(t, sc.Paused)
+	require.Equal(t, "holiday", sc.Note)
+	// Let any run already started finish, then nothing more arrives while paused.
+	time.Sleep(1500 * time.Millisecond) //nolint:forbidigo // settling window for runs started before the pause
+	paused := rcv.count("digest")
+	require.Never(t, func() bool { return rcv.count("digest") > paused }, 2500*time.Millisecond, 100*time.Millisecond, "a paused schedule does not run")
+
+	status, _ = call("POST", "/v1/schedules/digest/trigger", nil)
+	require.Equal(t, http.StatusOK, status)
+	require.Eventually(t, func() bool { return rcv.count("digest") == paused+1 }, 30*time.Second, 50*time.Millisecond, "trigger runs once now")
+
+	status, sc = call("PATCH", "/v1/schedules/digest", map[string]any{"biz_type": "marketing.digest", "cron": "0 9 * * *", "time_zone": "Asia/Shanghai", "paused": true})
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, "0 9 * * *", sc.Spec.Cron)
+	require.NotEmpty(t, sc.NextRuns)
+	shanghai, _ := time.LoadLocation("Asia/Shanghai")
+	next := sc.NextRuns[0].In(shanghai)
+	require.Equal(t, 9, next.Hour(), "09:00 in Shanghai")
+	require.Equal(t, 0, next.Minute())
+
+	status, _ = call("DELETE", "/v1/schedules/digest", nil)
+	require.Equal(t, http.StatusNoContent, status)
+	require.Eventually(t, func() bool {
+		status, _ := call("GET", "/v1/schedules/digest", nil)
+		return status == http.StatusNotFound
+	}, 10*time.Second, 100*time.Millisecond)
+	require.Zero(t, rcv.bad)
+}

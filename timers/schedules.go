@@ -1,0 +1,244 @@
+package timers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/workflows"
+)
+
+// ScheduleSpec is a cron schedule as the API takes it. Give Cron or Interval.
+type ScheduleSpec struct {
+	BizType       string          `json:"biz_type"`
+	Cron          string          `json:"cron,omitempty"`           // standard 5-field cron, e.g. "0 9 * * *"
+	Interval      string          `json:"interval,omitempty"`       // e.g. "15m"
+	TimeZone      string          `json:"time_zone,omitempty"`      // IANA name; default UTC
+	Overlap       string          `json:"overlap,omitempty"`        // skip (default), buffer_one, buffer_all, cancel_other, terminate_other, allow_all
+	CatchupWindow string          `json:"catchup_window,omitempty"` // how late a missed run may still fire; default 1m, at least 10s
+	Jitter        string          `json:"jitter,omitempty"`         // random delay up to this, to spread round times
+	Paused        bool            `json:"paused,omitempty"`
+	Payload       json.RawMessage `json:"payload,omitempty"`
+}
+
+// Schedule is a schedule as the API shows it.
+type Schedule struct {
+	ID             string       `json:"id"`
+	Spec           ScheduleSpec `json:"spec"`
+	Paused         bool         `json:"paused"`
+	Note           string       `json:"note,omitempty"`
+	NextRuns       []time.Time  `json:"next_runs"`
+	RecentRuns     []time.Time  `json:"recent_runs"`
+	Runs           int          `json:"runs"`
+	MissedCatchup  int          `json:"missed_catchup_window"`
+	SkippedOverlap int          `json:"skipped_overlap"`
+}
+
+var overlapPolicies = map[string]enumspb.ScheduleOverlapPolicy{
+	"":                enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
+	"skip":            enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
+	"buffer_one":      enumspb.SCHEDULE_OVERLAP_POLICY_BUFFER_ONE,
+	"buffer_all":      enumspb.SCHEDULE_OVERLAP_POLICY_BUFFER_ALL,
+	"cancel_other":    enumspb.SCHEDULE_OVERLAP_POLICY_CANCEL_OTHER,
+	"terminate_other": enumspb.SCHEDULE_OVERLAP_POLICY_TERMINATE_OTHER,
+	"allow_all":       enumspb.SCHEDULE_OVERLAP_POLICY_ALLOW_ALL,
+}
+
+// ScheduleID is the Temporal schedule id of a courier schedule.
+func ScheduleID(id string) string { return "schedule/" + id }
+
+func (s *Service) compile(ctx context.Context, id string, sp ScheduleSpec) (client.ScheduleSpec, *client.ScheduleWorkflowAction, client.SchedulePolicies, error) {
+	var spec client.ScheduleSpec
+	var pol client.SchedulePolicies
+	if err := ValidBizID(id); err != nil {
+		return spec, nil, pol, courier.Errorf(courier.CodeInvalid, "schedule id must be 1-128 bytes without '/'")
+	}
+	if _, err := s.types.GetBizType(ctx, sp.BizType); err != nil {
+		if courier.ErrorCode(err) == courier.CodeNotFound {
+			return spec, nil, pol, validation("biz_type", "business type %q is not configured", sp.BizType)
+		}
+		return spec, nil, pol, err
+	}
+	switch {
+	case (sp.Cron == "") == (sp.Interval == ""):
+		return spec, nil, pol, validation("cron", "give cron or interval, exactly one")
+	case sp.Cron != "":
+		if len(strings.Fields(sp.Cron)) < 5 {
+			return spec, nil, pol, validation("cron", "cron needs five fields: minute hour day-of-month month day-of-week")
+		}
+		spec.CronExpressions = []string{sp.Cron}
+	default:
+		d, err := time.ParseDuration(sp.Interval)
+		if err != nil || d < time.Second {
+			return spec, nil, pol, validation("interval", "interval must be a duration of at least 1s")
+		}
+		spec.Intervals = []client.ScheduleIntervalSpec{{Every: d}}
+	}
+	if sp.TimeZone != "" {
+		if _, err := time.LoadLocation(sp.TimeZone); err != nil {
+			return spec, nil, pol, validation("time_zone", "unknown time zone %q", sp.TimeZone)
+		}
+		spec.TimeZoneName = sp.TimeZone
+	}
+	if sp.Jitter != "" {
+		d, err := time.ParseDuration(sp.Jitter)
+		if err != nil || d < 0 {
+			return spec, nil, pol, validation("jitter", "jitter must be a non-negative duration")
+		}
+		spec.Jitter = d
+	}
+	overlap, ok := overlapPolicies[sp.Overlap]
+	if !ok {
+		return spec, nil, pol, validation("overlap", "overlap must be skip, buffer_one, buffer_all, cancel_other, terminate_other or allow_all")
+	}
+	pol.Overlap = overlap
+	pol.CatchupWindow = time.Minute
+	if sp.CatchupWindow != "" {
+		d, err := time.ParseDuration(sp.CatchupWindow)
+		if err != nil || d < 10*time.Second {
+			return spec, nil, pol, validation("catchup_window", "catchup_window must be a duration of at least 10s")
+		}
+		pol.CatchupWindow = d
+	}
+	payload := sp.Payload
+	if len(payload) == 0 {
+		payload = json.RawMessage("null")
+	}
+	if len(payload) > MaxPayloadBytes || !json.Valid(payload) {
+		return spec, nil, pol, validation("payload", "payload must be JSON of at most %d bytes", MaxPayloadBytes)
+	}
+	specJSON, _ := json.Marshal(sp)
+	// Each run is a timer that is already due: the same delivery, retries and rate limit. The
+	// API's view of the spec rides in the action's memo, so GET returns what was PUT.
+	action := &client.ScheduleWorkflowAction{
+		Memo:      map[string]any{specMemo: string(specJSON)},
+		ID:        ScheduleID(id),
+		Workflow:  workflows.TimerName,
+		TaskQueue: s.taskQueue,
+		Args:      []any{workflows.TimerParams{BizType: sp.BizType, BizID: id, Payload: payload}},
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet("schedule-run"),
+			temporal.NewSearchAttributeKeyKeyword(courier.SABizType).ValueSet(sp.BizType),
+			temporal.NewSearchAttributeKeyKeyword(courier.SABizID).ValueSet(id),
+		),
+	}
+	return spec, action, pol, nil
+}
+
+func scheduleErr(err error, id string) error {
+	var nf *serviceerror.NotFound
+	var inv *serviceerror.InvalidArgument
+	switch {
+	case errors.As(err, &nf):
+		return courier.Errorf(courier.CodeNotFound, "no schedule %q", id)
+	case errors.As(err, &inv):
+		return &courier.Error{Code: courier.CodeValidation, Message: inv.Message}
+	case errors.Is(err, temporal.ErrScheduleAlreadyRunning):
+		return courier.Errorf(courier.CodeConflict, "schedule %q already exists; PATCH it instead", id)
+	}
+	return err
+}
+
+// CreateSchedule creates a schedule; an existing id is a conflict.
+func (s *Service) CreateSchedule(ctx context.Context, id string, sp ScheduleSpec) (Schedule, error) {
+	spec, action, pol, err := s.compile(ctx, id, sp)
+	if err != nil {
+		return Schedule{}, err
+	}
+	_, err = s.tc.ScheduleClient().Create(ctx, client.ScheduleOptions{
+		ID: ScheduleID(id), Spec: spec, Action: action, Overlap: pol.Overlap, CatchupWindow: pol.CatchupWindow,
+		Paused: sp.Paused,
+	})
+	if err != nil {
+		return Schedule{}, scheduleErr(err, id)
+	}
+	return s.GetSchedule(ctx, id)
+}
+
+// GetSchedule describes a schedule: its spec, state, next and recent runs.
+func (s *Service) GetSchedule(ctx context.Context, id string) (Schedule, error) {
+	d, err := s.tc.ScheduleClient().GetHandle(ctx, ScheduleID(id)).Describe(ctx)
+	if err != nil {
+		return Schedule{}, scheduleErr(err, id)
+	}
+	out := Schedule{ID: id, NextRuns: d.Info.NextActionTimes, Runs: d.Info.NumActions,
+		MissedCatchup: d.Info.NumActionsMissedCatchupWindow, SkippedOverlap: d.Info.NumActionsSkippedOverlap}
+	if d.Schedule.State != nil {
+		out.Paused, out.Note = d.Schedule.State.Paused, d.Schedule.State.Note
+	}
+	for _, a := range d.Info.RecentActions {
+		out.RecentRuns = append(out.RecentRuns, a.ActualTime)
+	}
+	if a, ok := d.Schedule.Action.(*client.ScheduleWorkflowAction); ok {
+		var raw string
+		switch v := a.Memo[specMemo].(type) {
+		case string:
+			raw = v
+		case *commonpb.Payload:
+			_ = converter.GetDefaultDataConverter().FromPayload(v, &raw)
+		}
+		_ = json.Unmarshal([]byte(raw), &out.Spec)
+	}
+	out.Spec.Paused = out.Paused
+	if out.NextRuns == nil {
+		out.NextRuns = []time.Time{}
+	}
+	if out.RecentRuns == nil {
+		out.RecentRuns = []time.Time{}
+	}
+	return out, nil
+}
+
+// UpdateSchedule replaces a schedule's spec, action and policies (keeping its paused state
+// unless the spec says paused).
+func (s *Service) UpdateSchedule(ctx context.Context, id string, sp ScheduleSpec) (Schedule, error) {
+	spec, action, pol, err := s.compile(ctx, id, sp)
+	if err != nil {
+		return Schedule{}, err
+	}
+	h := s.tc.ScheduleClient().GetHandle(ctx, ScheduleID(id))
+	err = h.Update(ctx, client.ScheduleUpdateOptions{DoUpdate: func(in client.ScheduleUpdateInput) (*client.ScheduleUpdate, error) {
+		sch := in.Description.Schedule
+		sch.Spec, sch.Action, sch.Policy = &spec, action, &pol
+		if sp.Paused && sch.State != nil {
+			sch.State.Paused = true
+		}
+		return &client.ScheduleUpdate{Schedule: &sch}, nil
+	}})
+	if err != nil {
+		return Schedule{}, scheduleErr(err, id)
+	}
+	return s.GetSchedule(ctx, id)
+}
+
+// DeleteSchedule removes a schedule; runs already started finish.
+func (s *Service) DeleteSchedule(ctx context.Context, id string) error {
+	return scheduleErr(s.tc.ScheduleClient().GetHandle(ctx, ScheduleID(id)).Delete(ctx), id)
+}
+
+// PauseSchedule, UnpauseSchedule and TriggerSchedule act on a schedule's state.
+func (s *Service) PauseSchedule(ctx context.Context, id, note string) error {
+	return scheduleErr(s.tc.ScheduleClient().GetHandle(ctx, ScheduleID(id)).Pause(ctx, client.SchedulePauseOptions{Note: note}), id)
+}
+
+// UnpauseSchedule resumes a paused schedule.
+func (s *Service) UnpauseSchedule(ctx context.Context, id, note string) error {
+	return scheduleErr(s.tc.ScheduleClient().GetHandle(ctx, ScheduleID(id)).Unpause(ctx, client.ScheduleUnpauseOptions{Note: note}), id)
+}
+
+// TriggerSchedule runs a schedule's action once, now.
+func (s *Service) TriggerSchedule(ctx context.Context, id string) error {
+	return scheduleErr(s.tc.ScheduleClient().GetHandle(ctx, ScheduleID(id)).Trigger(ctx, client.ScheduleTriggerOptions{}), id)
+}
+
+const specMemo = "courier_schedule"
