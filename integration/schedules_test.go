@@ -54,14 +54,14 @@ func TestSchedulesEndToEnd(t *testing.T) {
 	}
 
 	for name, body := range map[string]map[string]any{
-		"both":      {"biz_type": "marketing.digest", "cron": "0 9 * * *", "interval": "1h"},
-		"neither":   {"biz_type": "marketing.digest"},
-		"bad tz":    {"biz_type": "marketing.digest", "cron": "0 9 * * *", "time_zone": "Mars/Olympus"},
-		"bad type":  {"biz_type": "nope", "interval": "1h"},
-		"short":     {"biz_type": "marketing.digest", "interval": "10ms"},
-		"bad cron":  {"biz_type": "marketing.digest", "cron": "every day"},
-		"catchup":   {"biz_type": "marketing.digest", "interval": "1h", "catchup_window": "1s"},
-		"overlap":   {"biz_type": "marketing.digest", "interval": "1h", "overlap": "sometimes"},
+		"both":     {"biz_type": "marketing.digest", "cron": "0 9 * * *", "interval": "1h"},
+		"neither":  {"biz_type": "marketing.digest"},
+		"bad tz":   {"biz_type": "marketing.digest", "cron": "0 9 * * *", "time_zone": "Mars/Olympus"},
+		"bad type": {"biz_type": "nope", "interval": "1h"},
+		"short":    {"biz_type": "marketing.digest", "interval": "10ms"},
+		"bad cron": {"biz_type": "marketing.digest", "cron": "every day"},
+		"catchup":  {"biz_type": "marketing.digest", "interval": "1h", "catchup_window": "1s"},
+		"overlap":  {"biz_type": "marketing.digest", "interval": "1h", "overlap": "sometimes"},
 	} {
 		status, _ := call("POST", "/v1/schedules/bad", body)
 		require.Equal(t, http.StatusUnprocessableEntity, status, name)
