@@ -1,0 +1,88 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/relay"
+	"github.com/courier-oss/courier/timers"
+	"github.com/courier-oss/courier/webhook"
+	"github.com/courier-oss/courier/worker"
+)
+
+// A business type limited to 5 deliveries per second holds to it however many of its timers are
+// due at once and however many workers run, while another type's timers are not held up by
+// that backlog: each type has its own task queue.
+func TestBizTypeRateLimitAndIsolation(t *testing.T) {
+	s := newStack(t, "sqlite")
+	secret, _ := webhook.GenerateSecret()
+	verifier, _ := webhook.NewVerifier(secret)
+	rcv := &receiver{got: map[string][]time.Time{}, verifier: verifier}
+	srv := httptest.NewServer(rcv)
+	t.Cleanup(srv.Close)
+	ctx := context.Background()
+	for name, rate := range map[string]float64{"slow.type": 5, "fast.type": 0} {
+		_, _, err := s.store.PutBizType(ctx, courier.BizType{Name: name, Delivery: courier.DeliveryHTTP,
+			CallbackURL: srv.URL, Secrets: []string{secret}, RateLimit: rate})
+		require.NoError(t, err)
+	}
+	// Two workers, as two processes would run.
+	for i := 0; i < 2; i++ {
+		w, err := worker.New(worker.Config{Relay: relay.Config{Retry: testRetry}, DisableRelay: true,
+			AllowLoopbackCallbacks: true, BizTypeRefresh: 200 * time.Millisecond},
+			worker.Deps{Temporal: s.tc, Publisher: s.pub, Logger: quiet, BizTypes: s.store,
+				Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store}}})
+		require.NoError(t, err)
+		require.NoError(t, w.Start(ctx))
+		t.Cleanup(w.Stop)
+	}
+	svc := timers.New(s.tc, s.ts.GetDefaultNamespace(), s.store, relay.DefaultTaskQueue)
+	const slowN, fastN = 30, 20
+	due := time.Now().Add(3 * time.Second)
+	for i := 0; i < slowN; i++ {
+		_, _, err := svc.Create(ctx, timers.CreateRequest{BizType: "slow.type", BizID: fmt.Sprintf("s-%d", i), FireAt: due, Payload: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+	}
+	fastDue := due.Add(2 * time.Second) // while the slow type's backlog is still draining
+	for i := 0; i < fastN; i++ {
+		_, _, err := svc.Create(ctx, timers.CreateRequest{BizType: "fast.type", BizID: fmt.Sprintf("f-%d", i), FireAt: fastDue, Payload: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool {
+		rcv.mu.Lock()
+		defer rcv.mu.Unlock()
+		return len(rcv.got) == slowN+fastN
+	}, 2*time.Minute, 50*time.Millisecond)
+
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	var slow []time.Time
+	var fastLast time.Time
+	for id, at := range rcv.got {
+		require.Len(t, at, 1, id)
+		if id[0] == 's' {
+			slow = append(slow, at[0])
+		} else if at[0].After(fastLast) {
+			fastLast = at[0]
+		}
+	}
+	sort.Slice(slow, func(i, j int) bool { return slow[i].Before(slow[j]) })
+	// At 5/s (with at most one second's burst) 30 deliveries need at least 5 s.
+	require.GreaterOrEqual(t, slow[len(slow)-1].Sub(slow[0]), 4*time.Second, "the slow type was held to its rate")
+	for i := range slow {
+		n := 0
+		for j := i; j < len(slow) && slow[j].Sub(slow[i]) < 2*time.Second; j++ {
+			n++
+		}
+		require.LessOrEqual(t, n, 15, "no two-second window holds more than rate×2 plus one burst")
+	}
+	require.True(t, fastLast.Before(slow[len(slow)-1]), "the fast type finished while the slow type was still draining")
+}
