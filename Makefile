@@ -42,7 +42,7 @@ bench: ## courier bench outbox on the embedded stack (add BENCH_ARGS="--postgres
 	go run ./cmd/courier bench outbox $(BENCH_ARGS)
 
 record-histories: ## re-record the replay histories under workflows/testdata from real runs
-	COURIER_RECORD_HISTORIES=1 go test -count=1 -run TestRecordHistories ./integration/
+	COURIER_RECORD_HISTORIES=1 go test -count=1 -run TestRecord ./integration/
 
 clean: ## remove build output and the default dev data dir
 	rm -rf bin .courier

@@ -2,7 +2,10 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +23,8 @@ import (
 	"github.com/courier-oss/courier/mq"
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/relay"
+	"github.com/courier-oss/courier/timers"
+	"github.com/courier-oss/courier/webhook"
 	"github.com/courier-oss/courier/worker"
 )
 
@@ -114,4 +119,87 @@ func write(t *testing.T, path string, hist *historypb.History) {
 	require.NoError(t, os.WriteFile(path, b, 0o644))
 	t.Logf("recorded %s (%d events)", path, len(hist.Events))
 	require.False(t, strings.Contains(string(b), "TODO"))
+}
+
+// TestRecordTimerHistories records timer workflow histories (make record-histories).
+func TestRecordTimerHistories(t *testing.T) {
+	if os.Getenv("COURIER_RECORD_HISTORIES") == "" {
+		t.Skip("set COURIER_RECORD_HISTORIES=1 to re-record workflow histories")
+	}
+	s := newStack(t, "sqlite")
+	secret, _ := webhook.GenerateSecret()
+	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(ok.Close)
+	gone := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusGone) }))
+	t.Cleanup(gone.Close)
+	ctx := context.Background()
+	for name, url := range map[string]string{"rec.ok": ok.URL, "rec.gone": gone.URL} {
+		_, _, err := s.store.PutBizType(ctx, courier.BizType{Name: name, Delivery: courier.DeliveryHTTP, CallbackURL: url, Secrets: []string{secret}})
+		require.NoError(t, err)
+	}
+	w, err := worker.New(worker.Config{Relay: relay.Config{Retry: testRetry}, DisableRelay: true,
+		AllowLoopbackCallbacks: true, BizTypeRefresh: 100 * time.Millisecond},
+		worker.Deps{Temporal: s.tc, Publisher: s.pub, Logger: quiet, BizTypes: s.store,
+			Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store}}})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(w.Stop)
+	svc := timers.New(s.tc, s.ts.GetDefaultNamespace(), s.store, relay.DefaultTaskQueue)
+	soon := func() time.Time { return time.Now().Add(1500 * time.Millisecond) }
+	mk := func(typ, id string) {
+		_, _, err := svc.Create(ctx, timers.CreateRequest{BizType: typ, BizID: id, FireAt: soon(), Payload: json.RawMessage(`{"rec":1}`)})
+		require.NoError(t, err)
+	}
+	mk("rec.ok", "delivered")
+	mk("rec.ok", "rescheduled")
+	_, err = svc.Reschedule(ctx, "rec.ok", "rescheduled", time.Now().Add(2*time.Second))
+	require.NoError(t, err)
+	mk("rec.ok", "cancelled")
+	_, err = svc.Cancel(ctx, "rec.ok", "cancelled")
+	require.NoError(t, err)
+	mk("rec.gone", "failed")
+	_, err = svc.CreateSchedule(ctx, "rec-schedule", timers.ScheduleSpec{BizType: "rec.ok", Interval: "1h", Paused: true})
+	require.NoError(t, err)
+	require.NoError(t, svc.TriggerSchedule(ctx, "rec-schedule"))
+
+	closed := func(id string) bool {
+		d, err := s.tc.DescribeWorkflowExecution(ctx, id, "")
+		return err == nil && d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+	}
+	dir := filepath.Join("..", "workflows", "testdata", "histories", "timer")
+	for _, c := range []string{"delivered", "rescheduled", "cancelled", "failed"} {
+		typ := "rec.ok"
+		if c == "failed" {
+			typ = "rec.gone"
+		}
+		id := timers.WorkflowID(typ, c)
+		require.Eventually(t, func() bool { return closed(id) }, time.Minute, 50*time.Millisecond, id)
+		write(t, filepath.Join(dir, c+".json"), history(t, s, id, ""))
+	}
+	var runID, wfID string
+	require.Eventually(t, func() bool {
+		d, err := svc.GetSchedule(ctx, "rec-schedule")
+		if err != nil || d.Runs == 0 {
+			return false
+		}
+		desc, err := s.tc.ScheduleClient().GetHandle(ctx, timers.ScheduleID("rec-schedule")).Describe(ctx)
+		if err != nil || len(desc.Info.RecentActions) == 0 {
+			return false
+		}
+		wfID = desc.Info.RecentActions[0].StartWorkflowResult.WorkflowID
+		runID = desc.Info.RecentActions[0].StartWorkflowResult.FirstExecutionRunID
+		return closed(wfID)
+	}, time.Minute, 100*time.Millisecond)
+	write(t, filepath.Join(dir, "schedule-run.json"), history(t, s, wfID, runID))
+}
+
+func history(t *testing.T, s *stack, id, runID string) *historypb.History {
+	hist := &historypb.History{}
+	it := s.tc.GetWorkflowHistory(context.Background(), id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		require.NoError(t, err)
+		hist.Events = append(hist.Events, ev)
+	}
+	return hist
 }
