@@ -12,6 +12,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/callback"
+	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/mq"
 	"github.com/courier-oss/courier/webhook"
 )
@@ -54,14 +55,32 @@ type BizTypeStore interface {
 
 // Timers delivers fired timers: a signed HTTP callback or an MQ publish, per business type.
 type Timers struct {
+	metrics       *metrics.Timers
 	types         BizTypeStore
 	pub           mq.Publisher
 	allowLoopback bool // courier dev lets callbacks reach 127.0.0.1
 }
 
-// NewTimers builds the timer activities. allowLoopback is for dev mode only.
-func NewTimers(types BizTypeStore, pub mq.Publisher, allowLoopback bool) *Timers {
-	return &Timers{types: types, pub: pub, allowLoopback: allowLoopback}
+// NewTimers builds the timer activities. allowLoopback is for dev mode only; m may be nil.
+func NewTimers(types BizTypeStore, pub mq.Publisher, allowLoopback bool, m *metrics.Timers) *Timers {
+	return &Timers{types: types, pub: pub, allowLoopback: allowLoopback, metrics: m}
+}
+
+// record counts one attempt's outcome.
+func (a *Timers) record(bizType string, err error) {
+	if a.metrics == nil {
+		return
+	}
+	outcome := "delivered"
+	var ae *temporal.ApplicationError
+	switch {
+	case err == nil:
+	case errors.As(err, &ae) && ae.NonRetryable():
+		outcome = "failed"
+	default:
+		outcome = "retry"
+	}
+	a.metrics.Deliveries.WithLabelValues(bizType, outcome).Inc()
 }
 
 func (a *Timers) bizType(ctx context.Context, name string) (courier.BizType, error) {
@@ -98,12 +117,16 @@ type TimerCallback struct {
 // Deliver sends one fired timer and returns the attempt number that succeeded. 429, 5xx and
 // timeouts are retried by the workflow's policy (a Retry-After sets the next delay); other
 // statuses and refused targets fail at once.
-func (a *Timers) Deliver(ctx context.Context, p DeliverTimerParams) (int, error) {
+func (a *Timers) Deliver(ctx context.Context, p DeliverTimerParams) (n int, err error) {
+	attempt := activity.GetInfo(ctx).Attempt
+	if attempt == 1 && a.metrics != nil && !p.FireAt.IsZero() {
+		a.metrics.Lateness.Observe(time.Since(p.FireAt).Seconds())
+	}
+	defer func() { a.record(p.BizType, err) }()
 	b, err := a.bizType(ctx, p.BizType)
 	if err != nil {
 		return 0, err
 	}
-	attempt := activity.GetInfo(ctx).Attempt
 	payload := json.RawMessage(p.Payload)
 	if len(payload) == 0 {
 		payload = json.RawMessage("null")

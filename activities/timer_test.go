@@ -71,7 +71,7 @@ func TestTimerDeliverHTTP(t *testing.T) {
 	}))
 	defer srv.Close()
 	types := bizTypes{"order.close": {Name: "order.close", Delivery: courier.DeliveryHTTP, CallbackURL: srv.URL, Secrets: []string{secret}}}
-	dev := activities.NewTimers(types, nil, true)
+	dev := activities.NewTimers(types, nil, true, nil)
 	p := activities.DeliverTimerParams{BizType: "order.close", BizID: "o-1", DeliveryID: "run-1",
 		FireAt: time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC), Payload: []byte(`{"order":"o-1"}`)}
 
@@ -99,7 +99,7 @@ func TestTimerDeliverHTTP(t *testing.T) {
 	require.Equal(t, activities.ErrTypePermanentDelivery, ae.Type())
 
 	// Outside dev mode the same loopback target is refused, permanently.
-	prod := activities.NewTimers(types, nil, false)
+	prod := activities.NewTimers(types, nil, false, nil)
 	_, err = deliver(t, prod, withID(p, "run-5"))
 	require.True(t, appErr(t, err).NonRetryable())
 
@@ -126,7 +126,7 @@ func TestTimerDeliverMQ(t *testing.T) {
 		"coupon.expiry": {Name: "coupon.expiry", Delivery: courier.DeliveryMQ, Topic: "coupons.expiring"},
 		"lost":          {Name: "lost", Delivery: courier.DeliveryMQ, Topic: "nowhere.at.all"},
 	}
-	a := activities.NewTimers(types, pub, false)
+	a := activities.NewTimers(types, pub, false, nil)
 	_, err = deliver(t, a, activities.DeliverTimerParams{BizType: "coupon.expiry", BizID: "c-9", DeliveryID: "run-1", Payload: []byte(`{"coupon":"c-9"}`)})
 	require.NoError(t, err)
 	msg, err := st.GetMsg(context.Background(), 1)

@@ -308,3 +308,19 @@ func searchTime(sa *commonpb.SearchAttributes, name string) time.Time {
 	}
 	return v.UTC()
 }
+
+// CountByState counts timers in each state (for metrics).
+func (s *Service) CountByState(ctx context.Context) (map[string]int64, error) {
+	out := map[string]int64{}
+	for _, st := range []string{workflows.TimerScheduled, workflows.TimerFiring, workflows.TimerDelivered, workflows.TimerFailed, workflows.TimerCancelled} {
+		resp, err := s.tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{
+			Namespace: s.namespace,
+			Query:     fmt.Sprintf("%s = 'timer' AND %s = '%s'", courier.SAKind, courier.SAState, st),
+		})
+		if err != nil {
+			return nil, err
+		}
+		out[st] = resp.GetCount()
+	}
+	return out, nil
+}

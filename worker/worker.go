@@ -47,7 +47,9 @@ type Deps struct {
 	Sources   []relay.Source // outbox sources; the one named "default" is courier's database
 	Publisher mq.Publisher
 	Metrics   *metrics.Outbox // nil records nothing
-	Logger    *slog.Logger
+	// TimerMetrics counts timer deliveries; nil records nothing.
+	TimerMetrics *metrics.Timers
+	Logger       *slog.Logger
 	// BizTypes enables timers: their delivery settings are read from it. Nil disables them.
 	BizTypes interface {
 		BizTypeLister
@@ -104,7 +106,7 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		relay: relay.New(d.Temporal, cfg.Relay, d.Sources, d.Logger),
 	}
 	if d.BizTypes != nil {
-		timerActs := activities.NewTimers(d.BizTypes, d.Publisher, cfg.AllowLoopbackCallbacks)
+		timerActs := activities.NewTimers(d.BizTypes, d.Publisher, cfg.AllowLoopbackCallbacks, d.TimerMetrics)
 		tw.RegisterActivityWithOptions(timerActs.LoadBizType, activity.RegisterOptions{Name: activities.LoadBizTypeName})
 		refresh := cfg.BizTypeRefresh
 		if refresh <= 0 {

@@ -143,12 +143,13 @@ func (a *app) newWorker() (*worker.Worker, error) {
 		AllowLoopbackCallbacks: a.dev,
 		Namespace:              a.cfg.Temporal.Namespace,
 	}, worker.Deps{
-		Temporal:  a.temporal,
-		Sources:   a.sources,
-		Publisher: a.pub,
-		Metrics:   metrics.NewOutbox(a.reg),
-		Logger:    a.log,
-		BizTypes:  a.store,
+		Temporal:     a.temporal,
+		Sources:      a.sources,
+		Publisher:    a.pub,
+		Metrics:      metrics.NewOutbox(a.reg),
+		Logger:       a.log,
+		BizTypes:     a.store,
+		TimerMetrics: metrics.NewTimers(a.reg),
 	})
 }
 
@@ -161,6 +162,11 @@ func (a *app) newGateway(wake func()) http.Handler {
 		}
 	}
 	svc := timers.New(a.temporal, a.cfg.Temporal.Namespace, a.store, relay.DefaultTaskQueue)
+	a.reg.MustRegister(metrics.NewTimerStateCollector(func() (map[string]int64, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return svc.CountByState(ctx)
+	}))
 	return gateway.New(gateway.Config{MaxBodyBytes: a.cfg.MaxBodyBytes}, gateway.Deps{
 		Keys:      a.store,
 		Outbox:    a.store,

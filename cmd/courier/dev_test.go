@@ -8,11 +8,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +24,8 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+
+	"github.com/courier-oss/courier/webhook"
 )
 
 // The test binary doubles as the courier binary: with COURIER_AS_MAIN=1 it runs main() on the
@@ -160,6 +164,26 @@ func TestDevRunsStopsAndRestartsWithoutLoss(t *testing.T) {
 	waitStatus(sent.ID, "sent")
 	waitStatus(dead.ID, "dead")
 
+	// A timer through the dev stack: a business type whose callback is this test (dev mode lets
+	// callbacks reach loopback), then a timer due in a second.
+	var callbacks atomic.Int64
+	var verifier *webhook.Verifier
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if verifier != nil && verifier.Verify(body, r.Header) == nil {
+			callbacks.Add(1)
+		}
+	}))
+	defer rcv.Close()
+	var bt struct {
+		GeneratedSecret string `json:"generated_secret"`
+	}
+	require.Equal(t, 201, httpJSON(t, "PUT", gw+"/v1/biz-types/order.close", key, map[string]any{"delivery": "http", "callback_url": rcv.URL}, &bt))
+	verifier, err = webhook.NewVerifier(bt.GeneratedSecret)
+	require.NoError(t, err)
+	require.Equal(t, 201, httpJSON(t, "POST", gw+"/v1/timers", key, map[string]any{"biz_type": "order.close", "biz_id": "o-1", "delay": "1s", "payload": map[string]string{"order": "o-1"}}, nil))
+	require.Eventually(t, func() bool { return callbacks.Load() == 1 }, time.Minute, 50*time.Millisecond, "the timer fires with a valid signature")
+
 	// Metrics: the table gauges, the delivery counters and histogram, and the SDK's own.
 	mresp, err := http.Get(gw + "/metrics")
 	require.NoError(t, err)
@@ -173,6 +197,8 @@ func TestDevRunsStopsAndRestartsWithoutLoss(t *testing.T) {
 		`courier_outbox_dead_total{source="default",topic="nowhere.created"} 1`,
 		`courier_outbox_commit_to_publish_seconds_count 1`,
 		`temporal_request`,
+		`courier_timer_deliveries_total{biz_type="order.close",outcome="delivered"} 1`,
+		`courier_timer_fire_lateness_seconds_count 1`,
 	} {
 		require.Contains(t, string(mbody), want)
 	}
@@ -220,6 +246,21 @@ func TestDevRunsStopsAndRestartsWithoutLoss(t *testing.T) {
 	info, err := st.Info(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), info.State.Msgs, "the published message survives the restart")
+
+	var tm struct {
+		State string `json:"state"`
+	}
+	require.Equal(t, 200, httpJSON(t, "GET", gw+"/v1/timers/order.close/o-1", key, nil, &tm))
+	require.Equal(t, "delivered", tm.State, "the timer's outcome survives the restart")
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(gw + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), `courier_timers{state="delivered"} 1`)
+	}, 30*time.Second, 200*time.Millisecond, "timers are counted by state")
 
 	// The dead record can be redriven after the stream for its topic exists.
 	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "NOWHERE", Subjects: []string{"nowhere.>"}})
