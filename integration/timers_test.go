@@ -54,7 +54,7 @@ func (r *receiver) count(id string) int {
 	return len(r.got[id])
 }
 
-// Timers end to end through the gateway: many timers due within seconds are each delivered
+// Timers end to end through the gateway: 500 timers due within two seconds are each delivered
 // once, never early, with valid signatures; a cancel acknowledged just before the fire time
 // never delivers; a reschedule moves the delivery; repeats are idempotent; changes after firing
 // are refused with 409.
@@ -93,12 +93,12 @@ func TestTimersEndToEnd(t *testing.T) {
 		return resp.StatusCode, tm
 	}
 
-	const n = 50
-	base := time.Now().Add(3 * time.Second)
+	const n = 500
+	base := time.Now().Add(10 * time.Second)
 	fireAt := map[string]time.Time{}
 	for i := 0; i < n; i++ {
 		id := fmt.Sprintf("o-%d", i)
-		at := base.Add(time.Duration(i%10) * 100 * time.Millisecond)
+		at := base.Add(time.Duration(i%20) * 100 * time.Millisecond) // 500 due within two seconds
 		fireAt[id] = at
 		status, tm := call("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": id, "fire_at": at, "payload": map[string]string{"order": id}})
 		require.Equal(t, http.StatusCreated, status, id)
@@ -151,11 +151,54 @@ func TestTimersEndToEnd(t *testing.T) {
 	status, _ = call("GET", "/v1/timers/order.close/missing", nil)
 	require.Equal(t, http.StatusNotFound, status)
 
+	// Cancels racing the fire time: whatever the outcome, an acknowledged cancel never delivers
+	// and a refused one (the timer had fired) delivers exactly once.
+	race := time.Now().Add(3 * time.Second)
+	offsets := []time.Duration{-200 * time.Millisecond, -50 * time.Millisecond, -10 * time.Millisecond, 0, 20 * time.Millisecond}
+	results := make([]int, len(offsets))
+	for i := range offsets {
+		status, _ := call("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": fmt.Sprintf("race-%d", i), "fire_at": race})
+		require.Equal(t, http.StatusCreated, status)
+	}
+	var wg sync.WaitGroup
+	for i, off := range offsets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-time.After(time.Until(race.Add(off))) // send the cancel at this moment relative to the fire time
+			req, _ := http.NewRequest("DELETE", fmt.Sprintf("%s/v1/timers/order.close/race-%d", gw.URL, i), nil)
+			req.Header.Set("Authorization", "Bearer "+token)
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				results[i] = resp.StatusCode
+				resp.Body.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	for i, code := range results {
+		id := fmt.Sprintf("race-%d", i)
+		switch code {
+		case http.StatusOK:
+			require.Never(t, func() bool { return rcv.count(id) > 0 }, 2*time.Second, 50*time.Millisecond, "%s: an acknowledged cancel never delivers", id)
+		case http.StatusConflict:
+			require.Eventually(t, func() bool { return rcv.count(id) == 1 }, 30*time.Second, 50*time.Millisecond, "%s: a refused cancel means it fired", id)
+		default:
+			t.Fatalf("%s: cancel answered %d", id, code)
+		}
+	}
+	require.Equal(t, http.StatusOK, results[0], "a cancel 200 ms ahead is in time")
+
 	require.Eventually(t, func() bool {
 		resp := do(t, "GET", gw.URL+"/v1/timers?biz_type=order.close&state=cancelled", token, nil)
 		var page struct{ Items []timers.Timer }
 		_ = json.NewDecoder(resp.Body).Decode(&page)
-		return len(page.Items) == 1 && page.Items[0].BizID == "o-1"
+		for _, it := range page.Items {
+			if it.BizID == "o-1" {
+				return it.State == "cancelled"
+			}
+		}
+		return false
 	}, 30*time.Second, 200*time.Millisecond, "timers are listed by type and state")
 }
 
