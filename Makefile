@@ -38,8 +38,10 @@ lint: ## gofmt, go vet, staticcheck, workflowcheck
 	$(GOBIN_DIR)/staticcheck ./...
 	$(GOBIN_DIR)/workflowcheck ./workflows/...
 
-bench: ## courier bench outbox on the embedded stack (add BENCH_ARGS="--postgres-url …")
-	go run ./cmd/courier bench outbox $(BENCH_ARGS)
+bench: ## courier bench outbox and timers on the embedded stack (add BENCH_ARGS="--postgres-url …")
+	go build -o bin/courier ./cmd/courier
+	./bin/courier bench outbox $(BENCH_ARGS)
+	./bin/courier bench timers
 
 record-histories: ## re-record the replay histories under workflows/testdata from real runs
 	COURIER_RECORD_HISTORIES=1 go test -count=1 -run TestRecord ./integration/

@@ -102,6 +102,13 @@ func (h *handlers) putBizType(c echo.Context) error {
 	}
 	generated := ""
 	if b.Delivery == courier.DeliveryHTTP && len(b.Secrets) == 0 {
+		// Replacing a type without naming secrets keeps the ones it has: a PUT must not rotate
+		// the signing secret behind the receiver's back.
+		if old, err := h.d.BizTypes.GetBizType(c.Request().Context(), name); err == nil {
+			b.Secrets = old.Secrets
+		}
+	}
+	if b.Delivery == courier.DeliveryHTTP && len(b.Secrets) == 0 {
 		if generated, err = webhook.GenerateSecret(); err != nil {
 			return err
 		}

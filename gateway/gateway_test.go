@@ -316,9 +316,18 @@ func TestBizTypesAPI(t *testing.T) {
 	raw, _ := io.ReadAll(resp.Body)
 	require.NotContains(t, string(raw), bt.GeneratedSecret, "secrets are never shown again")
 
+	resp, _ = f.do(t, "PUT", "/v1/biz-types/order.close", f.admin, "application/json", strings.NewReader(body))
+	require.Equal(t, http.StatusOK, resp.StatusCode, "a second PUT replaces")
+	var again gateway.BizTypeJSON
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&again))
+	require.Empty(t, again.GeneratedSecret, "replacing keeps the secret")
+	kept, err := f.st.GetBizType(context.Background(), "order.close")
+	require.NoError(t, err)
+	require.Equal(t, []string{bt.GeneratedSecret}, kept.Secrets)
+
 	resp, _ = f.do(t, "PUT", "/v1/biz-types/order.close", f.admin, "application/json",
 		strings.NewReader(`{"delivery":"mq","topic":"orders.close"}`))
-	require.Equal(t, http.StatusOK, resp.StatusCode, "a second PUT replaces")
+	require.Equal(t, http.StatusOK, resp.StatusCode)
 
 	for name, c := range map[string]struct {
 		path, body string

@@ -33,7 +33,7 @@ const SecretPrefix = "whsec_"
 var (
 	ErrBadSignature = errors.New("webhook: no signature matches any configured secret")
 	ErrStale        = errors.New("webhook: timestamp outside the tolerance")
-	ErrReplay       = errors.New("webhook: this webhook-id was already accepted")
+	ErrReplay       = errors.New("webhook: this exact message was already accepted")
 	ErrMissing      = errors.New("webhook: missing webhook-id, webhook-timestamp or webhook-signature")
 )
 
@@ -101,13 +101,16 @@ func (s *Signer) Sign(h http.Header, id string, at time.Time, body []byte) error
 }
 
 // Verifier checks incoming callbacks: a signature by any configured secret, a timestamp within
-// Tolerance, and a webhook-id not accepted before within the tolerance window.
+// Tolerance, and no exact replay (the same webhook-id with the same signature) within the
+// tolerance window. A retry of the same delivery keeps its webhook-id but is signed anew (new
+// timestamp, new attempt number in the body), so it passes: deduplicate deliveries on
+// webhook-id in your handler.
 type Verifier struct {
 	hooks []*standardwebhooks.Webhook
 	now   func() time.Time
 
 	mu   sync.Mutex
-	seen map[string]time.Time // accepted ids and when they may be forgotten
+	seen map[string]time.Time // accepted id+signature pairs and when they may be forgotten
 }
 
 // NewVerifier builds a verifier from one or more secrets.
@@ -119,8 +122,8 @@ func NewVerifier(secrets ...string) (*Verifier, error) {
 	return &Verifier{hooks: hooks, now: time.Now, seen: map[string]time.Time{}}, nil
 }
 
-// Verify checks body and headers. A nil error means the callback is authentic, fresh and new;
-// its id is then remembered so a replay is refused.
+// Verify checks body and headers. A nil error means the callback is authentic, fresh and not a
+// replay; it is then remembered so an exact replay is refused.
 func (v *Verifier) Verify(body []byte, h http.Header) error {
 	id, ts, sig := h.Get(HeaderID), h.Get(HeaderTimestamp), h.Get(HeaderSignature)
 	if id == "" || ts == "" || sig == "" {
@@ -145,9 +148,10 @@ func (v *Verifier) Verify(body []byte, h http.Header) error {
 	if !ok {
 		return ErrBadSignature
 	}
+	key := id + "\x00" + sig
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if until, dup := v.seen[id]; dup && now.Before(until) {
+	if until, dup := v.seen[key]; dup && now.Before(until) {
 		return ErrReplay
 	}
 	if len(v.seen) > 100_000 {
@@ -157,7 +161,7 @@ func (v *Verifier) Verify(body []byte, h http.Header) error {
 			}
 		}
 	}
-	v.seen[id] = now.Add(2 * Tolerance)
+	v.seen[key] = now.Add(2 * Tolerance)
 	return nil
 }
 

@@ -60,9 +60,11 @@ func TestTamperedStaleReplayedAndForeignAreRefused(t *testing.T) {
 	h = signed(t, s, "dlv_future", now.Add(10*time.Minute), `{}`)
 	require.ErrorIs(t, v.Verify([]byte(`{}`), h), ErrStale, "a timestamp from the future")
 
-	h = signed(t, s, "dlv_replay", now, `{}`)
-	require.NoError(t, v.Verify([]byte(`{}`), h))
-	require.ErrorIs(t, v.Verify([]byte(`{}`), h), ErrReplay, "the same delivery again")
+	h = signed(t, s, "dlv_replay", now, `{"attempt":1}`)
+	require.NoError(t, v.Verify([]byte(`{"attempt":1}`), h))
+	require.ErrorIs(t, v.Verify([]byte(`{"attempt":1}`), h), ErrReplay, "the same message captured and sent again")
+	retry := signed(t, s, "dlv_replay", now.Add(time.Second), `{"attempt":2}`)
+	require.NoError(t, v.Verify([]byte(`{"attempt":2}`), retry), "courier's own retry of the delivery passes")
 
 	other, _ := NewSigner(sec[1])
 	h = signed(t, other, "dlv_foreign", now, `{}`)

@@ -23,15 +23,22 @@ import (
 
 // runBench runs a named benchmark against a fresh embedded stack and prints one table.
 func runBench(ctx context.Context, args []string) error {
-	if len(args) == 0 || args[0] != "outbox" {
-		return fmt.Errorf("usage: courier bench outbox [flags]  (the task and timer benchmarks come with their features)")
+	if len(args) == 0 || (args[0] != "outbox" && args[0] != "timers") {
+		return fmt.Errorf("usage: courier bench outbox|timers [flags]  (the task benchmark comes with its feature)")
 	}
-	fs := flag.NewFlagSet("bench outbox", flag.ContinueOnError)
+	fs := flag.NewFlagSet("bench "+args[0], flag.ContinueOnError)
 	var cfg bench.OutboxConfig
-	fs.IntVar(&cfg.Rows, "rows", 2000, "rows committed per scenario")
-	fs.Float64Var(&cfg.Rate, "rate", 200, "target commits per second")
-	fs.StringVar(&cfg.PostgresURL, "postgres-url", env("COURIER_BENCH_POSTGRES_URL", ""), "also run against this PostgreSQL database, in a throwaway schema (COURIER_BENCH_POSTGRES_URL)")
-	fs.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "give up on a scenario after this long")
+	var tcfg bench.TimersConfig
+	if args[0] == "outbox" {
+		fs.IntVar(&cfg.Rows, "rows", 2000, "rows committed per scenario")
+		fs.Float64Var(&cfg.Rate, "rate", 200, "target commits per second")
+		fs.StringVar(&cfg.PostgresURL, "postgres-url", env("COURIER_BENCH_POSTGRES_URL", ""), "also run against this PostgreSQL database, in a throwaway schema (COURIER_BENCH_POSTGRES_URL)")
+		fs.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "give up on a scenario after this long")
+	} else {
+		fs.IntVar(&tcfg.Timers, "timers", 1000, "timers per scenario")
+		fs.DurationVar(&tcfg.Window, "window", 10*time.Second, "fire times are spread across this window")
+		fs.DurationVar(&tcfg.Lead, "lead", 15*time.Second, "the first fire time is this long after creation starts")
+	}
 	if err := parse(fs, args[1:]); err != nil {
 		return err
 	}
@@ -60,6 +67,11 @@ func runBench(ctx context.Context, args []string) error {
 		return err
 	}
 	defer tc.Close()
-	_, err = bench.RunOutbox(ctx, bench.Stack{Temporal: tc, NATSURL: ns.URL()}, cfg)
+	stack := bench.Stack{Temporal: tc, NATSURL: ns.URL()}
+	if args[0] == "timers" {
+		_, err = bench.RunTimers(ctx, stack, tcfg)
+		return err
+	}
+	_, err = bench.RunOutbox(ctx, stack, cfg)
 	return err
 }

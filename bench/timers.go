@@ -1,0 +1,242 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/mq"
+	"github.com/courier-oss/courier/relay"
+	"github.com/courier-oss/courier/schema"
+	"github.com/courier-oss/courier/store"
+	"github.com/courier-oss/courier/timers"
+	"github.com/courier-oss/courier/webhook"
+	"github.com/courier-oss/courier/worker"
+)
+
+// TimersConfig sets up `courier bench timers`.
+type TimersConfig struct {
+	Timers int           // timers per scenario; default 1000
+	Window time.Duration // fire times spread across this window; default 10 s
+	Lead   time.Duration // first fire time this long after creation starts; default 15 s
+	Out    io.Writer
+}
+
+// TimerResult is one scenario's row.
+type TimerResult struct {
+	Scenario      string
+	N             int
+	CreatePerSec  float64
+	P50, P99, Max time.Duration // lateness: arrival minus fire time
+	Early         int
+	HeapMB        float64
+}
+
+// RunTimers creates timers due across a window and measures how late (never early) they
+// arrive, next to a bare-Temporal baseline: workflows that sleep until the same times and run
+// one no-op activity.
+func RunTimers(ctx context.Context, stack Stack, cfg TimersConfig) ([]TimerResult, error) {
+	if cfg.Timers <= 0 {
+		cfg.Timers = 1000
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = 10 * time.Second
+	}
+	if cfg.Lead <= 0 {
+		cfg.Lead = 15 * time.Second
+	}
+	if cfg.Out == nil {
+		cfg.Out = os.Stdout
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	dir, err := os.MkdirTemp("", "courier-bench-timers-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	base, err := timerBaseline(ctx, stack.Temporal, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("baseline: %w", err)
+	}
+	st, err := store.Open(ctx, "sqlite:"+filepath.Join(dir, "bench.db"))
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	if err := schema.Up(ctx, st.DB(), schema.AllSets...); err != nil {
+		return nil, err
+	}
+	secret, _ := webhook.GenerateSecret()
+	var (
+		mu      sync.Mutex
+		arrived = map[string]time.Time{}
+		done    = make(chan struct{})
+	)
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var cb activities.TimerCallback
+		_ = json.NewDecoder(r.Body).Decode(&cb)
+		now := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		if _, dup := arrived[cb.BizID]; !dup {
+			arrived[cb.BizID] = now
+			if len(arrived) == cfg.Timers {
+				close(done)
+			}
+		}
+	}))
+	defer rcv.Close()
+	if _, _, err := st.PutBizType(ctx, courier.BizType{Name: "bench.timer", Delivery: courier.DeliveryHTTP, CallbackURL: rcv.URL, Secrets: []string{secret}}); err != nil {
+		return nil, err
+	}
+	w, err := worker.New(worker.Config{DisableRelay: true, AllowLoopbackCallbacks: true, BizTypeRefresh: 200 * time.Millisecond,
+		Relay: relay.Config{TaskQueue: "bench-timers"}},
+		worker.Deps{Temporal: stack.Temporal, Publisher: nopPublisher{}, Logger: quiet, BizTypes: st,
+			Sources: []relay.Source{{Name: courier.DefaultSource, Store: st}}})
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Start(ctx); err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	svc := timers.New(stack.Temporal, "", st, "bench-timers")
+
+	start := time.Now()
+	first := start.Add(cfg.Lead)
+	due := make(map[string]time.Time, cfg.Timers)
+	for i := 0; i < cfg.Timers; i++ {
+		id := fmt.Sprintf("b-%d-%d", start.UnixNano(), i)
+		at := first.Add(time.Duration(i) * cfg.Window / time.Duration(cfg.Timers))
+		due[id] = at.Truncate(time.Millisecond)
+		if _, _, err := svc.Create(ctx, timers.CreateRequest{BizType: "bench.timer", BizID: id, FireAt: at}); err != nil {
+			return nil, err
+		}
+	}
+	createRate := float64(cfg.Timers) / time.Since(start).Seconds()
+	select {
+	case <-done:
+	case <-time.After(cfg.Lead + cfg.Window + 5*time.Minute):
+		return nil, fmt.Errorf("only %d of %d timers arrived", len(arrived), cfg.Timers)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	mu.Lock()
+	var late []time.Duration
+	early := 0
+	for id, at := range arrived {
+		d := at.Sub(due[id])
+		if d < 0 {
+			early++
+		}
+		late = append(late, d)
+	}
+	mu.Unlock()
+	r := summarize("courier timers (signed HTTP callback)", late, 0)
+	res := TimerResult{Scenario: r.Scenario, N: r.N, CreatePerSec: createRate, P50: r.P50, P99: r.P99, Max: r.Max, Early: early, HeapMB: heapMB()}
+	out := []TimerResult{base, res}
+	fmt.Fprintf(cfg.Out, "\ntimers: %d per scenario, due across %s starting %s after creation began\n\n", cfg.Timers, cfg.Window, cfg.Lead)
+	fmt.Fprintln(cfg.Out, "| scenario | n | created/s | lateness p50 | p99 | max | early | Go heap in use |")
+	fmt.Fprintln(cfg.Out, "|---|---:|---:|---:|---:|---:|---:|---:|")
+	for _, t := range out {
+		fmt.Fprintf(cfg.Out, "| %s | %d | %.0f | %s | %s | %s | %d | %.0f MB |\n", t.Scenario, t.N, t.CreatePerSec,
+			t.P50.Round(time.Millisecond), t.P99.Round(time.Millisecond), t.Max.Round(time.Millisecond), t.Early, t.HeapMB)
+	}
+	return out, nil
+}
+
+func heapMB() float64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return float64(m.HeapInuse) / (1 << 20)
+}
+
+const (
+	timerBaseWorkflow = "bench-sleep-workflow"
+	timerBaseActivity = "bench-sleep-activity"
+)
+
+// timerBaseline: workflows that sleep until their due time, then run one activity that reports
+// its own start time.
+func timerBaseline(ctx context.Context, tc client.Client, cfg TimersConfig) (TimerResult, error) {
+	const queue = "bench-timer-baseline"
+	var (
+		mu      sync.Mutex
+		arrived = map[string]time.Time{}
+	)
+	w := sdkworker.New(tc, queue, sdkworker.Options{MaxConcurrentWorkflowTaskPollers: 8, MaxConcurrentActivityTaskPollers: 8})
+	w.RegisterWorkflowWithOptions(func(ctx workflow.Context, id string, at time.Time) error {
+		if d := at.Sub(workflow.Now(ctx)); d > 0 {
+			if err := workflow.Sleep(ctx, d); err != nil {
+				return err
+			}
+		}
+		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second})
+		return workflow.ExecuteActivity(ctx, timerBaseActivity, id).Get(ctx, nil)
+	}, workflow.RegisterOptions{Name: timerBaseWorkflow})
+	w.RegisterActivityWithOptions(func(_ context.Context, id string) error {
+		mu.Lock()
+		arrived[id] = time.Now()
+		mu.Unlock()
+		return nil
+	}, activity.RegisterOptions{Name: timerBaseActivity})
+	if err := w.Start(); err != nil {
+		return TimerResult{}, err
+	}
+	defer w.Stop()
+	start := time.Now()
+	first := start.Add(cfg.Lead)
+	due := map[string]time.Time{}
+	var runs []client.WorkflowRun
+	for i := 0; i < cfg.Timers; i++ {
+		id := fmt.Sprintf("base-%d-%d", start.UnixNano(), i)
+		at := first.Add(time.Duration(i) * cfg.Window / time.Duration(cfg.Timers))
+		due[id] = at
+		run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, timerBaseWorkflow, id, at)
+		if err != nil {
+			return TimerResult{}, err
+		}
+		runs = append(runs, run)
+	}
+	createRate := float64(cfg.Timers) / time.Since(start).Seconds()
+	for _, r := range runs {
+		if err := r.Get(ctx, nil); err != nil {
+			return TimerResult{}, err
+		}
+	}
+	var late []time.Duration
+	early := 0
+	for id, at := range arrived {
+		d := at.Sub(due[id])
+		if d < 0 {
+			early++
+		}
+		late = append(late, d)
+	}
+	r := summarize("bare Temporal: sleep + 1 no-op activity", late, 0)
+	return TimerResult{Scenario: r.Scenario, N: r.N, CreatePerSec: createRate, P50: r.P50, P99: r.P99, Max: r.Max, Early: early, HeapMB: heapMB()}, nil
+}
+
+// nopPublisher stands in for the MQ in the timer benchmark, which delivers by HTTP only.
+type nopPublisher struct{}
+
+func (nopPublisher) Publish(context.Context, mq.Message) error { return nil }
+func (nopPublisher) Ping(context.Context) error                { return nil }
+func (nopPublisher) Close() error                              { return nil }
