@@ -40,7 +40,7 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	defer r.mu.Unlock()
 	if err := r.verifier.Verify(body, req.Header); err != nil {
 		r.bad++
-		http.Error(w, err.Error(), 401)
+		http.Error(w, err.Error(), http.StatusUnauthorized)
 		return
 	}
 	var cb activities.TimerCallback
