@@ -4,18 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http/httptest"
 	"sort"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/timers"
-	"github.com/courier-oss/courier/webhook"
-	"github.com/courier-oss/courier/worker"
 )
 
 // A business type limited to 5 deliveries per second holds to it however many of its timers are
@@ -23,28 +18,12 @@ import (
 // that backlog: each type has its own task queue.
 func TestBizTypeRateLimitAndIsolation(t *testing.T) {
 	s := newStack(t, "sqlite")
-	secret, _ := webhook.GenerateSecret()
-	verifier, _ := webhook.NewVerifier(secret)
-	rcv := &receiver{got: map[string][]time.Time{}, verifier: verifier}
-	srv := httptest.NewServer(rcv)
-	t.Cleanup(srv.Close)
+	rcv := s.bizType("slow.type", 5)
+	s.bizType("fast.type", 0)
+	s.timerWorker(false) // two workers, as two processes would run
+	s.timerWorker(false)
 	ctx := context.Background()
-	for name, rate := range map[string]float64{"slow.type": 5, "fast.type": 0} {
-		_, _, err := s.store.PutBizType(ctx, courier.BizType{Name: name, Delivery: courier.DeliveryHTTP,
-			CallbackURL: srv.URL, Secrets: []string{secret}, RateLimit: rate})
-		require.NoError(t, err)
-	}
-	// Two workers, as two processes would run.
-	for i := 0; i < 2; i++ {
-		w, err := worker.New(worker.Config{Relay: relay.Config{Retry: testRetry}, DisableRelay: true,
-			AllowLoopbackCallbacks: true, BizTypeRefresh: 200 * time.Millisecond},
-			worker.Deps{Temporal: s.tc, Publisher: s.pub, Logger: quiet, BizTypes: s.store,
-				Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store}}})
-		require.NoError(t, err)
-		require.NoError(t, w.Start(ctx))
-		t.Cleanup(w.Stop)
-	}
-	svc := timers.New(s.tc, s.ts.GetDefaultNamespace(), s.store, relay.DefaultTaskQueue)
+	svc := s.timerService()
 	const slowN, fastN = 30, 20
 	due := time.Now().Add(3 * time.Second)
 	for i := 0; i < slowN; i++ {

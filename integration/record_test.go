@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,7 +23,6 @@ import (
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/timers"
-	"github.com/courier-oss/courier/webhook"
 	"github.com/courier-oss/courier/worker"
 )
 
@@ -127,24 +125,14 @@ func TestRecordTimerHistories(t *testing.T) {
 		t.Skip("set COURIER_RECORD_HISTORIES=1 to re-record workflow histories")
 	}
 	s := newStack(t, "sqlite")
-	secret, _ := webhook.GenerateSecret()
-	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	t.Cleanup(ok.Close)
-	gone := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusGone) }))
-	t.Cleanup(gone.Close)
+	s.bizType("rec.ok", 0)
+	_, secret := s.callbacks()
+	gone := startHTTP(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusGone) }))
 	ctx := context.Background()
-	for name, url := range map[string]string{"rec.ok": ok.URL, "rec.gone": gone.URL} {
-		_, _, err := s.store.PutBizType(ctx, courier.BizType{Name: name, Delivery: courier.DeliveryHTTP, CallbackURL: url, Secrets: []string{secret}})
-		require.NoError(t, err)
-	}
-	w, err := worker.New(worker.Config{Relay: relay.Config{Retry: testRetry}, DisableRelay: true,
-		AllowLoopbackCallbacks: true, BizTypeRefresh: 100 * time.Millisecond},
-		worker.Deps{Temporal: s.tc, Publisher: s.pub, Logger: quiet, BizTypes: s.store,
-			Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store}}})
+	_, _, err := s.store.PutBizType(ctx, courier.BizType{Name: "rec.gone", Delivery: courier.DeliveryHTTP, CallbackURL: gone, Secrets: []string{secret}})
 	require.NoError(t, err)
-	require.NoError(t, w.Start(ctx))
-	t.Cleanup(w.Stop)
-	svc := timers.New(s.tc, s.ts.GetDefaultNamespace(), s.store, relay.DefaultTaskQueue)
+	s.timerWorker(false)
+	svc := s.timerService()
 	soon := func() time.Time { return time.Now().Add(1500 * time.Millisecond) }
 	mk := func(typ, id string) {
 		_, _, err := svc.Create(ctx, timers.CreateRequest{BizType: typ, BizID: id, FireAt: soon(), Payload: json.RawMessage(`{"rec":1}`)})

@@ -12,10 +12,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/gateway"
-	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/timers"
-	"github.com/courier-oss/courier/webhook"
-	"github.com/courier-oss/courier/worker"
 )
 
 // Cron schedules on Temporal Schedules: runs deliver like timers; pause stops them; trigger
@@ -23,26 +20,12 @@ import (
 // removes it.
 func TestSchedulesEndToEnd(t *testing.T) {
 	s := newStack(t, "sqlite")
-	secret, _ := webhook.GenerateSecret()
-	verifier, _ := webhook.NewVerifier(secret)
-	rcv := &receiver{got: map[string][]time.Time{}, verifier: verifier}
-	srv := httptest.NewServer(rcv)
-	t.Cleanup(srv.Close)
+	rcv := s.bizType("marketing.digest", 0)
+	s.timerWorker(false)
 	ctx := context.Background()
-	_, _, err := s.store.PutBizType(ctx, courier.BizType{Name: "marketing.digest", Delivery: courier.DeliveryHTTP,
-		CallbackURL: srv.URL, Secrets: []string{secret}})
-	require.NoError(t, err)
-	w, err := worker.New(worker.Config{Relay: relay.Config{Retry: testRetry}, DisableRelay: true,
-		AllowLoopbackCallbacks: true, BizTypeRefresh: 200 * time.Millisecond},
-		worker.Deps{Temporal: s.tc, Publisher: s.pub, Logger: quiet, BizTypes: s.store,
-			Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store}}})
-	require.NoError(t, err)
-	require.NoError(t, w.Start(ctx))
-	t.Cleanup(w.Stop)
 	_, token, err := s.store.CreateAPIKey(ctx, "marketing", []courier.Scope{courier.ScopeProducer})
 	require.NoError(t, err)
-	svc := timers.New(s.tc, s.ts.GetDefaultNamespace(), s.store, relay.DefaultTaskQueue)
-	gw := httptest.NewServer(gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store, Schedules: svc, Logger: quiet}))
+	gw := httptest.NewServer(gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store, Schedules: s.timerService(), Logger: quiet}))
 	t.Cleanup(gw.Close)
 	call := func(method, path string, body any) (int, timers.Schedule) {
 		resp := do(t, method, gw.URL+path, token, body)

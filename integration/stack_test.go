@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"testing"
@@ -23,6 +24,8 @@ import (
 	"github.com/courier-oss/courier/mq"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/store"
+	"github.com/courier-oss/courier/timers"
+	"github.com/courier-oss/courier/webhook"
 	"github.com/courier-oss/courier/worker"
 	"github.com/courier-oss/courier/workflows"
 )
@@ -56,6 +59,10 @@ type stack struct {
 	store *store.Store
 	dsn   string
 	pub   *mq.NATS
+
+	rcv    *receiver // timer callbacks, started by callbacks()
+	secret string
+	rcvURL string
 }
 
 func newStack(t *testing.T, dialect string) *stack {
@@ -161,3 +168,51 @@ func (s *stack) countByStatus() map[courier.OutboxStatus]int64 {
 }
 
 func idString(id int64) string { return fmt.Sprint(id) }
+
+// callbacks returns the stack's callback receiver (started on first use) and its secret.
+func (s *stack) callbacks() (*receiver, string) {
+	if s.rcv == nil {
+		secret, err := webhook.GenerateSecret()
+		require.NoError(s.t, err)
+		verifier, err := webhook.NewVerifier(secret)
+		require.NoError(s.t, err)
+		s.rcv, s.secret = &receiver{got: map[string][]time.Time{}, verifier: verifier}, secret
+		s.rcvURL = startHTTP(s.t, s.rcv)
+	}
+	return s.rcv, s.secret
+}
+
+// bizType configures an http business type that calls back the stack's receiver.
+func (s *stack) bizType(name string, rate float64) *receiver {
+	rcv, secret := s.callbacks()
+	_, _, err := s.store.PutBizType(context.Background(), courier.BizType{Name: name, Delivery: courier.DeliveryHTTP,
+		CallbackURL: s.rcvURL, Secrets: []string{secret}, RateLimit: rate})
+	require.NoError(s.t, err)
+	return rcv
+}
+
+// timerWorker starts a worker that delivers timers (and relays the outbox when relay is set).
+func (s *stack) timerWorker(relayOn bool) {
+	w, err := worker.New(worker.Config{
+		Relay:                  relay.Config{PollInterval: 50 * time.Millisecond, Retry: testRetry},
+		DisableRelay:           !relayOn,
+		Namespace:              s.ts.GetDefaultNamespace(),
+		AllowLoopbackCallbacks: true,
+		BizTypeRefresh:         100 * time.Millisecond,
+	}, worker.Deps{Temporal: s.tc, Publisher: s.pub, Logger: quiet, BizTypes: s.store,
+		Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store, DSN: pgDSN(s.dsn)}}})
+	require.NoError(s.t, err)
+	require.NoError(s.t, w.Start(context.Background()))
+	s.t.Cleanup(w.Stop)
+}
+
+// timerService is the timer API's service on the stack.
+func (s *stack) timerService() *timers.Service {
+	return timers.New(s.tc, s.ts.GetDefaultNamespace(), s.store, relay.DefaultTaskQueue)
+}
+
+func startHTTP(t *testing.T, h http.Handler) string {
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}

@@ -18,10 +18,8 @@ import (
 	"github.com/courier-oss/courier/activities"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/outbox"
-	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/timers"
 	"github.com/courier-oss/courier/webhook"
-	"github.com/courier-oss/courier/worker"
 )
 
 // receiver is a business's callback endpoint: it verifies every signature and records each
@@ -60,29 +58,13 @@ func (r *receiver) count(id string) int {
 // are refused with 409.
 func TestTimersEndToEnd(t *testing.T) {
 	s := newStack(t, "sqlite")
-	secret, _ := webhook.GenerateSecret()
-	verifier, _ := webhook.NewVerifier(secret)
-	rcv := &receiver{got: map[string][]time.Time{}, verifier: verifier}
-	srv := httptest.NewServer(rcv)
-	t.Cleanup(srv.Close)
+	rcv := s.bizType("order.close", 0)
+	s.timerWorker(false)
 	ctx := context.Background()
-	_, _, err := s.store.PutBizType(ctx, courier.BizType{Name: "order.close", Delivery: courier.DeliveryHTTP,
-		CallbackURL: srv.URL, Secrets: []string{secret}})
-	require.NoError(t, err)
-
-	w, err := worker.New(worker.Config{
-		Relay: relay.Config{PollInterval: 50 * time.Millisecond, Retry: testRetry}, DisableRelay: true,
-		AllowLoopbackCallbacks: true, BizTypeRefresh: 200 * time.Millisecond,
-	}, worker.Deps{Temporal: s.tc, Publisher: s.pub, Logger: quiet, BizTypes: s.store,
-		Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store}}})
-	require.NoError(t, err)
-	require.NoError(t, w.Start(ctx))
-	t.Cleanup(w.Stop)
-
 	_, token, err := s.store.CreateAPIKey(ctx, "orders", []courier.Scope{courier.ScopeProducer})
 	require.NoError(t, err)
 	gw := httptest.NewServer(gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store,
-		Timers: timers.New(s.tc, s.ts.GetDefaultNamespace(), s.store, relay.DefaultTaskQueue), Logger: quiet}))
+		Timers: s.timerService(), Logger: quiet}))
 	t.Cleanup(gw.Close)
 	call := func(method, path string, body any) (int, timers.Timer) {
 		resp := do(t, method, gw.URL+path, token, body)
@@ -206,23 +188,9 @@ func TestTimersEndToEnd(t *testing.T) {
 // transaction commits.
 func TestTimerArmedThroughTheOutbox(t *testing.T) {
 	s := newStack(t, "postgres")
-	secret, _ := webhook.GenerateSecret()
-	verifier, _ := webhook.NewVerifier(secret)
-	rcv := &receiver{got: map[string][]time.Time{}, verifier: verifier}
-	srv := httptest.NewServer(rcv)
-	t.Cleanup(srv.Close)
+	rcv := s.bizType("order.close", 0)
+	s.timerWorker(true)
 	ctx := context.Background()
-	_, _, err := s.store.PutBizType(ctx, courier.BizType{Name: "order.close", Delivery: courier.DeliveryHTTP,
-		CallbackURL: srv.URL, Secrets: []string{secret}})
-	require.NoError(t, err)
-	w, err := worker.New(worker.Config{
-		Relay: relay.Config{PollInterval: 50 * time.Millisecond, Retry: testRetry}, Namespace: s.ts.GetDefaultNamespace(),
-		AllowLoopbackCallbacks: true, BizTypeRefresh: 200 * time.Millisecond,
-	}, worker.Deps{Temporal: s.tc, Publisher: s.pub, Logger: quiet, BizTypes: s.store,
-		Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store, DSN: s.dsn}}})
-	require.NoError(t, err)
-	require.NoError(t, w.Start(ctx))
-	t.Cleanup(w.Stop)
 
 	arm := func(id string, commit bool) int64 {
 		tx, err := s.store.DB().BeginTx(ctx, nil)
@@ -251,8 +219,7 @@ func TestTimerArmedThroughTheOutbox(t *testing.T) {
 	rec, err := s.store.GetOutbox(ctx, row)
 	require.NoError(t, err)
 	require.Equal(t, courier.OutboxSent, rec.Status)
-	svc := timers.New(s.tc, s.ts.GetDefaultNamespace(), s.store, relay.DefaultTaskQueue)
-	_, err = svc.Get(ctx, "order.close", "o-rolled-back")
+	_, err = s.timerService().Get(ctx, "order.close", "o-rolled-back")
 	require.Equal(t, courier.CodeNotFound, courier.ErrorCode(err), "a rolled-back timer never exists")
 	require.Eventually(t, func() bool {
 		r, err := s.store.GetOutbox(ctx, bad)
