@@ -31,8 +31,8 @@ func TestPostgresNotifyWakesRelay(t *testing.T) {
 	t.Cleanup(w.Stop)
 	ctx := context.Background()
 
-	// No wait for the listener is needed: the relay LISTENs before its first claim, so a row
-	// committed earlier is taken by that claim and a later one is notified.
+	// No wait for the listener is needed: once LISTEN takes effect the relay claims once, so a
+	// row committed earlier is taken then and a later one is notified.
 	enq := func(topic string) int64 {
 		var ids []int64
 		require.NoError(t, s.store.DB().RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {

@@ -341,6 +341,9 @@ func listen(ctx context.Context, dsn string, notify chan<- struct{}, log *slog.L
 			if err != nil {
 				log.Warn("LISTEN courier_outbox failed; polling only", "error", err)
 			}
+			// Rows committed before LISTEN took effect sent their notifications to nobody:
+			// claim once now that later ones will be heard.
+			nudge()
 		case <-ctx.Done():
 			return
 		}
