@@ -30,7 +30,7 @@ func TestBizTypeRateLimitAndIsolation(t *testing.T) {
 		_, _, err := svc.Create(ctx, timers.CreateRequest{BizType: "slow.type", BizID: fmt.Sprintf("s-%d", i), FireAt: due, Payload: json.RawMessage(`{}`)})
 		require.NoError(t, err)
 	}
-	fastDue := due.Add(2 * time.Second) // while the slow type's backlog is still draining
+	fastDue := due.Add(time.Second) // while the slow type's backlog is still draining
 	for i := 0; i < fastN; i++ {
 		_, _, err := svc.Create(ctx, timers.CreateRequest{BizType: "fast.type", BizID: fmt.Sprintf("f-%d", i), FireAt: fastDue, Payload: json.RawMessage(`{}`)})
 		require.NoError(t, err)
