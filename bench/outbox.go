@@ -316,11 +316,12 @@ func summarize(name string, lat []time.Duration, elapsed time.Duration) Result {
 		i := int(q * float64(len(lat)-1))
 		return lat[i]
 	}
-	return Result{
-		Scenario: name, N: len(lat), Elapsed: elapsed,
-		Throughput: float64(len(lat)) / elapsed.Seconds(),
-		P50:        pick(0.50), P99: pick(0.99), Max: pick(1),
+	r := Result{Scenario: name, N: len(lat), Elapsed: elapsed}
+	if elapsed > 0 {
+		r.Throughput = float64(len(lat)) / elapsed.Seconds()
 	}
+	r.P50, r.P99, r.Max = pick(0.50), pick(0.99), pick(1)
+	return r
 }
 
 // PrintTable prints results as a Markdown table.

@@ -138,18 +138,8 @@ func RunTimers(ctx context.Context, stack Stack, cfg TimersConfig) ([]TimerResul
 		return nil, ctx.Err()
 	}
 	mu.Lock()
-	var late []time.Duration
-	early := 0
-	for id, at := range arrived {
-		d := at.Sub(due[id])
-		if d < 0 {
-			early++
-		}
-		late = append(late, d)
-	}
+	res := lateness("courier timers (signed HTTP callback)", arrived, due, createRate)
 	mu.Unlock()
-	r := summarize("courier timers (signed HTTP callback)", late, 0)
-	res := TimerResult{Scenario: r.Scenario, N: r.N, CreatePerSec: createRate, P50: r.P50, P99: r.P99, Max: r.Max, Early: early, HeapMB: heapMB()}
 	out := []TimerResult{base, res}
 	fmt.Fprintf(cfg.Out, "\ntimers: %d per scenario, due across %s starting %s after creation began\n\n", cfg.Timers, cfg.Window, cfg.Lead)
 	fmt.Fprintln(cfg.Out, "| scenario | n | created/s | lateness p50 | p99 | max | early | Go heap in use |")
@@ -159,6 +149,21 @@ func RunTimers(ctx context.Context, stack Stack, cfg TimersConfig) ([]TimerResul
 			t.P50.Round(time.Millisecond), t.P99.Round(time.Millisecond), t.Max.Round(time.Millisecond), t.Early, t.HeapMB)
 	}
 	return out, nil
+}
+
+// lateness summarises arrival minus due time per id and counts early arrivals.
+func lateness(name string, arrived, due map[string]time.Time, createRate float64) TimerResult {
+	var late []time.Duration
+	early := 0
+	for id, at := range arrived {
+		d := at.Sub(due[id])
+		if d < 0 {
+			early++
+		}
+		late = append(late, d)
+	}
+	r := summarize(name, late, 0)
+	return TimerResult{Scenario: name, N: r.N, CreatePerSec: createRate, P50: r.P50, P99: r.P99, Max: r.Max, Early: early, HeapMB: heapMB()}
 }
 
 func heapMB() float64 {
@@ -221,17 +226,7 @@ func timerBaseline(ctx context.Context, tc client.Client, cfg TimersConfig) (Tim
 			return TimerResult{}, err
 		}
 	}
-	var late []time.Duration
-	early := 0
-	for id, at := range arrived {
-		d := at.Sub(due[id])
-		if d < 0 {
-			early++
-		}
-		late = append(late, d)
-	}
-	r := summarize("bare Temporal: sleep + 1 no-op activity", late, 0)
-	return TimerResult{Scenario: r.Scenario, N: r.N, CreatePerSec: createRate, P50: r.P50, P99: r.P99, Max: r.Max, Early: early, HeapMB: heapMB()}, nil
+	return lateness("bare Temporal: sleep + 1 no-op activity", arrived, due, createRate), nil
 }
 
 // nopPublisher stands in for the MQ in the timer benchmark, which delivers by HTTP only.

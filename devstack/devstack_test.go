@@ -264,21 +264,28 @@ func assertSearchAttributes(t *testing.T, ctx context.Context, c client.Client, 
 
 func waitListed(t *testing.T, ctx context.Context, c client.Client, ns, query, workflowID string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	listed := func() bool {
 		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: ns, Query: query})
 		if err != nil {
 			t.Fatalf("list workflows %q: %v", query, err)
 		}
 		for _, e := range resp.GetExecutions() {
 			if e.GetExecution().GetWorkflowId() == workflowID {
-				return
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
+		return false
+	}
+	// Visibility is eventually consistent: wait on the condition, bounded.
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(15 * time.Second)
+	for !listed() {
+		select {
+		case <-tick.C:
+		case <-deadline:
 			t.Fatalf("workflow %s not listed by %q", workflowID, query)
 		}
-		time.Sleep(200 * time.Millisecond)
 	}
 }
 

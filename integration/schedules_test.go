@@ -63,8 +63,11 @@ func TestSchedulesEndToEnd(t *testing.T) {
 	require.Equal(t, http.StatusOK, status)
 	require.True(t, sc.Paused)
 	require.Equal(t, "holiday", sc.Note)
-	// Let any run already started finish, then nothing more arrives while paused.
-	time.Sleep(1500 * time.Millisecond) //nolint:forbidigo // settling window for runs started before the pause
+	// Let any run started before the pause finish, then nothing more arrives while paused.
+	require.Eventually(t, func() bool {
+		d, err := s.tc.ScheduleClient().GetHandle(ctx, timers.ScheduleID("digest")).Describe(ctx)
+		return err == nil && len(d.Info.RunningWorkflows) == 0
+	}, 30*time.Second, 50*time.Millisecond)
 	paused := rcv.count("digest")
 	require.Never(t, func() bool { return rcv.count("digest") > paused }, 2500*time.Millisecond, 100*time.Millisecond, "a paused schedule does not run")
 

@@ -88,6 +88,18 @@ func pgDSN(u string) string {
 	return ""
 }
 
+// connect opens the databases, Temporal and NATS, in that order; migrate applies migrations
+// first (dev mode).
+func (a *app) connect(ctx context.Context, migrate bool) error {
+	if err := a.openDB(ctx, migrate); err != nil {
+		return err
+	}
+	if err := a.dialTemporal(ctx); err != nil {
+		return err
+	}
+	return a.dialNATS()
+}
+
 // dialTemporal connects to Temporal with the SDK's metrics exported to the registry.
 func (a *app) dialTemporal(ctx context.Context) error {
 	tlsCfg, err := a.cfg.Temporal.tlsConfig()

@@ -94,13 +94,7 @@ func runDev(ctx context.Context, args []string) error {
 	}
 	a := &app{cfg: cfg, log: log, reg: newRegistry(), dev: true}
 	defer a.close()
-	if err := a.openDB(ctx, true); err != nil {
-		return err
-	}
-	if err := a.dialTemporal(ctx); err != nil {
-		return err
-	}
-	if err := a.dialNATS(); err != nil {
+	if err := a.connect(ctx, true); err != nil {
 		return err
 	}
 	token, err := devAPIKey(ctx, a, filepath.Join(dev.DataDir, "dev-api-key"))

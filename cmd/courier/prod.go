@@ -38,17 +38,11 @@ func runWorker(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := a.openDB(ctx, false); err != nil {
-		return err
-	}
-	if err := a.dialTemporal(ctx); err != nil {
+	if err := a.connect(ctx, false); err != nil {
 		return err
 	}
 	if err := worker.EnsureSearchAttributes(ctx, a.temporal, cfg.Temporal.Namespace); err != nil {
 		a.log.Warn("could not register search attributes; register them with the Temporal CLI", "error", err)
-	}
-	if err := a.dialNATS(); err != nil {
-		return err
 	}
 	w, err := a.newWorker()
 	if err != nil {
@@ -85,13 +79,7 @@ func runGateway(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := a.openDB(ctx, false); err != nil {
-		return err
-	}
-	if err := a.dialTemporal(ctx); err != nil {
-		return err
-	}
-	if err := a.dialNATS(); err != nil {
+	if err := a.connect(ctx, false); err != nil {
 		return err
 	}
 	done := serve(ctx, ln, a.newGateway(nil), cfg.ShutdownTimeout, a.log)
