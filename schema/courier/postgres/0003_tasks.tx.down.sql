@@ -1,0 +1,3 @@
+DROP TABLE IF EXISTS courier_tasks;
+DROP TABLE IF EXISTS courier_task_heads;
+DROP TABLE IF EXISTS courier_task_queues;

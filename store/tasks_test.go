@@ -1,0 +1,352 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/dispatch"
+	"github.com/courier-oss/courier/store"
+)
+
+func taskReq(id string, v int64, prio int, payload string) courier.TaskRequest {
+	return courier.TaskRequest{TaskID: id, Version: v, Priority: prio, Payload: json.RawMessage(payload)}
+}
+
+// setStatus forces a task row into a status, as the lifecycle would leave it.
+func setStatus(t *testing.T, s *store.Store, id string, v int64, status courier.TaskStatus) {
+	t.Helper()
+	_, err := s.DB().NewRaw("UPDATE courier_tasks SET status = ? WHERE task_id = ? AND version = ?", string(status), id, v).Exec(context.Background())
+	require.NoError(t, err)
+}
+
+func claimAll(choose *dispatch.Chooser) func(store.BandCounts, int) store.BandCounts {
+	return func(ready store.BandCounts, slots int) store.BandCounts {
+		var take store.BandCounts
+		for i := 0; i < slots; i++ {
+			b, ok := choose.Pick(func(b int) bool { return take[b-1] < ready[b-1] })
+			if !ok {
+				break
+			}
+			take[b-1]++
+		}
+		return take
+	}
+}
+
+// TestTaskVersionRules covers every existing status against a lower, the same and a higher
+// requested version (DESIGN.md §3).
+func TestTaskVersionRules(t *testing.T) {
+	type want struct {
+		code       courier.Code              // "" for success
+		outcome    courier.TaskInsertOutcome // on success
+		status     courier.TaskStatus        // the requested version's status afterwards
+		oldStatus  courier.TaskStatus        // version 5's status afterwards
+		curVersion int64                     // conflict detail
+	}
+	const lower, same, higher = 4, 5, 6
+	cases := []struct {
+		existing courier.TaskStatus
+		request  int64
+		samePay  bool
+		want     want
+	}{
+		// A lower version than the one known is always stale.
+		{courier.TaskPending, lower, false, want{code: courier.CodeConflict, oldStatus: courier.TaskPending, curVersion: 5}},
+		{courier.TaskProcessing, lower, false, want{code: courier.CodeConflict, oldStatus: courier.TaskProcessing, curVersion: 5}},
+		{courier.TaskSuccess, lower, false, want{code: courier.CodeConflict, oldStatus: courier.TaskSuccess, curVersion: 5}},
+		{courier.TaskFailed, lower, false, want{code: courier.CodeConflict, oldStatus: courier.TaskFailed, curVersion: 5}},
+		{courier.TaskStopped, lower, false, want{code: courier.CodeConflict, oldStatus: courier.TaskStopped, curVersion: 5}},
+		{courier.TaskCancelled, lower, false, want{code: courier.CodeConflict, oldStatus: courier.TaskCancelled, curVersion: 5}},
+		{courier.TaskSuperseded, lower, false, want{code: courier.CodeConflict, oldStatus: courier.TaskSuperseded, curVersion: 6}},
+		// The same version: processing and success are returned unchanged; an identical pending
+		// request is a repeat; anything else is replaced and pending again.
+		{courier.TaskPending, same, true, want{outcome: courier.TaskExisting, status: courier.TaskPending, oldStatus: courier.TaskPending}},
+		{courier.TaskPending, same, false, want{outcome: courier.TaskReplaced, status: courier.TaskPending, oldStatus: courier.TaskPending}},
+		{courier.TaskProcessing, same, false, want{outcome: courier.TaskExisting, status: courier.TaskProcessing, oldStatus: courier.TaskProcessing}},
+		{courier.TaskSuccess, same, false, want{outcome: courier.TaskExisting, status: courier.TaskSuccess, oldStatus: courier.TaskSuccess}},
+		{courier.TaskFailed, same, false, want{outcome: courier.TaskReplaced, status: courier.TaskPending, oldStatus: courier.TaskPending}},
+		{courier.TaskStopped, same, false, want{outcome: courier.TaskReplaced, status: courier.TaskPending, oldStatus: courier.TaskPending}},
+		{courier.TaskCancelled, same, false, want{outcome: courier.TaskReplaced, status: courier.TaskPending, oldStatus: courier.TaskPending}},
+		// A superseded version 5 implies version 6 exists: version 5 is stale.
+		{courier.TaskSuperseded, same, false, want{code: courier.CodeConflict, oldStatus: courier.TaskSuperseded, curVersion: 6}},
+		// A higher version is new; only a pending older one is superseded.
+		{courier.TaskPending, higher, false, want{outcome: courier.TaskCreated, status: courier.TaskPending, oldStatus: courier.TaskSuperseded}},
+		{courier.TaskProcessing, higher, false, want{outcome: courier.TaskCreated, status: courier.TaskPending, oldStatus: courier.TaskProcessing}},
+		{courier.TaskSuccess, higher, false, want{outcome: courier.TaskCreated, status: courier.TaskPending, oldStatus: courier.TaskSuccess}},
+		{courier.TaskFailed, higher, false, want{outcome: courier.TaskCreated, status: courier.TaskPending, oldStatus: courier.TaskFailed}},
+		{courier.TaskStopped, higher, false, want{outcome: courier.TaskCreated, status: courier.TaskPending, oldStatus: courier.TaskStopped}},
+		{courier.TaskCancelled, higher, false, want{outcome: courier.TaskCreated, status: courier.TaskPending, oldStatus: courier.TaskCancelled}},
+	}
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		for i, c := range cases {
+			rel := map[int64]string{lower: "lower", same: "same", higher: "higher"}[c.request]
+			t.Run(fmt.Sprintf("%s/%s", c.existing, rel), func(t *testing.T) {
+				id := fmt.Sprintf("doc-%d", i)
+				_, out, err := s.InsertTask(ctx, taskReq(id, 5, 2, `{"v":5}`))
+				require.NoError(t, err)
+				require.Equal(t, courier.TaskCreated, out)
+				if c.existing == courier.TaskSuperseded {
+					// The way a row becomes superseded: a newer version arrives while it waits.
+					_, _, err := s.InsertTask(ctx, taskReq(id, 6, 2, `{"v":6}`))
+					require.NoError(t, err)
+					if c.request == higher {
+						t.Skip("covered by the pending/higher case")
+					}
+				} else {
+					setStatus(t, s, id, 5, c.existing)
+				}
+				payload := `{"v":"new"}`
+				if c.samePay {
+					payload = `{"v":5}`
+				}
+				got, outcome, err := s.InsertTask(ctx, taskReq(id, c.request, 2, payload))
+				if c.want.code != "" {
+					require.Error(t, err)
+					require.Equal(t, c.want.code, courier.ErrorCode(err))
+					var ce *courier.Error
+					require.ErrorAs(t, err, &ce)
+					require.EqualValues(t, c.want.curVersion, ce.Details["current_version"])
+				} else {
+					require.NoError(t, err)
+					require.Equal(t, c.want.outcome, outcome)
+					require.Equal(t, c.want.status, got.Status)
+					require.Equal(t, c.request, got.Version)
+					if outcome == courier.TaskExisting {
+						require.JSONEq(t, `{"v":5}`, string(got.Payload), "an existing task comes back unchanged")
+					} else {
+						require.JSONEq(t, payload, string(got.Payload))
+					}
+				}
+				old, err := s.GetTask(ctx, id, 5)
+				require.NoError(t, err)
+				require.Equal(t, c.want.oldStatus, old.Status)
+			})
+		}
+	})
+}
+
+func TestTaskHeadSurvivesPurge(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		_, _, err := s.InsertTask(ctx, taskReq("d", 3, 3, `{}`))
+		require.NoError(t, err)
+		setStatus(t, s, "d", 3, courier.TaskFailed)
+		_, err = s.DB().NewRaw("UPDATE courier_tasks SET updated_at = '2000-01-01 00:00:00+00:00'").Exec(ctx)
+		require.NoError(t, err)
+		n, err := s.PurgeTasks(ctx, "default", time.Hour, 100)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n)
+		_, err = s.GetTask(ctx, "d", 3)
+		require.Equal(t, courier.CodeNotFound, courier.ErrorCode(err))
+
+		_, _, err = s.InsertTask(ctx, taskReq("d", 2, 3, `{}`))
+		require.Equal(t, courier.CodeConflict, courier.ErrorCode(err), "a stale version never comes back after a purge")
+		head, err := s.TaskHead(ctx, "d")
+		require.NoError(t, err)
+		require.EqualValues(t, 3, head)
+	})
+}
+
+func TestTaskInsertValidation(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		for name, r := range map[string]courier.TaskRequest{
+			"empty id":      taskReq("", 1, 3, `{}`),
+			"long id":       taskReq(string(make([]byte, 129)), 1, 3, `{}`),
+			"version 0":     taskReq("a", 0, 3, `{}`),
+			"priority 6":    taskReq("a", 1, 6, `{}`),
+			"bad json":      taskReq("a", 1, 3, `{`),
+			"unknown queue": {TaskID: "a", Version: 1, Queue: "nope"},
+		} {
+			_, _, err := s.InsertTask(ctx, r)
+			require.Equal(t, courier.CodeValidation, courier.ErrorCode(err), name)
+		}
+		n, err := s.DB().NewSelect().Table("courier_tasks").Count(ctx)
+		require.NoError(t, err)
+		require.Zero(t, n, "nothing half-written")
+	})
+}
+
+func TestTaskConcurrentIdenticalInserts(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		var wg sync.WaitGroup
+		outcomes := make(chan courier.TaskInsertOutcome, 100)
+		errs := make(chan error, 100)
+		for i := 0; i < 100; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, out, err := s.InsertTask(ctx, taskReq("same", 1, 2, `{"file":"a.pdf"}`))
+				if err != nil {
+					errs <- err
+					return
+				}
+				outcomes <- out
+			}()
+		}
+		wg.Wait()
+		close(outcomes)
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		created := 0
+		for o := range outcomes {
+			if o == courier.TaskCreated {
+				created++
+			} else {
+				require.Equal(t, courier.TaskExisting, o)
+			}
+		}
+		require.Equal(t, 1, created)
+		n, err := s.DB().NewSelect().Table("courier_tasks").Count(ctx)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n)
+	})
+}
+
+func TestTaskClaimLimitWeightsAndFinish(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		q, _, err := s.PutQueue(ctx, courier.Queue{Name: "parse", ConcurrencyLimit: 4, Retry: courier.TaskRetry{MaxAttempts: 2}})
+		require.NoError(t, err)
+		require.Equal(t, courier.DefaultQueueWeights, q.Weights)
+		for i := 0; i < 10; i++ {
+			for p := 1; p <= 5; p++ {
+				r := taskReq(fmt.Sprintf("t%d-p%d", i, p), int64(1+i%2), p, `{}`)
+				r.Queue = "parse"
+				_, _, err := s.InsertTask(ctx, r)
+				require.NoError(t, err)
+			}
+		}
+		ch := dispatch.NewChooser(dispatch.DefaultWeights)
+		got, err := s.ClaimTasks(ctx, "parse", 100, claimAll(ch))
+		require.NoError(t, err)
+		require.Len(t, got, 4, "never more than the limit")
+		again, err := s.ClaimTasks(ctx, "parse", 100, claimAll(ch))
+		require.NoError(t, err)
+		require.Empty(t, again, "no free slot")
+		q, err = s.GetQueue(ctx, "parse")
+		require.NoError(t, err)
+		require.Equal(t, 4, q.InFlight)
+		for _, c := range got {
+			require.Equal(t, 1, c.Attempt)
+			require.Equal(t, 10*time.Minute, c.ProcessingTimeout)
+		}
+		// The first band's first pick is its highest version.
+		require.Equal(t, 1, got[0].Priority)
+		require.EqualValues(t, 2, got[0].Version)
+
+		// Success releases a slot; a stale attempt changes nothing.
+		fr, err := s.FinishTaskAttempt(ctx, got[0].TaskID, got[0].Version, 2, store.AttemptOutcome{Kind: store.OutcomeSuccess})
+		require.NoError(t, err)
+		require.False(t, fr.Applied, "wrong attempt")
+		fr, err = s.FinishTaskAttempt(ctx, got[0].TaskID, got[0].Version, 1, store.AttemptOutcome{Kind: store.OutcomeSuccess, StatusCode: 200, Result: json.RawMessage(`{"pages":3}`)})
+		require.NoError(t, err)
+		require.True(t, fr.Applied)
+		require.Equal(t, courier.TaskSuccess, fr.Status)
+		fr, err = s.FinishTaskAttempt(ctx, got[0].TaskID, got[0].Version, 1, store.AttemptOutcome{Kind: store.OutcomeFailure})
+		require.NoError(t, err)
+		require.False(t, fr.Applied, "a finished task refuses a second result")
+		done, err := s.GetTask(ctx, got[0].TaskID, got[0].Version)
+		require.NoError(t, err)
+		require.Equal(t, courier.TaskSuccess, done.Status)
+		require.JSONEq(t, `{"pages":3}`, string(done.Result))
+
+		// Failure with attempts left → pending with a backoff, slot released.
+		fr, err = s.FinishTaskAttempt(ctx, got[1].TaskID, got[1].Version, 1, store.AttemptOutcome{Kind: store.OutcomeFailure, Message: "corrupt"})
+		require.NoError(t, err)
+		require.Equal(t, courier.TaskPending, fr.Status)
+		require.True(t, fr.NextAttemptAt.After(time.Now().Add(5*time.Second)), "waits for the backoff")
+		// Cancel a processing task: slot released at once.
+		c, wasProcessing, err := s.CancelTask(ctx, got[2].TaskID, got[2].Version)
+		require.NoError(t, err)
+		require.True(t, wasProcessing)
+		require.Equal(t, courier.TaskCancelled, c.Status)
+		fr, err = s.FinishTaskAttempt(ctx, got[2].TaskID, got[2].Version, 1, store.AttemptOutcome{Kind: store.OutcomeSuccess})
+		require.NoError(t, err)
+		require.False(t, fr.Applied, "a cancelled task refuses a late result")
+		_, _, err = s.CancelTask(ctx, got[0].TaskID, got[0].Version)
+		require.Equal(t, courier.CodeConflict, courier.ErrorCode(err), "a success cannot be cancelled")
+
+		q, err = s.GetQueue(ctx, "parse")
+		require.NoError(t, err)
+		require.Equal(t, 1, q.InFlight)
+
+		// The retried task comes back once due; then a second failure spends the budget.
+		_, err = s.DB().NewRaw("UPDATE courier_tasks SET next_attempt_at = '2000-01-01 00:00:00+00:00', priority = 1 WHERE task_id = ? AND version = ?",
+			got[1].TaskID, got[1].Version).Exec(ctx)
+		require.NoError(t, err)
+		next, err := s.ClaimTasks(ctx, "parse", 1, claimAll(dispatch.NewChooser(dispatch.Weights{100, 1, 1, 1, 1})))
+		require.NoError(t, err)
+		require.Len(t, next, 1)
+		require.Equal(t, got[1].TaskID, next[0].TaskID)
+		require.Equal(t, 2, next[0].Attempt)
+		fr, err = s.FinishTaskAttempt(ctx, next[0].TaskID, next[0].Version, 2, store.AttemptOutcome{Kind: store.OutcomeTimeout, Message: "processing timeout"})
+		require.NoError(t, err)
+		require.Equal(t, courier.TaskFailed, fr.Status)
+
+		// The limiter count matches the rows; a corrupted count is repaired.
+		repairs, err := s.ReconcileLimiters(ctx)
+		require.NoError(t, err)
+		require.Empty(t, repairs)
+		_, err = s.DB().NewRaw("UPDATE courier_task_queues SET in_flight = 9 WHERE name = 'parse'").Exec(ctx)
+		require.NoError(t, err)
+		repairs, err = s.ReconcileLimiters(ctx)
+		require.NoError(t, err)
+		require.Equal(t, []store.LimiterRepair{{Queue: "parse", Recorded: 9, Counted: 1}}, repairs)
+
+		st, err := s.TaskStats(ctx)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, st.ByQueueStatus["parse"][courier.TaskProcessing])
+		require.EqualValues(t, 1, st.ByQueueStatus["parse"][courier.TaskFailed])
+		require.EqualValues(t, 4, st.Limit["parse"])
+	})
+}
+
+func TestTaskSweeperSteps(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		for _, id := range []string{"p", "s", "f"} {
+			_, _, err := s.InsertTask(ctx, taskReq(id, 1, 3, `{}`))
+			require.NoError(t, err)
+		}
+		setStatus(t, s, "s", 1, courier.TaskSuccess)
+		setStatus(t, s, "f", 1, courier.TaskFailed)
+		old := "'2000-01-01 00:00:00+00:00'"
+		_, err := s.DB().NewRaw("UPDATE courier_tasks SET expires_at = " + old + ", finished_at = " + old + ", updated_at = " + old).Exec(ctx)
+		require.NoError(t, err)
+
+		n, err := s.ExpirePendingTasks(ctx, 100)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n)
+		p, err := s.GetTask(ctx, "p", 1)
+		require.NoError(t, err)
+		require.Equal(t, courier.TaskFailed, p.Status)
+		require.Contains(t, p.Message, "pending timeout")
+
+		n, err = s.StopSucceededTasks(ctx, "default", time.Hour, 100)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n)
+		st, err := s.GetTask(ctx, "s", 1)
+		require.NoError(t, err)
+		require.Equal(t, courier.TaskStopped, st.Status)
+
+		// Purge works in bounded batches; "p" failed just now, so only "f" is old enough,
+		// and "s" became stopped just now.
+		n, err = s.PurgeTasks(ctx, "default", time.Hour, 100)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n)
+		_, err = s.GetTask(ctx, "f", 1)
+		require.Equal(t, courier.CodeNotFound, courier.ErrorCode(err))
+	})
+}

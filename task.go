@@ -1,0 +1,309 @@
+package courier
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// TaskStatus is where a task version is in its life.
+type TaskStatus string
+
+// Task statuses. Pending and Processing are live; the others are final until the sweeper moves
+// Success to Stopped and later deletes Failed, Stopped, Superseded and Cancelled rows.
+const (
+	TaskPending    TaskStatus = "pending"    // waiting for a slot (or for next_attempt_at after a failure)
+	TaskProcessing TaskStatus = "processing" // pushed to a worker, holding one of the queue's slots
+	TaskSuccess    TaskStatus = "success"    // the worker reported success; kept for the retention
+	TaskFailed     TaskStatus = "failed"     // retries spent, or the pending timeout passed
+	TaskStopped    TaskStatus = "stopped"    // a success past its retention
+	TaskSuperseded TaskStatus = "superseded" // a newer version arrived while this one was pending
+	TaskCancelled  TaskStatus = "cancelled"  // cancelled through the API
+)
+
+// TaskStatuses lists every status, for metrics and validation.
+var TaskStatuses = []TaskStatus{TaskPending, TaskProcessing, TaskSuccess, TaskFailed, TaskStopped, TaskSuperseded, TaskCancelled}
+
+// Limits on task requests.
+const (
+	MaxTaskIDBytes   = 128
+	MaxPriority      = 5
+	DefaultPriority  = 3
+	DefaultQueueName = "default"
+)
+
+// TaskWorkflowID is the deterministic workflow id of a task version's attempts.
+func TaskWorkflowID(taskID string, version int64) string {
+	return fmt.Sprintf("task/%s/%d", taskID, version)
+}
+
+// TaskAttemptActivityID is the id of the activity that waits for one attempt's result; the
+// result and heartbeat callbacks address it, so a stale attempt can never reach a newer one.
+func TaskAttemptActivityID(attempt int) string { return fmt.Sprintf("attempt-%d", attempt) }
+
+// TaskRetry is a queue's retry policy for failed or timed-out attempts.
+type TaskRetry struct {
+	MaxAttempts     int           `json:"max_attempts"`     // attempts in all; default 3
+	InitialInterval time.Duration `json:"initial_interval"` // wait before the second attempt; default 10 s
+	Backoff         float64       `json:"backoff"`          // growth per attempt; default 2
+	MaxInterval     time.Duration `json:"max_interval"`     // cap on one wait; default 10 min
+}
+
+// Delay is the wait before the attempt after attempt n (n ≥ 1) failed.
+func (r TaskRetry) Delay(n int) time.Duration {
+	d := float64(r.InitialInterval)
+	for i := 1; i < n && d < float64(r.MaxInterval); i++ {
+		d *= r.Backoff
+	}
+	if d > float64(r.MaxInterval) {
+		d = float64(r.MaxInterval)
+	}
+	return time.Duration(d)
+}
+
+// Queue is a task queue's configuration: where its tasks are pushed, how many may be in
+// Processing at once, how bands share the slots, and the lifecycle timings.
+type Queue struct {
+	Name             string        `json:"-"`
+	PushURL          string        `json:"push_url"`          // workers' endpoint; empty: tasks wait
+	Secrets          []string      `json:"secrets"`           // push signing secrets (whsec_…), newest first
+	AllowPrivate     bool          `json:"allow_private"`     // pushes may reach private-network addresses
+	ConcurrencyLimit int           `json:"concurrency_limit"` // tasks in Processing at once; default 10
+	Weights          [5]int        `json:"weights"`           // bands 1..5; default 35,25,20,12,8
+	PendingTimeout   time.Duration `json:"pending_timeout"`   // Pending longer → Failed; default 24 h
+	// ProcessingTimeout bounds one attempt from its push to its result; default 10 min.
+	ProcessingTimeout time.Duration `json:"processing_timeout"`
+	// HeartbeatTimeout, when set, fails an attempt whose worker has not called the heartbeat
+	// endpoint for that long; default 0 (off).
+	HeartbeatTimeout time.Duration `json:"heartbeat_timeout"`
+	Retry            TaskRetry     `json:"retry"`
+	SuccessRetention time.Duration `json:"success_retention"` // Success → Stopped after; default 24 h
+	PurgeAge         time.Duration `json:"purge_age"`         // finished rows deleted after; default 7 days
+	InFlight         int           `json:"-"`                 // slots in use (read only)
+	CreatedAt        time.Time     `json:"-"`
+	UpdatedAt        time.Time     `json:"-"`
+}
+
+// DefaultQueueWeights give bands 1–3 about 80 % of the slots while every band has a backlog.
+var DefaultQueueWeights = [5]int{35, 25, 20, 12, 8}
+
+var queueName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
+
+// ValidQueueName reports whether name can name a queue.
+func ValidQueueName(name string) bool { return queueName.MatchString(name) }
+
+// WithDefaults fills unset fields with their documented defaults.
+func (q Queue) WithDefaults() Queue {
+	if q.ConcurrencyLimit == 0 {
+		q.ConcurrencyLimit = 10
+	}
+	if q.Weights == ([5]int{}) {
+		q.Weights = DefaultQueueWeights
+	}
+	if q.PendingTimeout == 0 {
+		q.PendingTimeout = 24 * time.Hour
+	}
+	if q.ProcessingTimeout == 0 {
+		q.ProcessingTimeout = 10 * time.Minute
+	}
+	if q.Retry.MaxAttempts == 0 {
+		q.Retry.MaxAttempts = 3
+	}
+	if q.Retry.InitialInterval == 0 {
+		q.Retry.InitialInterval = 10 * time.Second
+	}
+	if q.Retry.Backoff == 0 {
+		q.Retry.Backoff = 2
+	}
+	if q.Retry.MaxInterval == 0 {
+		q.Retry.MaxInterval = 10 * time.Minute
+	}
+	if q.SuccessRetention == 0 {
+		q.SuccessRetention = 24 * time.Hour
+	}
+	if q.PurgeAge == 0 {
+		q.PurgeAge = 7 * 24 * time.Hour
+	}
+	if q.Secrets == nil {
+		q.Secrets = []string{}
+	}
+	return q
+}
+
+func badField(field, format string, args ...any) error {
+	return &Error{Code: CodeValidation, Message: fmt.Sprintf(format, args...), Details: map[string]any{"field": field}}
+}
+
+// Validate returns a validation_failed error naming the first bad field.
+func (q Queue) Validate() error {
+	switch {
+	case !ValidQueueName(q.Name):
+		return badField("name", "queue name must be 1-64 of a-z, 0-9, '_', '.', '-', starting with a letter or digit")
+	case q.ConcurrencyLimit < 1 || q.ConcurrencyLimit > 10000:
+		return badField("concurrency_limit", "concurrency_limit must be from 1 to 10000")
+	case q.PendingTimeout < time.Second || q.PendingTimeout > 365*24*time.Hour:
+		return badField("pending_timeout", "pending_timeout must be from 1s to 8760h")
+	case q.ProcessingTimeout < time.Second || q.ProcessingTimeout > 7*24*time.Hour:
+		return badField("processing_timeout", "processing_timeout must be from 1s to 168h")
+	case q.HeartbeatTimeout < 0 || q.HeartbeatTimeout > q.ProcessingTimeout || (q.HeartbeatTimeout > 0 && q.HeartbeatTimeout < time.Second):
+		return badField("heartbeat_timeout", "heartbeat_timeout must be 0 (off) or from 1s to the processing_timeout")
+	case q.Retry.MaxAttempts < 1 || q.Retry.MaxAttempts > 100:
+		return badField("retry.max_attempts", "retry max_attempts must be from 1 to 100")
+	case q.Retry.InitialInterval < time.Second || q.Retry.InitialInterval > 24*time.Hour:
+		return badField("retry.initial_interval", "retry initial_interval must be from 1s to 24h")
+	case q.Retry.Backoff < 1 || q.Retry.Backoff > 10:
+		return badField("retry.backoff", "retry backoff must be from 1 to 10")
+	case q.Retry.MaxInterval < q.Retry.InitialInterval || q.Retry.MaxInterval > 7*24*time.Hour:
+		return badField("retry.max_interval", "retry max_interval must be at least the initial interval and at most 168h")
+	case q.SuccessRetention < time.Minute:
+		return badField("success_retention", "success_retention must be at least 1m")
+	case q.PurgeAge < time.Minute:
+		return badField("purge_age", "purge_age must be at least 1m")
+	}
+	for i, w := range q.Weights {
+		if w < 1 || w > 1000 {
+			return badField("weights", "every priority weight must be from 1 to 1000 (weight of priority %d is %d): a zero weight would starve its band", i+1, w)
+		}
+	}
+	if q.PushURL != "" {
+		u, err := url.Parse(q.PushURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return badField("push_url", "push_url must be an absolute http or https URL")
+		}
+	}
+	if len(q.Secrets) > 2 {
+		return badField("secrets", "at most two signing secrets (during a rotation)")
+	}
+	for _, s := range q.Secrets {
+		if !strings.HasPrefix(s, "whsec_") {
+			return badField("secrets", "signing secrets start with whsec_")
+		}
+	}
+	return nil
+}
+
+// TaskOverrides are per-task settings that replace the queue's.
+type TaskOverrides struct {
+	PendingTimeout    time.Duration `json:"pending_timeout,omitempty"`
+	ProcessingTimeout time.Duration `json:"processing_timeout,omitempty"`
+	HeartbeatTimeout  time.Duration `json:"heartbeat_timeout,omitempty"`
+	MaxAttempts       int           `json:"max_attempts,omitempty"`
+}
+
+// Apply returns q with the overrides in place.
+func (o TaskOverrides) Apply(q Queue) Queue {
+	if o.PendingTimeout > 0 {
+		q.PendingTimeout = o.PendingTimeout
+	}
+	if o.ProcessingTimeout > 0 {
+		q.ProcessingTimeout = o.ProcessingTimeout
+	}
+	if o.HeartbeatTimeout > 0 {
+		q.HeartbeatTimeout = o.HeartbeatTimeout
+	}
+	if o.MaxAttempts > 0 {
+		q.Retry.MaxAttempts = o.MaxAttempts
+	}
+	return q
+}
+
+// TaskRequest is one insert.
+type TaskRequest struct {
+	TaskID    string
+	Version   int64
+	Priority  int // 1 (high) … 5 (low); 0 means DefaultPriority
+	Queue     string
+	Payload   json.RawMessage
+	Overrides TaskOverrides
+}
+
+// Normalize fills defaults and validates; every failure is validation_failed with its field.
+func (r *TaskRequest) Normalize() error {
+	if r.Priority == 0 {
+		r.Priority = DefaultPriority
+	}
+	if r.Queue == "" {
+		r.Queue = DefaultQueueName
+	}
+	if len(r.Payload) == 0 {
+		r.Payload = json.RawMessage("null")
+	}
+	switch {
+	case r.TaskID == "" || len(r.TaskID) > MaxTaskIDBytes || !utf8.ValidString(r.TaskID) || strings.ContainsAny(r.TaskID, "/\x00"):
+		return badField("task_id", "task_id must be 1-%d bytes of UTF-8 without '/'", MaxTaskIDBytes)
+	case r.Version < 1:
+		return badField("task_version", "task_version must be an integer of at least 1")
+	case r.Priority < 1 || r.Priority > MaxPriority:
+		return badField("priority", "priority must be from 1 (high) to 5 (low)")
+	case !ValidQueueName(r.Queue):
+		return badField("queue", "queue must be a valid queue name")
+	case !json.Valid(r.Payload):
+		return badField("payload", "payload must be JSON")
+	case r.Overrides.PendingTimeout < 0 || r.Overrides.ProcessingTimeout < 0 || r.Overrides.HeartbeatTimeout < 0:
+		return badField("overrides", "override timeouts must be positive")
+	case r.Overrides.ProcessingTimeout != 0 && (r.Overrides.ProcessingTimeout < time.Second || r.Overrides.ProcessingTimeout > 7*24*time.Hour):
+		return badField("processing_timeout", "processing_timeout must be from 1s to 168h")
+	case r.Overrides.HeartbeatTimeout != 0 && r.Overrides.HeartbeatTimeout < time.Second:
+		return badField("heartbeat_timeout", "heartbeat_timeout must be at least 1s")
+	case r.Overrides.PendingTimeout != 0 && r.Overrides.PendingTimeout < time.Second:
+		return badField("pending_timeout", "pending_timeout must be at least 1s")
+	case r.Overrides.MaxAttempts < 0 || r.Overrides.MaxAttempts > 100:
+		return badField("max_attempts", "max_attempts must be from 1 to 100")
+	}
+	return nil
+}
+
+// Task is one task version as stored.
+type Task struct {
+	TaskID        string
+	Version       int64
+	Queue         string
+	Priority      int
+	Status        TaskStatus
+	Payload       json.RawMessage
+	Overrides     TaskOverrides
+	Attempt       int // the current attempt's number; increases across replacements
+	Attempts      int // attempts used since the task was last (re)submitted
+	Result        json.RawMessage
+	StatusCode    int
+	Message       string
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	NextAttemptAt time.Time
+	ExpiresAt     *time.Time // a pending task fails after this
+	ClaimedAt     *time.Time
+	PushedAt      *time.Time
+	FinishedAt    *time.Time
+}
+
+// TaskInsertOutcome says what an insert did.
+type TaskInsertOutcome string
+
+// Insert outcomes.
+const (
+	TaskCreated  TaskInsertOutcome = "created"  // a new task version (201)
+	TaskReplaced TaskInsertOutcome = "replaced" // a pending, failed, stopped or cancelled one rewritten and pending again (200)
+	TaskExisting TaskInsertOutcome = "existing" // processing or success: returned unchanged (200)
+)
+
+// TaskResultStatus is what a worker reports.
+type TaskResultStatus string
+
+// Worker-reported outcomes.
+const (
+	ResultSuccess TaskResultStatus = "success"
+	ResultFailure TaskResultStatus = "failure"
+)
+
+// TaskResult is a worker's report for one attempt.
+type TaskResult struct {
+	Attempt    int              `json:"attempt"`
+	Status     TaskResultStatus `json:"status"`
+	StatusCode int              `json:"status_code"`
+	Message    string           `json:"message"`
+	Result     json.RawMessage  `json:"result,omitempty"`
+}
