@@ -19,8 +19,13 @@ const (
 	SASource  = "CourierSource"  // outbox source database
 	SABizType = "CourierBizType" // timer business type
 	SABizID   = "CourierBizID"   // timer business id
-	SAState   = "CourierState"   // timer state: scheduled, firing, delivered, failed, cancelled
+	SAState   = "CourierState"   // timer state (scheduled, firing, delivered, failed, cancelled) or task status
 	SAFireAt  = "CourierFireAt"  // timer fire time
+
+	SATaskID       = "CourierTaskID"       // task id
+	SATaskVersion  = "CourierTaskVersion"  // task version
+	SATaskPriority = "CourierTaskPriority" // task priority 1..5
+	SATaskQueue    = "CourierTaskQueue"    // task queue
 )
 
 // SearchAttributes lists every custom search attribute courier registers on start.
@@ -32,4 +37,9 @@ var SearchAttributes = map[string]SearchAttributeType{
 	SABizID:   SAKeyword,
 	SAState:   SAKeyword,
 	SAFireAt:  SADatetime,
+
+	SATaskID:       SAKeyword,
+	SATaskVersion:  SAInt,
+	SATaskPriority: SAInt,
+	SATaskQueue:    SAKeyword,
 }

@@ -233,8 +233,8 @@ func (r *TaskRequest) Normalize() error {
 		r.Payload = json.RawMessage("null")
 	}
 	switch {
-	case r.TaskID == "" || len(r.TaskID) > MaxTaskIDBytes || !utf8.ValidString(r.TaskID) || strings.ContainsAny(r.TaskID, "/\x00"):
-		return badField("task_id", "task_id must be 1-%d bytes of UTF-8 without '/'", MaxTaskIDBytes)
+	case r.TaskID == "" || len(r.TaskID) > MaxTaskIDBytes || !utf8.ValidString(r.TaskID) || strings.ContainsAny(r.TaskID, "/\x00\n\r\t"):
+		return badField("task_id", "task_id must be 1-%d bytes of UTF-8 without '/' or control characters", MaxTaskIDBytes)
 	case r.Version < 1:
 		return badField("task_version", "task_version must be an integer of at least 1")
 	case r.Priority < 1 || r.Priority > MaxPriority:

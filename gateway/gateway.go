@@ -38,6 +38,7 @@ type Deps struct {
 	BizTypes  BizTypeStore           // business types; nil disables their endpoints
 	Timers    TimerService           // timers; nil disables their endpoints
 	Schedules ScheduleService        // cron schedules; nil disables their endpoints
+	Tasks     TaskService            // prioritized tasks and queues; nil disables their endpoints
 	Checks    []Check                // probed by /readyz: database, Temporal, message queue
 	Gatherer  prometheus.Gatherer    // served at /metrics; nil serves the default registry
 	Wake      func()                 // optional: nudge an in-process relay after a redrive
@@ -95,6 +96,18 @@ func New(cfg Config, d Deps) *echo.Echo {
 		v1.GET("/timers/:biz_type/:biz_id", h.getTimer, producer)
 		v1.PATCH("/timers/:biz_type/:biz_id", h.rescheduleTimer, producer)
 		v1.DELETE("/timers/:biz_type/:biz_id", h.cancelTimer, producer)
+	}
+	if d.Tasks != nil {
+		workerScope := requireScope(d.Keys, courier.ScopeWorker)
+		v1.POST("/tasks", h.insertTask, producer)
+		v1.GET("/tasks/:task_id", h.getLatestTask, producer)
+		v1.GET("/tasks/:task_id/versions/:version", h.getTask, producer)
+		v1.DELETE("/tasks/:task_id/versions/:version", h.cancelTask, producer)
+		v1.POST("/tasks/:task_id/versions/:version/result", h.taskResult, workerScope)
+		v1.POST("/tasks/:task_id/versions/:version/heartbeat", h.taskHeartbeat, workerScope)
+		v1.GET("/queues", h.listQueues, admin)
+		v1.GET("/queues/:name", h.getQueue, admin)
+		v1.PUT("/queues/:name", h.putQueue, admin)
 	}
 	if d.Schedules != nil {
 		sc := d.Schedules

@@ -9,12 +9,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lib/pq"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/internal/pglisten"
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/timers"
@@ -133,7 +133,7 @@ func (r *Relay) Run(ctx context.Context) error {
 func (r *Relay) runSource(ctx context.Context, src Source, wake <-chan struct{}) {
 	notify := make(chan struct{}, 1)
 	if src.DSN != "" && src.Store.IsPostgres() {
-		stop := listen(ctx, src.DSN, notify, r.log.With("source", src.Name))
+		stop := pglisten.Listen(ctx, src.DSN, "courier_outbox", notify, r.log.With("source", src.Name))
 		defer stop()
 	}
 	ticker := time.NewTicker(r.cfg.PollInterval)
@@ -309,58 +309,4 @@ func (r *Relay) startOne(ctx context.Context, source string, rec store.ClaimedRe
 		Source: source, ID: rec.ID, Retry: r.cfg.Retry,
 	})
 	return err
-}
-
-// listen forwards PostgreSQL notifications on the courier_outbox channel to notify. lib/pq's
-// listener reconnects by itself; a reconnect also nudges, since notifications sent while
-// disconnected are lost.
-func listen(ctx context.Context, dsn string, notify chan<- struct{}, log *slog.Logger) (stop func()) {
-	nudge := func() {
-		select {
-		case notify <- struct{}{}:
-		default:
-		}
-	}
-	l := pq.NewListener(dsn, 200*time.Millisecond, 10*time.Second, func(ev pq.ListenerEventType, err error) {
-		if err != nil {
-			log.Debug("outbox listener", "event", ev, "error", err)
-		}
-		if ev == pq.ListenerEventReconnected {
-			nudge()
-		}
-	})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		// Listen blocks until the database answers and takes no context; run it here so an
-		// unreachable database delays only the wake-ups, never the polling or shutdown.
-		listened := make(chan error, 1)
-		go func() { listened <- l.Listen("courier_outbox") }()
-		select {
-		case err := <-listened:
-			if err != nil {
-				log.Warn("LISTEN courier_outbox failed; polling only", "error", err)
-			}
-			// Rows committed before LISTEN took effect sent their notifications to nobody:
-			// claim once now that later ones will be heard.
-			nudge()
-		case <-ctx.Done():
-			return
-		}
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case _, ok := <-l.Notify:
-				if !ok {
-					return
-				}
-				nudge()
-			}
-		}
-	}()
-	return func() {
-		l.Close()
-		<-done
-	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/mq"
 	"github.com/courier-oss/courier/relay"
+	"github.com/courier-oss/courier/tasks"
 	"github.com/courier-oss/courier/timers"
 	"github.com/courier-oss/courier/workflows"
 )
@@ -36,9 +37,29 @@ type Config struct {
 	AllowLoopbackCallbacks bool
 	// Namespace is the Temporal namespace (for listing timers); default "courier".
 	Namespace string
+	// Tasks tunes the task claimer; PublicURL is required for tasks to run.
+	Tasks TasksConfig
 	// BizTypeRefresh is how often the worker re-reads business types to start, restart or stop
 	// their delivery workers; default 5 s.
 	BizTypeRefresh time.Duration
+}
+
+// TasksConfig tunes prioritized tasks on this worker.
+type TasksConfig struct {
+	Claimer tasks.ClaimerConfig // TaskQueue is set by the worker
+	// PublicURL is the gateway's base URL as task workers reach it (for the result and
+	// heartbeat links in every push), such as http://127.0.0.1:8080.
+	PublicURL string
+	// SweepEvery is the sweeper schedule's interval; default 1 min.
+	SweepEvery time.Duration
+	// DisableClaimer runs the task activities without claiming (for tests).
+	DisableClaimer bool
+}
+
+// TaskStore is what tasks need from courier's database.
+type TaskStore interface {
+	activities.TaskStore
+	tasks.ClaimStore
 }
 
 // Deps are the worker's collaborators.
@@ -50,6 +71,10 @@ type Deps struct {
 	// TimerMetrics counts timer deliveries; nil records nothing.
 	TimerMetrics *metrics.Timers
 	Logger       *slog.Logger
+	// Tasks enables prioritized tasks; nil disables them.
+	Tasks TaskStore
+	// TaskMetrics counts task pushes and results; nil records nothing.
+	TaskMetrics *metrics.Tasks
 	// BizTypes enables timers: their delivery settings are read from it. Nil disables them.
 	BizTypes interface {
 		BizTypeLister
@@ -64,6 +89,7 @@ type Worker struct {
 	tw     sdkworker.Worker
 	relay  *relay.Relay
 	biz    *bizWorkers
+	claim  *tasks.Claimer
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -105,6 +131,15 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		tw:    tw,
 		relay: relay.New(d.Temporal, cfg.Relay, d.Sources, d.Logger),
 	}
+	if d.Tasks != nil {
+		ccfg := cfg.Tasks.Claimer
+		ccfg.TaskQueue = queue
+		w.claim = tasks.NewClaimer(d.Tasks, d.Temporal, ccfg, d.Logger)
+		acts := activities.NewTasks(d.Tasks, cfg.Tasks.PublicURL, cfg.AllowLoopbackCallbacks, d.TaskMetrics, w.claim.Wake)
+		tw.RegisterActivityWithOptions(acts.Push, activity.RegisterOptions{Name: activities.PushTaskName})
+		tw.RegisterActivityWithOptions(acts.Finish, activity.RegisterOptions{Name: activities.FinishTaskName})
+		tw.RegisterActivityWithOptions(acts.Sweep, activity.RegisterOptions{Name: activities.SweepTasksName})
+	}
 	if d.BizTypes != nil {
 		timerActs := activities.NewTimers(d.BizTypes, d.Publisher, cfg.AllowLoopbackCallbacks, d.TimerMetrics)
 		tw.RegisterActivityWithOptions(timerActs.LoadBizType, activity.RegisterOptions{Name: activities.LoadBizTypeName})
@@ -128,6 +163,13 @@ func Register(r sdkworker.Registry, outbox *activities.Outbox) {
 	}
 }
 
+// WakeTasks nudges the task claimer (for inserts through a gateway in the same process).
+func (w *Worker) WakeTasks() {
+	if w.claim != nil {
+		w.claim.Wake()
+	}
+}
+
 // Relay exposes the relay (to wake it from the gateway in the same process).
 func (w *Worker) Relay() *relay.Relay { return w.relay }
 
@@ -135,6 +177,12 @@ func (w *Worker) Relay() *relay.Relay { return w.relay }
 func (w *Worker) Start(ctx context.Context) error {
 	if err := w.tw.Start(); err != nil {
 		return fmt.Errorf("worker: start Temporal worker: %w", err)
+	}
+	if w.claim != nil {
+		if err := tasks.EnsureSweeper(ctx, w.deps.Temporal, w.claimQueue(), w.cfg.Tasks.SweepEvery); err != nil {
+			w.tw.Stop()
+			return fmt.Errorf("worker: task sweeper schedule: %w", err)
+		}
 	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	w.cancel = cancel
@@ -154,11 +202,25 @@ func (w *Worker) Start(ctx context.Context) error {
 			w.biz.run(rctx)
 		}()
 	}
+	if w.claim != nil && !w.cfg.Tasks.DisableClaimer {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = w.claim.Run(rctx)
+		}()
+	}
 	go func() {
 		wg.Wait()
 		close(w.done)
 	}()
 	return nil
+}
+
+func (w *Worker) claimQueue() string {
+	if w.cfg.Relay.TaskQueue != "" {
+		return w.cfg.Relay.TaskQueue
+	}
+	return relay.DefaultTaskQueue
 }
 
 // Stop stops claiming new rows, then stops the Temporal worker, letting in-flight activities

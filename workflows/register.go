@@ -12,4 +12,6 @@ type WorkflowRegistrar interface {
 func Register(r WorkflowRegistrar) {
 	r.RegisterWorkflowWithOptions(OutboxDelivery, workflow.RegisterOptions{Name: OutboxDeliveryName})
 	r.RegisterWorkflowWithOptions(Timer, workflow.RegisterOptions{Name: TimerName})
+	r.RegisterWorkflowWithOptions(Task, workflow.RegisterOptions{Name: TaskName})
+	r.RegisterWorkflowWithOptions(TaskSweeper, workflow.RegisterOptions{Name: TaskSweeperName})
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/schema"
 	"github.com/courier-oss/courier/store"
+	"github.com/courier-oss/courier/tasks"
 	"github.com/courier-oss/courier/timers"
 	"github.com/courier-oss/courier/worker"
 )
@@ -154,6 +155,11 @@ func (a *app) newWorker() (*worker.Worker, error) {
 		ShutdownTimeout:        a.cfg.ShutdownTimeout,
 		AllowLoopbackCallbacks: a.dev,
 		Namespace:              a.cfg.Temporal.Namespace,
+		Tasks: worker.TasksConfig{
+			Claimer:    tasks.ClaimerConfig{DSN: pgDSN(a.cfg.DatabaseURL), PollInterval: a.cfg.Tasks.PollInterval},
+			PublicURL:  a.cfg.Tasks.PublicURL,
+			SweepEvery: a.cfg.Tasks.SweepEvery,
+		},
 	}, worker.Deps{
 		Temporal:     a.temporal,
 		Sources:      a.sources,
@@ -162,10 +168,14 @@ func (a *app) newWorker() (*worker.Worker, error) {
 		Logger:       a.log,
 		BizTypes:     a.store,
 		TimerMetrics: metrics.NewTimers(a.reg),
+		Tasks:        a.store,
+		TaskMetrics:  metrics.NewTasks(a.reg),
 	})
 }
 
-func (a *app) newGateway(wake func()) http.Handler {
+// newGateway builds the gateway; wake and wakeTasks nudge an in-process relay and task
+// claimer (nil in a gateway-only process).
+func (a *app) newGateway(wake, wakeTasks func()) http.Handler {
 	extra := map[string]gateway.OutboxStore{}
 	for _, src := range a.sources {
 		a.reg.MustRegister(metrics.NewOutboxTableCollector(src.Name, tableStats(src.Store)))
@@ -179,7 +189,9 @@ func (a *app) newGateway(wake func()) http.Handler {
 		defer cancel()
 		return svc.CountByState(ctx)
 	}))
+	a.reg.MustRegister(metrics.NewTaskTableCollector(taskStatuses(), taskStats(a.store)))
 	return gateway.New(gateway.Config{MaxBodyBytes: a.cfg.MaxBodyBytes}, gateway.Deps{
+		Tasks:     tasks.NewService(a.store, a.temporal, a.cfg.Temporal.Namespace, wakeTasks, a.log),
 		Keys:      a.store,
 		Outbox:    a.store,
 		Sources:   extra,
@@ -215,6 +227,34 @@ func tableStats(st *store.Store) func() (metrics.OutboxTableStats, error) {
 		}
 		if s.OldestUnsent != nil {
 			out.OldestUnsent = time.Since(*s.OldestUnsent).Seconds()
+		}
+		return out, nil
+	}
+}
+
+func taskStatuses() []string {
+	out := make([]string, len(courier.TaskStatuses))
+	for i, s := range courier.TaskStatuses {
+		out[i] = string(s)
+	}
+	return out
+}
+
+// taskStats reads the task tables for the scrape-time gauges.
+func taskStats(st *store.Store) func() (metrics.TaskTableStats, error) {
+	return func() (metrics.TaskTableStats, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s, err := st.TaskStats(ctx)
+		if err != nil {
+			return metrics.TaskTableStats{}, err
+		}
+		out := metrics.TaskTableStats{ByQueueStatus: map[string]map[string]int64{}, InFlight: s.InFlight, Limit: s.Limit}
+		for q, by := range s.ByQueueStatus {
+			out.ByQueueStatus[q] = map[string]int64{}
+			for k, v := range by {
+				out.ByQueueStatus[q][string(k)] = v
+			}
 		}
 		return out, nil
 	}

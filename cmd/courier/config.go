@@ -48,8 +48,16 @@ type Config struct {
 	ShutdownTimeout time.Duration // COURIER_SHUTDOWN_TIMEOUT; default 10s
 	MaxBodyBytes    int64         // COURIER_MAX_BODY_BYTES; default 1 MiB
 	Outbox          OutboxConfig
+	Tasks           TasksConfig
 
 	envErrs []error // environment variables that did not parse; Validate reports them
+}
+
+// TasksConfig tunes prioritized tasks.
+type TasksConfig struct {
+	PublicURL    string        // COURIER_PUBLIC_URL; the gateway's base URL as task workers reach it
+	PollInterval time.Duration // COURIER_TASK_POLL; fallback claim poll; default 1s
+	SweepEvery   time.Duration // COURIER_TASK_SWEEP_EVERY; sweeper schedule interval; default 1m
 }
 
 type sourceList []sourceSpec
@@ -165,6 +173,9 @@ func (c *Config) bindRuntime(fs *flag.FlagSet) {
 		c.Outbox.Retry.MaxAttempts = int32(v)
 		return nil
 	})
+	fs.StringVar(&c.Tasks.PublicURL, "public-url", env("COURIER_PUBLIC_URL", ""), "the gateway's base URL as task workers reach it, for the result and heartbeat links in each push (COURIER_PUBLIC_URL; dev: the gateway's address)")
+	fs.DurationVar(&c.Tasks.PollInterval, "task-poll", envDur("COURIER_TASK_POLL", time.Second), "fallback task claim poll interval (COURIER_TASK_POLL)")
+	fs.DurationVar(&c.Tasks.SweepEvery, "task-sweep-every", envDur("COURIER_TASK_SWEEP_EVERY", time.Minute), "task sweeper schedule interval (COURIER_TASK_SWEEP_EVERY)")
 	c.envErrs, pendingEnvErrs = append(c.envErrs, pendingEnvErrs...), nil
 }
 
@@ -186,6 +197,10 @@ func (c *Config) Validate(needDB bool) error {
 		return errors.New("outbox batch must be from 1 to 1000")
 	case c.Outbox.PollInterval < 10*time.Millisecond:
 		return errors.New("outbox poll interval must be at least 10ms")
+	case c.Tasks.PollInterval < 10*time.Millisecond:
+		return errors.New("task poll interval must be at least 10ms")
+	case c.Tasks.SweepEvery < time.Second:
+		return errors.New("task sweep interval must be at least 1s")
 	case c.MaxBodyBytes < 1024 || c.MaxBodyBytes > 2<<20:
 		return errors.New("max body bytes must be from 1 KiB to 2 MiB (Temporal rejects payloads over 2 MB)")
 	}

@@ -101,6 +101,9 @@ func runDev(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if a.cfg.Tasks.PublicURL == "" {
+		a.cfg.Tasks.PublicURL = "http://" + gwLn.Addr().String()
+	}
 	w, err := a.newWorker()
 	if err != nil {
 		return err
@@ -108,7 +111,7 @@ func runDev(ctx context.Context, args []string) error {
 	if err := w.Start(ctx); err != nil {
 		return err
 	}
-	done := serve(ctx, gwLn, a.newGateway(w.Relay().Wake), cfg.ShutdownTimeout, log)
+	done := serve(ctx, gwLn, a.newGateway(w.Relay().Wake, w.WakeTasks), cfg.ShutdownTimeout, log)
 
 	gw := "http://" + gwLn.Addr().String()
 	fmt.Printf(`

@@ -44,6 +44,9 @@ func runWorker(ctx context.Context, args []string) error {
 	if err := worker.EnsureSearchAttributes(ctx, a.temporal, cfg.Temporal.Namespace); err != nil {
 		a.log.Warn("could not register search attributes; register them with the Temporal CLI", "error", err)
 	}
+	if cfg.Tasks.PublicURL == "" {
+		a.log.Warn("COURIER_PUBLIC_URL is not set: task pushes carry report links without a host; set it to the gateway's URL as task workers reach it")
+	}
 	w, err := a.newWorker()
 	if err != nil {
 		return err
@@ -82,7 +85,7 @@ func runGateway(ctx context.Context, args []string) error {
 	if err := a.connect(ctx, false); err != nil {
 		return err
 	}
-	done := serve(ctx, ln, a.newGateway(nil), cfg.ShutdownTimeout, a.log)
+	done := serve(ctx, ln, a.newGateway(nil, nil), cfg.ShutdownTimeout, a.log)
 	a.log.Info("courier gateway listening", "url", "http://"+ln.Addr().String())
 	return <-done
 }

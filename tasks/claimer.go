@@ -1,0 +1,241 @@
+package tasks
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/dispatch"
+	"github.com/courier-oss/courier/internal/pglisten"
+	"github.com/courier-oss/courier/store"
+	"github.com/courier-oss/courier/workflows"
+)
+
+// ClaimStore is what a claimer needs from the database.
+type ClaimStore interface {
+	ListQueues(ctx context.Context) ([]courier.Queue, error)
+	ClaimTasks(ctx context.Context, queue string, max int, choose func(ready store.BandCounts, slots int) store.BandCounts) ([]store.ClaimedTask, error)
+	UnpushedTasks(ctx context.Context, olderThan time.Duration, limit int) ([]store.ClaimedTask, error)
+}
+
+// ClaimerConfig tunes a claimer. Zero fields take the documented defaults.
+type ClaimerConfig struct {
+	TaskQueue    string        // Temporal task queue of the task workflows (required)
+	DSN          string        // PostgreSQL URL for LISTEN/NOTIFY wake-ups; "" polls only
+	PollInterval time.Duration // fallback poll; default 1 s
+	BatchSize    int           // tasks per claim transaction; default 100
+	StartWorkers int           // concurrent workflow starts; default 16
+	// RecoverAfter is how long a claimed task may wait for its push before its workflow is
+	// started again (a claimer crashed between claim and start); default 30 s.
+	RecoverAfter time.Duration
+}
+
+func (c ClaimerConfig) withDefaults() ClaimerConfig {
+	if c.PollInterval <= 0 {
+		c.PollInterval = time.Second
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = 100
+	}
+	if c.StartWorkers <= 0 {
+		c.StartWorkers = 16
+	}
+	if c.RecoverAfter <= 0 {
+		c.RecoverAfter = 30 * time.Second
+	}
+	return c
+}
+
+// Claimer moves ready tasks into attempt workflows while their queue has free slots. Every
+// worker runs one; the limiter row in the database makes them agree on the limit.
+type Claimer struct {
+	store    ClaimStore
+	tc       client.Client
+	cfg      ClaimerConfig
+	log      *slog.Logger
+	wake     chan struct{}
+	choosers map[string]*chooser // by queue; used by Run's goroutine only
+}
+
+type chooser struct {
+	weights [5]int
+	c       *dispatch.Chooser
+}
+
+// NewClaimer builds a claimer.
+func NewClaimer(s ClaimStore, tc client.Client, cfg ClaimerConfig, log *slog.Logger) *Claimer {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Claimer{store: s, tc: tc, cfg: cfg.withDefaults(), log: log, wake: make(chan struct{}, 1), choosers: map[string]*chooser{}}
+}
+
+// Wake asks for a claim pass now (after an insert or a freed slot in this process).
+func (c *Claimer) Wake() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run claims until ctx ends; it returns nil on cancellation.
+func (c *Claimer) Run(ctx context.Context) error {
+	if c.cfg.DSN != "" {
+		stop := pglisten.Listen(ctx, c.cfg.DSN, "courier_tasks", c.wake, c.log)
+		defer stop()
+	}
+	poll := time.NewTicker(c.cfg.PollInterval)
+	defer poll.Stop()
+	lastRecover := time.Now()
+	for {
+		c.pass(ctx)
+		if time.Since(lastRecover) >= c.cfg.RecoverAfter/2 {
+			c.recover(ctx)
+			lastRecover = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-c.wake:
+		case <-poll.C:
+		}
+	}
+}
+
+func (c *Claimer) choose(q courier.Queue) func(store.BandCounts, int) store.BandCounts {
+	ch := c.choosers[q.Name]
+	if ch == nil || ch.weights != q.Weights {
+		ch = &chooser{weights: q.Weights, c: dispatch.NewChooser(dispatch.Weights(q.Weights))}
+		c.choosers[q.Name] = ch
+	}
+	return func(ready store.BandCounts, slots int) store.BandCounts {
+		var take store.BandCounts
+		for i := 0; i < slots; i++ {
+			b, ok := ch.c.Pick(func(b int) bool { return take[b-1] < ready[b-1] })
+			if !ok {
+				break
+			}
+			take[b-1]++
+		}
+		return take
+	}
+}
+
+// pass claims every queue's free slots and starts the attempts.
+func (c *Claimer) pass(ctx context.Context) {
+	queues, err := c.store.ListQueues(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("task claimer: list queues", "error", err)
+		}
+		return
+	}
+	for _, q := range queues {
+		if q.PushURL == "" {
+			continue // nowhere to push: tasks wait
+		}
+		for ctx.Err() == nil {
+			claimed, err := c.store.ClaimTasks(ctx, q.Name, c.cfg.BatchSize, c.choose(q))
+			if err != nil {
+				if ctx.Err() == nil {
+					c.log.Warn("task claimer: claim", "queue", q.Name, "error", err)
+				}
+				break
+			}
+			c.start(ctx, claimed)
+			if len(claimed) < c.cfg.BatchSize {
+				break
+			}
+		}
+	}
+}
+
+// recover starts again the workflows of claimed tasks that never reached their push.
+func (c *Claimer) recover(ctx context.Context) {
+	stuck, err := c.store.UnpushedTasks(ctx, c.cfg.RecoverAfter, c.cfg.BatchSize)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("task claimer: find unpushed tasks", "error", err)
+		}
+		return
+	}
+	if len(stuck) > 0 {
+		c.log.Info("task claimer: restarting attempts that never reached their push", "count", len(stuck))
+		c.start(ctx, stuck)
+	}
+}
+
+func (c *Claimer) start(ctx context.Context, claimed []store.ClaimedTask) {
+	if len(claimed) == 0 {
+		return
+	}
+	sem := make(chan struct{}, c.cfg.StartWorkers)
+	var wg sync.WaitGroup
+	for _, t := range claimed {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := StartAttempt(ctx, c.tc, c.cfg.TaskQueue, t); err != nil && ctx.Err() == nil {
+				// The row stays in Processing without a push; recover starts it again.
+				c.log.Warn("task claimer: start attempt", "task_id", t.TaskID, "version", t.Version, "attempt", t.Attempt, "error", err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// StartAttempt starts the workflow of one claimed attempt. An attempt already running is left
+// alone (the start is idempotent by workflow id).
+func StartAttempt(ctx context.Context, tc client.Client, taskQueue string, t store.ClaimedTask) error {
+	_, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       courier.TaskWorkflowID(t.TaskID, t.Version),
+		TaskQueue:                taskQueue,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet("task"),
+			temporal.NewSearchAttributeKeyKeyword(courier.SATaskID).ValueSet(t.TaskID),
+			temporal.NewSearchAttributeKeyInt64(courier.SATaskVersion).ValueSet(t.Version),
+			temporal.NewSearchAttributeKeyInt64(courier.SATaskPriority).ValueSet(int64(t.Priority)),
+			temporal.NewSearchAttributeKeyKeyword(courier.SATaskQueue).ValueSet(t.Queue),
+			temporal.NewSearchAttributeKeyKeyword(courier.SAState).ValueSet(string(courier.TaskProcessing)),
+		),
+	}, workflows.TaskName, workflows.TaskParams{TaskID: t.TaskID, Version: t.Version, Attempt: t.Attempt, Queue: t.Queue,
+		Priority: t.Priority, ProcessingTimeout: t.ProcessingTimeout, HeartbeatTimeout: t.HeartbeatTimeout})
+	return err
+}
+
+// SweeperScheduleID is the Temporal Schedule that runs the task sweeper.
+const SweeperScheduleID = "courier-task-sweeper"
+
+// EnsureSweeper creates the sweeper's schedule if it does not exist: every interval, with
+// overlaps skipped, so exactly one sweep runs at a time.
+func EnsureSweeper(ctx context.Context, tc client.Client, taskQueue string, every time.Duration) error {
+	if every <= 0 {
+		every = time.Minute
+	}
+	_, err := tc.ScheduleClient().Create(ctx, client.ScheduleOptions{
+		ID:      SweeperScheduleID,
+		Spec:    client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: every}}},
+		Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
+		Action: &client.ScheduleWorkflowAction{
+			ID:        SweeperScheduleID,
+			Workflow:  workflows.TaskSweeperName,
+			Args:      []any{activities.SweepParams{}},
+			TaskQueue: taskQueue,
+		},
+	})
+	if errors.Is(err, temporal.ErrScheduleAlreadyRunning) {
+		return nil
+	}
+	return err
+}
