@@ -1,0 +1,478 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/gateway"
+	"github.com/courier-oss/courier/internal/testenv"
+	"github.com/courier-oss/courier/relay"
+	"github.com/courier-oss/courier/tasks"
+	"github.com/courier-oss/courier/worker"
+)
+
+// taskWorker is a real HTTP task worker: it accepts pushes, then runs handle for each in its
+// own goroutine. It records the most pushes it ever held at once (from the push until its
+// result call returned) and the order of pushes.
+type taskWorker struct {
+	t      *testing.T
+	url    string
+	handle func(p activities.TaskPush) // runs after the push was accepted
+	mu     sync.Mutex
+	cur    int
+	max    int
+	order  []activities.TaskPush
+	pushes atomic.Int64
+	wg     sync.WaitGroup
+}
+
+func startTaskWorker(t *testing.T, handle func(w *taskWorker, p activities.TaskPush)) *taskWorker {
+	w := &taskWorker{t: t}
+	w.handle = func(p activities.TaskPush) { handle(w, p) }
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		var p activities.TaskPush
+		if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
+			http.Error(rw, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.mu.Lock()
+		w.cur++
+		if w.cur > w.max {
+			w.max = w.cur
+		}
+		w.order = append(w.order, p)
+		w.mu.Unlock()
+		w.pushes.Add(1)
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			defer func() { w.mu.Lock(); w.cur--; w.mu.Unlock() }()
+			w.handle(p)
+		}()
+		rw.WriteHeader(http.StatusAccepted)
+	}))
+	t.Cleanup(func() { srv.Close(); w.wg.Wait() })
+	w.url = srv.URL
+	return w
+}
+
+func (w *taskWorker) maxConcurrent() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.max
+}
+
+func (w *taskWorker) pushOrder() []activities.TaskPush {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]activities.TaskPush(nil), w.order...)
+}
+
+// taskStack is a stack with a task-enabled worker and gateway.
+type taskStack struct {
+	*stack
+	gw       string
+	admin    string
+	producer string
+	worker   string
+	svc      *tasks.Service
+	w        *worker.Worker
+}
+
+func newTaskStack(t *testing.T, dialect string) *taskStack {
+	t.Helper()
+	s := newStack(t, dialect)
+	ctx := context.Background()
+	ts := &taskStack{stack: s}
+	// The gateway's address goes into every push, so it listens before the worker starts.
+	var h http.Handler
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { h.ServeHTTP(rw, r) }))
+	t.Cleanup(srv.Close)
+	ts.gw = srv.URL
+	w, err := worker.New(worker.Config{
+		Relay:                  relay.Config{PollInterval: 50 * time.Millisecond, Retry: testRetry},
+		DisableRelay:           true,
+		Namespace:              s.ts.GetDefaultNamespace(),
+		AllowLoopbackCallbacks: true,
+		ShutdownTimeout:        2 * time.Second,
+		Tasks: worker.TasksConfig{
+			Claimer:    tasks.ClaimerConfig{DSN: pgDSN(s.dsn), PollInterval: 200 * time.Millisecond, RecoverAfter: 5 * time.Second},
+			PublicURL:  srv.URL,
+			SweepEvery: time.Hour,
+		},
+	}, worker.Deps{Temporal: s.tc, Publisher: s.pub, Logger: quiet, Tasks: s.store,
+		Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store}}})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(w.Stop)
+	ts.w = w
+	ts.svc = tasks.NewService(s.store, s.tc, s.ts.GetDefaultNamespace(), w.WakeTasks, quiet)
+	h = gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store, Tasks: ts.svc, Logger: quiet})
+	for _, k := range []struct {
+		dst   *string
+		scope courier.Scope
+	}{{&ts.admin, courier.ScopeAdmin}, {&ts.producer, courier.ScopeProducer}, {&ts.worker, courier.ScopeWorker}} {
+		_, token, err := s.store.CreateAPIKey(ctx, "test-"+string(k.scope), []courier.Scope{k.scope})
+		require.NoError(t, err)
+		*k.dst = token
+	}
+	return ts
+}
+
+// call sends one JSON request to the gateway and decodes the answer into out (if not nil).
+func (ts *taskStack) call(method, path, token string, body any, out any) int {
+	ts.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		require.NoError(ts.t, err)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, ts.gw+path, rd)
+	require.NoError(ts.t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(ts.t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(ts.t, err)
+	if out != nil {
+		require.NoError(ts.t, json.Unmarshal(raw, out), string(raw))
+	}
+	return resp.StatusCode
+}
+
+// report posts a worker's result the way a real worker does: to the push's result URL.
+func report(t *testing.T, token string, p activities.TaskPush, status string, code int, msg string) int {
+	body, _ := json.Marshal(map[string]any{"attempt": p.Attempt, "status": status, "status_code": code, "message": msg,
+		"result": map[string]any{"task": p.TaskID, "attempt": p.Attempt}})
+	return post(t, token, p.ResultURL, body)
+}
+
+func heartbeat(t *testing.T, token string, p activities.TaskPush) int {
+	body, _ := json.Marshal(map[string]any{"attempt": p.Attempt})
+	return post(t, token, p.HeartbeatURL, body)
+}
+
+func post(t *testing.T, token, url string, body []byte) int {
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0 // the test is ending
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func (ts *taskStack) putQueue(name string, q map[string]any) {
+	ts.t.Helper()
+	code := ts.call(http.MethodPut, "/v1/queues/"+name, ts.admin, q, nil)
+	require.Contains(ts.t, []int{http.StatusOK, http.StatusCreated}, code)
+}
+
+func (ts *taskStack) insert(id string, version int64, prio int, queue string) int {
+	ts.t.Helper()
+	return ts.call(http.MethodPost, "/v1/tasks", ts.producer, map[string]any{
+		"task_id": id, "task_version": version, "priority": prio, "queue": queue, "payload": map[string]any{"file": id + ".pdf"}}, nil)
+}
+
+func (ts *taskStack) get(id string, version int64) gateway.TaskJSON {
+	ts.t.Helper()
+	var out gateway.TaskJSON
+	require.Equal(ts.t, http.StatusOK, ts.call(http.MethodGet, fmt.Sprintf("/v1/tasks/%s/versions/%d", id, version), ts.producer, nil, &out))
+	return out
+}
+
+func (ts *taskStack) waitStatus(id string, version int64, status courier.TaskStatus, within time.Duration) gateway.TaskJSON {
+	ts.t.Helper()
+	var last gateway.TaskJSON
+	require.Eventually(ts.t, func() bool {
+		last = ts.get(id, version)
+		return last.Status == string(status)
+	}, within, 50*time.Millisecond, "task %s/%d never became %s", id, version, status)
+	return last
+}
+
+func (ts *taskStack) inFlight(queue string) int {
+	q, err := ts.store.GetQueue(context.Background(), queue)
+	require.NoError(ts.t, err)
+	return q.InFlight
+}
+
+// TestTasksLimitAndWeightedOrder: 2,000 tasks over all priorities into a queue with limit 20 and
+// a slow worker. The worker never holds more than 20, every task succeeds, and while every band
+// has a backlog the pushes follow the weights.
+func TestTasksLimitAndWeightedOrder(t *testing.T) {
+	for _, d := range testenv.Dialects {
+		t.Run(d, func(t *testing.T) {
+			ts := newTaskStack(t, d)
+			token := ts.worker
+			w := startTaskWorker(t, func(w *taskWorker, p activities.TaskPush) {
+				time.Sleep(20 * time.Millisecond) // parsing
+				if code := report(t, token, p, "success", 200, "parsed"); code != http.StatusAccepted {
+					t.Errorf("result for %s: %d", p.TaskID, code)
+				}
+			})
+			// The backlog is in place before the queue has a worker, so dispatch starts with
+			// every band full.
+			ts.putQueue("parse", map[string]any{"concurrency_limit": 20})
+			const perBand = 400
+			for i := 0; i < perBand; i++ {
+				for p := 1; p <= 5; p++ {
+					require.Equal(t, http.StatusCreated, ts.insert(fmt.Sprintf("doc-%d-%d", p, i), 1, p, "parse"))
+				}
+			}
+			ts.putQueue("parse", map[string]any{"concurrency_limit": 20, "push_url": w.url})
+			require.Eventually(t, func() bool {
+				st, err := ts.store.TaskStats(context.Background())
+				require.NoError(t, err)
+				return st.ByQueueStatus["parse"][courier.TaskSuccess] == 5*perBand
+			}, 5*time.Minute, 250*time.Millisecond, "every task succeeds")
+
+			require.LessOrEqual(t, w.maxConcurrent(), 20, "the worker never holds more than the limit")
+			require.GreaterOrEqual(t, w.maxConcurrent(), 10, "the limit is actually used")
+			require.EqualValues(t, 5*perBand, w.pushes.Load(), "one push per task: nothing retried or duplicated")
+			require.Equal(t, 0, ts.inFlight("parse"), "every slot released")
+
+			// Band 1 (35 %) runs out first, after about 400/0.35 ≈ 1,140 pushes: the first
+			// 1,000 were made with every band backlogged.
+			order := w.pushOrder()
+			var counts [5]int
+			for _, p := range order[:1000] {
+				counts[p.Priority-1]++
+			}
+			for i, want := range courier.DefaultQueueWeights {
+				share := float64(counts[i]) / 1000 * 100
+				t.Logf("priority %d: %.1f%% (weight %d%%)", i+1, share, want)
+				require.LessOrEqual(t, math.Abs(share-float64(want)), 5.0, "priority %d share", i+1)
+			}
+			// Within a band, the oldest first.
+			var lastBand1 int
+			for _, p := range order[:200] {
+				if p.Priority == 1 {
+					var n int
+					_, _ = fmt.Sscanf(p.TaskID, "doc-1-%d", &n)
+					require.GreaterOrEqual(t, n, lastBand1-20, "band 1 goes roughly oldest first")
+					if n > lastBand1 {
+						lastBand1 = n
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestTasksConcurrentIdenticalInserts: 100 identical inserts at once create one task and one push.
+func TestTasksConcurrentIdenticalInserts(t *testing.T) {
+	for _, d := range testenv.Dialects {
+		t.Run(d, func(t *testing.T) {
+			ts := newTaskStack(t, d)
+			token := ts.worker
+			w := startTaskWorker(t, func(w *taskWorker, p activities.TaskPush) {
+				time.Sleep(300 * time.Millisecond)
+				report(t, token, p, "success", 200, "ok")
+			})
+			ts.putQueue("default", map[string]any{"push_url": w.url})
+			var created, existing atomic.Int64
+			var wg sync.WaitGroup
+			for i := 0; i < 100; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					switch ts.insert("same-doc", 1, 2, "default") {
+					case http.StatusCreated:
+						created.Add(1)
+					case http.StatusOK:
+						existing.Add(1)
+					default:
+						t.Error("unexpected status")
+					}
+				}()
+			}
+			wg.Wait()
+			require.EqualValues(t, 1, created.Load())
+			require.EqualValues(t, 99, existing.Load())
+			ts.waitStatus("same-doc", 1, courier.TaskSuccess, time.Minute)
+			time.Sleep(500 * time.Millisecond) // a second dispatch would have been pushed by now
+			require.EqualValues(t, 1, w.pushes.Load(), "one dispatch")
+		})
+	}
+}
+
+// TestTasksKilledWorker: a worker that dies mid-task never reports; its tasks time out, are
+// retried on a live worker, and finish; no slot leaks, and the dead attempt's late result is
+// refused.
+func TestTasksKilledWorker(t *testing.T) {
+	for _, d := range testenv.Dialects {
+		t.Run(d, func(t *testing.T) {
+			ts := newTaskStack(t, d)
+			token := ts.worker
+			var dead atomic.Bool
+			dead.Store(true)
+			var lost sync.Map // task id → the push the dead worker dropped
+			w := startTaskWorker(t, func(w *taskWorker, p activities.TaskPush) {
+				if dead.Load() {
+					lost.Store(p.TaskID, p)
+					return // killed mid-task: no result, no heartbeat
+				}
+				report(t, token, p, "success", 200, "ok")
+			})
+			ts.putQueue("default", map[string]any{"push_url": w.url, "concurrency_limit": 3, "processing_timeout": "2s",
+				"retry": map[string]any{"initial_interval": "1s", "max_attempts": 5}})
+			for i := 0; i < 5; i++ {
+				require.Equal(t, http.StatusCreated, ts.insert(fmt.Sprintf("k%d", i), 1, 3, "default"))
+			}
+			require.Eventually(t, func() bool { return w.pushes.Load() >= 3 }, 30*time.Second, 20*time.Millisecond)
+			require.LessOrEqual(t, ts.inFlight("default"), 3)
+			dead.Store(false) // a new worker takes over behind the same URL
+
+			for i := 0; i < 5; i++ {
+				got := ts.waitStatus(fmt.Sprintf("k%d", i), 1, courier.TaskSuccess, time.Minute)
+				require.GreaterOrEqual(t, got.Attempt, 1)
+			}
+			require.Equal(t, 0, ts.inFlight("default"), "no slot leaked")
+			repairs, err := ts.store.ReconcileLimiters(context.Background())
+			require.NoError(t, err)
+			require.Empty(t, repairs, "the count matched the rows all along")
+
+			n := 0
+			lost.Range(func(_, v any) bool {
+				p := v.(activities.TaskPush)
+				got := ts.get(p.TaskID, 1)
+				require.Greater(t, got.Attempt, p.Attempt, "the lost attempt was retried")
+				require.Equal(t, http.StatusConflict, report(t, token, p, "failure", 500, "late"), "a stale attempt's result is refused")
+				require.Equal(t, http.StatusConflict, heartbeat(t, token, p))
+				require.Equal(t, string(courier.TaskSuccess), ts.get(p.TaskID, 1).Status, "and changes nothing")
+				n++
+				return true
+			})
+			require.GreaterOrEqual(t, n, 3)
+		})
+	}
+}
+
+// TestTasksHeartbeatFailureCancel: heartbeats keep a long attempt alive past the heartbeat
+// timeout; a silent one fails by it; a failure with attempts left is retried and then fails
+// for good; cancel works while pending and while processing.
+func TestTasksHeartbeatFailureCancel(t *testing.T) {
+	ts := newTaskStack(t, "sqlite")
+	token := ts.worker
+	release := make(chan struct{})
+	w := startTaskWorker(t, func(w *taskWorker, p activities.TaskPush) {
+		switch {
+		case p.TaskID == "long":
+			for i := 0; i < 10; i++ { // 3 s of work, heartbeat timeout 1 s
+				time.Sleep(300 * time.Millisecond)
+				if code := heartbeat(t, token, p); code != http.StatusOK {
+					t.Errorf("heartbeat %d: %d", i, code)
+				}
+			}
+			report(t, token, p, "success", 200, "long done")
+		case p.TaskID == "silent":
+			// Never heartbeats: the attempt fails by the heartbeat timeout.
+		case p.TaskID == "bad":
+			report(t, token, p, "failure", 422, "not a PDF")
+		case p.TaskID == "hold":
+			<-release
+		}
+	})
+	ts.putQueue("default", map[string]any{"push_url": w.url, "heartbeat_timeout": "1s", "processing_timeout": "1m",
+		"retry": map[string]any{"initial_interval": "1s", "max_attempts": 2}})
+
+	require.Equal(t, http.StatusCreated, ts.insert("long", 1, 1, "default"))
+	got := ts.waitStatus("long", 1, courier.TaskSuccess, time.Minute)
+	require.Equal(t, 1, got.Attempt, "kept alive by heartbeats: one attempt")
+	require.Equal(t, "long done", got.Message)
+	require.JSONEq(t, `{"task":"long","attempt":1}`, string(got.Result))
+
+	require.Equal(t, http.StatusCreated, ts.insert("silent", 1, 1, "default"))
+	got = ts.waitStatus("silent", 1, courier.TaskFailed, time.Minute)
+	require.Equal(t, 2, got.Attempts, "retried once, then failed")
+	require.Contains(t, got.Message, "heartbeat timeout")
+
+	require.Equal(t, http.StatusCreated, ts.insert("bad", 1, 1, "default"))
+	got = ts.waitStatus("bad", 1, courier.TaskFailed, time.Minute)
+	require.Equal(t, 2, got.Attempts)
+	require.Equal(t, 422, got.StatusCode)
+	require.Equal(t, "not a PDF", got.Message)
+
+	// Cancel while processing: the slot is free at once and the late result is refused.
+	require.Equal(t, http.StatusCreated, ts.insert("hold", 1, 1, "default"))
+	ts.waitStatus("hold", 1, courier.TaskProcessing, time.Minute)
+	require.Eventually(t, func() bool { return ts.get("hold", 1).PushedAt != nil }, time.Minute, 20*time.Millisecond)
+	var cancelled gateway.TaskJSON
+	require.Equal(t, http.StatusOK, ts.call(http.MethodDelete, "/v1/tasks/hold/versions/1", ts.producer, nil, &cancelled))
+	require.Equal(t, string(courier.TaskCancelled), cancelled.Status)
+	require.Equal(t, 0, ts.inFlight("default"))
+	hold := w.pushOrder()[len(w.pushOrder())-1]
+	require.Equal(t, "hold", hold.TaskID)
+	require.Equal(t, http.StatusConflict, report(t, token, hold, "success", 200, "too late"))
+	close(release)
+	require.Equal(t, string(courier.TaskCancelled), ts.get("hold", 1).Status)
+	var e gateway.ErrorBody
+	require.Equal(t, http.StatusConflict, ts.call(http.MethodDelete, "/v1/tasks/long/versions/1", ts.producer, nil, &e), "a success cannot be cancelled")
+	require.Equal(t, courier.CodeConflict, e.Error.Code)
+
+	// Cancel while pending (the queue has no worker).
+	ts.putQueue("idle", map[string]any{})
+	require.Equal(t, http.StatusCreated, ts.insert("waiting", 1, 5, "idle"))
+	require.Equal(t, http.StatusOK, ts.call(http.MethodDelete, "/v1/tasks/waiting/versions/1", ts.producer, nil, &cancelled))
+	require.Equal(t, string(courier.TaskCancelled), cancelled.Status)
+
+	// Version rules through the API: stale → 409 with the current version; a newer version
+	// supersedes a pending older one; the latest version is what GET /v1/tasks/{id} shows.
+	require.Equal(t, http.StatusCreated, ts.insert("v", 2, 3, "idle"))
+	require.Equal(t, http.StatusCreated, ts.insert("v", 3, 3, "idle"))
+	var conflict gateway.ErrorBody
+	require.Equal(t, http.StatusConflict, ts.call(http.MethodPost, "/v1/tasks", ts.producer,
+		map[string]any{"task_id": "v", "task_version": 1, "queue": "idle"}, &conflict))
+	require.EqualValues(t, 3, conflict.Error.Details["current_version"])
+	require.Equal(t, string(courier.TaskSuperseded), ts.get("v", 2).Status)
+	var latest gateway.TaskJSON
+	require.Equal(t, http.StatusOK, ts.call(http.MethodGet, "/v1/tasks/v", ts.producer, nil, &latest))
+	require.EqualValues(t, 3, latest.TaskVersion)
+}
+
+// TestTaskSweeperSchedule: the worker creates the sweeper's schedule; a run repairs a limiter
+// count that drifted from the rows and fails a task past its pending timeout.
+func TestTaskSweeperSchedule(t *testing.T) {
+	ts := newTaskStack(t, "sqlite")
+	ctx := context.Background()
+	ts.putQueue("idle", map[string]any{"pending_timeout": "1s"})
+	require.Equal(t, http.StatusCreated, ts.insert("expiring", 1, 3, "idle"))
+	_, err := ts.store.DB().NewRaw("UPDATE courier_task_queues SET in_flight = 7 WHERE name = 'idle'").Exec(ctx)
+	require.NoError(t, err)
+	time.Sleep(1100 * time.Millisecond)
+
+	h := ts.tc.ScheduleClient().GetHandle(ctx, tasks.SweeperScheduleID)
+	desc, err := h.Describe(ctx)
+	require.NoError(t, err, "the worker created the sweeper schedule")
+	require.NotNil(t, desc)
+	require.NoError(t, h.Trigger(ctx, client.ScheduleTriggerOptions{}))
+	require.Eventually(t, func() bool { return ts.inFlight("idle") == 0 }, time.Minute, 100*time.Millisecond, "limiter repaired")
+	ts.waitStatus("expiring", 1, courier.TaskFailed, time.Minute)
+	require.Contains(t, ts.get("expiring", 1).Message, "pending timeout")
+}
