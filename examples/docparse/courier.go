@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/courier-oss/courier"
 )
 
 // CourierClient posts heartbeats and results to the URLs a push names. Every call carries
@@ -65,9 +67,8 @@ func (c *CourierClient) Heartbeat(ctx context.Context, url string, attempt int) 
 	return c.post(ctx, url, heartbeatBody{Attempt: attempt})
 }
 
-// Result reports how an attempt ended (courier.TaskResult): 202 accepted, 409 no longer
-// current.
-func (c *CourierClient) Result(ctx context.Context, url string, r TaskResult) (CourierResponse, error) {
+// Result reports how an attempt ended: 202 accepted, 409 no longer current.
+func (c *CourierClient) Result(ctx context.Context, url string, r courier.TaskResult) (CourierResponse, error) {
 	return c.post(ctx, url, r)
 }
 

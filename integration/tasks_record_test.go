@@ -1,0 +1,93 @@
+package integration
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/tasks"
+)
+
+// TestRecordTaskHistories records task and sweeper workflow histories from real runs (make
+// record-histories): a success, a failure that goes back to pending for a retry, a failure by
+// heartbeat timeout, a cancel while processing, and one sweep.
+func TestRecordTaskHistories(t *testing.T) {
+	if os.Getenv("COURIER_RECORD_HISTORIES") == "" {
+		t.Skip("set COURIER_RECORD_HISTORIES=1 to re-record workflow histories")
+	}
+	ts := newTaskStack(t, "sqlite")
+	ctx := context.Background()
+	token := ts.worker
+	var mu sync.Mutex
+	runs := map[string]string{} // case → run id of its first attempt
+	w := startTaskWorker(t, func(w *taskWorker, p activities.TaskPush) {
+		if p.Attempt == 1 {
+			d, err := ts.tc.DescribeWorkflowExecution(ctx, courier.TaskWorkflowID(p.TaskID, p.TaskVersion), "")
+			if err == nil {
+				mu.Lock()
+				runs[p.TaskID] = d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+				mu.Unlock()
+			}
+		}
+		switch p.TaskID {
+		case "success":
+			heartbeat(t, token, p)
+			report(t, token, p, "success", 200, "parsed")
+		case "retried":
+			report(t, token, p, "failure", 503, "try later")
+		case "heartbeat-timeout", "cancelled":
+			// silent
+		}
+	})
+	ts.putQueue("default", map[string]any{"push_url": w.url, "heartbeat_timeout": "1s",
+		"retry": map[string]any{"initial_interval": "1h", "max_interval": "2h", "max_attempts": 3}})
+	ts.putQueue("hold", map[string]any{"push_url": w.url}) // no heartbeat timeout: it waits for the cancel
+	for _, id := range []string{"success", "retried", "heartbeat-timeout"} {
+		require.Equal(t, http.StatusCreated, ts.insert(id, 1, 2, "default"))
+	}
+	require.Equal(t, http.StatusCreated, ts.insert("cancelled", 1, 2, "hold"))
+	ts.waitStatus("success", 1, courier.TaskSuccess, time.Minute)
+	ts.waitStatus("retried", 1, courier.TaskPending, time.Minute)
+	ts.waitStatus("heartbeat-timeout", 1, courier.TaskPending, time.Minute)
+	require.Eventually(t, func() bool { return ts.get("cancelled", 1).PushedAt != nil }, time.Minute, 20*time.Millisecond)
+	require.Equal(t, http.StatusOK, ts.call(http.MethodDelete, "/v1/tasks/cancelled/versions/1", ts.producer, nil, nil))
+
+	closed := func(id, run string) bool {
+		d, err := ts.tc.DescribeWorkflowExecution(ctx, id, run)
+		return err == nil && d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	}
+	dir := filepath.Join("..", "workflows", "testdata", "histories", "task")
+	for _, c := range []string{"success", "retried", "heartbeat-timeout", "cancelled"} {
+		id := courier.TaskWorkflowID(c, 1)
+		mu.Lock()
+		run := runs[c]
+		mu.Unlock()
+		require.NotEmpty(t, run, c)
+		require.Eventually(t, func() bool { return closed(id, run) }, time.Minute, 50*time.Millisecond, id)
+		write(t, filepath.Join(dir, c+".json"), history(t, ts.stack, id, run))
+	}
+
+	h := ts.tc.ScheduleClient().GetHandle(ctx, tasks.SweeperScheduleID)
+	require.NoError(t, h.Trigger(ctx, client.ScheduleTriggerOptions{}))
+	var wfID, runID string
+	require.Eventually(t, func() bool {
+		desc, err := h.Describe(ctx)
+		if err != nil || len(desc.Info.RecentActions) == 0 {
+			return false
+		}
+		wfID = desc.Info.RecentActions[0].StartWorkflowResult.WorkflowID
+		runID = desc.Info.RecentActions[0].StartWorkflowResult.FirstExecutionRunID
+		return closed(wfID, runID)
+	}, time.Minute, 100*time.Millisecond)
+	write(t, filepath.Join("..", "workflows", "testdata", "histories", "task-sweeper", "run.json"), history(t, ts.stack, wfID, runID))
+}
