@@ -244,15 +244,15 @@ func (r *TaskRequest) Normalize() error {
 	case !json.Valid(r.Payload):
 		return badField("payload", "payload must be JSON")
 	case r.Overrides.PendingTimeout < 0 || r.Overrides.ProcessingTimeout < 0 || r.Overrides.HeartbeatTimeout < 0:
-		return badField("overrides", "override timeouts must be positive")
+		return badField("overrides", "override timeouts must be positive durations")
 	case r.Overrides.ProcessingTimeout != 0 && (r.Overrides.ProcessingTimeout < time.Second || r.Overrides.ProcessingTimeout > 7*24*time.Hour):
-		return badField("processing_timeout", "processing_timeout must be from 1s to 168h")
+		return badField("overrides.processing_timeout", "processing_timeout must be from 1s to 168h")
 	case r.Overrides.HeartbeatTimeout != 0 && r.Overrides.HeartbeatTimeout < time.Second:
-		return badField("heartbeat_timeout", "heartbeat_timeout must be at least 1s")
+		return badField("overrides.heartbeat_timeout", "heartbeat_timeout must be at least 1s")
 	case r.Overrides.PendingTimeout != 0 && r.Overrides.PendingTimeout < time.Second:
-		return badField("pending_timeout", "pending_timeout must be at least 1s")
+		return badField("overrides.pending_timeout", "pending_timeout must be at least 1s")
 	case r.Overrides.MaxAttempts < 0 || r.Overrides.MaxAttempts > 100:
-		return badField("max_attempts", "max_attempts must be from 1 to 100")
+		return badField("overrides.max_attempts", "max_attempts must be from 1 to 100")
 	}
 	return nil
 }

@@ -100,9 +100,14 @@ func taskJSON(t courier.Task) TaskJSON {
 
 // taskPath reads :task_id (unescaped) and :version from the path.
 func taskPath(c echo.Context, withVersion bool) (string, int64, error) {
-	id, err := url.PathUnescape(c.Param("task_id"))
-	if err != nil {
-		return "", 0, courier.Errorf(courier.CodeInvalid, "task id in the path is not valid percent-encoding")
+	// echo routes on the raw path when the request has one (then parameters are still
+	// escaped) and on the decoded path otherwise: decode exactly once.
+	id := c.Param("task_id")
+	if c.Request().URL.RawPath != "" {
+		var err error
+		if id, err = url.PathUnescape(id); err != nil {
+			return "", 0, courier.Errorf(courier.CodeInvalid, "task id in the path is not valid percent-encoding")
+		}
 	}
 	if !withVersion {
 		return id, 0, nil
@@ -283,7 +288,11 @@ func (h *handlers) putQueue(c echo.Context) error {
 	if err := bindJSON(c, &req); err != nil {
 		return err
 	}
-	q := courier.Queue{Name: c.Param("name"), PushURL: req.PushURL, Secrets: req.Secrets, AllowPrivate: req.AllowPrivate,
+	name := c.Param("name")
+	if !courier.ValidQueueName(name) {
+		return courier.Errorf(courier.CodeInvalid, "queue name in the path must be 1-64 of a-z, 0-9, '_', '.', '-', starting with a letter or digit")
+	}
+	q := courier.Queue{Name: name, PushURL: req.PushURL, Secrets: req.Secrets, AllowPrivate: req.AllowPrivate,
 		ConcurrencyLimit: req.ConcurrencyLimit, Retry: courier.TaskRetry{MaxAttempts: req.Retry.MaxAttempts, Backoff: req.Retry.Backoff}}
 	if req.Weights != nil {
 		if len(req.Weights) != 5 {
@@ -305,14 +314,25 @@ func (h *handlers) putQueue(c echo.Context) error {
 		{"success_retention", req.SuccessRetention, &q.SuccessRetention},
 		{"purge_age", req.PurgeAge, &q.PurgeAge},
 	} {
-		if f.field == "heartbeat_timeout" && (f.raw == "0" || f.raw == "0s") {
-			continue // explicitly off
+		if f.field == "heartbeat_timeout" {
+			if d, err := time.ParseDuration(f.raw); f.raw == "0" || (err == nil && d == 0) {
+				continue // explicitly off
+			}
 		}
 		d, err := parseDur(f.field, f.raw)
 		if err != nil {
 			return err
 		}
 		*f.dst = d
+	}
+	if req.Secrets == nil {
+		// A PUT that leaves secrets out keeps the ones stored, so changing a limit never
+		// turns off push signing by accident; send [] to remove them.
+		old, err := h.d.Tasks.GetQueue(c.Request().Context(), name)
+		if err != nil && courier.ErrorCode(err) != courier.CodeNotFound {
+			return err
+		}
+		q.Secrets = old.Secrets
 	}
 	out, created, err := h.d.Tasks.PutQueue(c.Request().Context(), q)
 	if err != nil {
@@ -341,5 +361,5 @@ func (h *handlers) listQueues(c echo.Context) error {
 	for i, q := range qs {
 		out[i] = queueJSON(q)
 	}
-	return c.JSON(http.StatusOK, map[string]any{"queues": out})
+	return c.JSON(http.StatusOK, map[string]any{"items": out})
 }

@@ -1,0 +1,903 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/gateway"
+	"github.com/courier-oss/courier/internal/testenv"
+)
+
+// fakeTasks is an in-memory TaskService with the store's version rules in small: enough to
+// answer every endpoint, and a record of what the gateway passed in.
+type fakeTasks struct {
+	mu      sync.Mutex
+	now     time.Time
+	tasks   map[string]map[int64]courier.Task
+	queues  map[string]courier.Queue
+	calls   []fakeCall            // every call, in order
+	inserts []courier.TaskRequest // Insert requests as received, before any defaults
+	reports []courier.TaskResult
+	beats   []fakeBeat
+	puts    []courier.Queue // PutQueue arguments as received, before any defaults
+}
+
+type fakeCall struct {
+	method  string
+	id      string // task id or queue name
+	version int64
+}
+
+type fakeBeat struct {
+	attempt int
+	details json.RawMessage
+}
+
+var fakeNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func newFakeTasks() *fakeTasks {
+	return &fakeTasks{now: fakeNow, tasks: map[string]map[int64]courier.Task{}, queues: map[string]courier.Queue{}}
+}
+
+func (f *fakeTasks) record(method, id string, version int64) {
+	f.calls = append(f.calls, fakeCall{method: method, id: id, version: version})
+}
+
+// seed stores tasks as they are, replacing any with the same id and version.
+func (f *fakeTasks) seed(ts ...courier.Task) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, t := range ts {
+		if f.tasks[t.TaskID] == nil {
+			f.tasks[t.TaskID] = map[int64]courier.Task{}
+		}
+		f.tasks[t.TaskID][t.Version] = t
+	}
+}
+
+func (f *fakeTasks) task(id string, version int64) courier.Task {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.tasks[id][version]
+}
+
+func (f *fakeTasks) callCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.calls)
+}
+
+func (f *fakeTasks) lastCall() fakeCall {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.calls) == 0 {
+		return fakeCall{}
+	}
+	return f.calls[len(f.calls)-1]
+}
+
+func (f *fakeTasks) lastInsert() courier.TaskRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.inserts[len(f.inserts)-1]
+}
+
+func (f *fakeTasks) lastPut() courier.Queue {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.puts[len(f.puts)-1]
+}
+
+func notFound(id string, version int64) error {
+	return courier.Errorf(courier.CodeNotFound, "task %q version %d not found", id, version)
+}
+
+func (f *fakeTasks) Insert(_ context.Context, r courier.TaskRequest) (courier.Task, courier.TaskInsertOutcome, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("Insert", r.TaskID, r.Version)
+	f.inserts = append(f.inserts, r)
+	if err := r.Normalize(); err != nil {
+		return courier.Task{}, "", err
+	}
+	versions := f.tasks[r.TaskID]
+	if versions == nil {
+		versions = map[int64]courier.Task{}
+		f.tasks[r.TaskID] = versions
+	}
+	var head int64
+	for v := range versions {
+		head = max(head, v)
+	}
+	if r.Version < head {
+		return courier.Task{}, "", &courier.Error{Code: courier.CodeConflict,
+			Message: fmt.Sprintf("task %q already has version %d", r.TaskID, head), Details: map[string]any{"current_version": head}}
+	}
+	t, exists := versions[r.Version]
+	if exists && (t.Status == courier.TaskProcessing || t.Status == courier.TaskSuccess) {
+		return t, courier.TaskExisting, nil
+	}
+	outcome := courier.TaskReplaced
+	if !exists {
+		outcome = courier.TaskCreated
+		t = courier.Task{TaskID: r.TaskID, Version: r.Version, CreatedAt: f.now}
+	}
+	t.Queue, t.Priority, t.Payload, t.Overrides = r.Queue, r.Priority, r.Payload, r.Overrides
+	t.Status, t.UpdatedAt, t.NextAttemptAt, t.FinishedAt = courier.TaskPending, f.now, f.now, nil
+	expires := f.now.Add(24 * time.Hour)
+	t.ExpiresAt = &expires
+	versions[r.Version] = t
+	return t, outcome, nil
+}
+
+func (f *fakeTasks) Get(_ context.Context, taskID string, version int64) (courier.Task, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("Get", taskID, version)
+	t, ok := f.tasks[taskID][version]
+	if !ok {
+		return courier.Task{}, notFound(taskID, version)
+	}
+	return t, nil
+}
+
+func (f *fakeTasks) Latest(_ context.Context, taskID string) (courier.Task, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("Latest", taskID, 0)
+	var (
+		out   courier.Task
+		found bool
+	)
+	for v, t := range f.tasks[taskID] {
+		if !found || v > out.Version {
+			out, found = t, true
+		}
+	}
+	if !found {
+		return courier.Task{}, courier.Errorf(courier.CodeNotFound, "task %q not found", taskID)
+	}
+	return out, nil
+}
+
+func (f *fakeTasks) Cancel(_ context.Context, taskID string, version int64) (courier.Task, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("Cancel", taskID, version)
+	t, ok := f.tasks[taskID][version]
+	switch {
+	case !ok:
+		return courier.Task{}, notFound(taskID, version)
+	case t.Status == courier.TaskCancelled:
+		return t, nil
+	case t.Status != courier.TaskPending && t.Status != courier.TaskProcessing:
+		return courier.Task{}, &courier.Error{Code: courier.CodeConflict, Message: "can no longer be cancelled",
+			Details: map[string]any{"status": string(t.Status)}}
+	}
+	finished := f.now
+	t.Status, t.FinishedAt, t.UpdatedAt, t.Message = courier.TaskCancelled, &finished, f.now, "cancelled through the API"
+	f.tasks[taskID][version] = t
+	return t, nil
+}
+
+// running answers like the real service: only the running attempt of a processing task.
+func (f *fakeTasks) running(taskID string, version int64, attempt int) error {
+	t, ok := f.tasks[taskID][version]
+	if !ok {
+		return notFound(taskID, version)
+	}
+	if t.Status != courier.TaskProcessing || t.Attempt != attempt {
+		return &courier.Error{Code: courier.CodeConflict, Message: "attempt is not running",
+			Details: map[string]any{"status": string(t.Status), "attempt": t.Attempt}}
+	}
+	return nil
+}
+
+func (f *fakeTasks) Report(_ context.Context, taskID string, version int64, r courier.TaskResult) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("Report", taskID, version)
+	f.reports = append(f.reports, r)
+	return f.running(taskID, version, r.Attempt)
+}
+
+func (f *fakeTasks) Heartbeat(_ context.Context, taskID string, version int64, attempt int, details json.RawMessage) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("Heartbeat", taskID, version)
+	f.beats = append(f.beats, fakeBeat{attempt: attempt, details: details})
+	return f.running(taskID, version, attempt)
+}
+
+func (f *fakeTasks) PutQueue(_ context.Context, q courier.Queue) (courier.Queue, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("PutQueue", q.Name, 0)
+	f.puts = append(f.puts, q)
+	q = q.WithDefaults()
+	if err := q.Validate(); err != nil {
+		return courier.Queue{}, false, err
+	}
+	old, existed := f.queues[q.Name]
+	q.CreatedAt, q.UpdatedAt = f.now, f.now
+	if existed {
+		q.CreatedAt, q.InFlight = old.CreatedAt, old.InFlight
+	}
+	f.queues[q.Name] = q
+	return q, !existed, nil
+}
+
+func (f *fakeTasks) GetQueue(_ context.Context, name string) (courier.Queue, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("GetQueue", name, 0)
+	q, ok := f.queues[name]
+	if !ok {
+		return courier.Queue{}, courier.Errorf(courier.CodeNotFound, "queue %q not found", name)
+	}
+	return q, nil
+}
+
+func (f *fakeTasks) ListQueues(context.Context) ([]courier.Queue, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record("ListQueues", "", 0)
+	out := make([]courier.Queue, 0, len(f.queues))
+	for _, q := range f.queues {
+		out = append(out, q)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+var _ gateway.TaskService = (*fakeTasks)(nil)
+
+type taskFixture struct {
+	*fixture
+	svc *fakeTasks
+}
+
+// setupTasks serves the gateway with the fake task service, the default body limit (so the
+// payload limit, not the body limit, is what a large payload meets) and real API keys.
+func setupTasks(t *testing.T) *taskFixture {
+	t.Helper()
+	st, _ := testenv.Store(t, "sqlite")
+	mk := func(s courier.Scope) string {
+		_, tok, err := st.CreateAPIKey(t.Context(), string(s), []courier.Scope{s})
+		require.NoError(t, err)
+		return tok
+	}
+	svc := newFakeTasks()
+	h := gateway.New(gateway.Config{}, gateway.Deps{Keys: st, Outbox: st, Tasks: svc, Gatherer: prometheus.NewRegistry()})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return &taskFixture{
+		fixture: &fixture{url: srv.URL, st: st, admin: mk(courier.ScopeAdmin), producer: mk(courier.ScopeProducer), worker: mk(courier.ScopeWorker)},
+		svc:     svc,
+	}
+}
+
+// call sends a JSON body (if any) and decodes a success response into out (if given).
+func (f *taskFixture) call(t *testing.T, method, path, token, body string, out any) (int, gateway.ErrorBody) {
+	t.Helper()
+	var r io.Reader
+	ct := ""
+	if body != "" {
+		r, ct = strings.NewReader(body), "application/json"
+	}
+	resp, eb := f.do(t, method, path, token, ct, r)
+	if out != nil && resp.StatusCode < 400 {
+		reflect.ValueOf(out).Elem().SetZero()
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(out))
+	}
+	return resp.StatusCode, eb
+}
+
+func processing(id string, version int64, attempt int) courier.Task {
+	pushed := fakeNow
+	return courier.Task{TaskID: id, Version: version, Queue: "default", Priority: 3, Status: courier.TaskProcessing,
+		Payload: json.RawMessage(`{}`), Attempt: attempt, Attempts: 1, CreatedAt: fakeNow, UpdatedAt: fakeNow,
+		NextAttemptAt: fakeNow, ClaimedAt: &pushed, PushedAt: &pushed}
+}
+
+func TestInsertTask(t *testing.T) {
+	t.Parallel()
+	f := setupTasks(t)
+
+	var got gateway.TaskJSON
+	st, eb := f.call(t, "POST", "/v1/tasks", f.producer, `{"task_id":"t-1","task_version":1,"payload":{"a":1}}`, &got)
+	require.Equal(t, http.StatusCreated, st, "%+v", eb)
+	require.Equal(t, "created", got.Outcome)
+	require.Equal(t, "t-1", got.TaskID)
+	require.EqualValues(t, 1, got.TaskVersion)
+	require.Equal(t, "pending", got.Status)
+	require.JSONEq(t, `{"a":1}`, string(got.Payload))
+	require.Equal(t, "task/t-1/1", got.WorkflowID)
+	require.NotNil(t, got.NextAttemptAt, "a pending task shows when it may next be claimed")
+	require.NotNil(t, got.ExpiresAt)
+	require.Equal(t, gateway.TaskOverridesJSON{}, got.Overrides)
+	require.Equal(t, courier.TaskRequest{TaskID: "t-1", Version: 1, Payload: json.RawMessage(`{"a":1}`)}, f.svc.lastInsert(),
+		"defaults are the service's: priority, queue and overrides arrive unset")
+	require.Equal(t, 3, got.Priority, "the service's defaults show in the response")
+	require.Equal(t, "default", got.Queue)
+
+	body := `{"task_id":"t-2","task_version":4,"priority":1,"queue":"emails","payload":"hi",
+		"overrides":{"pending_timeout":"30s","processing_timeout":"2m","heartbeat_timeout":"1500ms","max_attempts":5}}`
+	st, eb = f.call(t, "POST", "/v1/tasks", f.producer, body, &got)
+	require.Equal(t, http.StatusCreated, st, "%+v", eb)
+	require.Equal(t, courier.TaskRequest{TaskID: "t-2", Version: 4, Priority: 1, Queue: "emails", Payload: json.RawMessage(`"hi"`),
+		Overrides: courier.TaskOverrides{PendingTimeout: 30 * time.Second, ProcessingTimeout: 2 * time.Minute,
+			HeartbeatTimeout: 1500 * time.Millisecond, MaxAttempts: 5}}, f.svc.lastInsert())
+	require.Equal(t, gateway.TaskOverridesJSON{PendingTimeout: "30s", ProcessingTimeout: "2m0s", HeartbeatTimeout: "1.5s", MaxAttempts: 5},
+		got.Overrides)
+	require.Equal(t, 1, got.Priority)
+	require.Equal(t, "emails", got.Queue)
+
+	t.Run("replaced", func(t *testing.T) {
+		st, eb := f.call(t, "POST", "/v1/tasks", f.producer, `{"task_id":"t-1","task_version":1,"payload":{"a":2}}`, &got)
+		require.Equal(t, http.StatusOK, st, "%+v", eb)
+		require.Equal(t, "replaced", got.Outcome)
+		require.JSONEq(t, `{"a":2}`, string(got.Payload))
+	})
+	t.Run("existing", func(t *testing.T) {
+		f.svc.seed(processing("t-3", 1, 1))
+		st, eb := f.call(t, "POST", "/v1/tasks", f.producer, `{"task_id":"t-3","task_version":1,"payload":{"new":true}}`, &got)
+		require.Equal(t, http.StatusOK, st, "%+v", eb)
+		require.Equal(t, "existing", got.Outcome)
+		require.Equal(t, "processing", got.Status)
+		require.JSONEq(t, `{}`, string(got.Payload), "an existing version comes back unchanged")
+		require.Nil(t, got.NextAttemptAt, "only pending tasks show next_attempt_at")
+		require.Nil(t, got.ExpiresAt)
+	})
+	t.Run("stale version", func(t *testing.T) {
+		st, _ := f.call(t, "POST", "/v1/tasks", f.producer, `{"task_id":"t-4","task_version":3}`, nil)
+		require.Equal(t, http.StatusCreated, st)
+		st, eb := f.call(t, "POST", "/v1/tasks", f.producer, `{"task_id":"t-4","task_version":2}`, nil)
+		require.Equal(t, http.StatusConflict, st)
+		require.Equal(t, courier.CodeConflict, eb.Error.Code)
+		require.EqualValues(t, 3, eb.Error.Details["current_version"])
+	})
+	t.Run("service validation", func(t *testing.T) {
+		st, eb := f.call(t, "POST", "/v1/tasks", f.producer, `{"task_id":"t-5","task_version":1,"priority":9}`, nil)
+		require.Equal(t, http.StatusUnprocessableEntity, st)
+		require.Equal(t, courier.CodeValidation, eb.Error.Code)
+		require.Equal(t, "priority", eb.Error.Details["field"])
+	})
+}
+
+// Requests the gateway refuses never reach the service.
+func TestInsertTaskRejects(t *testing.T) {
+	t.Parallel()
+	f := setupTasks(t)
+	big := `{"task_id":"t","task_version":1,"payload":"` + strings.Repeat("x", gateway.MaxTaskPayloadBytes) + `"}`
+	require.Less(t, len(big), gateway.DefaultMaxBodyBytes, "under the body limit: the payload limit refuses it")
+	cases := []struct {
+		name, body string
+		status     int
+		code       courier.Code
+		field      string
+	}{
+		{"malformed", `{"task_id":"t","task_version":`, 400, courier.CodeInvalid, ""},
+		{"empty", ` `, 400, courier.CodeInvalid, ""},
+		{"trailing", `{"task_id":"t","task_version":1} {}`, 400, courier.CodeInvalid, ""},
+		{"unknown field", `{"task_id":"t","task_version":1,"colour":"red"}`, 400, courier.CodeInvalid, ""},
+		{"unknown override", `{"task_id":"t","task_version":1,"overrides":{"timeout":"1s"}}`, 400, courier.CodeInvalid, ""},
+		{"wrong type", `{"task_id":"t","task_version":"1"}`, 422, courier.CodeValidation, "task_version"},
+		{"wrong override type", `{"task_id":"t","task_version":1,"overrides":{"max_attempts":"5"}}`, 422, courier.CodeValidation, "overrides.max_attempts"},
+		{"bad duration", `{"task_id":"t","task_version":1,"overrides":{"pending_timeout":"soon"}}`, 422, courier.CodeValidation, "overrides.pending_timeout"},
+		{"negative duration", `{"task_id":"t","task_version":1,"overrides":{"processing_timeout":"-5s"}}`, 422, courier.CodeValidation, "overrides.processing_timeout"},
+		{"zero duration", `{"task_id":"t","task_version":1,"overrides":{"heartbeat_timeout":"0s"}}`, 422, courier.CodeValidation, "overrides.heartbeat_timeout"},
+		{"duration without unit", `{"task_id":"t","task_version":1,"overrides":{"pending_timeout":"30"}}`, 422, courier.CodeValidation, "overrides.pending_timeout"},
+		{"payload too large", big, 413, courier.CodeTooLarge, "payload"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st, eb := f.call(t, "POST", "/v1/tasks", f.producer, c.body, nil)
+			require.Equal(t, c.status, st, "%+v", eb)
+			require.Equal(t, c.code, eb.Error.Code)
+			if c.field != "" {
+				require.Equal(t, c.field, eb.Error.Details["field"])
+			}
+		})
+	}
+	t.Run("limit in details", func(t *testing.T) {
+		_, eb := f.call(t, "POST", "/v1/tasks", f.producer, big, nil)
+		require.EqualValues(t, gateway.MaxTaskPayloadBytes, eb.Error.Details["limit_bytes"])
+	})
+	t.Run("not json", func(t *testing.T) {
+		resp, eb := f.do(t, "POST", "/v1/tasks", f.producer, "text/plain", strings.NewReader(`{"task_id":"t","task_version":1}`))
+		require.Equal(t, http.StatusUnsupportedMediaType, resp.StatusCode)
+		require.Equal(t, courier.CodeUnsupportedMedia, eb.Error.Code)
+	})
+	t.Run("body over the body limit", func(t *testing.T) {
+		huge := `{"task_id":"t","task_version":1,"payload":"` + strings.Repeat("x", gateway.DefaultMaxBodyBytes) + `"}`
+		st, eb := f.call(t, "POST", "/v1/tasks", f.producer, huge, nil)
+		require.Equal(t, http.StatusRequestEntityTooLarge, st)
+		require.Equal(t, courier.CodeTooLarge, eb.Error.Code)
+	})
+	require.Zero(t, f.svc.callCount(), "a refused request never reaches the service")
+
+	// Exactly at the limit is accepted (the limit counts the payload's JSON bytes).
+	atLimit := `{"task_id":"t","task_version":1,"payload":"` + strings.Repeat("x", gateway.MaxTaskPayloadBytes-2) + `"}`
+	st, eb := f.call(t, "POST", "/v1/tasks", f.producer, atLimit, nil)
+	require.Equal(t, http.StatusCreated, st, "%+v", eb)
+	require.Len(t, f.svc.lastInsert().Payload, gateway.MaxTaskPayloadBytes)
+}
+
+func TestGetAndCancelTask(t *testing.T) {
+	t.Parallel()
+	f := setupTasks(t)
+	v1 := processing("t-1", 1, 2)
+	v1.Status, v1.StatusCode, v1.Message, v1.Result = courier.TaskFailed, 500, "boom", json.RawMessage(`{"why":"boom"}`)
+	finished := fakeNow.Add(time.Minute)
+	v1.FinishedAt = &finished
+	v2 := processing("t-1", 2, 3)
+	v2.Status = courier.TaskPending
+	f.svc.seed(v1, v2)
+
+	var got gateway.TaskJSON
+	st, eb := f.call(t, "GET", "/v1/tasks/t-1", f.producer, "", &got)
+	require.Equal(t, http.StatusOK, st, "%+v", eb)
+	require.EqualValues(t, 2, got.TaskVersion, "the latest version")
+	require.Equal(t, fakeCall{"Latest", "t-1", 0}, f.svc.lastCall())
+
+	st, eb = f.call(t, "GET", "/v1/tasks/t-1/versions/1", f.producer, "", &got)
+	require.Equal(t, http.StatusOK, st, "%+v", eb)
+	require.Equal(t, fakeCall{"Get", "t-1", 1}, f.svc.lastCall())
+	require.EqualValues(t, 1, got.TaskVersion)
+	require.Equal(t, "failed", got.Status)
+	require.Equal(t, 500, got.StatusCode)
+	require.Equal(t, "boom", got.Message)
+	require.JSONEq(t, `{"why":"boom"}`, string(got.Result))
+	require.Equal(t, 2, got.Attempt)
+	require.Equal(t, "task/t-1/1", got.WorkflowID)
+	require.NotNil(t, got.FinishedAt)
+	require.True(t, finished.Equal(*got.FinishedAt))
+	require.Nil(t, got.NextAttemptAt)
+
+	for _, c := range []struct{ method, path, body string }{
+		{"GET", "/v1/tasks/t-1/versions/abc", ""},
+		{"GET", "/v1/tasks/t-1/versions/0", ""},
+		{"GET", "/v1/tasks/t-1/versions/-1", ""},
+		{"GET", "/v1/tasks/t-1/versions/1.5", ""},
+		{"GET", "/v1/tasks/t-1/versions/99999999999999999999", ""},
+		{"DELETE", "/v1/tasks/t-1/versions/x", ""},
+		{"POST", "/v1/tasks/t-1/versions/x/result", `{"attempt":1,"status":"success"}`},
+		{"POST", "/v1/tasks/t-1/versions/0/heartbeat", `{"attempt":1}`},
+	} {
+		n := f.svc.callCount()
+		st, eb := f.call(t, c.method, c.path, f.admin, c.body, nil)
+		require.Equal(t, http.StatusBadRequest, st, "%s %s", c.method, c.path)
+		require.Equal(t, courier.CodeInvalid, eb.Error.Code)
+		require.Equal(t, n, f.svc.callCount(), "%s %s never reaches the service", c.method, c.path)
+	}
+
+	st, eb = f.call(t, "GET", "/v1/tasks/nope", f.producer, "", nil)
+	require.Equal(t, http.StatusNotFound, st)
+	require.Equal(t, courier.CodeNotFound, eb.Error.Code)
+	st, eb = f.call(t, "GET", "/v1/tasks/t-1/versions/9", f.producer, "", nil)
+	require.Equal(t, http.StatusNotFound, st)
+	require.Equal(t, courier.CodeNotFound, eb.Error.Code)
+
+	st, eb = f.call(t, "DELETE", "/v1/tasks/t-1/versions/2", f.producer, "", &got)
+	require.Equal(t, http.StatusOK, st, "%+v", eb)
+	require.Equal(t, fakeCall{"Cancel", "t-1", 2}, f.svc.lastCall())
+	require.Equal(t, "cancelled", got.Status)
+	require.Equal(t, courier.TaskCancelled, f.svc.task("t-1", 2).Status)
+	st, _ = f.call(t, "DELETE", "/v1/tasks/t-1/versions/2", f.producer, "", &got)
+	require.Equal(t, http.StatusOK, st, "cancelling a cancelled version is a no-op")
+
+	st, eb = f.call(t, "DELETE", "/v1/tasks/t-1/versions/1", f.producer, "", nil)
+	require.Equal(t, http.StatusConflict, st, "the service's conflict passes through")
+	require.Equal(t, "failed", eb.Error.Details["status"])
+	st, eb = f.call(t, "DELETE", "/v1/tasks/t-1/versions/7", f.producer, "", nil)
+	require.Equal(t, http.StatusNotFound, st)
+	require.Equal(t, courier.CodeNotFound, eb.Error.Code)
+}
+
+func TestTaskResultAndHeartbeat(t *testing.T) {
+	t.Parallel()
+	f := setupTasks(t)
+	f.svc.seed(processing("t-1", 1, 2))
+
+	var acc gateway.ReportAccepted
+	st, eb := f.call(t, "POST", "/v1/tasks/t-1/versions/1/heartbeat", f.worker, `{"attempt":2,"details":{"progress":0.5}}`, &acc)
+	require.Equal(t, http.StatusOK, st, "%+v", eb)
+	require.Equal(t, gateway.ReportAccepted{TaskID: "t-1", TaskVersion: 1, Attempt: 2, Accepted: true}, acc)
+	require.Equal(t, fakeCall{"Heartbeat", "t-1", 1}, f.svc.lastCall())
+	require.Equal(t, 2, f.svc.beats[0].attempt)
+	require.JSONEq(t, `{"progress":0.5}`, string(f.svc.beats[0].details))
+
+	st, eb = f.call(t, "POST", "/v1/tasks/t-1/versions/1/heartbeat", f.worker, `{"attempt":2}`, &acc)
+	require.Equal(t, http.StatusOK, st, "%+v", eb)
+	require.Empty(t, f.svc.beats[1].details, "details are optional")
+
+	st, eb = f.call(t, "POST", "/v1/tasks/t-1/versions/1/result", f.worker,
+		`{"attempt":2,"status":"success","status_code":200,"message":"ok","result":{"n":1}}`, &acc)
+	require.Equal(t, http.StatusAccepted, st, "%+v", eb)
+	require.Equal(t, gateway.ReportAccepted{TaskID: "t-1", TaskVersion: 1, Attempt: 2, Accepted: true}, acc)
+	require.Equal(t, fakeCall{"Report", "t-1", 1}, f.svc.lastCall())
+	require.Equal(t, courier.TaskResult{Attempt: 2, Status: courier.ResultSuccess, StatusCode: 200, Message: "ok",
+		Result: json.RawMessage(`{"n":1}`)}, f.svc.reports[0])
+
+	st, eb = f.call(t, "POST", "/v1/tasks/t-1/versions/1/result", f.admin, `{"attempt":2,"status":"failure"}`, &acc)
+	require.Equal(t, http.StatusAccepted, st, "admin carries the worker scope: %+v", eb)
+
+	// A stale attempt: the service's conflict passes through.
+	st, eb = f.call(t, "POST", "/v1/tasks/t-1/versions/1/result", f.worker, `{"attempt":1,"status":"success"}`, nil)
+	require.Equal(t, http.StatusConflict, st)
+	require.Equal(t, courier.CodeConflict, eb.Error.Code)
+	require.EqualValues(t, 2, eb.Error.Details["attempt"])
+	st, eb = f.call(t, "POST", "/v1/tasks/t-1/versions/1/heartbeat", f.worker, `{"attempt":3}`, nil)
+	require.Equal(t, http.StatusConflict, st)
+	require.Equal(t, courier.CodeConflict, eb.Error.Code)
+	st, eb = f.call(t, "POST", "/v1/tasks/nope/versions/1/heartbeat", f.worker, `{"attempt":1}`, nil)
+	require.Equal(t, http.StatusNotFound, st)
+	require.Equal(t, courier.CodeNotFound, eb.Error.Code)
+
+	n := f.svc.callCount()
+	for _, c := range []struct {
+		name, path, body string
+		status           int
+		code             courier.Code
+	}{
+		{"result unknown field", "result", `{"attempt":2,"status":"success","output":1}`, 400, courier.CodeInvalid},
+		{"result malformed", "result", `{"attempt":2,`, 400, courier.CodeInvalid},
+		{"result empty", "result", ``, 400, courier.CodeInvalid},
+		{"result wrong type", "result", `{"attempt":"2","status":"success"}`, 422, courier.CodeValidation},
+		{"heartbeat unknown field", "heartbeat", `{"attempt":2,"progress":1}`, 400, courier.CodeInvalid},
+		{"heartbeat wrong type", "heartbeat", `{"attempt":true}`, 422, courier.CodeValidation},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st, eb := f.call(t, "POST", "/v1/tasks/t-1/versions/1/"+c.path, f.worker, c.body, nil)
+			require.Equal(t, c.status, st, "%+v", eb)
+			require.Equal(t, c.code, eb.Error.Code)
+		})
+	}
+	require.Equal(t, n, f.svc.callCount(), "a refused body never reaches the service")
+}
+
+// Every task and queue route against no key, a bad key and each scope; admin carries all.
+func TestTaskAuthMatrix(t *testing.T) {
+	t.Parallel()
+	f := setupTasks(t)
+	routes := []struct {
+		method, path, body string
+		scope              courier.Scope
+	}{
+		{"POST", "/v1/tasks", `{"task_id":"t-1","task_version":1}`, courier.ScopeProducer},
+		{"GET", "/v1/tasks/t-1", "", courier.ScopeProducer},
+		{"GET", "/v1/tasks/t-1/versions/1", "", courier.ScopeProducer},
+		{"DELETE", "/v1/tasks/t-1/versions/1", "", courier.ScopeProducer},
+		{"POST", "/v1/tasks/t-1/versions/1/result", `{"attempt":1,"status":"success"}`, courier.ScopeWorker},
+		{"POST", "/v1/tasks/t-1/versions/1/heartbeat", `{"attempt":1}`, courier.ScopeWorker},
+		{"GET", "/v1/queues", "", courier.ScopeAdmin},
+		{"GET", "/v1/queues/default", "", courier.ScopeAdmin},
+		{"PUT", "/v1/queues/default", `{}`, courier.ScopeAdmin},
+	}
+	tokens := map[string]string{"admin": f.admin, "producer": f.producer, "worker": f.worker}
+	for _, r := range routes {
+		t.Run(r.method+" "+r.path, func(t *testing.T) {
+			n := f.svc.callCount()
+			for _, tok := range []string{"", "ck_nothing_real"} {
+				st, eb := f.call(t, r.method, r.path, tok, r.body, nil)
+				require.Equal(t, http.StatusUnauthorized, st, "key %q", tok)
+				require.Equal(t, courier.CodeUnauthenticated, eb.Error.Code)
+			}
+			for name, tok := range tokens {
+				allowed := name == "admin" || courier.Scope(name) == r.scope
+				if !allowed {
+					st, eb := f.call(t, r.method, r.path, tok, r.body, nil)
+					require.Equal(t, http.StatusForbidden, st, "%s must be refused", name)
+					require.Equal(t, courier.CodePermissionDenied, eb.Error.Code)
+				}
+			}
+			require.Equal(t, n, f.svc.callCount(), "refused calls never reach the service")
+			for name, tok := range tokens {
+				if name == "admin" || courier.Scope(name) == r.scope {
+					f.svc.seed(processing("t-1", 1, 1))
+					_, _, _ = f.svc.PutQueue(t.Context(), courier.Queue{Name: "default"})
+					st, eb := f.call(t, r.method, r.path, tok, r.body, nil)
+					require.Less(t, st, 400, "%s may call it: %+v", name, eb)
+				}
+			}
+		})
+	}
+}
+
+// Task ids are percent-encoded in paths; the service gets the id itself, decoded once.
+func TestTaskIDInPath(t *testing.T) {
+	t.Parallel()
+	f := setupTasks(t)
+	cases := []struct {
+		name, segment, id string
+		knownBug          string
+	}{
+		{"plain", "order-1", "order-1", ""},
+		{"space", "order%201", "order 1", ""},
+		{"plus", "a+b", "a+b", ""},
+		{"encoded plus", "a%2Bb", "a+b", ""},
+		{"unicode", "caf%C3%A9", "café", ""},
+		{"colon and at", "urn:x@y", "urn:x@y", ""},
+		{"percent", "50%25off", "50%off", ""},
+		{"escape-like id", "a%2541", "a%41", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.knownBug != "" {
+				t.Skip("known bug: " + c.knownBug)
+			}
+			f.svc.seed(processing(c.id, 1, 1))
+			for _, r := range []struct{ method, path, body, call string }{
+				{"GET", "/v1/tasks/" + c.segment, "", "Latest"},
+				{"GET", "/v1/tasks/" + c.segment + "/versions/1", "", "Get"},
+				{"POST", "/v1/tasks/" + c.segment + "/versions/1/heartbeat", `{"attempt":1}`, "Heartbeat"},
+				{"POST", "/v1/tasks/" + c.segment + "/versions/1/result", `{"attempt":1,"status":"success"}`, "Report"},
+				{"DELETE", "/v1/tasks/" + c.segment + "/versions/1", "", "Cancel"},
+			} {
+				var acc struct {
+					TaskID string `json:"task_id"`
+				}
+				st, eb := f.call(t, r.method, r.path, f.admin, r.body, &acc)
+				require.Less(t, st, 400, "%s %s: %+v", r.method, r.path, eb)
+				require.Equal(t, r.call, f.svc.lastCall().method)
+				require.Equal(t, c.id, f.svc.lastCall().id, "%s %s", r.method, r.path)
+				require.Equal(t, c.id, acc.TaskID, "the response names the decoded id")
+			}
+		})
+	}
+}
+
+func TestQueuesAPI(t *testing.T) {
+	t.Parallel()
+	f := setupTasks(t)
+	body := `{"push_url":"https://worker.example/tasks","secrets":["whsec_abc"],"allow_private":true,
+		"concurrency_limit":4,"weights":[50,20,15,10,5],"pending_timeout":"1h","processing_timeout":"5m",
+		"heartbeat_timeout":"30s","retry":{"initial_interval":"2s","backoff":1.5,"max_interval":"1m","max_attempts":7},
+		"success_retention":"2h","purge_age":"72h"}`
+
+	resp, _ := f.do(t, "PUT", "/v1/queues/emails", f.admin, "application/json", strings.NewReader(body))
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.NotContains(t, string(raw), "whsec_abc", "secrets are never shown")
+	var q gateway.QueueJSON
+	require.NoError(t, json.Unmarshal(raw, &q))
+	require.Equal(t, courier.Queue{Name: "emails", PushURL: "https://worker.example/tasks", Secrets: []string{"whsec_abc"},
+		AllowPrivate: true, ConcurrencyLimit: 4, Weights: [5]int{50, 20, 15, 10, 5}, PendingTimeout: time.Hour,
+		ProcessingTimeout: 5 * time.Minute, HeartbeatTimeout: 30 * time.Second,
+		Retry:            courier.TaskRetry{MaxAttempts: 7, InitialInterval: 2 * time.Second, Backoff: 1.5, MaxInterval: time.Minute},
+		SuccessRetention: 2 * time.Hour, PurgeAge: 72 * time.Hour}, f.svc.lastPut(), "durations parsed, name from the path")
+	require.Equal(t, gateway.QueueJSON{Name: "emails", PushURL: "https://worker.example/tasks", SecretsCount: 1, AllowPrivate: true,
+		ConcurrencyLimit: 4, Weights: [5]int{50, 20, 15, 10, 5}, PendingTimeout: "1h0m0s", ProcessingTimeout: "5m0s",
+		HeartbeatTimeout: "30s", Retry: gateway.RetryJSON{InitialInterval: "2s", Backoff: 1.5, MaxInterval: "1m0s", MaxAttempts: 7},
+		SuccessRetention: "2h0m0s", PurgeAge: "72h0m0s", CreatedAt: fakeNow, UpdatedAt: fakeNow}, q)
+
+	st, eb := f.call(t, "PUT", "/v1/queues/emails", f.admin, body, &q)
+	require.Equal(t, http.StatusOK, st, "a second PUT replaces: %+v", eb)
+
+	t.Run("defaults", func(t *testing.T) {
+		st, eb := f.call(t, "PUT", "/v1/queues/bulk", f.admin, `{}`, &q)
+		require.Equal(t, http.StatusCreated, st, "%+v", eb)
+		require.Equal(t, courier.Queue{Name: "bulk"}, f.svc.lastPut(), "omitted fields arrive unset: defaults are the service's")
+		require.Equal(t, courier.DefaultQueueWeights, q.Weights)
+		require.Equal(t, "0s", q.HeartbeatTimeout, "heartbeats are off by default")
+		require.Equal(t, 0, q.SecretsCount)
+	})
+	t.Run("heartbeat off", func(t *testing.T) {
+		for _, off := range []string{`"0s"`, `"0"`, `""`} {
+			st, eb := f.call(t, "PUT", "/v1/queues/bulk", f.admin, `{"heartbeat_timeout":`+off+`}`, &q)
+			require.Equal(t, http.StatusOK, st, "%s: %+v", off, eb)
+			require.Zero(t, f.svc.lastPut().HeartbeatTimeout, off)
+			require.Equal(t, "0s", q.HeartbeatTimeout)
+		}
+	})
+	t.Run("weights null", func(t *testing.T) {
+		st, eb := f.call(t, "PUT", "/v1/queues/bulk", f.admin, `{"weights":null}`, &q)
+		require.Equal(t, http.StatusOK, st, "%+v", eb)
+		require.Equal(t, courier.DefaultQueueWeights, q.Weights)
+	})
+
+	n := f.svc.callCount()
+	for _, c := range []struct {
+		name, body string
+		status     int
+		code       courier.Code
+		field      string
+	}{
+		{"four weights", `{"weights":[1,2,3,4]}`, 422, courier.CodeValidation, "weights"},
+		{"six weights", `{"weights":[1,2,3,4,5,6]}`, 422, courier.CodeValidation, "weights"},
+		{"no weights", `{"weights":[]}`, 422, courier.CodeValidation, "weights"},
+		{"bad duration", `{"pending_timeout":"soon"}`, 422, courier.CodeValidation, "pending_timeout"},
+		{"negative duration", `{"processing_timeout":"-1m"}`, 422, courier.CodeValidation, "processing_timeout"},
+		{"bad heartbeat", `{"heartbeat_timeout":"-1s"}`, 422, courier.CodeValidation, "heartbeat_timeout"},
+		{"bad retry interval", `{"retry":{"max_interval":"later"}}`, 422, courier.CodeValidation, "retry.max_interval"},
+		{"bad retention", `{"success_retention":"1 day"}`, 422, courier.CodeValidation, "success_retention"},
+		{"bad purge age", `{"purge_age":"0s"}`, 422, courier.CodeValidation, "purge_age"},
+		{"wrong type", `{"concurrency_limit":"4"}`, 422, courier.CodeValidation, "concurrency_limit"},
+		{"unknown field", `{"colour":"red"}`, 400, courier.CodeInvalid, ""},
+		{"unknown retry field", `{"retry":{"jitter":"1s"}}`, 400, courier.CodeInvalid, ""},
+		{"malformed", `{"weights":[1,2`, 400, courier.CodeInvalid, ""},
+		{"empty", ``, 400, courier.CodeInvalid, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st, eb := f.call(t, "PUT", "/v1/queues/bulk", f.admin, c.body, nil)
+			require.Equal(t, c.status, st, "%+v", eb)
+			require.Equal(t, c.code, eb.Error.Code)
+			if c.field != "" {
+				require.Equal(t, c.field, eb.Error.Details["field"])
+			}
+		})
+	}
+	require.Equal(t, n, f.svc.callCount(), "a refused body never reaches the service")
+
+	st, eb = f.call(t, "PUT", "/v1/queues/bulk", f.admin, `{"concurrency_limit":-1}`, nil)
+	require.Equal(t, http.StatusUnprocessableEntity, st, "the service's validation passes through")
+	require.Equal(t, "concurrency_limit", eb.Error.Details["field"])
+
+	st, eb = f.call(t, "GET", "/v1/queues/emails", f.admin, "", &q)
+	require.Equal(t, http.StatusOK, st, "%+v", eb)
+	require.Equal(t, "emails", q.Name)
+	require.Equal(t, "30s", q.HeartbeatTimeout)
+	st, eb = f.call(t, "GET", "/v1/queues/nope", f.admin, "", nil)
+	require.Equal(t, http.StatusNotFound, st)
+	require.Equal(t, courier.CodeNotFound, eb.Error.Code)
+
+	var list struct {
+		Queues []gateway.QueueJSON `json:"items"`
+	}
+	st, eb = f.call(t, "GET", "/v1/queues", f.admin, "", &list)
+	require.Equal(t, http.StatusOK, st, "%+v", eb)
+	require.Len(t, list.Queues, 2)
+	require.Equal(t, "bulk", list.Queues[0].Name)
+	require.Equal(t, "emails", list.Queues[1].Name)
+	require.Equal(t, 1, list.Queues[1].SecretsCount)
+
+	for _, tok := range []string{f.producer, f.worker} {
+		for _, r := range []struct{ method, path, body string }{
+			{"GET", "/v1/queues", ""}, {"GET", "/v1/queues/emails", ""}, {"PUT", "/v1/queues/emails", body},
+		} {
+			st, eb := f.call(t, r.method, r.path, tok, r.body, nil)
+			require.Equal(t, http.StatusForbidden, st, "%s %s is admin only", r.method, r.path)
+			require.Equal(t, courier.CodePermissionDenied, eb.Error.Code)
+		}
+	}
+}
+
+// Without a TaskService the task and queue endpoints do not exist.
+func TestTasksDisabled(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	for _, p := range []string{"/v1/tasks/t-1", "/v1/queues"} {
+		resp, eb := f.do(t, "GET", p, f.admin, "", nil)
+		require.Equal(t, http.StatusNotFound, resp.StatusCode, p)
+		require.Equal(t, courier.CodeNotFound, eb.Error.Code)
+	}
+}
+
+// The stubs only switch their routes on: TestOpenAPIDocumentsRoutes never calls them.
+type stubTimers struct{ gateway.TimerService }
+type stubSchedules struct{ gateway.ScheduleService }
+type stubBizTypes struct{ gateway.BizTypeStore }
+
+var httpMethods = []string{"get", "put", "post", "delete", "patch", "head", "options", "trace"}
+
+// openAPIOps reads "METHOD /path" for every operation in openapi.yaml's paths section. It
+// leans on the file's layout: paths at two spaces of indent, operations at four.
+func openAPIOps(doc string) map[string]bool {
+	ops := map[string]bool{}
+	inPaths, path := false, ""
+	for line := range strings.SplitSeq(doc, "\n") {
+		indent := len(line) - len(strings.TrimLeft(line, " "))
+		key, _, _ := strings.Cut(strings.TrimSpace(line), ":")
+		switch {
+		case strings.TrimSpace(line) == "" || strings.HasPrefix(strings.TrimSpace(line), "#"):
+		case indent == 0:
+			inPaths = key == "paths"
+		case inPaths && indent == 2:
+			path = strings.Trim(key, `"'`)
+		case inPaths && indent == 4 && slices.Contains(httpMethods, key):
+			ops[strings.ToUpper(key)+" "+path] = true
+		}
+	}
+	return ops
+}
+
+// openAPISchemaProps reads each components schema's property names; it leans on the layout:
+// schemas at four spaces of indent, "properties:" at six, property names at eight.
+func openAPISchemaProps(doc string) map[string][]string {
+	out := map[string][]string{}
+	inSchemas, inProps, schema := false, false, ""
+	for line := range strings.SplitSeq(doc, "\n") {
+		indent := len(line) - len(strings.TrimLeft(line, " "))
+		key, _, _ := strings.Cut(strings.TrimSpace(line), ":")
+		switch {
+		case strings.TrimSpace(line) == "" || strings.HasPrefix(strings.TrimSpace(line), "#"):
+		case indent <= 2:
+			inSchemas = indent == 2 && key == "schemas"
+		case inSchemas && indent == 4:
+			schema, inProps = key, false
+			out[schema] = []string{}
+		case inSchemas && indent == 6:
+			inProps = key == "properties"
+		case inSchemas && inProps && indent == 8:
+			out[schema] = append(out[schema], key)
+		}
+	}
+	return out
+}
+
+func jsonNames(v any) []string {
+	var out []string
+	rt := reflect.TypeOf(v)
+	for i := range rt.NumField() {
+		name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// Every route the gateway serves is documented, and the task and queue schemas name exactly
+// the fields of the JSON types.
+func TestOpenAPIDocumentsRoutes(t *testing.T) {
+	t.Parallel()
+	e := gateway.New(gateway.Config{}, gateway.Deps{Tasks: newFakeTasks(), Timers: stubTimers{}, Schedules: stubSchedules{},
+		BizTypes: stubBizTypes{}, Gatherer: prometheus.NewRegistry()})
+	srv := httptest.NewServer(e)
+	t.Cleanup(srv.Close)
+	resp, err := http.Get(srv.URL + "/openapi.yaml")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	doc := string(raw)
+
+	ops := openAPIOps(doc)
+	param := regexp.MustCompile(`:([a-z_]+)`)
+	var served []string
+	for _, r := range e.Routes() {
+		if !slices.Contains(httpMethods, strings.ToLower(r.Method)) {
+			continue
+		}
+		op := r.Method + " " + param.ReplaceAllString(r.Path, "{$1}")
+		served = append(served, op)
+		require.True(t, ops[op], "%s is served but not in openapi.yaml", op)
+	}
+	for op := range ops {
+		require.Contains(t, served, op, "%s is in openapi.yaml but not served", op)
+	}
+
+	props := openAPISchemaProps(doc)
+	for schema, v := range map[string]any{
+		"TaskRequest":    gateway.TaskRequestJSON{},
+		"TaskOverrides":  gateway.TaskOverridesJSON{},
+		"Task":           gateway.TaskJSON{},
+		"TaskResult":     courier.TaskResult{},
+		"Heartbeat":      gateway.HeartbeatJSON{},
+		"ReportAccepted": gateway.ReportAccepted{},
+		"QueueRequest":   gateway.QueueRequest{},
+		"Queue":          gateway.QueueJSON{},
+		"Retry":          gateway.RetryJSON{},
+	} {
+		require.Contains(t, props, schema)
+		require.ElementsMatch(t, jsonNames(v), props[schema], "schema %s", schema)
+	}
+}
