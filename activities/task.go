@@ -160,6 +160,9 @@ func (a *Tasks) Push(ctx context.Context, p PushTaskParams) (TaskOutcome, error)
 // Finish ends an attempt in the database (status, result and the slot in one transaction)
 // and wakes the claimers.
 func (a *Tasks) Finish(ctx context.Context, p FinishTaskParams) (FinishTaskResult, error) {
+	if string(p.Outcome.Result) == "null" {
+		p.Outcome.Result = nil // no result: stored as NULL, not as the JSON literal
+	}
 	fr, err := a.store.FinishTaskAttempt(ctx, p.TaskID, p.Version, p.Attempt, store.AttemptOutcome{
 		Kind: p.Outcome.Kind, StatusCode: p.Outcome.StatusCode, Message: p.Outcome.Message, Result: p.Outcome.Result})
 	if err != nil {

@@ -67,8 +67,11 @@ var (
 // worker's result, which the gateway delivers by completing the push activity by its id;
 // Temporal enforces the processing timeout (the activity's start-to-close) and the heartbeat
 // timeout. Then one activity records the outcome and releases the slot in one transaction:
-// success, a retry later (back to Pending) or failed per the queue's policy. A cancelled
-// workflow records nothing itself: the API already cancelled the row and freed its slot.
+// success, a retry later (back to Pending) or failed per the queue's policy. That record runs
+// on a disconnected context, so a cancel that arrives meanwhile cannot leave the row in
+// Processing. A cancelled attempt is finished as cancelled, which changes nothing when the API
+// already cancelled the row and freed its slot (a cancel from the Temporal UI or CLI relies on
+// it).
 func Task(ctx workflow.Context, p TaskParams) (TaskRunResult, error) {
 	pctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		ActivityID:          courier.TaskAttemptActivityID(p.Attempt),
@@ -89,9 +92,6 @@ func Task(ctx workflow.Context, p TaskParams) (TaskRunResult, error) {
 	case errors.As(err, &app) && app.Type() == activities.ErrTypeTaskStale:
 		return TaskRunResult{Stale: true}, nil
 	case temporal.IsCanceledError(err) || ctx.Err() != nil:
-		// The gateway set the row to cancelled and freed the slot before cancelling us; the
-		// guarded finish below only makes sure, and changes nothing if that already happened.
-		ctx, _ = workflow.NewDisconnectedContext(ctx)
 		out = activities.TaskOutcome{Kind: OutcomeCancelled, Message: "cancelled"}
 	case errors.As(err, &to):
 		out = activities.TaskOutcome{Kind: OutcomeTimeout, Message: timeoutMessage(to, p)}
@@ -99,6 +99,7 @@ func Task(ctx workflow.Context, p TaskParams) (TaskRunResult, error) {
 		out = activities.TaskOutcome{Kind: OutcomeFailure, Message: rootMessage(err)}
 	}
 	var fin activities.FinishTaskResult
+	ctx, _ = workflow.NewDisconnectedContext(ctx)
 	fctx := workflow.WithActivityOptions(ctx, finishOptions)
 	if err := workflow.ExecuteActivity(fctx, activities.FinishTaskName, activities.FinishTaskParams{
 		TaskID: p.TaskID, Version: p.Version, Attempt: p.Attempt, Outcome: out}).Get(fctx, &fin); err != nil {
