@@ -45,6 +45,8 @@ func bindJSON(c echo.Context, v any) error {
 		case errors.As(err, &se):
 			return &courier.Error{Code: courier.CodeInvalid, Message: "malformed JSON: " + se.Error(),
 				Details: map[string]any{"offset": se.Offset}}
+		case errors.As(err, &te) && te.Field == "":
+			return courier.Errorf(courier.CodeInvalid, "the body must be a JSON object")
 		case errors.As(err, &te):
 			return &courier.Error{Code: courier.CodeValidation,
 				Message: "field " + te.Field + " must be " + te.Type.String(),

@@ -405,6 +405,8 @@ func TestInsertTaskRejects(t *testing.T) {
 		{"zero duration", `{"task_id":"t","task_version":1,"overrides":{"heartbeat_timeout":"0s"}}`, 422, courier.CodeValidation, "overrides.heartbeat_timeout"},
 		{"duration without unit", `{"task_id":"t","task_version":1,"overrides":{"pending_timeout":"30"}}`, 422, courier.CodeValidation, "overrides.pending_timeout"},
 		{"payload too large", big, 413, courier.CodeTooLarge, "payload"},
+		{"not an object", `"t"`, 400, courier.CodeInvalid, ""},
+		{"an array", `[{"task_id":"t","task_version":1}]`, 400, courier.CodeInvalid, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
