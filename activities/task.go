@@ -3,11 +3,15 @@ package activities
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
@@ -41,7 +45,17 @@ type TaskStore interface {
 	StopSucceededTasks(ctx context.Context, queue string, retention time.Duration, limit int) (int64, error)
 	PurgeTasks(ctx context.Context, queue string, age time.Duration, limit int) (int64, error)
 	ReconcileLimiters(ctx context.Context) ([]store.LimiterRepair, error)
+	OverdueTasks(ctx context.Context, grace time.Duration, limit int) ([]store.ClaimedTask, error)
 }
+
+// WorkflowDescriber tells whether an attempt's workflow still runs (the Temporal client).
+type WorkflowDescriber interface {
+	DescribeWorkflowExecution(ctx context.Context, workflowID, runID string) (*workflowservice.DescribeWorkflowExecutionResponse, error)
+}
+
+// OverdueGrace is how long past its processing timeout an attempt may stay in Processing
+// before the sweeper checks its workflow.
+const OverdueGrace = 2 * time.Minute
 
 // PushTaskParams names one attempt; the payload stays in the database.
 type PushTaskParams struct {
@@ -97,7 +111,12 @@ type Tasks struct {
 	allowLoopback bool
 	metrics       *metrics.Tasks
 	wake          func() // nudges the claimers in this process after a slot is freed
+	workflows     WorkflowDescriber
 }
+
+// SetWorkflows lets the sweeper check overdue attempts' workflows; without it, that step is
+// skipped.
+func (a *Tasks) SetWorkflows(w WorkflowDescriber) { a.workflows = w }
 
 // NewTasks builds the task activities. publicURL is the gateway's base URL for the report
 // links; wake may be nil; m may be nil.
@@ -188,6 +207,7 @@ type SweepResult struct {
 	Expired        int64 // pending past their pending timeout → failed
 	Stopped        int64 // successes past retention → stopped
 	Purged         int64 // finished rows past the purge age → deleted
+	Orphaned       int   // attempts in Processing whose workflow had ended → finished as timed out
 	LimiterRepairs int   // queues whose in_flight did not match their rows
 }
 
@@ -233,6 +253,13 @@ func (a *Tasks) Sweep(ctx context.Context, p SweepParams) (SweepResult, error) {
 			return res, err
 		}
 	}
+	if a.workflows != nil {
+		n, err := a.finishOrphans(ctx, p.BatchSize)
+		res.Orphaned = n
+		if err != nil {
+			return res, err
+		}
+	}
 	repairs, err := a.store.ReconcileLimiters(ctx)
 	res.LimiterRepairs = len(repairs)
 	for _, r := range repairs {
@@ -241,8 +268,45 @@ func (a *Tasks) Sweep(ctx context.Context, p SweepParams) (SweepResult, error) {
 			a.metrics.LimiterRepairs.WithLabelValues(r.Queue).Inc()
 		}
 	}
-	if res.Expired > 0 || len(repairs) > 0 {
+	if res.Expired > 0 || res.Orphaned > 0 || len(repairs) > 0 {
 		a.wake()
 	}
 	return res, err
+}
+
+// finishOrphans ends attempts still in Processing well past their processing timeout whose
+// workflow no longer runs (terminated by an operator, or lost with a namespace): Temporal will
+// never time them out, so without this their slots would stay taken. They are finished as
+// timed out, so the queue's retry policy applies.
+func (a *Tasks) finishOrphans(ctx context.Context, limit int) (int, error) {
+	overdue, err := a.store.OverdueTasks(ctx, OverdueGrace, limit)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, t := range overdue {
+		d, err := a.workflows.DescribeWorkflowExecution(ctx, courier.TaskWorkflowID(t.TaskID, t.Version), "")
+		var nf *serviceerror.NotFound
+		switch {
+		case errors.As(err, &nf):
+		case err != nil:
+			return n, err
+		case d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+			continue
+		}
+		fr, err := a.store.FinishTaskAttempt(ctx, t.TaskID, t.Version, t.Attempt, store.AttemptOutcome{Kind: store.OutcomeTimeout,
+			Message: "processing timeout: the attempt's workflow ended without recording a result"})
+		if err != nil {
+			return n, err
+		}
+		if fr.Applied {
+			n++
+			activity.GetLogger(ctx).Warn("finished an orphaned task attempt", "task_id", t.TaskID, "version", t.Version, "attempt", t.Attempt)
+			if a.metrics != nil {
+				a.metrics.Results.WithLabelValues(t.Queue, store.OutcomeTimeout).Inc()
+			}
+		}
+		activity.RecordHeartbeat(ctx, n)
+	}
+	return n, nil
 }

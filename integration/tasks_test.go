@@ -457,13 +457,24 @@ func TestTasksHeartbeatFailureCancel(t *testing.T) {
 }
 
 // TestTaskSweeperSchedule: the worker creates the sweeper's schedule; a run repairs a limiter
-// count that drifted from the rows and fails a task past its pending timeout.
+// count that drifted from the rows, fails a task past its pending timeout, and finishes an
+// attempt whose workflow an operator terminated (Temporal would never time it out).
 func TestTaskSweeperSchedule(t *testing.T) {
 	ts := newTaskStack(t, "sqlite")
 	ctx := context.Background()
+	w := startTaskWorker(t, func(w *taskWorker, p activities.TaskPush) {}) // never answers
+	ts.putQueue("default", map[string]any{"push_url": w.url, "retry": map[string]any{"max_attempts": 1}})
+	require.Equal(t, http.StatusCreated, ts.insert("orphan", 1, 3, "default"))
+	require.Eventually(t, func() bool { return ts.get("orphan", 1).PushedAt != nil }, time.Minute, 20*time.Millisecond)
+	require.NoError(t, ts.tc.TerminateWorkflow(ctx, courier.TaskWorkflowID("orphan", 1), "", "operator mistake"))
+	// As if the processing timeout and the grace had passed.
+	_, err := ts.store.DB().NewRaw("UPDATE courier_tasks SET pushed_at = '2000-01-01 00:00:00+00:00' WHERE task_id = 'orphan'").Exec(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, ts.inFlight("default"))
+
 	ts.putQueue("idle", map[string]any{"pending_timeout": "1s"})
 	require.Equal(t, http.StatusCreated, ts.insert("expiring", 1, 3, "idle"))
-	_, err := ts.store.DB().NewRaw("UPDATE courier_task_queues SET in_flight = 7 WHERE name = 'idle'").Exec(ctx)
+	_, err = ts.store.DB().NewRaw("UPDATE courier_task_queues SET in_flight = 7 WHERE name = 'idle'").Exec(ctx)
 	require.NoError(t, err)
 	time.Sleep(1100 * time.Millisecond)
 
@@ -475,4 +486,7 @@ func TestTaskSweeperSchedule(t *testing.T) {
 	require.Eventually(t, func() bool { return ts.inFlight("idle") == 0 }, time.Minute, 100*time.Millisecond, "limiter repaired")
 	ts.waitStatus("expiring", 1, courier.TaskFailed, time.Minute)
 	require.Contains(t, ts.get("expiring", 1).Message, "pending timeout")
+	orphan := ts.waitStatus("orphan", 1, courier.TaskFailed, time.Minute)
+	require.Contains(t, orphan.Message, "workflow ended")
+	require.Equal(t, 0, ts.inFlight("default"), "the orphan's slot is free again")
 }

@@ -457,6 +457,44 @@ func (s *Store) UnpushedTasks(ctx context.Context, olderThan time.Duration, limi
 	return out, nil
 }
 
+// OverdueTasks returns up to limit tasks in Processing whose push is older than their
+// processing timeout plus grace: Temporal should have ended their attempt by then, so the
+// sweeper checks that their workflow still runs (an operator may have terminated it).
+func (s *Store) OverdueTasks(ctx context.Context, grace time.Duration, limit int) ([]ClaimedTask, error) {
+	var rows []taskRow
+	err := s.db.NewSelect().Model(&rows).Where("status = 'processing' AND pushed_at IS NOT NULL AND pushed_at < "+s.nowPlusSQL(-grace)).
+		Order("pushed_at ASC").Limit(int64(limit)).Scan(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var now time.Time
+	if err := s.db.NewRaw("SELECT " + s.nowSQL()).Scan(ctx, &now); err != nil {
+		return nil, err
+	}
+	queues := map[string]courier.Queue{}
+	var out []ClaimedTask
+	for i := range rows {
+		t, err := rows[i].task()
+		if err != nil {
+			return nil, err
+		}
+		q, ok := queues[t.Queue]
+		if !ok {
+			if q, err = s.GetQueue(ctx, t.Queue); err != nil {
+				return nil, err
+			}
+			queues[t.Queue] = q
+		}
+		eff := t.Overrides.Apply(q)
+		if t.PushedAt.Add(eff.ProcessingTimeout + grace).After(now) {
+			continue
+		}
+		out = append(out, ClaimedTask{TaskID: t.TaskID, Version: t.Version, Attempt: t.Attempt, Priority: t.Priority,
+			Queue: t.Queue, ProcessingTimeout: eff.ProcessingTimeout, HeartbeatTimeout: eff.HeartbeatTimeout, CreatedAt: t.CreatedAt})
+	}
+	return out, nil
+}
+
 // PushTarget is a task attempt with where to push it.
 type PushTarget struct {
 	Task  courier.Task

@@ -136,6 +136,7 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		ccfg.TaskQueue = queue
 		w.claim = tasks.NewClaimer(d.Tasks, d.Temporal, ccfg, d.Logger)
 		acts := activities.NewTasks(d.Tasks, cfg.Tasks.PublicURL, cfg.AllowLoopbackCallbacks, d.TaskMetrics, w.claim.Wake)
+		acts.SetWorkflows(d.Temporal)
 		tw.RegisterActivityWithOptions(acts.Push, activity.RegisterOptions{Name: activities.PushTaskName})
 		tw.RegisterActivityWithOptions(acts.Finish, activity.RegisterOptions{Name: activities.FinishTaskName})
 		tw.RegisterActivityWithOptions(acts.Sweep, activity.RegisterOptions{Name: activities.SweepTasksName})
