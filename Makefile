@@ -38,10 +38,11 @@ lint: ## gofmt, go vet, staticcheck, workflowcheck
 	$(GOBIN_DIR)/staticcheck ./...
 	$(GOBIN_DIR)/workflowcheck ./workflows/...
 
-bench: ## courier bench outbox and timers on the embedded stack (add BENCH_ARGS="--postgres-url …")
+bench: ## courier bench outbox, timers and tasks on the embedded stack (add BENCH_ARGS="--postgres-url …")
 	go build -o bin/courier ./cmd/courier
 	./bin/courier bench outbox $(BENCH_ARGS)
 	./bin/courier bench timers
+	./bin/courier bench tasks $(BENCH_ARGS)
 
 record-histories: ## re-record the replay histories under workflows/testdata from real runs
 	COURIER_RECORD_HISTORIES=1 go test -count=1 -run TestRecord ./integration/

@@ -462,13 +462,13 @@ func (s *Store) UnpushedTasks(ctx context.Context, olderThan time.Duration, limi
 // sweeper checks that their workflow still runs (an operator may have terminated it).
 func (s *Store) OverdueTasks(ctx context.Context, grace time.Duration, limit int) ([]ClaimedTask, error) {
 	var rows []taskRow
-	err := s.db.NewSelect().Model(&rows).Where("status = 'processing' AND pushed_at IS NOT NULL AND pushed_at < "+s.nowPlusSQL(-grace)).
+	err := s.db.NewSelect().Model(&rows).Where("status = 'processing' AND pushed_at IS NOT NULL AND pushed_at < " + s.nowPlusSQL(-grace)).
 		Order("pushed_at ASC").Limit(int64(limit)).Scan(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var now time.Time
-	if err := s.db.NewRaw("SELECT " + s.nowSQL()).Scan(ctx, &now); err != nil {
+	if err := s.db.NewRaw("SELECT "+s.nowSQL()).Scan(ctx, &now); err != nil {
 		return nil, err
 	}
 	queues := map[string]courier.Queue{}

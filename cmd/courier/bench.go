@@ -23,21 +23,30 @@ import (
 
 // runBench runs a named benchmark against a fresh embedded stack and prints one table.
 func runBench(ctx context.Context, args []string) error {
-	if len(args) == 0 || (args[0] != "outbox" && args[0] != "timers") {
-		return fmt.Errorf("usage: courier bench outbox|timers [flags]  (the task benchmark comes with its feature)")
+	if len(args) == 0 || (args[0] != "outbox" && args[0] != "timers" && args[0] != "tasks") {
+		return fmt.Errorf("usage: courier bench outbox|timers|tasks [flags]")
 	}
 	fs := flag.NewFlagSet("bench "+args[0], flag.ContinueOnError)
 	var cfg bench.OutboxConfig
 	var tcfg bench.TimersConfig
-	if args[0] == "outbox" {
+	var kcfg bench.TasksConfig
+	postgresUsage := "also run against this PostgreSQL database, in a throwaway schema (COURIER_BENCH_POSTGRES_URL)"
+	switch args[0] {
+	case "outbox":
 		fs.IntVar(&cfg.Rows, "rows", 2000, "rows committed per scenario")
 		fs.Float64Var(&cfg.Rate, "rate", 200, "target commits per second")
-		fs.StringVar(&cfg.PostgresURL, "postgres-url", env("COURIER_BENCH_POSTGRES_URL", ""), "also run against this PostgreSQL database, in a throwaway schema (COURIER_BENCH_POSTGRES_URL)")
+		fs.StringVar(&cfg.PostgresURL, "postgres-url", env("COURIER_BENCH_POSTGRES_URL", ""), postgresUsage)
 		fs.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "give up on a scenario after this long")
-	} else {
+	case "timers":
 		fs.IntVar(&tcfg.Timers, "timers", 1000, "timers per scenario")
 		fs.DurationVar(&tcfg.Window, "window", 10*time.Second, "fire times are spread across this window")
 		fs.DurationVar(&tcfg.Lead, "lead", 15*time.Second, "the first fire time is this long after creation starts")
+	case "tasks":
+		fs.IntVar(&kcfg.Tasks, "tasks", 2000, "tasks per scenario, spread evenly over priorities 1-5")
+		fs.IntVar(&kcfg.Limit, "limit", 20, "the queue's concurrency limit (and the baseline's concurrent activities)")
+		fs.DurationVar(&kcfg.Work, "work", 20*time.Millisecond, "how long the HTTP task worker works on each task")
+		fs.StringVar(&kcfg.PostgresURL, "postgres-url", env("COURIER_BENCH_POSTGRES_URL", ""), postgresUsage)
+		fs.DurationVar(&kcfg.Timeout, "timeout", 10*time.Minute, "give up on a scenario after this long")
 	}
 	if err := parse(fs, args[1:]); err != nil {
 		return err
@@ -68,8 +77,13 @@ func runBench(ctx context.Context, args []string) error {
 	}
 	defer tc.Close()
 	stack := bench.Stack{Temporal: tc, NATSURL: ns.URL()}
-	if args[0] == "timers" {
+	switch args[0] {
+	case "timers":
 		_, err = bench.RunTimers(ctx, stack, tcfg)
+		return err
+	case "tasks":
+		kcfg.Namespace = tmp.Namespace()
+		_, err = bench.RunTasks(ctx, stack, kcfg)
 		return err
 	}
 	_, err = bench.RunOutbox(ctx, stack, cfg)

@@ -324,7 +324,15 @@ func (w *Worker) work(ctx context.Context, cancel context.CancelCauseFunc, p act
 		return courier.TaskResult{}, err
 	}
 	return courier.TaskResult{Attempt: p.Attempt, Status: courier.ResultSuccess, StatusCode: StatusParsed,
-		Message: fmt.Sprintf("parsed %d pages, %d words", sum.Pages, sum.Words), Result: raw}, nil
+		Message: "parsed " + count(sum.Pages, "page") + ", " + count(sum.Words, "word"), Result: raw}, nil
+}
+
+// count says "1 page", "2 pages".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // heartbeat posts a heartbeat every interval until ctx ends. A 409 (or 404) cancels the
@@ -356,6 +364,8 @@ func (w *Worker) heartbeat(ctx context.Context, gone context.CancelCauseFunc, p 
 			return
 		case !resp.OK():
 			log.Warn("heartbeat refused", "status", resp.Status, "reason", resp.Message())
+		default:
+			log.Info("heartbeat accepted")
 		}
 	}
 }
