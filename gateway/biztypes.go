@@ -90,6 +90,9 @@ func (h *handlers) putBizType(c echo.Context) error {
 	b := courier.BizType{Name: name, Delivery: req.Delivery, CallbackURL: req.CallbackURL, Secrets: req.Secrets,
 		Topic: req.Topic, RetryBackoff: req.Retry.Backoff, MaxAttempts: req.Retry.MaxAttempts,
 		RateLimit: req.RateLimit, AllowPrivate: req.AllowPrivate}
+	if err := checkSecrets(req.Secrets); err != nil {
+		return err
+	}
 	var err error
 	if b.RequestTimeout, err = parseDur("request_timeout", req.RequestTimeout); err != nil {
 		return err
@@ -151,4 +154,18 @@ func (h *handlers) deleteBizType(c echo.Context) error {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
+}
+
+// checkSecrets refuses signing secrets the signer could not use, before anything is stored (a
+// bad secret would otherwise fail every delivery later).
+func checkSecrets(secrets []string) error {
+	if len(secrets) == 0 {
+		return nil
+	}
+	if _, err := webhook.NewSigner(secrets...); err != nil {
+		return &courier.Error{Code: courier.CodeValidation,
+			Message: "secrets must be whsec_ followed by base64 of at least 16 random bytes",
+			Details: map[string]any{"field": "secrets"}}
+	}
+	return nil
 }

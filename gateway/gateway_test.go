@@ -336,6 +336,7 @@ func TestBizTypesAPI(t *testing.T) {
 		"bad delivery":  {"/v1/biz-types/x", `{"delivery":"fax"}`, 422},
 		"bad duration":  {"/v1/biz-types/x", `{"delivery":"mq","topic":"a","request_timeout":"soon"}`, 422},
 		"bad url":       {"/v1/biz-types/x", `{"delivery":"http","callback_url":"ftp://x"}`, 422},
+		"short secret":  {"/v1/biz-types/x", `{"delivery":"http","callback_url":"https://example.com/cb","secrets":["whsec_short"]}`, 422},
 		"bad name":      {"/v1/biz-types/Bad%20Name", `{"delivery":"mq","topic":"a"}`, 400},
 		"too fast":      {"/v1/biz-types/x", `{"delivery":"mq","topic":"a","rate_limit_per_second":-1}`, 422},
 		"unknown field": {"/v1/biz-types/x", `{"delivery":"mq","topic":"a","colour":"red"}`, 400},

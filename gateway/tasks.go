@@ -292,6 +292,9 @@ func (h *handlers) putQueue(c echo.Context) error {
 	if !courier.ValidQueueName(name) {
 		return courier.Errorf(courier.CodeInvalid, "queue name in the path must be 1-64 of a-z, 0-9, '_', '.', '-', starting with a letter or digit")
 	}
+	if err := checkSecrets(req.Secrets); err != nil {
+		return err
+	}
 	q := courier.Queue{Name: name, PushURL: req.PushURL, Secrets: req.Secrets, AllowPrivate: req.AllowPrivate,
 		ConcurrencyLimit: req.ConcurrencyLimit, Retry: courier.TaskRetry{MaxAttempts: req.Retry.MaxAttempts, Backoff: req.Retry.Backoff}}
 	if req.Weights != nil {

@@ -669,7 +669,7 @@ func TestTaskIDInPath(t *testing.T) {
 func TestQueuesAPI(t *testing.T) {
 	t.Parallel()
 	f := setupTasks(t)
-	body := `{"push_url":"https://worker.example/tasks","secrets":["whsec_abc"],"allow_private":true,
+	body := `{"push_url":"https://worker.example/tasks","secrets":["whsec_c2VjcmV0c2VjcmV0c2VjcmV0"],"allow_private":true,
 		"concurrency_limit":4,"weights":[50,20,15,10,5],"pending_timeout":"1h","processing_timeout":"5m",
 		"heartbeat_timeout":"30s","retry":{"initial_interval":"2s","backoff":1.5,"max_interval":"1m","max_attempts":7},
 		"success_retention":"2h","purge_age":"72h"}`
@@ -902,4 +902,15 @@ func TestOpenAPIDocumentsRoutes(t *testing.T) {
 		require.Contains(t, props, schema)
 		require.ElementsMatch(t, jsonNames(v), props[schema], "schema %s", schema)
 	}
+}
+
+// A signing secret the signer cannot use is refused when the queue is saved,
+// not discovered at the first push.
+func TestUnusableSecretsRefused(t *testing.T) {
+	t.Parallel()
+	f := setupTasks(t)
+	st, eb := f.call(t, "PUT", "/v1/queues/parse", f.admin, `{"secrets":["whsec_short"]}`, nil)
+	require.Equal(t, 422, st, "%+v", eb)
+	require.Equal(t, courier.CodeValidation, eb.Error.Code)
+	require.Equal(t, "secrets", eb.Error.Details["field"])
 }

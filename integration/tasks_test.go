@@ -104,24 +104,8 @@ func newTaskStack(t *testing.T, dialect string) *taskStack {
 	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { h.ServeHTTP(rw, r) }))
 	t.Cleanup(srv.Close)
 	ts.gw = srv.URL
-	w, err := worker.New(worker.Config{
-		Relay:                  relay.Config{PollInterval: 50 * time.Millisecond, Retry: testRetry},
-		DisableRelay:           true,
-		Namespace:              s.ts.GetDefaultNamespace(),
-		AllowLoopbackCallbacks: true,
-		ShutdownTimeout:        2 * time.Second,
-		Tasks: worker.TasksConfig{
-			Claimer:    tasks.ClaimerConfig{DSN: pgDSN(s.dsn), PollInterval: 200 * time.Millisecond, RecoverAfter: 5 * time.Second},
-			PublicURL:  srv.URL,
-			SweepEvery: time.Hour,
-		},
-	}, worker.Deps{Temporal: s.tc, Publisher: s.pub, Logger: quiet, Tasks: s.store,
-		Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store}}})
-	require.NoError(t, err)
-	require.NoError(t, w.Start(ctx))
-	t.Cleanup(w.Stop)
-	ts.w = w
-	ts.svc = tasks.NewService(s.store, s.tc, s.ts.GetDefaultNamespace(), w.WakeTasks, quiet)
+	ts.w = ts.startTaskWorker()
+	ts.svc = tasks.NewService(s.store, s.tc, s.ts.GetDefaultNamespace(), ts.w.WakeTasks, quiet)
 	h = gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store, Tasks: ts.svc, Logger: quiet})
 	for _, k := range []struct {
 		dst   *string
@@ -132,6 +116,28 @@ func newTaskStack(t *testing.T, dialect string) *taskStack {
 		*k.dst = token
 	}
 	return ts
+}
+
+// startTaskWorker starts one more courier worker with a task claimer (every worker runs one).
+func (ts *taskStack) startTaskWorker() *worker.Worker {
+	t := ts.t
+	w, err := worker.New(worker.Config{
+		Relay:                  relay.Config{PollInterval: 50 * time.Millisecond, Retry: testRetry},
+		DisableRelay:           true,
+		Namespace:              ts.ts.GetDefaultNamespace(),
+		AllowLoopbackCallbacks: true,
+		ShutdownTimeout:        2 * time.Second,
+		Tasks: worker.TasksConfig{
+			Claimer:    tasks.ClaimerConfig{DSN: pgDSN(ts.dsn), PollInterval: 200 * time.Millisecond, RecoverAfter: 5 * time.Second},
+			PublicURL:  ts.gw,
+			SweepEvery: time.Hour,
+		},
+	}, worker.Deps{Temporal: ts.tc, Publisher: ts.pub, Logger: quiet, Tasks: ts.store,
+		Sources: []relay.Source{{Name: courier.DefaultSource, Store: ts.store}}})
+	require.NoError(t, err)
+	require.NoError(t, w.Start(context.Background()))
+	t.Cleanup(w.Stop)
+	return w
 }
 
 // call sends one JSON request to the gateway and decodes the answer into out (if not nil).
@@ -223,12 +229,13 @@ func (ts *taskStack) inFlight(queue string) int {
 }
 
 // TestTasksLimitAndWeightedOrder: 2,000 tasks over all priorities into a queue with limit 20 and
-// a slow worker. The worker never holds more than 20, every task succeeds, and while every band
-// has a backlog the pushes follow the weights.
+// a slow worker, claimed by two courier workers at once. The task worker never holds more than
+// 20, every task succeeds, and while every band has a backlog the pushes follow the weights.
 func TestTasksLimitAndWeightedOrder(t *testing.T) {
 	for _, d := range testenv.Dialects {
 		t.Run(d, func(t *testing.T) {
 			ts := newTaskStack(t, d)
+			ts.startTaskWorker() // a second claimer competing for the same slots
 			token := ts.worker
 			w := startTaskWorker(t, func(w *taskWorker, p activities.TaskPush) {
 				time.Sleep(20 * time.Millisecond) // parsing

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -46,15 +47,33 @@ func TestMain(m *testing.M) {
 
 type devProc struct {
 	cmd  *exec.Cmd
-	out  *bytes.Buffer
+	out  *syncBuffer
 	done chan error
+}
+
+// syncBuffer is the process's output, written by exec's copier while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func startDev(t *testing.T, args ...string) *devProc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^$", "--", "dev"}, args...)...)
 	cmd.Env = append(os.Environ(), "COURIER_AS_MAIN=1")
-	out := &bytes.Buffer{}
+	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	require.NoError(t, cmd.Start())
 	p := &devProc{cmd: cmd, out: out, done: make(chan error, 1)}
@@ -125,7 +144,8 @@ func TestDevRunsStopsAndRestartsWithoutLoss(t *testing.T) {
 
 	p := startDev(t, args...)
 	waitUp(p)
-	require.Contains(t, p.out.String(), "API key")
+	// The banner follows the gateway's first answer by a moment.
+	require.Eventually(t, func() bool { return strings.Contains(p.out.String(), "API key") }, 30*time.Second, 50*time.Millisecond)
 	keyB, err := os.ReadFile(filepath.Join(dir, "dev-api-key"))
 	require.NoError(t, err)
 	key := strings.TrimSpace(string(keyB))
@@ -184,6 +204,40 @@ func TestDevRunsStopsAndRestartsWithoutLoss(t *testing.T) {
 	require.Equal(t, 201, httpJSON(t, "POST", gw+"/v1/timers", key, map[string]any{"biz_type": "order.close", "biz_id": "o-1", "delay": "1s", "payload": map[string]string{"order": "o-1"}}, nil))
 	require.Eventually(t, func() bool { return callbacks.Load() == 1 }, time.Minute, 50*time.Millisecond, "the timer fires with a valid signature")
 
+	// A task through the dev stack: the default queue pushes to this test's worker (loopback is
+	// allowed in dev), which posts its result to the link in the push.
+	worker := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var push struct {
+			Attempt   int    `json:"attempt"`
+			ResultURL string `json:"result_url"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&push); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+		go func() {
+			body := fmt.Sprintf(`{"attempt":%d,"status":"success","result":{"pages":2}}`, push.Attempt)
+			req, _ := http.NewRequest("POST", push.ResultURL, strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+key)
+			req.Header.Set("Content-Type", "application/json")
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}))
+	defer worker.Close()
+	require.Equal(t, 200, httpJSON(t, "PUT", gw+"/v1/queues/default", key, map[string]any{"push_url": worker.URL}, nil))
+	require.Equal(t, 201, httpJSON(t, "POST", gw+"/v1/tasks", key, map[string]any{"task_id": "doc-1", "task_version": 1, "payload": map[string]string{"file": "a.pdf"}}, nil))
+	require.Eventually(t, func() bool {
+		var task struct {
+			Status string          `json:"status"`
+			Result json.RawMessage `json:"result"`
+		}
+		httpJSON(t, "GET", gw+"/v1/tasks/doc-1", key, nil, &task)
+		return task.Status == "success" && string(task.Result) == `{"pages":2}`
+	}, time.Minute, 50*time.Millisecond, "the task is pushed and its result recorded")
+
 	// Metrics: the table gauges, the delivery counters and histogram, and the SDK's own.
 	mresp, err := http.Get(gw + "/metrics")
 	require.NoError(t, err)
@@ -199,6 +253,11 @@ func TestDevRunsStopsAndRestartsWithoutLoss(t *testing.T) {
 		`temporal_request`,
 		`courier_timer_deliveries_total{biz_type="order.close",outcome="delivered"} 1`,
 		`courier_timer_fire_lateness_seconds_count 1`,
+		`courier_tasks{queue="default",status="success"} 1`,
+		`courier_task_slots_in_use{queue="default"} 0`,
+		`courier_task_slots_limit{queue="default"} 10`,
+		`courier_task_results_total{outcome="success",queue="default"} 1`,
+		`courier_task_insert_to_push_seconds_count 1`,
 	} {
 		require.Contains(t, string(mbody), want)
 	}
