@@ -678,10 +678,10 @@ func TestQueuesAPI(t *testing.T) {
 	require.Equal(t, http.StatusCreated, resp.StatusCode)
 	raw, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
-	require.NotContains(t, string(raw), "whsec_abc", "secrets are never shown")
+	require.NotContains(t, string(raw), "whsec_c2VjcmV0c2VjcmV0c2VjcmV0", "secrets are never shown")
 	var q gateway.QueueJSON
 	require.NoError(t, json.Unmarshal(raw, &q))
-	require.Equal(t, courier.Queue{Name: "emails", PushURL: "https://worker.example/tasks", Secrets: []string{"whsec_abc"},
+	require.Equal(t, courier.Queue{Name: "emails", PushURL: "https://worker.example/tasks", Secrets: []string{"whsec_c2VjcmV0c2VjcmV0c2VjcmV0"},
 		AllowPrivate: true, ConcurrencyLimit: 4, Weights: [5]int{50, 20, 15, 10, 5}, PendingTimeout: time.Hour,
 		ProcessingTimeout: 5 * time.Minute, HeartbeatTimeout: 30 * time.Second,
 		Retry:            courier.TaskRetry{MaxAttempts: 7, InitialInterval: 2 * time.Second, Backoff: 1.5, MaxInterval: time.Minute},
