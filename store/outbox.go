@@ -73,14 +73,16 @@ type ClaimedRecord struct {
 // FOR UPDATE SKIP LOCKED, so any number of relays claim disjoint rows without a leader or a
 // cursor; on SQLite the immediate transaction serialises claims.
 func (s *Store) ClaimOutbox(ctx context.Context, limit int, lease time.Duration) ([]ClaimedRecord, error) {
-	lock := ""
+	pick := "SELECT id FROM courier_outbox WHERE status IN ('pending', 'dispatched')" +
+		" AND next_attempt_at <= " + s.nowSQL() + " ORDER BY next_attempt_at, id LIMIT ?"
+	// PostgreSQL: a MATERIALIZED CTE is evaluated once, so the claim can never exceed its
+	// limit whatever plan the IN takes (see picked in tasks.go).
+	with, in := "", "id IN ("+pick+")"
 	if s.pg {
-		lock = " FOR UPDATE SKIP LOCKED"
+		with, in = "WITH picked AS MATERIALIZED ("+pick+" FOR UPDATE SKIP LOCKED) ", "id IN (SELECT id FROM picked)"
 	}
-	q := "UPDATE courier_outbox SET status = 'dispatched', next_attempt_at = " + s.nowPlusSQL(lease) +
-		" WHERE id IN (SELECT id FROM courier_outbox WHERE status IN ('pending', 'dispatched')" +
-		" AND next_attempt_at <= " + s.nowSQL() + " ORDER BY next_attempt_at, id LIMIT ?" + lock + ")" +
-		" RETURNING id, topic"
+	q := with + "UPDATE courier_outbox SET status = 'dispatched', next_attempt_at = " + s.nowPlusSQL(lease) +
+		" WHERE " + in + " RETURNING id, topic"
 	var recs []ClaimedRecord
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		rows, err := tx.QueryContext(ctx, q, limit)

@@ -365,3 +365,21 @@ func TestStartedRowsWaitForTheOrphanCheck(t *testing.T) {
 		require.Equal(t, 2, rec.Attempts, "the successful attempt is counted too")
 	})
 }
+
+// A claim never takes more rows than its limit, however many are due (on PostgreSQL a plain
+// IN subquery with LIMIT can be re-scanned while the UPDATE changes the rows it filters on).
+func TestClaimOutboxHonoursLimit(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		var msgs []outbox.Message
+		for i := 0; i < 200; i++ {
+			msgs = append(msgs, msg("a"))
+		}
+		enqueue(t, s, msgs...)
+		for round := 0; round < 4; round++ {
+			recs, err := s.ClaimOutbox(ctx, 7, time.Hour)
+			require.NoError(t, err)
+			require.Len(t, recs, 7)
+		}
+	})
+}

@@ -96,6 +96,25 @@ func (s *Store) forUpdate() string {
 	return ""
 }
 
+// notExpiredSQL keeps pending tasks past their pending timeout out of claims: the sweeper fails
+// them.
+func (s *Store) notExpiredSQL() string {
+	return " AND (expires_at IS NULL OR expires_at > " + s.nowSQL() + ")"
+}
+
+// picked builds a statement over the rows a bounded SELECT picks: on PostgreSQL the pick is a
+// MATERIALIZED CTE with FOR UPDATE SKIP LOCKED, evaluated exactly once (a plain IN subquery
+// with LIMIT may be re-scanned per row while the statement changes the rows it filters on, and
+// then take far more than its limit); SQLite evaluates an uncorrelated IN subquery once.
+// It returns the WITH prefix and the condition naming the picked (task_id, version) rows.
+func (s *Store) picked(sub string) (with, in string) {
+	if s.pg {
+		return "WITH picked AS MATERIALIZED (" + sub + " FOR UPDATE SKIP LOCKED) ",
+			"(task_id, version) IN (SELECT task_id, version FROM picked)"
+	}
+	return "", "(task_id, version) IN (" + sub + ")"
+}
+
 // notifyTasks wakes claimers listening on PostgreSQL (delivered at commit).
 func (s *Store) notifyTasks(ctx context.Context, tx bun.Tx, queue string) error {
 	if !s.pg {
@@ -121,15 +140,15 @@ func (s *Store) PutQueue(ctx context.Context, q courier.Queue) (courier.Queue, b
 	var created bool
 	var out courier.Queue
 	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		n, err := tx.NewSelect().Model((*queueRow)(nil)).Where("name = ?", q.Name).Count(ctx)
+		// Insert-if-absent first, so two PUTs creating one queue never collide.
+		res, err := tx.NewInsert().Model(&queueRow{Name: q.Name, Config: string(cfg), ConcurrencyLimit: q.ConcurrencyLimit}).
+			ExcludeColumn("in_flight", "created_at", "updated_at").On("CONFLICT (name) DO NOTHING").Exec(ctx)
 		if err != nil {
 			return err
 		}
-		created = n == 0
-		if created {
-			_, err = tx.NewInsert().Model(&queueRow{Name: q.Name, Config: string(cfg), ConcurrencyLimit: q.ConcurrencyLimit}).
-				ExcludeColumn("in_flight", "created_at", "updated_at").Exec(ctx)
-		} else {
+		n, _ := res.RowsAffected()
+		created = n == 1
+		if !created {
 			_, err = tx.NewUpdate().Model((*queueRow)(nil)).Set("config = ?", string(cfg)).
 				Set("concurrency_limit = ?", q.ConcurrencyLimit).Set("updated_at = "+s.nowSQL()).
 				Where("name = ?", q.Name).Exec(ctx)
@@ -228,7 +247,13 @@ func (s *Store) InsertTask(ctx context.Context, r courier.TaskRequest) (courier.
 				Details: map[string]any{"current_version": head}}
 		}
 		var cur taskRow
-		err = tx.NewSelect().Model(&cur).Where("task_id = ? AND version = ?", r.TaskID, r.Version).Scan(ctx)
+		sel := tx.NewSelect().Model(&cur).Where("task_id = ? AND version = ?", r.TaskID, r.Version)
+		if s.pg {
+			// Waits for a claim of this row in flight, so a replace never rewrites a task a
+			// claimer has just moved to Processing.
+			sel = sel.For("UPDATE")
+		}
+		err = sel.Scan(ctx)
 		exists := err == nil
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
@@ -312,9 +337,8 @@ func (s *Store) GetTask(ctx context.Context, taskID string, version int64) (cour
 	return s.getTask(ctx, s.db, taskID, version, false)
 }
 
-// GetLatestTask returns the highest stored version of a task, or not_found. The head (highest
-// version ever accepted) is returned alongside: it may be above the row's version if that row
-// was purged.
+// GetLatestTask returns the highest stored version of a task, or not_found. Purges never delete
+// the row of the highest version accepted, so this is the latest version.
 func (s *Store) GetLatestTask(ctx context.Context, taskID string) (courier.Task, error) {
 	var row taskRow
 	err := s.db.NewSelect().Model(&row).Where("task_id = ?", taskID).Order("version DESC").Limit(1).Scan(ctx)
@@ -380,7 +404,7 @@ func (s *Store) ClaimTasks(ctx context.Context, queue string, max int, choose fu
 		for b := 1; b <= 5; b++ {
 			var n int
 			if err := tx.NewRaw("SELECT count(*) FROM (SELECT 1 FROM courier_tasks WHERE queue = ? AND status = 'pending' "+
-				"AND priority = ? AND next_attempt_at <= "+s.nowSQL()+" LIMIT ?) AS r", queue, b, slots).Scan(ctx, &n); err != nil {
+				"AND priority = ? AND next_attempt_at <= "+s.nowSQL()+s.notExpiredSQL()+" LIMIT ?) AS r", queue, b, slots).Scan(ctx, &n); err != nil {
 				return err
 			}
 			ready[b-1] = n
@@ -390,20 +414,17 @@ func (s *Store) ClaimTasks(ctx context.Context, queue string, max int, choose fu
 			return nil
 		}
 		take := choose(ready, slots)
-		lock := ""
-		if s.pg {
-			lock = " FOR UPDATE SKIP LOCKED"
-		}
 		for b := 1; b <= 5; b++ {
 			if take[b-1] <= 0 {
 				continue
 			}
+			with, in := s.picked("SELECT task_id, version FROM courier_tasks WHERE queue = ? AND status = 'pending' " +
+				"AND priority = ? AND next_attempt_at <= " + s.nowSQL() + s.notExpiredSQL() +
+				" ORDER BY version DESC, created_at ASC, task_id ASC LIMIT ?")
 			var rows []taskRow
-			err := tx.NewRaw("UPDATE courier_tasks SET status = 'processing', attempt = attempt + 1, claimed_at = "+s.nowSQL()+
-				", pushed_at = NULL, updated_at = "+s.nowSQL()+
-				" WHERE (task_id, version) IN (SELECT task_id, version FROM courier_tasks WHERE queue = ? AND status = 'pending' "+
-				"AND priority = ? AND next_attempt_at <= "+s.nowSQL()+" ORDER BY version DESC, created_at ASC, task_id ASC LIMIT ?"+lock+") "+
-				"RETURNING *", queue, b, take[b-1]).Scan(ctx, &rows)
+			err := tx.NewRaw(with+"UPDATE courier_tasks SET status = 'processing', attempt = attempt + 1, claimed_at = "+s.nowSQL()+
+				", pushed_at = NULL, updated_at = "+s.nowSQL()+" WHERE "+in+" AND status = 'pending' RETURNING *",
+				queue, b, take[b-1]).Scan(ctx, &rows)
 			if err != nil && !errors.Is(err, sql.ErrNoRows) {
 				return err
 			}
@@ -557,6 +578,9 @@ func (s *Store) FinishTaskAttempt(ctx context.Context, taskID string, version in
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		fr = FinishResult{}
 		t, err := s.getTask(ctx, tx, taskID, version, true)
+		if courier.ErrorCode(err) == courier.CodeNotFound {
+			return nil // purged meanwhile: nothing to finish
+		}
 		if err != nil {
 			return err
 		}
@@ -659,12 +683,16 @@ func (s *Store) CancelTask(ctx context.Context, taskID string, version int64) (c
 
 // --- sweeper ---
 
+// The sweeper's bulk statements pick rows in a subquery (locked with SKIP LOCKED on PostgreSQL)
+// and repeat the status condition outside it: on PostgreSQL a row another transaction changed
+// meanwhile is re-checked only against the outer WHERE.
+
 // ExpirePendingTasks fails up to limit pending tasks past their pending timeout.
 func (s *Store) ExpirePendingTasks(ctx context.Context, limit int) (int64, error) {
-	res, err := s.db.ExecContext(ctx, "UPDATE courier_tasks SET status = 'failed', message = 'pending timeout: no slot before the deadline', "+
-		"finished_at = "+s.nowSQL()+", updated_at = "+s.nowSQL()+
-		" WHERE (task_id, version) IN (SELECT task_id, version FROM courier_tasks WHERE status = 'pending' AND expires_at < "+s.nowSQL()+
-		" LIMIT ?)", limit)
+	cond := "status = 'pending' AND expires_at < " + s.nowSQL()
+	with, in := s.picked("SELECT task_id, version FROM courier_tasks WHERE " + cond + " LIMIT ?")
+	res, err := s.db.ExecContext(ctx, with+"UPDATE courier_tasks SET status = 'failed', message = 'pending timeout: no slot before the deadline', "+
+		"finished_at = "+s.nowSQL()+", updated_at = "+s.nowSQL()+" WHERE "+in+" AND "+cond, limit)
 	if err != nil {
 		return 0, err
 	}
@@ -673,9 +701,10 @@ func (s *Store) ExpirePendingTasks(ctx context.Context, limit int) (int64, error
 
 // StopSucceededTasks moves up to limit of a queue's successes older than retention to Stopped.
 func (s *Store) StopSucceededTasks(ctx context.Context, queue string, retention time.Duration, limit int) (int64, error) {
-	res, err := s.db.ExecContext(ctx, "UPDATE courier_tasks SET status = 'stopped', updated_at = "+s.nowSQL()+
-		" WHERE (task_id, version) IN (SELECT task_id, version FROM courier_tasks WHERE queue = ? AND status = 'success' AND finished_at < "+
-		s.nowPlusSQL(-retention)+" LIMIT ?)", queue, limit)
+	cond := "queue = ? AND status = 'success' AND finished_at < " + s.nowPlusSQL(-retention)
+	with, in := s.picked("SELECT task_id, version FROM courier_tasks WHERE " + cond + " LIMIT ?")
+	res, err := s.db.ExecContext(ctx, with+"UPDATE courier_tasks SET status = 'stopped', updated_at = "+s.nowSQL()+" WHERE "+in+" AND "+cond,
+		queue, limit, queue)
 	if err != nil {
 		return 0, err
 	}
@@ -683,14 +712,31 @@ func (s *Store) StopSucceededTasks(ctx context.Context, queue string, retention 
 }
 
 // PurgeTasks deletes up to limit of a queue's failed, stopped, superseded and cancelled rows
-// whose last change is older than age. The task heads stay.
+// whose last change is older than age, except the row of each task id's highest version: that
+// one stays (its payload and result cleared), so its status remains readable and a repeat of
+// that version replaces it with the attempt numbers still counting up. It returns the rows
+// deleted or cleared.
 func (s *Store) PurgeTasks(ctx context.Context, queue string, age time.Duration, limit int) (int64, error) {
-	res, err := s.db.ExecContext(ctx, "DELETE FROM courier_tasks WHERE (task_id, version) IN (SELECT task_id, version FROM courier_tasks "+
-		"WHERE queue = ? AND status IN ('failed', 'stopped', 'superseded', 'cancelled') AND updated_at < "+s.nowPlusSQL(-age)+" LIMIT ?)", queue, limit)
+	old := "queue = ? AND status IN ('failed', 'stopped', 'superseded', 'cancelled') AND updated_at < " + s.nowPlusSQL(-age)
+	head := "(SELECT h.max_version FROM courier_task_heads h WHERE h.task_id = courier_tasks.task_id)"
+	cond := old + " AND version < " + head
+	with, in := s.picked("SELECT task_id, version FROM courier_tasks WHERE " + cond + " LIMIT ?")
+	res, err := s.db.ExecContext(ctx, with+"DELETE FROM courier_tasks WHERE "+in+" AND "+cond, queue, limit, queue)
 	if err != nil {
 		return 0, err
 	}
-	return res.RowsAffected()
+	deleted, err := res.RowsAffected()
+	if err != nil {
+		return 0, err
+	}
+	cond = old + " AND version = " + head + " AND (payload <> 'null' OR result IS NOT NULL)"
+	with, in = s.picked("SELECT task_id, version FROM courier_tasks WHERE " + cond + " LIMIT ?")
+	res, err = s.db.ExecContext(ctx, with+"UPDATE courier_tasks SET payload = 'null', result = NULL WHERE "+in+" AND "+cond, queue, limit, queue)
+	if err != nil {
+		return deleted, err
+	}
+	cleared, err := res.RowsAffected()
+	return deleted + cleared, err
 }
 
 // LimiterRepair is one queue whose in_flight count did not match its rows in Processing.

@@ -133,25 +133,59 @@ func TestTaskVersionRules(t *testing.T) {
 	})
 }
 
+// The purge deletes old versions but keeps the row of each task id's highest version (payload
+// and result cleared): a stale version stays refused, and a repeat of the highest version
+// replaces that row with its attempt numbers still counting up, so a late result from its
+// earlier life can never match.
 func TestTaskHeadSurvivesPurge(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		_, _, err := s.InsertTask(ctx, taskReq("d", 3, 3, `{}`))
+		for v := int64(2); v <= 3; v++ {
+			_, _, err := s.InsertTask(ctx, taskReq("d", v, 3, `{"big":"payload"}`))
+			require.NoError(t, err)
+		}
+		claimed, err := s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(dispatch.DefaultWeights)))
 		require.NoError(t, err)
+		require.Len(t, claimed, 1, "version 2 was superseded")
+		fr, err := s.FinishTaskAttempt(ctx, "d", 3, 1, store.AttemptOutcome{Kind: store.OutcomeFailure, Result: json.RawMessage(`{"e":1}`)})
+		require.NoError(t, err)
+		require.True(t, fr.Applied)
 		setStatus(t, s, "d", 3, courier.TaskFailed)
 		_, err = s.DB().NewRaw("UPDATE courier_tasks SET updated_at = '2000-01-01 00:00:00+00:00'").Exec(ctx)
 		require.NoError(t, err)
+
 		n, err := s.PurgeTasks(ctx, "default", time.Hour, 100)
 		require.NoError(t, err)
-		require.EqualValues(t, 1, n)
-		_, err = s.GetTask(ctx, "d", 3)
+		require.EqualValues(t, 2, n, "version 2 deleted, version 3 cleared")
+		_, err = s.GetTask(ctx, "d", 2)
 		require.Equal(t, courier.CodeNotFound, courier.ErrorCode(err))
+		kept, err := s.GetLatestTask(ctx, "d")
+		require.NoError(t, err)
+		require.EqualValues(t, 3, kept.Version)
+		require.Equal(t, courier.TaskFailed, kept.Status)
+		require.JSONEq(t, `null`, string(kept.Payload))
+		require.Nil(t, kept.Result)
+		n, err = s.PurgeTasks(ctx, "default", time.Hour, 100)
+		require.NoError(t, err)
+		require.Zero(t, n, "nothing left to purge")
 
 		_, _, err = s.InsertTask(ctx, taskReq("d", 2, 3, `{}`))
 		require.Equal(t, courier.CodeConflict, courier.ErrorCode(err), "a stale version never comes back after a purge")
 		head, err := s.TaskHead(ctx, "d")
 		require.NoError(t, err)
 		require.EqualValues(t, 3, head)
+
+		again, out, err := s.InsertTask(ctx, taskReq("d", 3, 3, `{"second":"life"}`))
+		require.NoError(t, err)
+		require.Equal(t, courier.TaskReplaced, out)
+		require.Equal(t, 0, again.Attempts, "a fresh retry budget")
+		claimed, err = s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(dispatch.DefaultWeights)))
+		require.NoError(t, err)
+		require.Len(t, claimed, 1)
+		require.Equal(t, 2, claimed[0].Attempt, "attempt numbers keep counting across lives")
+		fr, err = s.FinishTaskAttempt(ctx, "d", 3, 1, store.AttemptOutcome{Kind: store.OutcomeSuccess})
+		require.NoError(t, err)
+		require.False(t, fr.Applied, "the first life's attempt cannot finish the second")
 	})
 }
 
@@ -320,11 +354,19 @@ func TestTaskSweeperSteps(t *testing.T) {
 			_, _, err := s.InsertTask(ctx, taskReq(id, 1, 3, `{}`))
 			require.NoError(t, err)
 		}
+		_, _, err := s.InsertTask(ctx, taskReq("f", 2, 3, `{}`)) // f/1 superseded, f/2 the head
+		require.NoError(t, err)
 		setStatus(t, s, "s", 1, courier.TaskSuccess)
 		setStatus(t, s, "f", 1, courier.TaskFailed)
 		old := "'2000-01-01 00:00:00+00:00'"
-		_, err := s.DB().NewRaw("UPDATE courier_tasks SET expires_at = " + old + ", finished_at = " + old + ", updated_at = " + old).Exec(ctx)
+		_, err = s.DB().NewRaw("UPDATE courier_tasks SET expires_at = " + old + ", finished_at = " + old + ", updated_at = " + old + " WHERE version = 1").Exec(ctx)
 		require.NoError(t, err)
+
+		// An expired pending task is never claimed, and the sweeper fails it.
+		got, err := s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(dispatch.DefaultWeights)))
+		require.NoError(t, err)
+		require.Len(t, got, 1, "only f/2 is due and not expired")
+		require.Equal(t, "f", got[0].TaskID)
 
 		n, err := s.ExpirePendingTasks(ctx, 100)
 		require.NoError(t, err)
@@ -341,12 +383,56 @@ func TestTaskSweeperSteps(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, courier.TaskStopped, st.Status)
 
-		// Purge works in bounded batches; "p" failed just now, so only "f" is old enough,
-		// and "s" became stopped just now.
+		// Purge works in bounded batches; "p" failed and "s" stopped just now, so only the
+		// superseded f/1 is old enough; f/2 is processing and the highest version anyway.
 		n, err = s.PurgeTasks(ctx, "default", time.Hour, 100)
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n)
 		_, err = s.GetTask(ctx, "f", 1)
 		require.Equal(t, courier.CodeNotFound, courier.ErrorCode(err))
+		_, err = s.GetTask(ctx, "f", 2)
+		require.NoError(t, err)
+
+		// A purged row's late finish changes nothing and does not fail.
+		fr, err := s.FinishTaskAttempt(ctx, "f", 1, 1, store.AttemptOutcome{Kind: store.OutcomeSuccess})
+		require.NoError(t, err)
+		require.False(t, fr.Applied)
+	})
+}
+
+// TestTaskReplaceWaitsForClaim: on PostgreSQL a re-submission of a pending task that a claim is
+// moving to Processing waits for the claim and then finds it processing, so the slot count and
+// the rows stay in step (many rounds of a race).
+func TestTaskReplaceRacingClaim(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		_, _, err := s.PutQueue(ctx, courier.Queue{Name: "race", ConcurrencyLimit: 1000})
+		require.NoError(t, err)
+		ch := dispatch.NewChooser(dispatch.DefaultWeights)
+		for round := 0; round < 30; round++ {
+			id := fmt.Sprintf("r%d", round)
+			r := taskReq(id, 1, 3, `{"n":0}`)
+			r.Queue = "race"
+			_, _, err := s.InsertTask(ctx, r)
+			require.NoError(t, err)
+			var wg sync.WaitGroup
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				_, err := s.ClaimTasks(ctx, "race", 10, claimAll(ch))
+				require.NoError(t, err)
+			}()
+			go func() {
+				defer wg.Done()
+				r2 := r
+				r2.Payload = json.RawMessage(`{"n":1}`)
+				_, _, err := s.InsertTask(ctx, r2)
+				require.NoError(t, err)
+			}()
+			wg.Wait()
+		}
+		repairs, err := s.ReconcileLimiters(ctx)
+		require.NoError(t, err)
+		require.Empty(t, repairs, "in_flight always matched the rows in Processing")
 	})
 }
