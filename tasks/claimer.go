@@ -8,7 +8,9 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/courier-oss/courier"
@@ -169,11 +171,13 @@ func (c *Claimer) recover(ctx context.Context) {
 	}
 	if len(stuck) > 0 {
 		c.log.Info("task claimer: restarting attempts that never reached their push", "count", len(stuck))
-		c.start(ctx, stuck)
+		c.startAll(ctx, stuck, true)
 	}
 }
 
-func (c *Claimer) start(ctx context.Context, claimed []store.ClaimedTask) {
+func (c *Claimer) start(ctx context.Context, claimed []store.ClaimedTask) { c.startAll(ctx, claimed, false) }
+
+func (c *Claimer) startAll(ctx context.Context, claimed []store.ClaimedTask, recovering bool) {
 	if len(claimed) == 0 {
 		return
 	}
@@ -184,7 +188,11 @@ func (c *Claimer) start(ctx context.Context, claimed []store.ClaimedTask) {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if err := StartAttempt(ctx, c.tc, c.cfg.TaskQueue, t); err != nil && ctx.Err() == nil {
+			start := StartAttempt
+			if recovering {
+				start = RestartAttempt
+			}
+			if err := start(ctx, c.tc, c.cfg.TaskQueue, t); err != nil && ctx.Err() == nil {
 				// The row stays in Processing without a push; recover starts it again.
 				c.log.Warn("task claimer: start attempt", "task_id", t.TaskID, "version", t.Version, "attempt", t.Attempt, "error", err)
 			}
@@ -193,14 +201,48 @@ func (c *Claimer) start(ctx context.Context, claimed []store.ClaimedTask) {
 	wg.Wait()
 }
 
-// StartAttempt starts the workflow of one claimed attempt. An attempt already running is left
-// alone (the start is idempotent by workflow id).
+// attemptMemo names the attempt a run belongs to, so recovery can tell a run of this attempt
+// from a leftover run of an earlier one.
+const attemptMemo = "attempt"
+
+// StartAttempt starts the workflow run of a freshly claimed attempt. A run still open under the
+// same id belongs to an earlier attempt (its outcome is already recorded, or the task was
+// cancelled and resubmitted): it is terminated, since every write it could still make is
+// guarded by its own attempt number and would change nothing.
 func StartAttempt(ctx context.Context, tc client.Client, taskQueue string, t store.ClaimedTask) error {
+	return startRun(ctx, tc, taskQueue, t, enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING)
+}
+
+// RestartAttempt starts again an attempt whose push never happened (its claimer may have died
+// between the claim and the start). A run of this very attempt that is still open is left
+// alone; a leftover run of an earlier attempt is terminated.
+func RestartAttempt(ctx context.Context, tc client.Client, taskQueue string, t store.ClaimedTask) error {
+	id := courier.TaskWorkflowID(t.TaskID, t.Version)
+	d, err := tc.DescribeWorkflowExecution(ctx, id, "")
+	var nf *serviceerror.NotFound
+	switch {
+	case errors.As(err, &nf):
+	case err != nil:
+		return err
+	case d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+		var attempt int
+		if p := d.GetWorkflowExecutionInfo().GetMemo().GetFields()[attemptMemo]; p != nil {
+			_ = converter.GetDefaultDataConverter().FromPayload(p, &attempt)
+		}
+		if attempt == t.Attempt {
+			return nil // this attempt's run exists; it pushes when a worker picks it up
+		}
+	}
+	return startRun(ctx, tc, taskQueue, t, enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING)
+}
+
+func startRun(ctx context.Context, tc client.Client, taskQueue string, t store.ClaimedTask, conflict enumspb.WorkflowIdConflictPolicy) error {
 	_, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       courier.TaskWorkflowID(t.TaskID, t.Version),
 		TaskQueue:                taskQueue,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		WorkflowIDConflictPolicy: conflict,
+		Memo:                     map[string]any{attemptMemo: t.Attempt},
 		TypedSearchAttributes: temporal.NewSearchAttributes(
 			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet("task"),
 			temporal.NewSearchAttributeKeyKeyword(courier.SATaskID).ValueSet(t.TaskID),
@@ -235,7 +277,17 @@ func EnsureSweeper(ctx context.Context, tc client.Client, taskQueue string, ever
 		},
 	})
 	if errors.Is(err, temporal.ErrScheduleAlreadyRunning) {
-		return nil
+		// Keep the existing schedule (and its pause state) but apply a changed interval.
+		return tc.ScheduleClient().GetHandle(ctx, SweeperScheduleID).Update(ctx, client.ScheduleUpdateOptions{
+			DoUpdate: func(in client.ScheduleUpdateInput) (*client.ScheduleUpdate, error) {
+				iv := in.Description.Schedule.Spec.Intervals
+				if len(iv) == 1 && iv[0].Every == every {
+					return nil, temporal.ErrSkipScheduleUpdate
+				}
+				in.Description.Schedule.Spec = &client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: every}}}
+				return &client.ScheduleUpdate{Schedule: &in.Description.Schedule}, nil
+			},
+		})
 	}
 	return err
 }
