@@ -92,13 +92,21 @@ type taskStack struct {
 	worker   string
 	svc      *tasks.Service
 	w        *worker.Worker
+
+	recoverAfter time.Duration
 }
 
 func newTaskStack(t *testing.T, dialect string) *taskStack {
+	return newTaskStackRecovering(t, dialect, 5*time.Second)
+}
+
+// newTaskStackRecovering sets how long a claimed attempt may wait for its push before a
+// claimer starts it again.
+func newTaskStackRecovering(t *testing.T, dialect string, recoverAfter time.Duration) *taskStack {
 	t.Helper()
 	s := newStack(t, dialect)
 	ctx := context.Background()
-	ts := &taskStack{stack: s}
+	ts := &taskStack{stack: s, recoverAfter: recoverAfter}
 	// The gateway's address goes into every push, so it listens before the worker starts.
 	var h http.Handler
 	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { h.ServeHTTP(rw, r) }))
@@ -128,7 +136,7 @@ func (ts *taskStack) startTaskWorker() *worker.Worker {
 		AllowLoopbackCallbacks: true,
 		ShutdownTimeout:        2 * time.Second,
 		Tasks: worker.TasksConfig{
-			Claimer:    tasks.ClaimerConfig{DSN: pgDSN(ts.dsn), PollInterval: 200 * time.Millisecond, RecoverAfter: 5 * time.Second},
+			Claimer:    tasks.ClaimerConfig{DSN: pgDSN(ts.dsn), PollInterval: 200 * time.Millisecond, RecoverAfter: ts.recoverAfter},
 			PublicURL:  ts.gw,
 			SweepEvery: time.Hour,
 		},
@@ -496,4 +504,45 @@ func TestTaskSweeperSchedule(t *testing.T) {
 	orphan := ts.waitStatus("orphan", 1, courier.TaskFailed, time.Minute)
 	require.Contains(t, orphan.Message, "workflow ended")
 	require.Equal(t, 0, ts.inFlight("default"), "the orphan's slot is free again")
+}
+
+// TestTasksResubmitWhileOldRunOpen: a task cancelled in the database whose attempt's workflow
+// is still open (the workflow cancel failed) is re-submitted: the new attempt does not wait
+// behind the old run, and the old attempt's late result is refused.
+func TestTasksResubmitWhileOldRunOpen(t *testing.T) {
+	ts := newTaskStackRecovering(t, "sqlite", time.Hour) // the fresh claim alone must cope
+	ctx := context.Background()
+	token := ts.worker
+	var first sync.Map
+	w := startTaskWorker(t, func(w *taskWorker, p activities.TaskPush) {
+		if p.Attempt == 1 {
+			first.Store(p.TaskID, p) // holds it: no result
+			return
+		}
+		report(t, token, p, "success", 200, "second life")
+	})
+	ts.putQueue("default", map[string]any{"push_url": w.url, "processing_timeout": "10m"})
+	require.Equal(t, http.StatusCreated, ts.insert("again", 1, 3, "default"))
+	require.Eventually(t, func() bool { return ts.get("again", 1).PushedAt != nil }, time.Minute, 20*time.Millisecond)
+	// Cancel the row only, as if the workflow cancel had failed: the attempt's run stays open.
+	_, _, err := ts.store.CancelTask(ctx, "again", 1)
+	require.NoError(t, err)
+	d, err := ts.tc.DescribeWorkflowExecution(ctx, courier.TaskWorkflowID("again", 1), "")
+	require.NoError(t, err)
+	oldRun := d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+
+	require.Equal(t, http.StatusOK, ts.call(http.MethodPost, "/v1/tasks", ts.producer, map[string]any{
+		"task_id": "again", "task_version": 1, "payload": map[string]any{"life": 2}}, nil))
+	got := ts.waitStatus("again", 1, courier.TaskSuccess, 30*time.Second)
+	require.Equal(t, 2, got.Attempt)
+	require.Equal(t, "second life", got.Message)
+
+	old, err := ts.tc.DescribeWorkflowExecution(ctx, courier.TaskWorkflowID("again", 1), oldRun)
+	require.NoError(t, err)
+	require.NotEqual(t, "WORKFLOW_EXECUTION_STATUS_RUNNING", old.GetWorkflowExecutionInfo().GetStatus().String(), "the old run was ended")
+	p, ok := first.Load("again")
+	require.True(t, ok)
+	require.Equal(t, http.StatusConflict, report(t, token, p.(activities.TaskPush), "failure", 500, "late"))
+	require.Equal(t, string(courier.TaskSuccess), ts.get("again", 1).Status)
+	require.Equal(t, 0, ts.inFlight("default"))
 }
