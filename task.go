@@ -247,10 +247,10 @@ func (r *TaskRequest) Normalize() error {
 		return badField("overrides", "override timeouts must be positive durations")
 	case r.Overrides.ProcessingTimeout != 0 && (r.Overrides.ProcessingTimeout < time.Second || r.Overrides.ProcessingTimeout > 7*24*time.Hour):
 		return badField("overrides.processing_timeout", "processing_timeout must be from 1s to 168h")
-	case r.Overrides.HeartbeatTimeout != 0 && r.Overrides.HeartbeatTimeout < time.Second:
-		return badField("overrides.heartbeat_timeout", "heartbeat_timeout must be at least 1s")
-	case r.Overrides.PendingTimeout != 0 && r.Overrides.PendingTimeout < time.Second:
-		return badField("overrides.pending_timeout", "pending_timeout must be at least 1s")
+	case r.Overrides.HeartbeatTimeout != 0 && (r.Overrides.HeartbeatTimeout < time.Second || r.Overrides.HeartbeatTimeout > 7*24*time.Hour):
+		return badField("overrides.heartbeat_timeout", "heartbeat_timeout must be from 1s to 168h")
+	case r.Overrides.PendingTimeout != 0 && (r.Overrides.PendingTimeout < time.Second || r.Overrides.PendingTimeout > 365*24*time.Hour):
+		return badField("overrides.pending_timeout", "pending_timeout must be from 1s to 8760h")
 	case r.Overrides.MaxAttempts < 0 || r.Overrides.MaxAttempts > 100:
 		return badField("overrides.max_attempts", "max_attempts must be from 1 to 100")
 	}

@@ -57,11 +57,15 @@ type WorkflowDescriber interface {
 // before the sweeper checks its workflow.
 const OverdueGrace = 2 * time.Minute
 
-// PushTaskParams names one attempt; the payload stays in the database.
+// PushTaskParams names one attempt; the payload stays in the database. The timeouts are the
+// ones Temporal enforces on this attempt (fixed at the claim), so the push tells the worker
+// exactly those.
 type PushTaskParams struct {
-	TaskID  string
-	Version int64
-	Attempt int
+	TaskID            string
+	Version           int64
+	Attempt           int
+	ProcessingTimeout time.Duration
+	HeartbeatTimeout  time.Duration
 }
 
 // TaskOutcome is how an attempt ended: the worker's report (through the gateway's result
@@ -112,6 +116,7 @@ type Tasks struct {
 	metrics       *metrics.Tasks
 	wake          func() // nudges the claimers in this process after a slot is freed
 	workflows     WorkflowDescriber
+	clients       callback.Pool // one HTTP client (and connection pool) per push policy
 }
 
 // SetWorkflows lets the sweeper check overdue attempts' workflows; without it, that step is
@@ -136,7 +141,22 @@ func (a *Tasks) reportURL(taskID string, version int64, what string) string {
 // (courier.TaskAttemptActivityID). A worker that does not accept the push (non-2xx, refused
 // address, no answer) fails the attempt.
 func (a *Tasks) Push(ctx context.Context, p PushTaskParams) (TaskOutcome, error) {
-	target, ok, err := a.store.MarkTaskPushed(ctx, p.TaskID, p.Version, p.Attempt)
+	var (
+		target store.PushTarget
+		ok     bool
+		err    error
+	)
+	// A database blip should not cost the task an attempt: try a few times within the push.
+	for try, wait := 0, 200*time.Millisecond; ; try, wait = try+1, wait*4 {
+		target, ok, err = a.store.MarkTaskPushed(ctx, p.TaskID, p.Version, p.Attempt)
+		if err == nil || try == 3 || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+		}
+	}
 	if err != nil {
 		return TaskOutcome{}, temporal.NewNonRetryableApplicationError("mark pushed: "+err.Error(), ErrTypePushFailed, err)
 	}
@@ -144,6 +164,9 @@ func (a *Tasks) Push(ctx context.Context, p PushTaskParams) (TaskOutcome, error)
 		return TaskOutcome{}, temporal.NewNonRetryableApplicationError("task is no longer processing this attempt", ErrTypeTaskStale, nil)
 	}
 	t, q := target.Task, target.Queue
+	if p.ProcessingTimeout > 0 { // runs recorded before the timeouts were passed read the queue's
+		q.ProcessingTimeout, q.HeartbeatTimeout = p.ProcessingTimeout, p.HeartbeatTimeout
+	}
 	if q.PushURL == "" {
 		return TaskOutcome{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("queue %q has no push_url", q.Name), ErrTypePushFailed, nil)
 	}
@@ -164,13 +187,13 @@ func (a *Tasks) Push(ctx context.Context, p PushTaskParams) (TaskOutcome, error)
 			return TaskOutcome{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypePushFailed, err)
 		}
 	}
-	client := callback.NewClient(callback.Options{AllowPrivate: q.AllowPrivate, AllowLoopback: a.allowLoopback, Timeout: 30 * time.Second})
+	client := a.clients.Client(callback.Options{AllowPrivate: q.AllowPrivate, AllowLoopback: a.allowLoopback, Timeout: 30 * time.Second})
 	err = client.Send(ctx, callback.Request{URL: q.PushURL, Body: body, Signer: signer,
 		DeliveryID: fmt.Sprintf("task/%s/%d/%d", t.TaskID, t.Version, p.Attempt)})
 	if err != nil {
 		return TaskOutcome{}, temporal.NewNonRetryableApplicationError("push: "+err.Error(), ErrTypePushFailed, err)
 	}
-	if a.metrics != nil && t.Attempts == 1 {
+	if a.metrics != nil && p.Attempt == 1 { // the task version's first push ever
 		a.metrics.InsertToPush.Observe(time.Since(t.CreatedAt).Seconds())
 	}
 	return TaskOutcome{}, activity.ErrResultPending

@@ -59,6 +59,7 @@ type Timers struct {
 	types         BizTypeStore
 	pub           mq.Publisher
 	allowLoopback bool // courier dev lets callbacks reach 127.0.0.1
+	clients       callback.Pool
 }
 
 // NewTimers builds the timer activities. allowLoopback is for dev mode only; m may be nil.
@@ -149,7 +150,7 @@ func (a *Timers) Deliver(ctx context.Context, p DeliverTimerParams) (n int, err 
 		if err != nil {
 			return 0, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypePermanentDelivery, err)
 		}
-		client := callback.NewClient(callback.Options{AllowPrivate: b.AllowPrivate, AllowLoopback: a.allowLoopback, Timeout: b.RequestTimeout})
+		client := a.clients.Client(callback.Options{AllowPrivate: b.AllowPrivate, AllowLoopback: a.allowLoopback, Timeout: b.RequestTimeout})
 		err = client.Send(ctx, callback.Request{URL: b.CallbackURL, DeliveryID: p.DeliveryID, Body: body, Signer: signer})
 		var ce *callback.Error
 		if errors.As(err, &ce) {

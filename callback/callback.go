@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"code.dny.dev/ssrf"
@@ -247,4 +248,35 @@ func retryAfter(v string, now time.Time) time.Duration {
 		return 0
 	}
 	return min(d, time.Hour)
+}
+
+// Pool hands out one Client per set of options, so callbacks to the same targets reuse their
+// connections instead of opening (and leaving idle) a new one per send. Safe for concurrent use.
+type Pool struct {
+	mu      sync.Mutex
+	clients map[poolKey]*Client
+}
+
+type poolKey struct {
+	allowPrivate, allowLoopback bool
+	timeout                     time.Duration
+}
+
+// Client returns the pooled client for opts. Options with a LookupHost (tests) are not pooled.
+func (p *Pool) Client(opts Options) *Client {
+	if opts.LookupHost != nil {
+		return NewClient(opts)
+	}
+	k := poolKey{opts.AllowPrivate, opts.AllowLoopback, opts.Timeout}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.clients[k]; ok {
+		return c
+	}
+	if p.clients == nil {
+		p.clients = map[poolKey]*Client{}
+	}
+	c := NewClient(opts)
+	p.clients[k] = c
+	return c
 }

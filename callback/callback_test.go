@@ -193,3 +193,12 @@ func TestRetryAfter(t *testing.T) {
 	require.Zero(t, retryAfter("soon", now))
 	require.Zero(t, retryAfter("-5", now))
 }
+
+// A pool hands out one client per policy, so sends to one target reuse connections.
+func TestPoolReusesClients(t *testing.T) {
+	var p Pool
+	a := p.Client(Options{AllowLoopback: true, Timeout: time.Second})
+	require.Same(t, a, p.Client(Options{AllowLoopback: true, Timeout: time.Second}))
+	require.NotSame(t, a, p.Client(Options{AllowLoopback: true, Timeout: 2 * time.Second}))
+	require.NotSame(t, a, p.Client(Options{Timeout: time.Second}), "another policy, another client")
+}

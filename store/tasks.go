@@ -234,6 +234,10 @@ func (s *Store) InsertTask(ctx context.Context, r courier.TaskRequest) (courier.
 			return err
 		}
 		q = r.Overrides.Apply(q)
+		if q.HeartbeatTimeout > q.ProcessingTimeout {
+			return &courier.Error{Code: courier.CodeValidation, Message: "heartbeat_timeout must not exceed the processing_timeout",
+				Details: map[string]any{"field": "overrides.heartbeat_timeout"}}
+		}
 		if _, err := tx.ExecContext(ctx, "INSERT INTO courier_task_heads (task_id, max_version) VALUES (?, 0) ON CONFLICT (task_id) DO NOTHING", r.TaskID); err != nil {
 			return err
 		}

@@ -199,6 +199,9 @@ func TestTaskInsertValidation(t *testing.T) {
 			"priority 6":    taskReq("a", 1, 6, `{}`),
 			"bad json":      taskReq("a", 1, 3, `{`),
 			"unknown queue": {TaskID: "a", Version: 1, Queue: "nope"},
+			"heartbeat above processing": {TaskID: "a", Version: 1, Overrides: courier.TaskOverrides{
+				ProcessingTimeout: time.Minute, HeartbeatTimeout: 2 * time.Minute}},
+			"huge pending timeout": {TaskID: "a", Version: 1, Overrides: courier.TaskOverrides{PendingTimeout: 400 * 24 * time.Hour}},
 		} {
 			_, _, err := s.InsertTask(ctx, r)
 			require.Equal(t, courier.CodeValidation, courier.ErrorCode(err), name)

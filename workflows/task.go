@@ -81,7 +81,8 @@ func Task(ctx workflow.Context, p TaskParams) (TaskRunResult, error) {
 	})
 	var out activities.TaskOutcome
 	err := workflow.ExecuteActivity(pctx, activities.PushTaskName,
-		activities.PushTaskParams{TaskID: p.TaskID, Version: p.Version, Attempt: p.Attempt}).Get(ctx, &out)
+		activities.PushTaskParams{TaskID: p.TaskID, Version: p.Version, Attempt: p.Attempt,
+			ProcessingTimeout: p.ProcessingTimeout, HeartbeatTimeout: p.HeartbeatTimeout}).Get(ctx, &out)
 	var app *temporal.ApplicationError
 	var to *temporal.TimeoutError
 	switch {

@@ -27,7 +27,8 @@ var attempt3 = workflows.TaskParams{TaskID: "t-1", Version: 2, Attempt: 3, Queue
 
 // pushOf is what the push activity must be called with for p.
 func pushOf(p workflows.TaskParams) activities.PushTaskParams {
-	return activities.PushTaskParams{TaskID: p.TaskID, Version: p.Version, Attempt: p.Attempt}
+	return activities.PushTaskParams{TaskID: p.TaskID, Version: p.Version, Attempt: p.Attempt,
+		ProcessingTimeout: p.ProcessingTimeout, HeartbeatTimeout: p.HeartbeatTimeout}
 }
 
 var stateKey = temporal.NewSearchAttributeKeyKeyword(courier.SAState)

@@ -1,0 +1,650 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/gateway"
+	"github.com/courier-oss/courier/relay"
+	"github.com/courier-oss/courier/schema"
+	"github.com/courier-oss/courier/store"
+	"github.com/courier-oss/courier/tasks"
+	"github.com/courier-oss/courier/worker"
+)
+
+// TasksConfig sets up `courier bench tasks`.
+type TasksConfig struct {
+	Tasks       int           // tasks per scenario, spread evenly over priorities 1–5; default 2000
+	Limit       int           // the queue's concurrency limit (the baseline's activity slots); default 20
+	Work        time.Duration // how long the HTTP task worker works on each task; default 20 ms
+	PostgresURL string        // also run against this PostgreSQL database when set
+	// Namespace is the Temporal namespace of stack.Temporal, where results complete their
+	// attempts; default "courier" (the embedded server's).
+	Namespace string
+	Timeout   time.Duration // per scenario; default 10 min
+	Out       io.Writer     // where the table goes; default stdout
+}
+
+// TaskResult is one row of the task table.
+type TaskResult struct {
+	Scenario  string
+	N         int
+	Limit     int
+	MaxSeen   int           // most tasks the HTTP task worker held at once
+	Elapsed   time.Duration // from the first push to the last success
+	PerSec    float64       // completed tasks per second over Elapsed
+	P50, P99  time.Duration // from each task's insert (or workflow start) to its first push
+	Shares    [5]float64    // percent of the pushes per band while every band had a backlog
+	SharesOf  int           // how many pushes Shares counts
+	Duplicate int           // pushes of a task that had been pushed before (retries)
+	Backlog   time.Duration // how long inserting (or starting) the backlog took
+	Held      time.Duration // mean time the HTTP task worker held a task (push to its report done)
+	SlotsMax  int           // courier only: most slots taken at once in the limiter row
+	SlotsAvg  float64       // courier only: mean slots taken while tasks ran
+}
+
+// slotSamples summarises readings of a queue's in_flight.
+type slotSamples struct {
+	n, sum, max int
+}
+
+func (s *slotSamples) add(v int) { s.n, s.sum, s.max = s.n+1, s.sum+v, max(s.max, v) }
+
+func (s *slotSamples) mean() float64 {
+	if s.n == 0 {
+		return 0
+	}
+	return float64(s.sum) / float64(s.n)
+}
+
+// taskStartParallelism is how many inserts (or workflow starts) run at once while the backlog
+// is built, in every scenario alike.
+const taskStartParallelism = 8
+
+// RunTasks fills a queue with a backlog over every priority, opens it, and measures how fast
+// courier pushes the tasks to an HTTP task worker (which works for cfg.Work, then reports its
+// result through the gateway), how long each task waits for its push, how the bands share the
+// slots and whether the limit holds; on SQLite, on PostgreSQL when given, and next to a
+// bare-Temporal baseline doing the same HTTP work in one activity per workflow.
+func RunTasks(ctx context.Context, stack Stack, cfg TasksConfig) ([]TaskResult, error) {
+	if cfg.Tasks <= 0 {
+		cfg.Tasks = 2000
+	}
+	if cfg.Limit <= 0 {
+		cfg.Limit = 20
+	}
+	if cfg.Work <= 0 {
+		cfg.Work = 20 * time.Millisecond
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = "courier"
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Minute
+	}
+	if cfg.Out == nil {
+		cfg.Out = os.Stdout
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	dir, err := os.MkdirTemp("", "courier-bench-tasks-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+
+	var results []TaskResult
+	base, err := taskBaseline(ctx, stack.Temporal, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("baseline: %w", err)
+	}
+	results = append(results, base)
+	dbs := []struct{ name, url string }{{"sqlite", "sqlite:" + filepath.Join(dir, "bench.db")}}
+	if cfg.PostgresURL != "" {
+		dbs = append(dbs, struct{ name, url string }{"postgres", cfg.PostgresURL})
+	}
+	for _, db := range dbs {
+		if db.name == "postgres" {
+			u, drop, err := scratchSchema(ctx, db.url)
+			if err != nil {
+				return results, err
+			}
+			defer drop()
+			db.url = u
+		}
+		r, err := runTasks(ctx, stack.Temporal, db.name, db.url, cfg, quiet)
+		if err != nil {
+			return results, fmt.Errorf("tasks on %s: %w", db.name, err)
+		}
+		results = append(results, r)
+	}
+	PrintTaskTable(cfg.Out, fmt.Sprintf("tasks: %d per scenario over priorities 1-5, limit %d, %s of work per task (at most %.0f/s), weights %s",
+		cfg.Tasks, cfg.Limit, cfg.Work, float64(cfg.Limit)/cfg.Work.Seconds(), formatShares(weightShares(courier.DefaultQueueWeights))), results)
+	return results, nil
+}
+
+// runTasks is one courier scenario: worker with its claimer, gateway, HTTP task worker.
+func runTasks(ctx context.Context, tc client.Client, dbName, dbURL string, cfg TasksConfig, log *slog.Logger) (TaskResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	st, err := store.Open(ctx, dbURL)
+	if err != nil {
+		return TaskResult{}, err
+	}
+	defer st.Close()
+	if err := schema.Up(ctx, st.DB(), schema.AllSets...); err != nil {
+		return TaskResult{}, err
+	}
+	_, token, err := st.CreateAPIKey(ctx, "bench-task-worker", []courier.Scope{courier.ScopeWorker})
+	if err != nil {
+		return TaskResult{}, err
+	}
+
+	// The gateway's address goes into every push, so it listens before the worker is built;
+	// it serves once the task service (which wakes the worker's claimer) exists.
+	gw := httptest.NewUnstartedServer(nil)
+	defer gw.Close()
+	w, err := worker.New(worker.Config{
+		DisableRelay:           true,
+		AllowLoopbackCallbacks: true,
+		Relay:                  relay.Config{TaskQueue: "bench-tasks-" + dbName},
+		Tasks: worker.TasksConfig{
+			Claimer:    tasks.ClaimerConfig{DSN: pgURL(dbURL)},
+			PublicURL:  "http://" + gw.Listener.Addr().String(),
+			SweepEvery: time.Hour,
+		},
+	}, worker.Deps{Temporal: tc, Publisher: nopPublisher{}, Logger: log, Tasks: st,
+		Sources: []relay.Source{{Name: courier.DefaultSource, Store: st}}})
+	if err != nil {
+		return TaskResult{}, err
+	}
+	if err := w.Start(ctx); err != nil {
+		return TaskResult{}, err
+	}
+	defer func() {
+		w.Stop()
+		// The next scenario's worker creates the sweeper schedule again, on its own queue.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = tc.ScheduleClient().GetHandle(dctx, tasks.SweeperScheduleID).Delete(dctx)
+	}()
+	svc := tasks.NewService(st, tc, cfg.Namespace, w.WakeTasks, log)
+	gw.Config.Handler = gateway.New(gateway.Config{}, gateway.Deps{Keys: st, Outbox: st, Tasks: svc, Logger: log})
+	gw.Start()
+
+	pl := newPushLog(cfg.Tasks)
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2 * cfg.Limit}}
+	defer hc.CloseIdleConnections()
+	var (
+		working    sync.WaitGroup
+		mu         sync.Mutex
+		resultErrs []error
+	)
+	tw := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		var p activities.TaskPush
+		if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
+			http.Error(rw, err.Error(), http.StatusBadRequest)
+			return
+		}
+		since := pl.begin(p.TaskID, p.Priority)
+		working.Add(1)
+		go func() {
+			defer working.Done()
+			defer pl.end(since)
+			select {
+			case <-time.After(cfg.Work):
+			case <-ctx.Done():
+				return
+			}
+			if err := postResult(ctx, hc, token, p); err != nil {
+				mu.Lock()
+				resultErrs = append(resultErrs, fmt.Errorf("%s: %w", p.TaskID, err))
+				mu.Unlock()
+			}
+		}()
+		rw.WriteHeader(http.StatusAccepted)
+	}))
+	defer func() { tw.Close(); working.Wait() }()
+
+	const queue = "bench"
+	if _, _, err := svc.PutQueue(ctx, courier.Queue{Name: queue, ConcurrencyLimit: cfg.Limit}); err != nil {
+		return TaskResult{}, err
+	}
+	// The whole backlog is in place before the queue has a push URL, so every band is full
+	// when dispatch starts.
+	run := time.Now().UnixNano()
+	inserted := make([]time.Time, cfg.Tasks)
+	backlogStart := time.Now()
+	err = forEach(ctx, cfg.Tasks, taskStartParallelism, func(i int) error {
+		_, _, err := svc.Insert(ctx, courier.TaskRequest{TaskID: fmt.Sprintf("%s-%d-%d", dbName, run, i), Version: 1,
+			Priority: taskPriority(i), Queue: queue, Payload: json.RawMessage(fmt.Sprintf(`{"file":"doc-%d.pdf"}`, i))})
+		inserted[i] = time.Now()
+		return err
+	})
+	if err != nil {
+		return TaskResult{}, fmt.Errorf("insert: %w", err)
+	}
+	backlog := time.Since(backlogStart)
+	if _, _, err := svc.PutQueue(ctx, courier.Queue{Name: queue, ConcurrencyLimit: cfg.Limit, PushURL: tw.URL}); err != nil {
+		return TaskResult{}, err
+	}
+	// The limiter row is cheap to read, so it is sampled often (how many slots are taken, from
+	// the first push on); the full count runs only once the slots are all free again.
+	var (
+		last     time.Time
+		slots    slotSamples
+		finished int64
+	)
+	for {
+		mu.Lock()
+		failed := errors.Join(resultErrs...)
+		mu.Unlock()
+		if failed != nil { // a refused result leaves its task to time out: stop now, say why
+			return TaskResult{}, fmt.Errorf("result refused: %w", failed)
+		}
+		q, err := st.GetQueue(ctx, queue)
+		if err != nil {
+			return TaskResult{}, err
+		}
+		if pl.started() {
+			slots.add(q.InFlight)
+			if q.InFlight == 0 {
+				stats, err := st.TaskStats(ctx)
+				if err != nil {
+					return TaskResult{}, err
+				}
+				if finished = stats.ByQueueStatus[queue][courier.TaskSuccess]; finished == int64(cfg.Tasks) {
+					last = time.Now()
+					break
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return TaskResult{}, fmt.Errorf("%d of %d tasks had succeeded at the last full count before the timeout: %w", finished, cfg.Tasks, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	lat := make([]time.Duration, 0, cfg.Tasks)
+	for i := range cfg.Tasks {
+		at, ok := pl.firstPush(fmt.Sprintf("%s-%d-%d", dbName, run, i))
+		if !ok {
+			return TaskResult{}, fmt.Errorf("task %d succeeded without a push", i)
+		}
+		lat = append(lat, at.Sub(inserted[i]))
+	}
+	r := pl.result("courier tasks, "+dbName, cfg, lat, last, backlog)
+	r.SlotsMax, r.SlotsAvg = slots.max, slots.mean()
+	return r, nil
+}
+
+// postResult reports success the way a task worker does: to the push's result URL, with a
+// worker-scope key, naming the attempt.
+func postResult(ctx context.Context, hc *http.Client, token string, p activities.TaskPush) error {
+	body, err := json.Marshal(courier.TaskResult{Attempt: p.Attempt, Status: courier.ResultSuccess, StatusCode: 200, Message: "done"})
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.ResultURL, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+	if resp.StatusCode != http.StatusAccepted {
+		return fmt.Errorf("result: %d %s", resp.StatusCode, strings.TrimSpace(string(msg)))
+	}
+	return nil
+}
+
+const (
+	taskBaseWorkflow = "bench-task-workflow"
+	taskBaseActivity = "bench-task-activity"
+)
+
+// taskBaseJob is what the baseline's activity posts to its HTTP worker.
+type taskBaseJob struct {
+	ID       string `json:"id"`
+	Priority int    `json:"priority"`
+}
+
+// taskBaseline: N workflows started before their worker runs, each with one activity that
+// posts the job to an HTTP worker which works for cfg.Work before it answers. The worker's
+// MaxConcurrentActivityExecutionSize is the limit. Temporal's task queue is FIFO, so the
+// "bands" are labels only.
+func taskBaseline(ctx context.Context, tc client.Client, cfg TasksConfig) (TaskResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	pl := newPushLog(cfg.Tasks)
+	hw := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		var j taskBaseJob
+		if err := json.NewDecoder(r.Body).Decode(&j); err != nil {
+			http.Error(rw, err.Error(), http.StatusBadRequest)
+			return
+		}
+		defer pl.end(pl.begin(j.ID, j.Priority))
+		select {
+		case <-time.After(cfg.Work):
+		case <-r.Context().Done():
+			http.Error(rw, "gone", http.StatusServiceUnavailable)
+			return
+		}
+		rw.WriteHeader(http.StatusOK)
+	}))
+	defer hw.Close()
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2 * cfg.Limit}}
+	defer hc.CloseIdleConnections()
+
+	queue := fmt.Sprintf("bench-task-baseline-%d", time.Now().UnixNano())
+	w := sdkworker.New(tc, queue, sdkworker.Options{MaxConcurrentWorkflowTaskPollers: 8, MaxConcurrentActivityTaskPollers: 8,
+		MaxConcurrentActivityExecutionSize: cfg.Limit})
+	w.RegisterWorkflowWithOptions(func(ctx workflow.Context, j taskBaseJob) error {
+		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second,
+			RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 3}})
+		return workflow.ExecuteActivity(ctx, taskBaseActivity, j).Get(ctx, nil)
+	}, workflow.RegisterOptions{Name: taskBaseWorkflow})
+	w.RegisterActivityWithOptions(func(ctx context.Context, j taskBaseJob) error {
+		body, err := json.Marshal(j)
+		if err != nil {
+			return err
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, hw.URL, bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("push: %d", resp.StatusCode)
+		}
+		return nil
+	}, activity.RegisterOptions{Name: taskBaseActivity})
+
+	// The backlog is in place before the worker polls, as in the courier scenarios.
+	run := time.Now().UnixNano()
+	started := make([]time.Time, cfg.Tasks)
+	runs := make([]client.WorkflowRun, cfg.Tasks)
+	backlogStart := time.Now()
+	err := forEach(ctx, cfg.Tasks, taskStartParallelism, func(i int) error {
+		j := taskBaseJob{ID: fmt.Sprintf("base-%d-%d", run, i), Priority: taskPriority(i)}
+		r, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: j.ID, TaskQueue: queue}, taskBaseWorkflow, j)
+		started[i], runs[i] = time.Now(), r
+		return err
+	})
+	if err != nil {
+		return TaskResult{}, fmt.Errorf("start: %w", err)
+	}
+	backlog := time.Since(backlogStart)
+	if err := w.Start(); err != nil {
+		return TaskResult{}, err
+	}
+	defer w.Stop()
+	var last time.Time
+	for _, r := range runs {
+		if err := r.Get(ctx, nil); err != nil {
+			return TaskResult{}, err
+		}
+		if now := time.Now(); now.After(last) {
+			last = now
+		}
+	}
+	lat := make([]time.Duration, 0, cfg.Tasks)
+	for i := range cfg.Tasks {
+		at, ok := pl.firstPush(fmt.Sprintf("base-%d-%d", run, i))
+		if !ok {
+			return TaskResult{}, fmt.Errorf("workflow %d completed without a push", i)
+		}
+		lat = append(lat, at.Sub(started[i]))
+	}
+	return pl.result("bare Temporal: workflow + 1 activity, FIFO", cfg, lat, last, backlog), nil
+}
+
+// pushLog is what an HTTP task worker saw: each task's first push, the order of the bands, and
+// how many tasks it held at once (from the push until its work and report were done).
+type pushLog struct {
+	mu        sync.Mutex
+	cur, max  int
+	held      time.Duration // summed over every push, from begin to end
+	ended     int
+	first     map[string]time.Time
+	start     time.Time // the first push of all
+	order     []int     // bands of first pushes, in arrival order
+	duplicate int
+}
+
+func newPushLog(n int) *pushLog {
+	return &pushLog{first: make(map[string]time.Time, n), order: make([]int, 0, n)}
+}
+
+// begin records a push and returns its arrival time, to be passed to end.
+func (l *pushLog) begin(id string, band int) time.Time {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.cur++
+	l.max = max(l.max, l.cur)
+	if _, seen := l.first[id]; seen {
+		l.duplicate++
+		return now
+	}
+	if len(l.first) == 0 {
+		l.start = now
+	}
+	l.first[id] = now
+	l.order = append(l.order, band)
+	return now
+}
+
+// end records that the worker is done with a push that arrived at since.
+func (l *pushLog) end(since time.Time) {
+	held := time.Since(since)
+	l.mu.Lock()
+	l.cur--
+	l.held += held
+	l.ended++
+	l.mu.Unlock()
+}
+
+// started reports whether any push has arrived.
+func (l *pushLog) started() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.start.IsZero()
+}
+
+func (l *pushLog) firstPush(id string) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	at, ok := l.first[id]
+	return at, ok
+}
+
+func (l *pushLog) result(name string, cfg TasksConfig, lat []time.Duration, last time.Time, backlog time.Duration) TaskResult {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := summarize(name, lat, last.Sub(l.start))
+	r := TaskResult{Scenario: name, N: s.N, Limit: cfg.Limit, MaxSeen: l.max, Elapsed: s.Elapsed, PerSec: s.Throughput,
+		P50: s.P50, P99: s.P99, Duplicate: l.duplicate, Backlog: backlog}
+	if l.ended > 0 {
+		r.Held = l.held / time.Duration(l.ended)
+	}
+	r.Shares, r.SharesOf = backlogShares(l.order, bandSizes(cfg.Tasks))
+	return r
+}
+
+// taskPriority spreads tasks evenly over the bands: 1, 2, 3, 4, 5, 1, 2, …
+func taskPriority(i int) int { return i%courier.MaxPriority + 1 }
+
+// bandSizes is how many of n tasks taskPriority puts in each band.
+func bandSizes(n int) [5]int {
+	var sizes [5]int
+	for i := range sizes {
+		sizes[i] = n / 5
+		if i < n%5 {
+			sizes[i]++
+		}
+	}
+	return sizes
+}
+
+// backlogShares returns each band's percentage of the pushes made while every band still had
+// a backlog: bands are taken in push order up to and including the push that took the first
+// band's last task (its claim still saw that band non-empty). sizes are the bands' backlogs at
+// the start; n is how many pushes the shares count (0 if some band started empty).
+func backlogShares(order []int, sizes [5]int) (shares [5]float64, n int) {
+	for _, s := range sizes {
+		if s == 0 {
+			return shares, 0
+		}
+	}
+	var counts [5]int
+	for _, b := range order {
+		if b < 1 || b > 5 {
+			continue
+		}
+		counts[b-1]++
+		n++
+		if counts[b-1] == sizes[b-1] {
+			break
+		}
+	}
+	for i, c := range counts {
+		if n > 0 {
+			shares[i] = 100 * float64(c) / float64(n)
+		}
+	}
+	return shares, n
+}
+
+// weightShares turns a queue's weights into percentages.
+func weightShares(w [5]int) [5]float64 {
+	var out [5]float64
+	sum := 0
+	for _, v := range w {
+		sum += v
+	}
+	for i, v := range w {
+		if sum > 0 {
+			out[i] = 100 * float64(v) / float64(sum)
+		}
+	}
+	return out
+}
+
+// formatShares prints percentages as "35/25/20/12/8".
+func formatShares(s [5]float64) string {
+	parts := make([]string, len(s))
+	for i, v := range s {
+		parts[i] = fmt.Sprintf("%.0f", v)
+	}
+	return strings.Join(parts, "/")
+}
+
+// PrintTaskTable prints task results as a Markdown table, in the style of PrintTable.
+func PrintTaskTable(w io.Writer, title string, rs []TaskResult) {
+	fmt.Fprintf(w, "\n%s\n\n", title)
+	fmt.Fprintln(w, "| scenario | n | limit | max seen | slots taken max/mean | elapsed | completed/s | insert→push p50 | p99 | band shares % (pushes counted) |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+	for _, r := range rs {
+		shares := "n/a"
+		if r.SharesOf > 0 {
+			shares = fmt.Sprintf("%s (%d)", formatShares(r.Shares), r.SharesOf)
+		}
+		slots := "n/a"
+		if r.SlotsMax > 0 {
+			slots = fmt.Sprintf("%d / %.1f", r.SlotsMax, r.SlotsAvg)
+		}
+		fmt.Fprintf(w, "| %s | %d | %d | %d | %s | %.1fs | %.1f | %s | %s | %s |\n", r.Scenario, r.N, r.Limit, r.MaxSeen, slots,
+			r.Elapsed.Seconds(), r.PerSec, r.P50.Round(time.Millisecond), r.P99.Round(time.Millisecond), shares)
+	}
+	fmt.Fprintln(w)
+	for _, r := range rs {
+		fmt.Fprintf(w, "%s: backlog of %d built in %.1fs (%.0f/s) before dispatch began; the HTTP worker held each task %s",
+			r.Scenario, r.N, r.Backlog.Seconds(), float64(r.N)/max(r.Backlog.Seconds(), 1e-9), r.Held.Round(time.Millisecond))
+		if r.SlotsMax > 0 && r.PerSec > 0 {
+			// Little's law: the mean slots taken over the completion rate is how long a task
+			// holds its slot, from its claim to its recorded result.
+			fmt.Fprintf(w, ", each slot was held %s per task", time.Duration(r.SlotsAvg/r.PerSec*float64(time.Second)).Round(time.Millisecond))
+		}
+		if r.Duplicate > 0 {
+			fmt.Fprintf(w, "; %d pushes repeated a task already pushed", r.Duplicate)
+		}
+		fmt.Fprintln(w)
+	}
+	if len(rs) > 1 && rs[0].PerSec > 0 {
+		for _, r := range rs[1:] {
+			if r.PerSec > 0 {
+				fmt.Fprintf(w, "%s: %.0f%% of the bare-Temporal rate, one completion every %.1f ms against %.1f ms\n", r.Scenario,
+					100*r.PerSec/rs[0].PerSec, 1000/r.PerSec, 1000/rs[0].PerSec)
+			}
+		}
+	}
+}
+
+// forEach runs fn for 0..n-1 on at most par goroutines and returns the first error; after an
+// error no new calls start.
+func forEach(ctx context.Context, n, par int, fn func(i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+		next  = make(chan int)
+	)
+	for range min(par, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := fn(i); err != nil {
+					once.Do(func() { first = err; cancel() })
+				}
+			}
+		}()
+	}
+feed:
+	for i := 0; i < n; i++ {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if first == nil {
+		first = ctx.Err()
+	}
+	return first
+}
