@@ -175,7 +175,9 @@ func (c *Claimer) recover(ctx context.Context) {
 	}
 }
 
-func (c *Claimer) start(ctx context.Context, claimed []store.ClaimedTask) { c.startAll(ctx, claimed, false) }
+func (c *Claimer) start(ctx context.Context, claimed []store.ClaimedTask) {
+	c.startAll(ctx, claimed, false)
+}
 
 func (c *Claimer) startAll(ctx context.Context, claimed []store.ClaimedTask, recovering bool) {
 	if len(claimed) == 0 {
