@@ -487,11 +487,13 @@ func TestTaskSweeperSchedule(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, ts.inFlight("default"))
 
-	ts.putQueue("idle", map[string]any{"pending_timeout": "1s"})
+	ts.putQueue("idle", map[string]any{})
 	require.Equal(t, http.StatusCreated, ts.insert("expiring", 1, 3, "idle"))
+	// As if its pending timeout had passed, and as if the slot count had drifted.
+	_, err = ts.store.DB().NewRaw("UPDATE courier_tasks SET expires_at = '2000-01-01 00:00:00+00:00' WHERE task_id = 'expiring'").Exec(ctx)
+	require.NoError(t, err)
 	_, err = ts.store.DB().NewRaw("UPDATE courier_task_queues SET in_flight = 7 WHERE name = 'idle'").Exec(ctx)
 	require.NoError(t, err)
-	time.Sleep(1100 * time.Millisecond)
 
 	h := ts.tc.ScheduleClient().GetHandle(ctx, tasks.SweeperScheduleID)
 	desc, err := h.Describe(ctx)
