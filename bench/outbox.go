@@ -85,27 +85,35 @@ func RunOutbox(ctx context.Context, stack Stack, cfg OutboxConfig) ([]Result, er
 	}
 	results = append(results, base)
 
-	dbs := []struct{ name, url string }{{"sqlite", "sqlite:" + filepath.Join(dir, "bench.db")}}
-	if cfg.PostgresURL != "" {
-		dbs = append(dbs, struct{ name, url string }{"postgres", cfg.PostgresURL})
-	}
-	for i, db := range dbs {
-		if db.name == "postgres" {
-			u, drop, err := scratchSchema(ctx, db.url)
-			if err != nil {
-				return results, err
-			}
-			defer drop()
-			db.url = u
-		}
-		r, err := runOutbox(ctx, tc, stack.NATSURL, db.name, db.url, fmt.Sprintf("BENCH%d", i), cfg, quiet)
+	i := 0
+	err = forEachDatabase(ctx, dir, cfg.PostgresURL, func(name, url string) error {
+		r, err := runOutbox(ctx, tc, stack.NATSURL, name, url, fmt.Sprintf("BENCH%d", i), cfg, quiet)
 		if err != nil {
-			return results, fmt.Errorf("outbox on %s: %w", db.name, err)
+			return fmt.Errorf("outbox on %s: %w", name, err)
 		}
+		i++
 		results = append(results, r)
+		return nil
+	})
+	if err != nil {
+		return results, err
 	}
 	PrintTable(cfg.Out, fmt.Sprintf("outbox: %d rows per scenario, target %.0f commits/s, one row per transaction", cfg.Rows, cfg.Rate), results)
 	return results, nil
+}
+
+// forEachDatabase runs fn on a fresh SQLite file under dir and then, when pgURL is set, on a
+// scratch schema of that PostgreSQL database (dropped afterwards).
+func forEachDatabase(ctx context.Context, dir, pgURL string, fn func(name, url string) error) error {
+	if err := fn("sqlite", "sqlite:"+filepath.Join(dir, "bench.db")); err != nil || pgURL == "" {
+		return err
+	}
+	u, drop, err := scratchSchema(ctx, pgURL)
+	if err != nil {
+		return err
+	}
+	defer drop()
+	return fn("postgres", u)
 }
 
 // runOutbox commits rows at the target rate and times each from its commit to its arrival at

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -118,24 +117,16 @@ func RunTasks(ctx context.Context, stack Stack, cfg TasksConfig) ([]TaskResult, 
 		return nil, fmt.Errorf("baseline: %w", err)
 	}
 	results = append(results, base)
-	dbs := []struct{ name, url string }{{"sqlite", "sqlite:" + filepath.Join(dir, "bench.db")}}
-	if cfg.PostgresURL != "" {
-		dbs = append(dbs, struct{ name, url string }{"postgres", cfg.PostgresURL})
-	}
-	for _, db := range dbs {
-		if db.name == "postgres" {
-			u, drop, err := scratchSchema(ctx, db.url)
-			if err != nil {
-				return results, err
-			}
-			defer drop()
-			db.url = u
-		}
-		r, err := runTasks(ctx, stack.Temporal, db.name, db.url, cfg, quiet)
+	err = forEachDatabase(ctx, dir, cfg.PostgresURL, func(name, url string) error {
+		r, err := runTasks(ctx, stack.Temporal, name, url, cfg, quiet)
 		if err != nil {
-			return results, fmt.Errorf("tasks on %s: %w", db.name, err)
+			return fmt.Errorf("tasks on %s: %w", name, err)
 		}
 		results = append(results, r)
+		return nil
+	})
+	if err != nil {
+		return results, err
 	}
 	PrintTaskTable(cfg.Out, fmt.Sprintf("tasks: %d per scenario over priorities 1-5, limit %d, %s of work per task (at most %.0f/s), weights %s",
 		cfg.Tasks, cfg.Limit, cfg.Work, float64(cfg.Limit)/cfg.Work.Seconds(), formatShares(weightShares(courier.DefaultQueueWeights))), results)

@@ -22,6 +22,7 @@ import (
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/relay"
+	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/tasks"
 	"github.com/courier-oss/courier/worker"
 )
@@ -547,4 +548,24 @@ func TestTasksResubmitWhileOldRunOpen(t *testing.T) {
 	require.Equal(t, http.StatusConflict, report(t, token, p.(activities.TaskPush), "failure", 500, "late"))
 	require.Equal(t, string(courier.TaskSuccess), ts.get("again", 1).Status)
 	require.Equal(t, 0, ts.inFlight("default"))
+}
+
+// TestTasksClaimedButNeverStarted: a claimer that dies between its claim and the workflow start
+// leaves a task in Processing without a push; another claimer starts it after RecoverAfter.
+func TestTasksClaimedButNeverStarted(t *testing.T) {
+	ts := newTaskStack(t, "sqlite") // RecoverAfter 5 s
+	ctx := context.Background()
+	token := ts.worker
+	w := startTaskWorker(t, func(w *taskWorker, p activities.TaskPush) { report(t, token, p, "success", 200, "ok") })
+	ts.putQueue("lost", map[string]any{}) // no push_url yet: the worker's claimer leaves it alone
+	require.Equal(t, http.StatusCreated, ts.insert("orphaned-claim", 1, 3, "lost"))
+	claimed, err := ts.store.ClaimTasks(ctx, "lost", 10, func(ready store.BandCounts, slots int) store.BandCounts { return ready })
+	require.NoError(t, err)
+	require.Len(t, claimed, 1) // ... and this "claimer" dies here, before starting the attempt
+	ts.putQueue("lost", map[string]any{"push_url": w.url})
+
+	got := ts.waitStatus("orphaned-claim", 1, courier.TaskSuccess, time.Minute)
+	require.Equal(t, 1, got.Attempt, "the claimed attempt itself was started, not a new one")
+	require.EqualValues(t, 1, w.pushes.Load())
+	require.Equal(t, 0, ts.inFlight("lost"))
 }

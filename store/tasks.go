@@ -456,13 +456,19 @@ func (s *Store) ClaimTasks(ctx context.Context, queue string, max int, choose fu
 // the start failed. Starting their workflows again is idempotent.
 func (s *Store) UnpushedTasks(ctx context.Context, olderThan time.Duration, limit int) ([]ClaimedTask, error) {
 	var rows []taskRow
-	err := s.db.NewSelect().Model(&rows).Where("status = 'processing' AND pushed_at IS NULL AND claimed_at < " + s.nowPlusSQL(-olderThan)).
+	err := s.db.NewSelect().Model(&rows).Where("status = 'processing' AND pushed_at IS NULL AND claimed_at < "+s.nowPlusSQL(-olderThan)).
 		Order("claimed_at ASC").Limit(int64(limit)).Scan(ctx)
 	if err != nil {
 		return nil, err
 	}
+	return s.claimedTasks(ctx, rows, nil)
+}
+
+// claimedTasks turns rows in Processing into ClaimedTasks with their effective timeouts,
+// keeping those keep accepts (nil keeps all).
+func (s *Store) claimedTasks(ctx context.Context, rows []taskRow, keep func(t courier.Task, eff courier.Queue) bool) ([]ClaimedTask, error) {
 	queues := map[string]courier.Queue{}
-	out := make([]ClaimedTask, 0, len(rows))
+	var out []ClaimedTask
 	for i := range rows {
 		t, err := rows[i].task()
 		if err != nil {
@@ -476,6 +482,9 @@ func (s *Store) UnpushedTasks(ctx context.Context, olderThan time.Duration, limi
 			queues[t.Queue] = q
 		}
 		eff := t.Overrides.Apply(q)
+		if keep != nil && !keep(t, eff) {
+			continue
+		}
 		out = append(out, ClaimedTask{TaskID: t.TaskID, Version: t.Version, Attempt: t.Attempt, Priority: t.Priority,
 			Queue: t.Queue, ProcessingTimeout: eff.ProcessingTimeout, HeartbeatTimeout: eff.HeartbeatTimeout, CreatedAt: t.CreatedAt})
 	}
@@ -496,28 +505,9 @@ func (s *Store) OverdueTasks(ctx context.Context, grace time.Duration, limit int
 	if err := s.db.NewRaw("SELECT "+s.nowSQL()).Scan(ctx, &now); err != nil {
 		return nil, err
 	}
-	queues := map[string]courier.Queue{}
-	var out []ClaimedTask
-	for i := range rows {
-		t, err := rows[i].task()
-		if err != nil {
-			return nil, err
-		}
-		q, ok := queues[t.Queue]
-		if !ok {
-			if q, err = s.GetQueue(ctx, t.Queue); err != nil {
-				return nil, err
-			}
-			queues[t.Queue] = q
-		}
-		eff := t.Overrides.Apply(q)
-		if t.PushedAt.Add(eff.ProcessingTimeout + grace).After(now) {
-			continue
-		}
-		out = append(out, ClaimedTask{TaskID: t.TaskID, Version: t.Version, Attempt: t.Attempt, Priority: t.Priority,
-			Queue: t.Queue, ProcessingTimeout: eff.ProcessingTimeout, HeartbeatTimeout: eff.HeartbeatTimeout, CreatedAt: t.CreatedAt})
-	}
-	return out, nil
+	return s.claimedTasks(ctx, rows, func(t courier.Task, eff courier.Queue) bool {
+		return !t.PushedAt.Add(eff.ProcessingTimeout + grace).After(now)
+	})
 }
 
 // PushTarget is a task attempt with where to push it.
