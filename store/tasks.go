@@ -456,7 +456,7 @@ func (s *Store) ClaimTasks(ctx context.Context, queue string, max int, choose fu
 // the start failed. Starting their workflows again is idempotent.
 func (s *Store) UnpushedTasks(ctx context.Context, olderThan time.Duration, limit int) ([]ClaimedTask, error) {
 	var rows []taskRow
-	err := s.db.NewSelect().Model(&rows).Where("status = 'processing' AND pushed_at IS NULL AND claimed_at < "+s.nowPlusSQL(-olderThan)).
+	err := s.db.NewSelect().Model(&rows).Where("status = 'processing' AND pushed_at IS NULL AND claimed_at < " + s.nowPlusSQL(-olderThan)).
 		Order("claimed_at ASC").Limit(int64(limit)).Scan(ctx)
 	if err != nil {
 		return nil, err
