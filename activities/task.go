@@ -38,7 +38,7 @@ const ErrTypePushFailed = "PushFailed"
 
 // TaskStore is what the task activities need from the database.
 type TaskStore interface {
-	MarkTaskPushed(ctx context.Context, taskID string, version int64, attempt int) (store.PushTarget, bool, error)
+	MarkTaskPushed(ctx context.Context, taskID string, version int64, attempt int, processingTimeout time.Duration) (store.PushTarget, bool, error)
 	FinishTaskAttempt(ctx context.Context, taskID string, version int64, attempt int, o store.AttemptOutcome) (store.FinishResult, error)
 	ListQueues(ctx context.Context) ([]courier.Queue, error)
 	ExpirePendingTasks(ctx context.Context, limit int) (int64, error)
@@ -148,7 +148,7 @@ func (a *Tasks) Push(ctx context.Context, p PushTaskParams) (TaskOutcome, error)
 	)
 	// A database blip should not cost the task an attempt: try a few times within the push.
 	for try, wait := 0, 200*time.Millisecond; ; try, wait = try+1, wait*4 {
-		target, ok, err = a.store.MarkTaskPushed(ctx, p.TaskID, p.Version, p.Attempt)
+		target, ok, err = a.store.MarkTaskPushed(ctx, p.TaskID, p.Version, p.Attempt, p.ProcessingTimeout)
 		if err == nil || try == 3 || ctx.Err() != nil {
 			break
 		}

@@ -484,7 +484,7 @@ func TestTaskSweeperSchedule(t *testing.T) {
 	require.Eventually(t, func() bool { return ts.get("orphan", 1).PushedAt != nil }, time.Minute, 20*time.Millisecond)
 	require.NoError(t, ts.tc.TerminateWorkflow(ctx, courier.TaskWorkflowID("orphan", 1), "", "operator mistake"))
 	// As if the processing timeout and the grace had passed.
-	_, err := ts.store.DB().NewRaw("UPDATE courier_tasks SET pushed_at = '2000-01-01 00:00:00+00:00' WHERE task_id = 'orphan'").Exec(ctx)
+	_, err := ts.store.DB().NewRaw("UPDATE courier_tasks SET deadline_at = '2000-01-01 00:00:00+00:00' WHERE task_id = 'orphan'").Exec(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 1, ts.inFlight("default"))
 

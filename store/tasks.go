@@ -56,6 +56,7 @@ type taskRow struct {
 	ExpiresAt     bun.NullTime `bun:"expires_at"`
 	ClaimedAt     bun.NullTime `bun:"claimed_at"`
 	PushedAt      bun.NullTime `bun:"pushed_at"`
+	DeadlineAt    bun.NullTime `bun:"deadline_at"`
 	FinishedAt    bun.NullTime `bun:"finished_at"`
 	CreatedAt     time.Time    `bun:"created_at"`
 	UpdatedAt     time.Time    `bun:"updated_at"`
@@ -277,7 +278,7 @@ func (s *Store) InsertTask(ctx context.Context, r courier.TaskRequest) (courier.
 				Set("queue = ?, priority = ?, payload = ?, overrides = ?", r.Queue, r.Priority, string(r.Payload), string(overrides)).
 				Set("status = 'pending', attempt_base = attempt, result = NULL, status_code = 0, message = ''").
 				Set("next_attempt_at = "+s.nowSQL()).Set("expires_at = "+pendingExpiry).
-				Set("claimed_at = NULL, pushed_at = NULL, finished_at = NULL").Set("updated_at = "+s.nowSQL()).
+				Set("claimed_at = NULL, pushed_at = NULL, deadline_at = NULL, finished_at = NULL").Set("updated_at = "+s.nowSQL()).
 				Where("task_id = ? AND version = ?", r.TaskID, r.Version).Exec(ctx)
 			outcome = courier.TaskReplaced
 		default:
@@ -427,7 +428,7 @@ func (s *Store) ClaimTasks(ctx context.Context, queue string, max int, choose fu
 				" ORDER BY version DESC, created_at ASC, task_id ASC LIMIT ?")
 			var rows []taskRow
 			err := tx.NewRaw(with+"UPDATE courier_tasks SET status = 'processing', attempt = attempt + 1, claimed_at = "+s.nowSQL()+
-				", pushed_at = NULL, updated_at = "+s.nowSQL()+" WHERE "+in+" AND status = 'pending' RETURNING *",
+				", pushed_at = NULL, deadline_at = NULL, updated_at = "+s.nowSQL()+" WHERE "+in+" AND status = 'pending' RETURNING *",
 				queue, b, take[b-1]).Scan(ctx, &rows)
 			if err != nil && !errors.Is(err, sql.ErrNoRows) {
 				return err
@@ -461,12 +462,11 @@ func (s *Store) UnpushedTasks(ctx context.Context, olderThan time.Duration, limi
 	if err != nil {
 		return nil, err
 	}
-	return s.claimedTasks(ctx, rows, nil)
+	return s.claimedTasks(ctx, rows)
 }
 
-// claimedTasks turns rows in Processing into ClaimedTasks with their effective timeouts,
-// keeping those keep accepts (nil keeps all).
-func (s *Store) claimedTasks(ctx context.Context, rows []taskRow, keep func(t courier.Task, eff courier.Queue) bool) ([]ClaimedTask, error) {
+// claimedTasks turns rows in Processing into ClaimedTasks with their effective timeouts.
+func (s *Store) claimedTasks(ctx context.Context, rows []taskRow) ([]ClaimedTask, error) {
 	queues := map[string]courier.Queue{}
 	var out []ClaimedTask
 	for i := range rows {
@@ -482,32 +482,23 @@ func (s *Store) claimedTasks(ctx context.Context, rows []taskRow, keep func(t co
 			queues[t.Queue] = q
 		}
 		eff := t.Overrides.Apply(q)
-		if keep != nil && !keep(t, eff) {
-			continue
-		}
 		out = append(out, ClaimedTask{TaskID: t.TaskID, Version: t.Version, Attempt: t.Attempt, Priority: t.Priority,
 			Queue: t.Queue, ProcessingTimeout: eff.ProcessingTimeout, HeartbeatTimeout: eff.HeartbeatTimeout, CreatedAt: t.CreatedAt})
 	}
 	return out, nil
 }
 
-// OverdueTasks returns up to limit tasks in Processing whose push is older than their
-// processing timeout plus grace: Temporal should have ended their attempt by then, so the
+// OverdueTasks returns up to limit tasks in Processing whose processing deadline passed more
+// than grace ago, most overdue first: Temporal should have ended their attempt by then, so the
 // sweeper checks that their workflow still runs (an operator may have terminated it).
 func (s *Store) OverdueTasks(ctx context.Context, grace time.Duration, limit int) ([]ClaimedTask, error) {
 	var rows []taskRow
-	err := s.db.NewSelect().Model(&rows).Where("status = 'processing' AND pushed_at IS NOT NULL AND pushed_at < " + s.nowPlusSQL(-grace)).
-		Order("pushed_at ASC").Limit(int64(limit)).Scan(ctx)
+	err := s.db.NewSelect().Model(&rows).Where("status = 'processing' AND deadline_at < "+s.nowPlusSQL(-grace)).
+		Order("deadline_at ASC").Limit(int64(limit)).Scan(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var now time.Time
-	if err := s.db.NewRaw("SELECT "+s.nowSQL()).Scan(ctx, &now); err != nil {
-		return nil, err
-	}
-	return s.claimedTasks(ctx, rows, func(t courier.Task, eff courier.Queue) bool {
-		return !t.PushedAt.Add(eff.ProcessingTimeout + grace).After(now)
-	})
+	return s.claimedTasks(ctx, rows)
 }
 
 // PushTarget is a task attempt with where to push it.
@@ -516,11 +507,13 @@ type PushTarget struct {
 	Queue courier.Queue
 }
 
-// MarkTaskPushed records that an attempt is about to be pushed, if the task is still in
-// Processing on that attempt; ok is false otherwise (the attempt is stale: cancelled, or an
-// earlier run of the workflow already finished it).
-func (s *Store) MarkTaskPushed(ctx context.Context, taskID string, version int64, attempt int) (PushTarget, bool, error) {
+// MarkTaskPushed records that an attempt is about to be pushed, and its deadline (now plus the
+// processing timeout Temporal enforces), if the task is still in Processing on that attempt;
+// ok is false otherwise (the attempt is stale: cancelled, or an earlier run of the workflow
+// already finished it).
+func (s *Store) MarkTaskPushed(ctx context.Context, taskID string, version int64, attempt int, processingTimeout time.Duration) (PushTarget, bool, error) {
 	res, err := s.db.NewUpdate().Model((*taskRow)(nil)).Set("pushed_at = "+s.nowSQL()).
+		Set("deadline_at = "+s.nowPlusSQL(processingTimeout)).
 		Where("task_id = ? AND version = ? AND attempt = ? AND status = 'processing'", taskID, version, attempt).Exec(ctx)
 	if err != nil {
 		return PushTarget{}, false, err

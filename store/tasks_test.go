@@ -439,3 +439,38 @@ func TestTaskReplaceRacingClaim(t *testing.T) {
 		require.Empty(t, repairs, "in_flight always matched the rows in Processing")
 	})
 }
+
+// The sweeper's overdue list is ordered by each attempt's own deadline (the push plus its
+// processing timeout), so a long attempt never hides a short one that is overdue.
+func TestTaskOverdueByDeadline(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		for _, id := range []string{"long", "short"} {
+			_, _, err := s.InsertTask(ctx, taskReq(id, 1, 3, `{}`))
+			require.NoError(t, err)
+		}
+		claimed, err := s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(dispatch.DefaultWeights)))
+		require.NoError(t, err)
+		require.Len(t, claimed, 2)
+		_, ok, err := s.MarkTaskPushed(ctx, "long", 1, 1, time.Hour)
+		require.NoError(t, err)
+		require.True(t, ok)
+		_, ok, err = s.MarkTaskPushed(ctx, "short", 1, 1, time.Second)
+		require.NoError(t, err)
+		require.True(t, ok)
+		_, ok, err = s.MarkTaskPushed(ctx, "short", 1, 2, time.Second)
+		require.NoError(t, err)
+		require.False(t, ok, "another attempt's push is stale")
+
+		over, err := s.OverdueTasks(ctx, 0, 1)
+		require.NoError(t, err)
+		require.Empty(t, over, "nothing is past its deadline yet")
+		_, err = s.DB().NewRaw("UPDATE courier_tasks SET deadline_at = '2000-01-01 00:00:00+00:00' WHERE task_id = 'short'").Exec(ctx)
+		require.NoError(t, err)
+		over, err = s.OverdueTasks(ctx, time.Minute, 1)
+		require.NoError(t, err)
+		require.Len(t, over, 1)
+		require.Equal(t, "short", over[0].TaskID)
+		require.Equal(t, 1, over[0].Attempt)
+	})
+}

@@ -35,6 +35,7 @@ CREATE TABLE IF NOT EXISTS courier_tasks (
     expires_at      TIMESTAMPTZ,
     claimed_at      TIMESTAMPTZ,
     pushed_at       TIMESTAMPTZ,
+    deadline_at     TIMESTAMPTZ,
     finished_at     TIMESTAMPTZ,
     created_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
     updated_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
@@ -43,3 +44,5 @@ CREATE TABLE IF NOT EXISTS courier_tasks (
 CREATE INDEX IF NOT EXISTS courier_tasks_ready_idx
     ON courier_tasks (queue, priority, version DESC, created_at) WHERE status = 'pending';
 CREATE INDEX IF NOT EXISTS courier_tasks_status_idx ON courier_tasks (queue, status, updated_at);
+-- Attempts past their processing deadline, for the sweeper's check of their workflows.
+CREATE INDEX IF NOT EXISTS courier_tasks_deadline_idx ON courier_tasks (deadline_at) WHERE status = 'processing';

@@ -36,6 +36,7 @@ CREATE TABLE IF NOT EXISTS courier_tasks (
     expires_at      TEXT,
     claimed_at      TEXT,
     pushed_at       TEXT,
+    deadline_at     TEXT,
     finished_at     TEXT,
     created_at      TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f+00:00', 'now')),
     updated_at      TEXT    NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f+00:00', 'now')),
@@ -44,3 +45,5 @@ CREATE TABLE IF NOT EXISTS courier_tasks (
 CREATE INDEX IF NOT EXISTS courier_tasks_ready_idx
     ON courier_tasks (queue, priority, version DESC, created_at) WHERE status = 'pending';
 CREATE INDEX IF NOT EXISTS courier_tasks_status_idx ON courier_tasks (queue, status, updated_at);
+-- Attempts past their processing deadline, for the sweeper's check of their workflows.
+CREATE INDEX IF NOT EXISTS courier_tasks_deadline_idx ON courier_tasks (deadline_at) WHERE status = 'processing';
