@@ -493,7 +493,7 @@ func (s *Store) claimedTasks(ctx context.Context, rows []taskRow) ([]ClaimedTask
 // sweeper checks that their workflow still runs (an operator may have terminated it).
 func (s *Store) OverdueTasks(ctx context.Context, grace time.Duration, limit int) ([]ClaimedTask, error) {
 	var rows []taskRow
-	err := s.db.NewSelect().Model(&rows).Where("status = 'processing' AND deadline_at < "+s.nowPlusSQL(-grace)).
+	err := s.db.NewSelect().Model(&rows).Where("status = 'processing' AND deadline_at < " + s.nowPlusSQL(-grace)).
 		Order("deadline_at ASC").Limit(int64(limit)).Scan(ctx)
 	if err != nil {
 		return nil, err
