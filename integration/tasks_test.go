@@ -308,7 +308,7 @@ func TestTasksConcurrentIdenticalInserts(t *testing.T) {
 			ts := newTaskStack(t, d)
 			token := ts.worker
 			w := startTaskWorker(t, func(w *taskWorker, p activities.TaskPush) {
-				time.Sleep(300 * time.Millisecond)
+				time.Sleep(300 * time.Millisecond) // parsing: long enough for all 100 inserts to land meanwhile
 				report(t, token, p, "success", 200, "ok")
 			})
 			ts.putQueue("default", map[string]any{"push_url": w.url})
@@ -401,7 +401,7 @@ func TestTasksHeartbeatFailureCancel(t *testing.T) {
 		switch {
 		case p.TaskID == "long":
 			for i := 0; i < 10; i++ { // 3 s of work, heartbeat timeout 1 s
-				time.Sleep(300 * time.Millisecond)
+				time.Sleep(300 * time.Millisecond) // work between heartbeats
 				if code := heartbeat(t, token, p); code != http.StatusOK {
 					t.Errorf("heartbeat %d: %d", i, code)
 				}
