@@ -290,13 +290,22 @@ const (
 	TaskExisting TaskInsertOutcome = "existing" // processing or success: returned unchanged (200)
 )
 
+// How an attempt ended: the worker's report, or courier's classification of a timeout or a
+// cancel. The store records these strings and the workflow and metrics use them.
+const (
+	AttemptSuccess   = "success"
+	AttemptFailure   = "failure"
+	AttemptTimeout   = "timeout"
+	AttemptCancelled = "cancelled"
+)
+
 // TaskResultStatus is what a worker reports.
 type TaskResultStatus string
 
 // Worker-reported outcomes.
 const (
-	ResultSuccess TaskResultStatus = "success"
-	ResultFailure TaskResultStatus = "failure"
+	ResultSuccess TaskResultStatus = AttemptSuccess
+	ResultFailure TaskResultStatus = AttemptFailure
 )
 
 // TaskResult is a worker's report for one attempt.

@@ -540,12 +540,12 @@ type AttemptOutcome struct {
 	Result     json.RawMessage
 }
 
-// Attempt outcome kinds.
+// Attempt outcome kinds (one definition: courier.Attempt*).
 const (
-	OutcomeSuccess   = "success"
-	OutcomeFailure   = "failure"
-	OutcomeTimeout   = "timeout"
-	OutcomeCancelled = "cancelled"
+	OutcomeSuccess   = courier.AttemptSuccess
+	OutcomeFailure   = courier.AttemptFailure
+	OutcomeTimeout   = courier.AttemptTimeout
+	OutcomeCancelled = courier.AttemptCancelled
 )
 
 // FinishResult is what finishing an attempt did.

@@ -19,12 +19,12 @@ const (
 	TaskSweeperName = "task-sweeper"
 )
 
-// Attempt outcome kinds (the same strings the store records).
+// Attempt outcome kinds (one definition: courier.Attempt*).
 const (
-	OutcomeSuccess   = "success"
-	OutcomeFailure   = "failure"
-	OutcomeTimeout   = "timeout"
-	OutcomeCancelled = "cancelled"
+	OutcomeSuccess   = courier.AttemptSuccess
+	OutcomeFailure   = courier.AttemptFailure
+	OutcomeTimeout   = courier.AttemptTimeout
+	OutcomeCancelled = courier.AttemptCancelled
 )
 
 // TaskParams is one attempt of a task version, as its claimer started it. The payload stays in
