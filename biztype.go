@@ -2,8 +2,6 @@ package courier
 
 import (
 	"fmt"
-	"net/url"
-	"regexp"
 	"strings"
 	"time"
 )
@@ -33,12 +31,6 @@ type BizType struct {
 	UpdatedAt      time.Time
 }
 
-var bizTypeName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
-
-// ValidBizTypeName reports whether name can name a business type (it is part of task queue
-// names and workflow ids).
-func ValidBizTypeName(name string) bool { return bizTypeName.MatchString(name) }
-
 // WithDefaults fills unset fields with their documented defaults.
 func (b BizType) WithDefaults() BizType {
 	if b.RequestTimeout == 0 {
@@ -64,9 +56,10 @@ func (b BizType) Validate() error {
 	bad := func(field, format string, args ...any) error {
 		return &Error{Code: CodeValidation, Message: fmt.Sprintf(format, args...), Details: map[string]any{"field": field}}
 	}
+	if err := CheckName("name", b.Name); err != nil {
+		return err
+	}
 	switch {
-	case !ValidBizTypeName(b.Name):
-		return bad("name", "name must be 1-64 of a-z, 0-9, '_', '.', '-', starting with a letter or digit")
 	case b.Delivery != DeliveryHTTP && b.Delivery != DeliveryMQ:
 		return bad("delivery", "delivery must be %q or %q", DeliveryHTTP, DeliveryMQ)
 	case b.RequestTimeout < 100*time.Millisecond || b.RequestTimeout > time.Minute:
@@ -83,9 +76,8 @@ func (b BizType) Validate() error {
 		return bad("rate_limit_per_second", "rate limit must be from 0 (unlimited) to 10000 per second")
 	}
 	if b.Delivery == DeliveryHTTP {
-		u, err := url.Parse(b.CallbackURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return bad("callback_url", "callback_url must be an absolute http or https URL")
+		if err := CheckCallbackURL("callback_url", b.CallbackURL); err != nil {
+			return err
 		}
 		if len(b.Secrets) == 0 || len(b.Secrets) > 2 {
 			return bad("secrets", "an http business type needs one or two signing secrets")
@@ -96,8 +88,8 @@ func (b BizType) Validate() error {
 			}
 		}
 	}
-	if b.Delivery == DeliveryMQ && (b.Topic == "" || strings.ContainsAny(b.Topic, " *>")) {
-		return bad("topic", "an mq business type needs a topic without spaces or wildcards")
+	if b.Delivery == DeliveryMQ {
+		return CheckTopic("topic", b.Topic)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package courier
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Code is a stable, machine-readable error code. Clients branch on it; the gateway maps it to an
@@ -29,6 +30,9 @@ type Error struct {
 	Code    Code
 	Message string
 	Details map[string]any
+	// RetryAfter, when set, is when the same request may succeed (the gateway sends it as
+	// Retry-After).
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }

@@ -36,6 +36,7 @@ type OutboxRecord struct {
 	Topic         string
 	Key           string
 	Payload       []byte
+	PayloadBytes  int // the payload's size, also when a list left the payload out
 	Headers       map[string]string
 	Status        OutboxStatus
 	Attempts      int
@@ -43,6 +44,9 @@ type OutboxRecord struct {
 	CreatedAt     time.Time
 	SentAt        *time.Time
 	LastError     string
+	// Malformed says why a row breaks the table contract in a way the database could not stop
+	// (headers that are not a JSON object of strings); such a row is never published.
+	Malformed string
 }
 
 // DefaultSource names courier's own database among the outbox sources.

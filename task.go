@@ -3,11 +3,8 @@ package courier
 import (
 	"encoding/json"
 	"fmt"
-	"net/url"
-	"regexp"
 	"strings"
 	"time"
-	"unicode/utf8"
 )
 
 // TaskStatus is where a task version is in its life.
@@ -30,15 +27,16 @@ var TaskStatuses = []TaskStatus{TaskPending, TaskProcessing, TaskSuccess, TaskFa
 
 // Limits on task requests.
 const (
-	MaxTaskIDBytes   = 128
+	MaxTaskIDBytes   = MaxIDBytes
 	MaxPriority      = 5
 	DefaultPriority  = 3
 	DefaultQueueName = "default"
 )
 
-// TaskWorkflowID is the deterministic workflow id of a task version's attempts.
+// TaskWorkflowID is the deterministic workflow id of a task version's attempts:
+// task/<task_id>/<version>, the id escaped (EscapeID).
 func TaskWorkflowID(taskID string, version int64) string {
-	return fmt.Sprintf("task/%s/%d", taskID, version)
+	return fmt.Sprintf("task/%s/%d", EscapeID(taskID), version)
 }
 
 // TaskAttemptActivityID is the id of the activity that waits for one attempt's result; the
@@ -91,11 +89,6 @@ type Queue struct {
 // DefaultQueueWeights give bands 1–3 about 80 % of the slots while every band has a backlog.
 var DefaultQueueWeights = [5]int{35, 25, 20, 12, 8}
 
-var queueName = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
-
-// ValidQueueName reports whether name can name a queue.
-func ValidQueueName(name string) bool { return queueName.MatchString(name) }
-
 // WithDefaults fills unset fields with their documented defaults.
 func (q Queue) WithDefaults() Queue {
 	if q.ConcurrencyLimit == 0 {
@@ -140,9 +133,10 @@ func badField(field, format string, args ...any) error {
 
 // Validate returns a validation_failed error naming the first bad field.
 func (q Queue) Validate() error {
+	if err := CheckName("name", q.Name); err != nil {
+		return err
+	}
 	switch {
-	case !ValidQueueName(q.Name):
-		return badField("name", "queue name must be 1-64 of a-z, 0-9, '_', '.', '-', starting with a letter or digit")
 	case q.ConcurrencyLimit < 1 || q.ConcurrencyLimit > 10000:
 		return badField("concurrency_limit", "concurrency_limit must be from 1 to 10000")
 	case q.PendingTimeout < time.Second || q.PendingTimeout > 365*24*time.Hour:
@@ -164,15 +158,12 @@ func (q Queue) Validate() error {
 	case q.PurgeAge < time.Minute:
 		return badField("purge_age", "purge_age must be at least 1m")
 	}
-	for i, w := range q.Weights {
-		if w < 1 || w > 1000 {
-			return badField("weights", "every priority weight must be from 1 to 1000 (weight of priority %d is %d): a zero weight would starve its band", i+1, w)
-		}
+	if err := CheckWeights(q.Weights[:]); err != nil {
+		return err
 	}
 	if q.PushURL != "" {
-		u, err := url.Parse(q.PushURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return badField("push_url", "push_url must be an absolute http or https URL")
+		if err := CheckCallbackURL("push_url", q.PushURL); err != nil {
+			return err
 		}
 	}
 	if len(q.Secrets) > 2 {
@@ -181,6 +172,21 @@ func (q Queue) Validate() error {
 	for _, s := range q.Secrets {
 		if !strings.HasPrefix(s, "whsec_") {
 			return badField("secrets", "signing secrets start with whsec_")
+		}
+	}
+	return nil
+}
+
+// CheckWeights checks a queue's priority weights as given: five of them, each from 1 to 1000.
+// A zero weight would starve its band, so all-zero weights are refused rather than read as
+// "use the defaults" (leave the field out for those).
+func CheckWeights(w []int) error {
+	if len(w) != 5 {
+		return badField("weights", "weights must list five weights, for priorities 1 to 5")
+	}
+	for i, v := range w {
+		if v < 1 || v > 1000 {
+			return badField("weights", "every priority weight must be from 1 to 1000 (weight of priority %d is %d): a zero weight would starve its band", i+1, v)
 		}
 	}
 	return nil
@@ -232,15 +238,17 @@ func (r *TaskRequest) Normalize() error {
 	if len(r.Payload) == 0 {
 		r.Payload = json.RawMessage("null")
 	}
+	if err := CheckID("task_id", r.TaskID); err != nil {
+		return err
+	}
+	if err := CheckName("queue", r.Queue); err != nil {
+		return err
+	}
 	switch {
-	case r.TaskID == "" || len(r.TaskID) > MaxTaskIDBytes || !utf8.ValidString(r.TaskID) || strings.ContainsAny(r.TaskID, "/\x00\n\r\t"):
-		return badField("task_id", "task_id must be 1-%d bytes of UTF-8 without '/' or control characters", MaxTaskIDBytes)
 	case r.Version < 1:
 		return badField("task_version", "task_version must be an integer of at least 1")
 	case r.Priority < 1 || r.Priority > MaxPriority:
 		return badField("priority", "priority must be from 1 (high) to 5 (low)")
-	case !ValidQueueName(r.Queue):
-		return badField("queue", "queue must be a valid queue name")
 	case !json.Valid(r.Payload):
 		return badField("payload", "payload must be JSON")
 	case r.Overrides.PendingTimeout < 0 || r.Overrides.ProcessingTimeout < 0 || r.Overrides.HeartbeatTimeout < 0:

@@ -26,6 +26,10 @@ const (
 	ErrTypeUnknownTopic   = "UnknownTopic"
 	ErrTypeOutboxNotFound = "OutboxNotFound"
 	ErrTypeUnknownSource  = "UnknownSource"
+	// ErrTypeRefusedMessage marks a row that breaks courier's message rule (a broker control
+	// subject such as $JS.API.…, a reply subject, a reserved header, unreadable headers): it
+	// is dead at once and never reaches the broker.
+	ErrTypeRefusedMessage = "RefusedMessage"
 )
 
 // OutboxStore is what the outbox activities need from a database holding an outbox table.
@@ -98,6 +102,9 @@ func (a *Outbox) Deliver(ctx context.Context, p DeliverParams) (DeliverResult, e
 	if rec.Status == courier.OutboxSent {
 		return DeliverResult{AlreadySent: true}, nil
 	}
+	if err := refuse(rec); err != nil {
+		return DeliverResult{}, err
+	}
 	source := p.Source
 	if source == "" {
 		source = courier.DefaultSource
@@ -119,6 +126,9 @@ func (a *Outbox) Deliver(ctx context.Context, p DeliverParams) (DeliverResult, e
 		if errors.Is(perr, mq.ErrUnknownTopic) {
 			return DeliverResult{}, temporal.NewNonRetryableApplicationError(perr.Error(), ErrTypeUnknownTopic, perr)
 		}
+		if errors.Is(perr, mq.ErrRefused) {
+			return DeliverResult{}, temporal.NewNonRetryableApplicationError(perr.Error(), ErrTypeRefusedMessage, perr)
+		}
 		return DeliverResult{}, perr
 	}
 	sent, err := st.MarkOutboxSent(ctx, rec.ID)
@@ -132,6 +142,26 @@ func (a *Outbox) Deliver(ctx context.Context, p DeliverParams) (DeliverResult, e
 		a.metrics.Latency.Observe(a.now().Sub(rec.CreatedAt).Seconds())
 	}
 	return DeliverResult{AlreadySent: !sent}, nil
+}
+
+// refuse returns a non-retryable error for a row that must never reach the broker: rows written
+// straight into an outbox table skip the API's checks, so the relay applies the same rule.
+func refuse(rec courier.OutboxRecord) error {
+	msg := rec.Malformed
+	if msg == "" {
+		if err := courier.CheckMessage(rec.Topic, rec.Key, rec.Headers); err != nil {
+			var ce *courier.Error
+			if errors.As(err, &ce) {
+				msg = ce.Message
+			} else {
+				msg = err.Error()
+			}
+		}
+	}
+	if msg == "" {
+		return nil
+	}
+	return temporal.NewNonRetryableApplicationError("refused, never published: "+msg, ErrTypeRefusedMessage, nil)
 }
 
 // MarkDead marks a record dead with its last error once its retry budget is spent.

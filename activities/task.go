@@ -189,7 +189,7 @@ func (a *Tasks) Push(ctx context.Context, p PushTaskParams) (TaskOutcome, error)
 	}
 	client := a.clients.Client(callback.Options{AllowPrivate: q.AllowPrivate, AllowLoopback: a.allowLoopback, Timeout: 30 * time.Second})
 	err = client.Send(ctx, callback.Request{URL: q.PushURL, Body: body, Signer: signer,
-		DeliveryID: fmt.Sprintf("task/%s/%d/%d", t.TaskID, t.Version, p.Attempt)})
+		DeliveryID: fmt.Sprintf("%s/%d", courier.TaskWorkflowID(t.TaskID, t.Version), p.Attempt)})
 	if err != nil {
 		return TaskOutcome{}, temporal.NewNonRetryableApplicationError("push: "+err.Error(), ErrTypePushFailed, err)
 	}

@@ -139,9 +139,9 @@ func (a *Timers) Deliver(ctx context.Context, p DeliverTimerParams) (n int, err 
 	}
 	switch b.Delivery {
 	case courier.DeliveryMQ:
-		err := a.pub.Publish(ctx, mq.Message{ID: "timer/" + p.BizType + "/" + p.BizID + "/" + p.DeliveryID,
+		err := a.pub.Publish(ctx, mq.Message{ID: courier.TimerWorkflowID(p.BizType, p.BizID) + "/" + p.DeliveryID,
 			Topic: b.Topic, Key: p.BizID, Payload: body})
-		if errors.Is(err, mq.ErrUnknownTopic) {
+		if errors.Is(err, mq.ErrUnknownTopic) || errors.Is(err, mq.ErrRefused) {
 			return 0, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypePermanentDelivery, err)
 		}
 		return int(attempt), err

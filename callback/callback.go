@@ -13,10 +13,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"code.dny.dev/ssrf"
 
+	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/webhook"
 )
 
@@ -25,8 +27,8 @@ var ErrBlocked = errors.New("callback: target not allowed")
 
 // Options decide which targets a Client may reach.
 type Options struct {
-	AllowPrivate  bool          // RFC 1918, CGNAT and IPv6 ULA ranges (never metadata or link-local)
-	AllowLoopback bool          // 127.0.0.0/8 and ::1 (courier dev allows it)
+	AllowPrivate  bool          // RFC 1918, CGNAT and IPv6 ULA ranges, except the metadata addresses in them; default false
+	AllowLoopback bool          // 127.0.0.0/8 and ::1 (courier dev allows it); default false
 	Timeout       time.Duration // whole request; default 10 s
 	// LookupHost resolves names; nil uses the system resolver. Tests use it to make a name
 	// resolve to a forbidden address.
@@ -51,8 +53,68 @@ var (
 	loopbackV6 = []netip.Prefix{netip.MustParsePrefix("::1/128")}
 )
 
-// NewClient builds a Client.
-func NewClient(opts Options) *Client {
+// neverAllowed is refused whatever Options say. The ssrf guard checks its allowed prefixes
+// before its deny list, so allowing private ranges would re-open the metadata services that live
+// inside them; and 168.63.129.16 is a public address no range rule refuses.
+var neverAllowed = []netip.Prefix{
+	// Link-local, where most metadata services answer and nothing a callback should reach
+	// lives: 169.254.169.254 (EC2, GCE, Azure IMDS, OCI, OpenStack, DigitalOcean, Akamai),
+	// 169.254.170.2 (ECS task credentials), 169.254.170.23 (EKS Pod Identity Agent),
+	// 169.254.42.42 (Scaleway), fe80::a9fe:a9fe (OpenStack over IPv6).
+	netip.MustParsePrefix("169.254.0.0/16"),
+	netip.MustParsePrefix("fe80::/10"),
+
+	// Alibaba Cloud ECS metadata, inside CGNAT 100.64.0.0/10 (Alibaba Cloud "Overview of ECS
+	// instance metadata"; cloud-init's AliYun datasource).
+	netip.MustParsePrefix("100.100.100.200/32"),
+	// Azure WireServer and host agent, a public address (Microsoft Learn "What is IP address
+	// 168.63.129.16?").
+	netip.MustParsePrefix("168.63.129.16/32"),
+	// Oracle Cloud Infrastructure Classic metadata, inside 192.0.0.0/24.
+	netip.MustParsePrefix("192.0.0.192/32"),
+	// EC2 IMDS over IPv6, inside ULA fc00::/7 (EC2 user guide "Retrieve instance metadata";
+	// the AWS SDK for Go v2 feature/ec2/imds).
+	netip.MustParsePrefix("fd00:ec2::254/128"),
+	// EKS Pod Identity Agent over IPv6 (EKS user guide "Set up the Amazon EKS Pod Identity
+	// Agent"; the AWS SDK for Go v2 container credentials provider).
+	netip.MustParsePrefix("fd00:ec2::23/128"),
+	// OCI IMDS over IPv6 (the endpoint Oracle's OCI SDKs and OKE node scripts fall back to).
+	netip.MustParsePrefix("fd00:c1::a9fe:a9fe/128"),
+	// Scaleway metadata over IPv6 (Scaleway Instance API "User data"; cloud-init's Scaleway
+	// datasource).
+	netip.MustParsePrefix("fd00:42::42/128"),
+	// Akamai/Linode metadata over IPv6 (Akamai TechDocs "Use the Metadata service API").
+	netip.MustParsePrefix("fd00:a9fe:a9fe::1/128"),
+	// GCE metadata on IPv6-only instances, as several public SSRF deny lists have it; not
+	// found in Google's own documentation, but refusing one ULA address costs nothing.
+	netip.MustParsePrefix("fd20:ce::254/128"),
+}
+
+// refuseNeverAllowed is the first check on every dial, on the resolved address.
+// IPv4-mapped IPv6 and zones are stripped first: Prefix.Contains matches neither.
+func refuseNeverAllowed(address string) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return nil // the ssrf guard refuses what it cannot parse
+	}
+	ip := ap.Addr().Unmap().WithZone("")
+	for _, p := range neverAllowed {
+		if p.Contains(ip) {
+			return fmt.Errorf("%w: %s is link-local or a cloud metadata address (denied by %s whatever the options allow)",
+				ssrf.ErrProhibitedIP, ap.Addr(), p)
+		}
+	}
+	return nil
+}
+
+// NewClient builds a Client that reaches only what opts allow, and never a link-local or cloud
+// metadata address.
+func NewClient(opts Options) *Client { return newClient(opts, nil) }
+
+// newClient builds a Client. afterCheck, if set, runs on every dial the address policy let
+// through, just before the connection is attempted: tests use it to see what would be dialled
+// without sending packets to addresses that are not theirs.
+func newClient(opts Options, afterCheck func(network, address string) error) *Client {
 	if opts.Timeout <= 0 {
 		opts.Timeout = 10 * time.Second
 	}
@@ -64,7 +126,19 @@ func NewClient(opts Options) *Client {
 		v4, v6 = append(v4, loopbackV4...), append(v6, loopbackV6...)
 	}
 	guard := ssrf.New(ssrf.WithAnyPort(), ssrf.WithAllowedV4Prefixes(v4...), ssrf.WithAllowedV6Prefixes(v6...))
-	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second, Control: guard.Safe}
+	control := func(network, address string, c syscall.RawConn) error {
+		if err := refuseNeverAllowed(address); err != nil {
+			return err
+		}
+		if err := guard.Safe(network, address, c); err != nil {
+			return err
+		}
+		if afterCheck != nil {
+			return afterCheck(network, address)
+		}
+		return nil
+	}
+	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second, Control: control}
 	dial := dialer.DialContext
 	if opts.LookupHost != nil {
 		dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -107,56 +181,14 @@ func NewClient(opts Options) *Client {
 	}}
 }
 
-// CheckURL validates a callback URL before it is stored: http or https, a host, no user info,
-// and no numeric host that is not a canonical IP address (decimal, octal or hex spellings that
-// some resolvers turn into internal addresses).
+// CheckURL validates a callback URL before it is used, by courier's URL rule
+// (courier.CheckCallbackURL: http or https, a host, no user info, no odd numeric spellings of
+// an address). Which addresses may be reached is checked again when dialling.
 func CheckURL(raw string) (*url.URL, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
+	if err := courier.CheckCallbackURL("url", raw); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBlocked, err)
 	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("%w: scheme must be http or https", ErrBlocked)
-	}
-	if u.User != nil {
-		return nil, fmt.Errorf("%w: user info in URLs is not allowed", ErrBlocked)
-	}
-	host := u.Hostname()
-	if host == "" {
-		return nil, fmt.Errorf("%w: URL has no host", ErrBlocked)
-	}
-	if _, err := netip.ParseAddr(host); err != nil && looksNumeric(host) {
-		return nil, fmt.Errorf("%w: %q is not a canonical IP address", ErrBlocked, host)
-	}
-	return u, nil
-}
-
-// looksNumeric reports hosts made only of digits, dots and hex markers ("2130706433",
-// "0177.0.0.1", "0x7f.1") — no real DNS name looks like that.
-func looksNumeric(host string) bool {
-	h := strings.ToLower(strings.TrimSuffix(host, "."))
-	if h == "" {
-		return false
-	}
-	for _, label := range strings.Split(h, ".") {
-		if label == "" {
-			return false
-		}
-		l := strings.TrimPrefix(label, "0x")
-		for _, c := range l {
-			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-				return false
-			}
-		}
-		if !strings.HasPrefix(label, "0x") {
-			for _, c := range label {
-				if c < '0' || c > '9' {
-					return false
-				}
-			}
-		}
-	}
-	return true
+	return url.Parse(raw)
 }
 
 // Request is one callback.

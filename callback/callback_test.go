@@ -7,10 +7,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"code.dny.dev/ssrf"
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-oss/courier/webhook"
@@ -118,17 +122,136 @@ func TestRedirectsAreNotFollowed(t *testing.T) {
 	require.Zero(t, hits.Load())
 }
 
+// errWouldDial stands in for a connection the address policy let through, so tests learn what
+// would be dialled without sending a packet to an address that is not theirs.
+var errWouldDial = errors.New("test: the address policy let this dial through")
+
+// dryClient is a client whose dials stop right after the address policy, recording each
+// address it let through.
+func dryClient(opts Options) (*Client, func() []string) {
+	var mu sync.Mutex
+	var passed []string
+	c := newClient(opts, func(_, address string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		passed = append(passed, address)
+		return errWouldDial
+	})
+	return c, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(passed)
+	}
+}
+
 func TestPrivateTargetsNeedOptIn(t *testing.T) {
-	c := NewClient(Options{AllowPrivate: true, Timeout: 300 * time.Millisecond})
-	// 10.0.0.1 is allowed now: the error must not be a policy refusal (nothing listens there).
-	err := c.Send(context.Background(), Request{URL: "http://10.255.255.1:9/", DeliveryID: "d", Body: []byte(`{}`)})
-	require.Error(t, err)
+	send := func(c *Client, target string) error {
+		return c.Send(context.Background(), Request{URL: target, DeliveryID: "d", Body: []byte(`{}`)})
+	}
+	closed, _ := dryClient(Options{})
+	require.ErrorIs(t, send(closed, "http://10.255.255.1:9/"), ErrBlocked)
+
+	c, passed := dryClient(Options{AllowPrivate: true})
+	err := send(c, "http://10.255.255.1:9/")
+	require.ErrorIs(t, err, errWouldDial, "allowed now: the policy lets the dial through")
 	require.NotErrorIs(t, err, ErrBlocked)
+	require.Equal(t, []string{"10.255.255.1:9"}, passed())
 	// Metadata and loopback stay refused.
 	for _, target := range []string{"http://169.254.169.254/", "http://127.0.0.1:9/"} {
-		err := c.Send(context.Background(), Request{URL: target, DeliveryID: "d", Body: []byte(`{}`)})
-		require.ErrorIs(t, err, ErrBlocked, target)
+		require.ErrorIs(t, send(c, target), ErrBlocked, target)
 	}
+	require.Len(t, passed(), 1)
+}
+
+// Link-local and cloud metadata addresses are refused whatever the options allow: as literals,
+// in their IPv4-mapped IPv6 form, and behind names that resolve to them (the check runs on the
+// resolved address at dial time). They are never reached: the dial stops at the policy. An
+// ordinary private address is let through when private targets are allowed.
+func TestMetadataAndLinkLocalAreNeverAllowed(t *testing.T) {
+	never := []string{
+		"169.254.169.254",        // EC2, GCE, Azure, OCI, OpenStack, DigitalOcean, Akamai
+		"169.254.170.2",          // ECS task credentials
+		"169.254.170.23",         // EKS Pod Identity Agent
+		"169.254.42.42",          // Scaleway
+		"169.254.0.1",            // the rest of link-local
+		"169.254.255.254",        //
+		"100.100.100.200",        // Alibaba Cloud, inside CGNAT
+		"168.63.129.16",          // Azure WireServer, a public address
+		"192.0.0.192",            // Oracle Cloud Classic
+		"fd00:ec2::254",          // EC2 IMDS over IPv6, inside ULA
+		"fd00:ec2::23",           // EKS Pod Identity Agent over IPv6
+		"fd00:c1::a9fe:a9fe",     // OCI over IPv6
+		"fd00:42::42",            // Scaleway over IPv6
+		"fd00:a9fe:a9fe::1",      // Akamai/Linode over IPv6
+		"fd20:ce::254",           // GCE over IPv6
+		"fe80::1",                // IPv6 link-local
+		"fe80::a9fe:a9fe",        // OpenStack over IPv6
+		"febf:ffff::1",           // the end of fe80::/10
+		"::ffff:169.254.169.254", // IPv4-mapped forms
+		"::ffff:169.254.170.2",
+		"::ffff:100.100.100.200",
+		"::ffff:168.63.129.16",
+		"::ffff:192.0.0.192",
+		"64:ff9b::a9fe:a9fe", // NAT64 of 169.254.169.254
+		"2002:a9fe:a9fe::1",  // 6to4 of 169.254.169.254
+	}
+	names := map[string][]string{}
+	var targets []string
+	for i, ip := range never {
+		host := ip
+		if strings.Contains(ip, ":") {
+			host = "[" + ip + "]"
+		}
+		name := fmt.Sprintf("meta%d.example", i)
+		names[name] = []string{ip}
+		targets = append(targets, "http://"+host+"/", "http://"+host+":8080/", "http://"+name+"/")
+	}
+	names["private.example"] = []string{"10.20.30.40"}
+	lookup := func(_ context.Context, host string) ([]string, error) {
+		if ips, ok := names[host]; ok {
+			return ips, nil
+		}
+		return nil, fmt.Errorf("no such host %s", host)
+	}
+
+	for _, opts := range []Options{
+		{AllowPrivate: true, AllowLoopback: true},
+		{AllowPrivate: true},
+		{AllowLoopback: true},
+		{},
+	} {
+		opts.LookupHost = lookup
+		c, passed := dryClient(opts)
+		for _, target := range targets {
+			err := c.Send(context.Background(), Request{URL: target, DeliveryID: "d", Body: []byte(`{}`)})
+			require.ErrorIs(t, err, ErrBlocked, "%+v: %s must be refused by policy, got: %v", opts, target, err)
+			var ce *Error
+			require.True(t, errors.As(err, &ce))
+			require.False(t, ce.Retryable, "%s: a blocked target is not retried", target)
+		}
+		require.Empty(t, passed(), "%+v: no metadata or link-local address got past the policy", opts)
+
+		if !opts.AllowPrivate {
+			continue
+		}
+		// The same client lets an ordinary private address through, by literal and by name.
+		for _, target := range []string{"http://10.1.2.3/", "http://172.16.5.4:8443/", "http://192.168.1.1/",
+			"http://100.64.0.1/", "http://[fd12:3456::1]/", "http://private.example/"} {
+			err := c.Send(context.Background(), Request{URL: target, DeliveryID: "d", Body: []byte(`{}`)})
+			require.ErrorIs(t, err, errWouldDial, "%+v: %s is allowed", opts, target)
+			require.NotErrorIs(t, err, ErrBlocked, target)
+		}
+		require.Equal(t, []string{"10.1.2.3:80", "172.16.5.4:8443", "192.168.1.1:80", "100.64.0.1:80",
+			"[fd12:3456::1]:80", "10.20.30.40:80"}, passed())
+	}
+}
+
+// The never-allowed check sees through IPv6 zones, which netip.Prefix.Contains does not match.
+func TestRefuseNeverAllowedIgnoresZones(t *testing.T) {
+	require.ErrorIs(t, refuseNeverAllowed("[fe80::1%eth0]:80"), ssrf.ErrProhibitedIP)
+	require.ErrorIs(t, refuseNeverAllowed("[fd00:ec2::254%eth0]:80"), ssrf.ErrProhibitedIP)
+	require.NoError(t, refuseNeverAllowed("10.0.0.1:80"))
+	require.NoError(t, refuseNeverAllowed("not an address"), "left to the ssrf guard")
 }
 
 func TestClassificationAndSigning(t *testing.T) {

@@ -17,6 +17,17 @@ import (
 // data, within the body limit. Syntax problems are invalid_argument (400); values of the wrong
 // type are validation_failed (422).
 func bindJSON(c echo.Context, v any) error {
+	return decodeBody(c, v, false)
+}
+
+// bindOptionalJSON is bindJSON for endpoints whose body may be left out: an empty body (however
+// it is sent, with a length or chunked) leaves v as it is; any other body is decoded exactly as
+// bindJSON does.
+func bindOptionalJSON(c echo.Context, v any) error {
+	return decodeBody(c, v, true)
+}
+
+func decodeBody(c echo.Context, v any, optional bool) error {
 	req := c.Request()
 	if ct := req.Header.Get(echo.HeaderContentType); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
@@ -34,6 +45,9 @@ func bindJSON(c echo.Context, v any) error {
 		return courier.Errorf(courier.CodeInvalid, "read body: %v", err)
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
+		if optional {
+			return nil
+		}
 		return courier.Errorf(courier.CodeInvalid, "request body is empty; send a JSON object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))

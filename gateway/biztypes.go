@@ -79,9 +79,9 @@ func parseDur(field, v string) (time.Duration, error) {
 }
 
 func (h *handlers) putBizType(c echo.Context) error {
-	name := c.Param("name")
-	if !courier.ValidBizTypeName(name) {
-		return courier.Errorf(courier.CodeInvalid, "business type name %q: 1-64 of a-z, 0-9, '_', '.', '-'", name)
+	name, err := pathName(c, "name")
+	if err != nil {
+		return err
 	}
 	var req BizTypeRequest
 	if err := bindJSON(c, &req); err != nil {
@@ -93,7 +93,6 @@ func (h *handlers) putBizType(c echo.Context) error {
 	if err := checkSecrets(req.Secrets); err != nil {
 		return err
 	}
-	var err error
 	if b.RequestTimeout, err = parseDur("request_timeout", req.RequestTimeout); err != nil {
 		return err
 	}
@@ -130,7 +129,11 @@ func (h *handlers) putBizType(c echo.Context) error {
 }
 
 func (h *handlers) getBizType(c echo.Context) error {
-	b, err := h.d.BizTypes.GetBizType(c.Request().Context(), c.Param("name"))
+	name, err := pathName(c, "name")
+	if err != nil {
+		return err
+	}
+	b, err := h.d.BizTypes.GetBizType(c.Request().Context(), name)
 	if err != nil {
 		return err
 	}
@@ -150,7 +153,11 @@ func (h *handlers) listBizTypes(c echo.Context) error {
 }
 
 func (h *handlers) deleteBizType(c echo.Context) error {
-	if err := h.d.BizTypes.DeleteBizType(c.Request().Context(), c.Param("name")); err != nil {
+	name, err := pathName(c, "name")
+	if err != nil {
+		return err
+	}
+	if err := h.d.BizTypes.DeleteBizType(c.Request().Context(), name); err != nil {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)

@@ -1,11 +1,17 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"net/http"
+	"strconv"
 
 	"github.com/labstack/echo/v4"
+	"go.temporal.io/api/serviceerror"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/courier-oss/courier"
 )
@@ -37,6 +43,13 @@ var codeOfStatus = map[int]courier.Code{
 	http.StatusServiceUnavailable:    courier.CodeUnavailable,
 }
 
+// timedOut reports an error caused by the request's deadline, whether it surfaced as a context
+// error or as a deadline from a gRPC call to Temporal.
+func timedOut(err error) bool {
+	var de *serviceerror.DeadlineExceeded
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &de) || status.Code(err) == codes.DeadlineExceeded
+}
+
 // ErrorBody is the JSON shape of every error response.
 type ErrorBody struct {
 	Error ErrorDetail `json:"error"`
@@ -55,6 +68,10 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 			return
 		}
 		status, body := render(err)
+		var ce *courier.Error
+		if errors.As(err, &ce) && ce.RetryAfter > 0 {
+			c.Response().Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(ce.RetryAfter.Seconds()))))
+		}
 		if status >= 500 {
 			log.Error("request failed", "method", c.Request().Method, "path", c.Path(), "error", err)
 		}
@@ -67,6 +84,10 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 }
 
 func render(err error) (int, ErrorBody) {
+	if timedOut(err) {
+		return http.StatusServiceUnavailable, ErrorBody{ErrorDetail{Code: courier.CodeUnavailable,
+			Message: "the request did not finish in time (a dependency is slow or down); it may still take effect, and repeating it is safe"}}
+	}
 	var ce *courier.Error
 	if errors.As(err, &ce) {
 		st, ok := statusOf[ce.Code]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -19,9 +20,15 @@ import (
 // OutboxStore is what the outbox endpoints need.
 type OutboxStore interface {
 	GetOutbox(ctx context.Context, id int64) (courier.OutboxRecord, error)
-	ListOutbox(ctx context.Context, f store.OutboxFilter) ([]courier.OutboxRecord, error)
+	ListOutbox(ctx context.Context, f store.OutboxFilter) ([]courier.OutboxRecord, bool, error)
 	RedriveOutbox(ctx context.Context, id int64) (courier.OutboxRecord, error)
 	EnqueueOutbox(ctx context.Context, m outbox.Message) (courier.OutboxRecord, error)
+}
+
+// RunWaiter waits until no run of a workflow is open (relay.DeliveryRuns): a redrive waits for
+// the dead record's last delivery run to close, so the new delivery never attaches to it.
+type RunWaiter interface {
+	WaitClosed(ctx context.Context, workflowID string) error
 }
 
 // Check is one readiness dependency: a name and a probe.
@@ -35,6 +42,7 @@ type Deps struct {
 	Keys      KeyStore
 	Outbox    OutboxStore            // courier's own database
 	Sources   map[string]OutboxStore // producer databases by source name (read and redrive via ?source=)
+	Runs      RunWaiter              // delivery runs; nil skips the wait before a redrive (tests without Temporal)
 	BizTypes  BizTypeStore           // business types; nil disables their endpoints
 	Timers    TimerService           // timers; nil disables their endpoints
 	Schedules ScheduleService        // cron schedules; nil disables their endpoints
@@ -48,15 +56,24 @@ type Deps struct {
 // Config tunes the gateway.
 type Config struct {
 	MaxBodyBytes int64 // request body limit; default 1 MiB (below Temporal's 2 MB payload limit)
+	// RequestTimeout bounds the work behind one request (database, Temporal); a request that
+	// takes longer is answered 503 unavailable. Default DefaultRequestTimeout.
+	RequestTimeout time.Duration
 }
 
-// DefaultMaxBodyBytes is the request body limit when Config sets none.
-const DefaultMaxBodyBytes = 1 << 20
+// Defaults of Config.
+const (
+	DefaultMaxBodyBytes   = 1 << 20
+	DefaultRequestTimeout = 30 * time.Second
+)
 
 // New builds the HTTP handler.
 func New(cfg Config, d Deps) *echo.Echo {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
 	}
 	if d.Logger == nil {
 		d.Logger = slog.Default()
@@ -69,6 +86,8 @@ func New(cfg Config, d Deps) *echo.Echo {
 	e.HidePort = true
 	e.HTTPErrorHandler = errorHandler(d.Logger)
 	e.Use(middleware.Recover())
+	e.Use(deadline(cfg.RequestTimeout))
+	e.Use(wellFormedQuery)
 	e.Use(bodyLimit(cfg.MaxBodyBytes))
 
 	h := &handlers{d: d}
@@ -141,6 +160,31 @@ func bodyLimit(max int64) echo.MiddlewareFunc {
 	}
 }
 
+// deadline bounds the work behind each request: nothing waits forever on a database or on
+// Temporal (a timer update with no worker running, say). The error handler answers a request
+// that ran out of time with 503 unavailable.
+func deadline(d time.Duration) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			ctx, cancel := context.WithTimeout(c.Request().Context(), d)
+			defer cancel()
+			c.SetRequest(c.Request().WithContext(ctx))
+			return next(c)
+		}
+	}
+}
+
+// wellFormedQuery refuses a query string that does not parse (a stray '%', say): echo would
+// silently read its parameters as absent.
+func wellFormedQuery(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if _, err := url.ParseQuery(c.Request().URL.RawQuery); err != nil {
+			return courier.Errorf(courier.CodeInvalid, "the query string is malformed: %v", err)
+		}
+		return next(c)
+	}
+}
+
 type handlers struct{ d Deps }
 
 func (h *handlers) healthz(c echo.Context) error {
@@ -154,7 +198,10 @@ func (h *handlers) readyz(c echo.Context) error {
 	ready := true
 	for _, chk := range h.d.Checks {
 		if err := chk.Probe(ctx); err != nil {
-			out[chk.Name] = err.Error()
+			// Anyone may call /readyz: say which dependency is down, keep the error (which
+			// may name hosts and users) for the log.
+			h.d.Logger.Warn("readiness check failed", "dependency", chk.Name, "error", err)
+			out[chk.Name] = "down"
 			ready = false
 			continue
 		}

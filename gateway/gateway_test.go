@@ -8,8 +8,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -19,6 +21,7 @@ import (
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/store"
+	"github.com/courier-oss/courier/timers"
 )
 
 type fixture struct {
@@ -83,7 +86,7 @@ func (f *fixture) do(t *testing.T, method, path, token, contentType string, body
 }
 
 func (f *fixture) count(t *testing.T) int {
-	recs, err := f.st.ListOutbox(context.Background(), store.OutboxFilter{Limit: 1000})
+	recs, _, err := f.st.ListOutbox(context.Background(), store.OutboxFilter{Limit: 1000})
 	require.NoError(t, err)
 	return len(recs)
 }
@@ -143,8 +146,13 @@ func TestBadJSONWritesNothing(t *testing.T) {
 		{"unknown field", `{"topic":"a.b","payload":1,"extra":true}`, 400, courier.CodeInvalid},
 		{"trailing", `{"topic":"a.b","payload":1} {}`, 400, courier.CodeInvalid},
 		{"wrong type", `{"topic":7,"payload":1}`, 422, courier.CodeValidation},
-		{"no topic", `{"payload":1}`, 422, courier.CodeValidation},
-		{"wildcard topic", `{"topic":"a.*","payload":1}`, 422, courier.CodeValidation},
+		{"no topic", `{"payload":1}`, 400, courier.CodeInvalid},
+		{"wildcard topic", `{"topic":"a.*","payload":1}`, 400, courier.CodeInvalid},
+		{"JetStream purge subject", `{"topic":"$JS.API.STREAM.PURGE.ORDERS","payload":1}`, 400, courier.CodeInvalid},
+		{"JetStream delete subject", `{"topic":"$JS.API.STREAM.DELETE.ORDERS","payload":1}`, 400, courier.CodeInvalid},
+		{"reply subject", `{"topic":"_INBOX.x","payload":1}`, 400, courier.CodeInvalid},
+		{"rollup header", `{"topic":"a.b","payload":1,"headers":{"Nats-Rollup":"all"}}`, 400, courier.CodeInvalid},
+		{"msg id header", `{"topic":"a.b","payload":1,"headers":{"nats-msg-id":"1"}}`, 400, courier.CodeInvalid},
 		{"no payload", `{"topic":"a.b"}`, 422, courier.CodeValidation},
 	}
 	for _, c := range cases {
@@ -228,14 +236,20 @@ func TestHealthReadinessMetricsOpenAPI(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	resp, _ = f.do(t, "GET", "/readyz", "", "", nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	f.readyErr = errors.New("nats: not connected")
+	f.readyErr = errors.New("nats: not connected to nats://10.1.2.3:4222 as user ops")
 	req, _ := http.NewRequest("GET", f.url+"/readyz", nil)
 	r, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
-	body, _ := io.ReadAll(r.Body)
+	var ready struct {
+		Ready  bool              `json:"ready"`
+		Checks map[string]string `json:"checks"`
+	}
+	require.NoError(t, json.NewDecoder(r.Body).Decode(&ready))
 	r.Body.Close()
 	require.Equal(t, http.StatusServiceUnavailable, r.StatusCode)
-	require.Contains(t, string(body), "nats: not connected")
+	require.False(t, ready.Ready)
+	require.Equal(t, map[string]string{"database": "ok", "mq": "down"}, ready.Checks,
+		"readiness names the dependency that is down; the error itself (addresses, users) stays in the log")
 
 	resp, _ = f.do(t, "GET", "/metrics", "", "", nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -354,4 +368,101 @@ func TestBizTypesAPI(t *testing.T) {
 	resp, eb = f.do(t, "GET", "/v1/biz-types/order.close", f.admin, "", nil)
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)
 	require.Equal(t, courier.CodeNotFound, eb.Error.Code)
+}
+
+// Lists are bounded pages: without include_payload no payload leaves the database (only its
+// size), with it a page stops at the payload budget, pages follow an opaque token that belongs
+// to its query, and a garbage token is a quick 400.
+func TestOutboxListPages(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	big := make([]byte, 500<<10)
+	for i := range big {
+		big[i] = 'x'
+	}
+	const n = 40
+	for i := 0; i < n; i++ {
+		_, err := f.st.EnqueueOutbox(ctx, outbox.Message{Topic: "big.records", Payload: big})
+		require.NoError(t, err)
+	}
+	var page gateway.OutboxPage
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	resp, _ := f.do(t, "GET", "/v1/outbox?limit=1000", f.producer, "", nil)
+	runtime.ReadMemStats(&after)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&page))
+	require.Len(t, page.Items, n)
+	require.Empty(t, page.NextPageToken, "the last page has no token")
+	for _, it := range page.Items {
+		require.Nil(t, it.Payload, "payloads are left out unless asked for")
+		require.Equal(t, len(big), it.PayloadBytes)
+	}
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(n*len(big)/4),
+		"listing %d large records allocates far less than their payloads", n)
+
+	seen := map[int64]bool{}
+	token := ""
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, n, "paging ends")
+		resp, eb := f.do(t, "GET", "/v1/outbox?include_payload=true&limit=1000&page_token="+token, f.producer, "", nil)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%+v", eb)
+		var p gateway.OutboxPage
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&p))
+		bytes := 0
+		for _, it := range p.Items {
+			require.Equal(t, big, it.Payload)
+			require.False(t, seen[it.ID], "record %d on two pages", it.ID)
+			seen[it.ID] = true
+			bytes += len(it.Payload)
+		}
+		require.LessOrEqual(t, bytes, store.DefaultPayloadBudget, "a page's payloads stay within the budget")
+		if p.NextPageToken == "" {
+			break
+		}
+		token = p.NextPageToken
+	}
+	require.Len(t, seen, n, "paging reaches every record once")
+
+	for name, q := range map[string]string{
+		"garbage":            "page_token=%%%garbage",
+		"not base64 json":    "page_token=bm90IGpzb24",
+		"another query":      "status=dead&page_token=" + token,
+		"bad include":        "include_payload=maybe",
+		"limit out of range": "limit=1001",
+		"bad topic":          "topic=%24JS.API.x",
+	} {
+		start := time.Now()
+		resp, eb := f.do(t, "GET", "/v1/outbox?"+q, f.producer, "", nil)
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, name)
+		require.Equal(t, courier.CodeInvalid, eb.Error.Code, name)
+		require.Less(t, time.Since(start), 5*time.Second, "%s is refused at once", name)
+	}
+}
+
+// blockingTimers stands in for a Temporal that never answers: every call waits for the
+// request's context.
+type blockingTimers struct{ gateway.TimerService }
+
+func (blockingTimers) Get(ctx context.Context, _, _ string) (timers.Timer, error) {
+	<-ctx.Done()
+	return timers.Timer{}, ctx.Err()
+}
+
+// Nothing waits forever: work behind a request is bounded by the request timeout and answered
+// 503 unavailable with the JSON error shape.
+func TestRequestTimeoutIs503(t *testing.T) {
+	st, _ := testenv.Store(t, "sqlite")
+	_, tok, err := st.CreateAPIKey(context.Background(), "p", []courier.Scope{courier.ScopeProducer})
+	require.NoError(t, err)
+	srv := httptest.NewServer(gateway.New(gateway.Config{RequestTimeout: 200 * time.Millisecond},
+		gateway.Deps{Keys: st, Outbox: st, Timers: blockingTimers{}}))
+	t.Cleanup(srv.Close)
+	f := &fixture{url: srv.URL}
+	start := time.Now()
+	resp, eb := f.do(t, "GET", "/v1/timers/orders/o-1", tok, "", nil)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	require.Equal(t, courier.CodeUnavailable, eb.Error.Code)
+	require.Less(t, time.Since(start), 10*time.Second)
 }

@@ -1,9 +1,11 @@
 package gateway
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -13,13 +15,16 @@ import (
 	"github.com/courier-oss/courier/store"
 )
 
-// OutboxJSON is an outbox record as the API shows it. Payload is the raw bytes, base64-encoded.
+// OutboxJSON is an outbox record as the API shows it. Payload is the raw bytes,
+// base64-encoded; lists leave it out unless asked (include_payload=true), PayloadBytes is
+// always there.
 type OutboxJSON struct {
 	Source        string            `json:"source"`
 	ID            int64             `json:"id"`
 	Topic         string            `json:"topic"`
 	Key           string            `json:"key,omitempty"`
-	Payload       []byte            `json:"payload"`
+	Payload       []byte            `json:"payload,omitempty"`
+	PayloadBytes  int               `json:"payload_bytes"`
 	Headers       map[string]string `json:"headers,omitempty"`
 	Status        string            `json:"status"`
 	Attempts      int               `json:"attempts"`
@@ -32,25 +37,54 @@ type OutboxJSON struct {
 
 func outboxJSON(source string, r courier.OutboxRecord) OutboxJSON {
 	return OutboxJSON{
-		Source: source, ID: r.ID, Topic: r.Topic, Key: r.Key, Payload: r.Payload, Headers: r.Headers,
-		Status: string(r.Status), Attempts: r.Attempts, NextAttemptAt: r.NextAttemptAt,
+		Source: source, ID: r.ID, Topic: r.Topic, Key: r.Key, Payload: r.Payload, PayloadBytes: r.PayloadBytes,
+		Headers: r.Headers, Status: string(r.Status), Attempts: r.Attempts, NextAttemptAt: r.NextAttemptAt,
 		CreatedAt: r.CreatedAt, SentAt: r.SentAt, LastError: r.LastError,
 		WorkflowID: courier.OutboxWorkflowID(source, r.ID),
 	}
 }
 
-// OutboxPage is a page of records; pass NextAfter as ?after= for the next page.
+// OutboxPage is one page of records; pass NextPageToken as page_token for the next page (it is
+// empty on the last page).
 type OutboxPage struct {
-	Items     []OutboxJSON `json:"items"`
-	NextAfter int64        `json:"next_after,omitempty"`
+	Items         []OutboxJSON `json:"items"`
+	NextPageToken string       `json:"next_page_token,omitempty"`
 }
 
-func pathID(c echo.Context) (int64, error) {
-	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
-	if err != nil || id <= 0 {
-		return 0, courier.Errorf(courier.CodeInvalid, "outbox id must be a positive integer, got %q", c.Param("id"))
+// outboxCursor is what an outbox page token carries: where the next page starts and the query
+// it belongs to, so a token is never applied to another query.
+type outboxCursor struct {
+	V      int    `json:"v"`
+	After  int64  `json:"after"`
+	Source string `json:"source"`
+	Status string `json:"status"`
+	Topic  string `json:"topic"`
+}
+
+func (cur outboxCursor) token() string {
+	b, _ := json.Marshal(cur)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// parseOutboxCursor reads a page token made by token(); anything else, or a token of another
+// query, is invalid_argument.
+func parseOutboxCursor(raw string, want outboxCursor) (outboxCursor, error) {
+	bad := &courier.Error{Code: courier.CodeInvalid, Message: "page_token is not a token this list returned for this query",
+		Details: map[string]any{"field": "page_token"}}
+	b, err := base64.RawURLEncoding.DecodeString(raw)
+	if err != nil || len(b) > 1024 {
+		return outboxCursor{}, bad
 	}
-	return id, nil
+	var cur outboxCursor
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if dec.Decode(&cur) != nil || dec.More() || cur.V != 1 || cur.After < 0 {
+		return outboxCursor{}, bad
+	}
+	if cur.Source != want.Source || cur.Status != want.Status || cur.Topic != want.Topic {
+		return outboxCursor{}, bad
+	}
+	return cur, nil
 }
 
 // source picks the database named by ?source= (default: courier's own).
@@ -62,9 +96,15 @@ func (h *handlers) source(c echo.Context) (string, OutboxStore, error) {
 	if st, ok := h.d.Sources[name]; ok {
 		return name, st, nil
 	}
+	if !courier.ValidName(name) {
+		return "", nil, courier.CheckName("source", name)
+	}
 	return "", nil, courier.Errorf(courier.CodeNotFound, "unknown outbox source %q", name)
 }
 
+// listOutbox pages through records in ascending id order: at most limit (default 100, at most
+// 1000) per page, without payloads unless include_payload=true, and then no more payload bytes
+// than the store's budget per page.
 func (h *handlers) listOutbox(c echo.Context) error {
 	src, st, err := h.source(c)
 	if err != nil {
@@ -72,23 +112,29 @@ func (h *handlers) listOutbox(c echo.Context) error {
 	}
 	f := store.OutboxFilter{Status: courier.OutboxStatus(c.QueryParam("status")), Topic: c.QueryParam("topic")}
 	if f.Status != "" && !f.Status.Valid() {
-		return courier.Errorf(courier.CodeInvalid, "status must be one of pending, dispatched, sent, dead; got %q", f.Status)
+		return &courier.Error{Code: courier.CodeInvalid, Message: fmt.Sprintf("status must be one of pending, dispatched, sent, dead; got %q", f.Status),
+			Details: map[string]any{"field": "status"}}
 	}
-	if s := c.QueryParam("after"); s != "" {
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || v < 0 {
-			return courier.Errorf(courier.CodeInvalid, "after must be a non-negative integer")
+	if f.Topic != "" {
+		if err := courier.CheckTopic("topic", f.Topic); err != nil {
+			return err
 		}
-		f.AfterID = v
 	}
-	if s := c.QueryParam("limit"); s != "" {
-		v, err := strconv.Atoi(s)
-		if err != nil || v < 1 || v > 1000 {
-			return courier.Errorf(courier.CodeInvalid, "limit must be an integer from 1 to 1000")
+	if f.Limit, err = queryInt(c, "limit", 100, 1, 1000); err != nil {
+		return err
+	}
+	if f.WithPayload, err = queryBool(c, "include_payload"); err != nil {
+		return err
+	}
+	want := outboxCursor{V: 1, Source: src, Status: string(f.Status), Topic: f.Topic}
+	if raw := c.QueryParam("page_token"); raw != "" {
+		cur, err := parseOutboxCursor(raw, want)
+		if err != nil {
+			return err
 		}
-		f.Limit = v
+		f.AfterID = cur.After
 	}
-	recs, err := st.ListOutbox(c.Request().Context(), f)
+	recs, more, err := st.ListOutbox(c.Request().Context(), f)
 	if err != nil {
 		return err
 	}
@@ -96,12 +142,9 @@ func (h *handlers) listOutbox(c echo.Context) error {
 	for _, r := range recs {
 		page.Items = append(page.Items, outboxJSON(src, r))
 	}
-	limit := f.Limit
-	if limit == 0 {
-		limit = 100
-	}
-	if len(recs) == limit {
-		page.NextAfter = recs[len(recs)-1].ID
+	if more && len(recs) > 0 {
+		want.After = recs[len(recs)-1].ID
+		page.NextPageToken = want.token()
 	}
 	return c.JSON(http.StatusOK, page)
 }
@@ -127,7 +170,7 @@ func (h *handlers) publishOutbox(c echo.Context) error {
 	}
 	m := outbox.Message{Topic: req.Topic, Key: req.Key, Payload: req.Payload, Headers: req.Headers}
 	if err := m.Validate(); err != nil {
-		return &courier.Error{Code: courier.CodeValidation, Message: err.Error()}
+		return err
 	}
 	rec, err := h.d.Outbox.EnqueueOutbox(c.Request().Context(), m)
 	if err != nil {
@@ -140,7 +183,7 @@ func (h *handlers) publishOutbox(c echo.Context) error {
 }
 
 func (h *handlers) getOutbox(c echo.Context) error {
-	id, err := pathID(c)
+	id, err := pathInt(c, "id")
 	if err != nil {
 		return err
 	}
@@ -156,7 +199,7 @@ func (h *handlers) getOutbox(c echo.Context) error {
 }
 
 func (h *handlers) redriveOutbox(c echo.Context) error {
-	id, err := pathID(c)
+	id, err := pathInt(c, "id")
 	if err != nil {
 		return err
 	}
@@ -164,7 +207,19 @@ func (h *handlers) redriveOutbox(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	rec, err := st.RedriveOutbox(c.Request().Context(), id)
+	ctx := c.Request().Context()
+	if h.d.Runs != nil {
+		rec, err := st.GetOutbox(ctx, id)
+		if err != nil {
+			return err
+		}
+		if rec.Status == courier.OutboxDead {
+			if err := h.d.Runs.WaitClosed(ctx, courier.OutboxWorkflowID(src, id)); err != nil {
+				return err
+			}
+		}
+	}
+	rec, err := st.RedriveOutbox(ctx, id)
 	if err != nil {
 		return err
 	}

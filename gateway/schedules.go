@@ -26,11 +26,15 @@ type ScheduleNote struct {
 }
 
 func (h *handlers) createSchedule(c echo.Context) error {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
 	var sp timers.ScheduleSpec
 	if err := bindJSON(c, &sp); err != nil {
 		return err
 	}
-	out, err := h.d.Schedules.CreateSchedule(c.Request().Context(), c.Param("id"), sp)
+	out, err := h.d.Schedules.CreateSchedule(c.Request().Context(), id, sp)
 	if err != nil {
 		return err
 	}
@@ -38,7 +42,11 @@ func (h *handlers) createSchedule(c echo.Context) error {
 }
 
 func (h *handlers) getSchedule(c echo.Context) error {
-	out, err := h.d.Schedules.GetSchedule(c.Request().Context(), c.Param("id"))
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	out, err := h.d.Schedules.GetSchedule(c.Request().Context(), id)
 	if err != nil {
 		return err
 	}
@@ -46,11 +54,15 @@ func (h *handlers) getSchedule(c echo.Context) error {
 }
 
 func (h *handlers) updateSchedule(c echo.Context) error {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
 	var sp timers.ScheduleSpec
 	if err := bindJSON(c, &sp); err != nil {
 		return err
 	}
-	out, err := h.d.Schedules.UpdateSchedule(c.Request().Context(), c.Param("id"), sp)
+	out, err := h.d.Schedules.UpdateSchedule(c.Request().Context(), id, sp)
 	if err != nil {
 		return err
 	}
@@ -58,7 +70,11 @@ func (h *handlers) updateSchedule(c echo.Context) error {
 }
 
 func (h *handlers) deleteSchedule(c echo.Context) error {
-	if err := h.d.Schedules.DeleteSchedule(c.Request().Context(), c.Param("id")); err != nil {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	if err := h.d.Schedules.DeleteSchedule(c.Request().Context(), id); err != nil {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
@@ -66,13 +82,15 @@ func (h *handlers) deleteSchedule(c echo.Context) error {
 
 func (h *handlers) scheduleAction(act func(ctx context.Context, id, note string) error) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		var n ScheduleNote
-		if c.Request().ContentLength > 0 {
-			if err := bindJSON(c, &n); err != nil {
-				return err
-			}
+		id, err := pathID(c, "id")
+		if err != nil {
+			return err
 		}
-		if err := act(c.Request().Context(), c.Param("id"), n.Note); err != nil {
+		var n ScheduleNote
+		if err := bindOptionalJSON(c, &n); err != nil {
+			return err
+		}
+		if err := act(c.Request().Context(), id, n.Note); err != nil {
 			return err
 		}
 		return h.getSchedule(c)

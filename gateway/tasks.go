@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/url"
-	"strconv"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -98,25 +96,14 @@ func taskJSON(t courier.Task) TaskJSON {
 	return out
 }
 
-// taskPath reads :task_id (unescaped) and :version from the path.
+// taskPath reads :task_id and, withVersion, :version from the path.
 func taskPath(c echo.Context, withVersion bool) (string, int64, error) {
-	// echo routes on the raw path when the request has one (then parameters are still
-	// escaped) and on the decoded path otherwise: decode exactly once.
-	id := c.Param("task_id")
-	if c.Request().URL.RawPath != "" {
-		var err error
-		if id, err = url.PathUnescape(id); err != nil {
-			return "", 0, courier.Errorf(courier.CodeInvalid, "task id in the path is not valid percent-encoding")
-		}
+	id, err := pathID(c, "task_id")
+	if err != nil || !withVersion {
+		return id, 0, err
 	}
-	if !withVersion {
-		return id, 0, nil
-	}
-	v, err := strconv.ParseInt(c.Param("version"), 10, 64)
-	if err != nil || v < 1 {
-		return "", 0, courier.Errorf(courier.CodeInvalid, "version in the path must be a positive integer")
-	}
-	return id, v, nil
+	v, err := pathInt(c, "version")
+	return id, v, err
 }
 
 func (h *handlers) insertTask(c echo.Context) error {
@@ -288,9 +275,9 @@ func (h *handlers) putQueue(c echo.Context) error {
 	if err := bindJSON(c, &req); err != nil {
 		return err
 	}
-	name := c.Param("name")
-	if !courier.ValidQueueName(name) {
-		return courier.Errorf(courier.CodeInvalid, "queue name in the path must be 1-64 of a-z, 0-9, '_', '.', '-', starting with a letter or digit")
+	name, err := pathName(c, "name")
+	if err != nil {
+		return err
 	}
 	if err := checkSecrets(req.Secrets); err != nil {
 		return err
@@ -298,9 +285,8 @@ func (h *handlers) putQueue(c echo.Context) error {
 	q := courier.Queue{Name: name, PushURL: req.PushURL, Secrets: req.Secrets, AllowPrivate: req.AllowPrivate,
 		ConcurrencyLimit: req.ConcurrencyLimit, Retry: courier.TaskRetry{MaxAttempts: req.Retry.MaxAttempts, Backoff: req.Retry.Backoff}}
 	if req.Weights != nil {
-		if len(req.Weights) != 5 {
-			return &courier.Error{Code: courier.CodeValidation, Message: "weights must list five weights, for priorities 1 to 5",
-				Details: map[string]any{"field": "weights"}}
+		if err := courier.CheckWeights(req.Weights); err != nil {
+			return err
 		}
 		copy(q.Weights[:], req.Weights)
 	}
@@ -348,7 +334,11 @@ func (h *handlers) putQueue(c echo.Context) error {
 }
 
 func (h *handlers) getQueue(c echo.Context) error {
-	q, err := h.d.Tasks.GetQueue(c.Request().Context(), c.Param("name"))
+	name, err := pathName(c, "name")
+	if err != nil {
+		return err
+	}
+	q, err := h.d.Tasks.GetQueue(c.Request().Context(), name)
 	if err != nil {
 		return err
 	}

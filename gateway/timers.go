@@ -60,8 +60,11 @@ func (h *handlers) createTimer(c echo.Context) error {
 	if err := bindJSON(c, &req); err != nil {
 		return err
 	}
-	if !courier.ValidBizTypeName(req.BizType) {
-		return &courier.Error{Code: courier.CodeValidation, Message: "biz_type is required and must be a valid name", Details: map[string]any{"field": "biz_type"}}
+	if err := courier.CheckName("biz_type", req.BizType); err != nil {
+		return err
+	}
+	if err := courier.CheckID("biz_id", req.BizID); err != nil {
+		return err
 	}
 	at, err := fireTime(req.FireAt, req.Delay)
 	if err != nil {
@@ -78,7 +81,11 @@ func (h *handlers) createTimer(c echo.Context) error {
 }
 
 func (h *handlers) getTimer(c echo.Context) error {
-	t, err := h.d.Timers.Get(c.Request().Context(), c.Param("biz_type"), c.Param("biz_id"))
+	bizType, bizID, err := timerPath(c)
+	if err != nil {
+		return err
+	}
+	t, err := h.d.Timers.Get(c.Request().Context(), bizType, bizID)
 	if err != nil {
 		return err
 	}
@@ -86,6 +93,10 @@ func (h *handlers) getTimer(c echo.Context) error {
 }
 
 func (h *handlers) rescheduleTimer(c echo.Context) error {
+	bizType, bizID, err := timerPath(c)
+	if err != nil {
+		return err
+	}
 	var req RescheduleBody
 	if err := bindJSON(c, &req); err != nil {
 		return err
@@ -94,7 +105,7 @@ func (h *handlers) rescheduleTimer(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	t, err := h.d.Timers.Reschedule(c.Request().Context(), c.Param("biz_type"), c.Param("biz_id"), at)
+	t, err := h.d.Timers.Reschedule(c.Request().Context(), bizType, bizID, at)
 	if err != nil {
 		return err
 	}
@@ -102,11 +113,25 @@ func (h *handlers) rescheduleTimer(c echo.Context) error {
 }
 
 func (h *handlers) cancelTimer(c echo.Context) error {
-	t, err := h.d.Timers.Cancel(c.Request().Context(), c.Param("biz_type"), c.Param("biz_id"))
+	bizType, bizID, err := timerPath(c)
+	if err != nil {
+		return err
+	}
+	t, err := h.d.Timers.Cancel(c.Request().Context(), bizType, bizID)
 	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, t)
+}
+
+// timerPath reads :biz_type and :biz_id from the path.
+func timerPath(c echo.Context) (string, string, error) {
+	bizType, err := pathName(c, "biz_type")
+	if err != nil {
+		return "", "", err
+	}
+	bizID, err := pathID(c, "biz_id")
+	return bizType, bizID, err
 }
 
 func (h *handlers) listTimers(c echo.Context) error {

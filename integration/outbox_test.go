@@ -78,7 +78,7 @@ func TestOutboxRelayEndToEnd(t *testing.T) {
 				}
 			}
 
-			dead, err := s.store.ListOutbox(ctx, store.OutboxFilter{Status: courier.OutboxDead, Limit: 1000})
+			dead, _, err := s.store.ListOutbox(ctx, store.OutboxFilter{Status: courier.OutboxDead, Limit: 1000})
 			require.NoError(t, err)
 			require.Len(t, dead, len(want[topics[2]]))
 			for _, r := range dead {
@@ -169,4 +169,60 @@ func do(t *testing.T, method, url, token string, body any) *http.Response {
 	require.NoError(t, err)
 	t.Cleanup(func() { resp.Body.Close() })
 	return resp
+}
+
+// A redrive never attaches the new delivery to the dead record's last run while that run is
+// still open (it marks the row dead a moment before it closes): the redrive waits for the run to
+// close, or answers 409 with Retry-After when it stays open, and the record is then delivered by
+// a fresh run instead of waiting for the hourly orphan check.
+func TestRedriveWaitsForTheDeadRunToClose(t *testing.T) {
+	s := newStack(t, "sqlite")
+	s.createStream("ORDERS", "orders.>")
+	w := s.startWorker(false)
+	ctx := context.Background()
+	url, token := s.gateway(w.Relay().Wake)
+
+	// A dead record whose delivery run is still open: the run sits on a queue no worker
+	// polls, as a closing run would for a moment.
+	open := func() (int64, client.WorkflowRun) {
+		ids, err := outbox.Enqueue(ctx, s.store.DB(), outbox.Message{Topic: "orders.created", Payload: []byte(`{}`)})
+		require.NoError(t, err)
+		_, err = s.store.MarkOutboxDead(ctx, ids[0], "no stream")
+		require.NoError(t, err)
+		run, err := s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+			ID: courier.OutboxWorkflowID("", ids[0]), TaskQueue: "nobody-polls-this",
+		}, "outbox-delivery", map[string]any{"Source": "default", "ID": ids[0], "Retry": testRetry})
+		require.NoError(t, err)
+		return ids[0], run
+	}
+
+	stuck, run := open()
+	resp := do(t, http.MethodPost, fmt.Sprintf("%s/v1/outbox/%d/redrive", url, stuck), token, nil)
+	require.Equal(t, http.StatusConflict, resp.StatusCode, "the open run is waited for, then refused")
+	require.Equal(t, "1", resp.Header.Get("Retry-After"))
+	rec, err := s.store.GetOutbox(ctx, stuck)
+	require.NoError(t, err)
+	require.Equal(t, courier.OutboxDead, rec.Status, "a refused redrive changes nothing")
+
+	// Once that run has closed, the redrive goes through and a new run delivers the record.
+	require.NoError(t, s.tc.TerminateWorkflow(ctx, run.GetID(), run.GetRunID(), "closed"))
+	resp = do(t, http.MethodPost, fmt.Sprintf("%s/v1/outbox/%d/redrive", url, stuck), token, nil)
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+
+	// A run that closes while the redrive waits: the redrive succeeds without a retry.
+	closing, run2 := open()
+	timer := time.AfterFunc(500*time.Millisecond, func() {
+		_ = s.tc.TerminateWorkflow(context.Background(), run2.GetID(), run2.GetRunID(), "closed")
+	})
+	defer timer.Stop()
+	resp = do(t, http.MethodPost, fmt.Sprintf("%s/v1/outbox/%d/redrive", url, closing), token, nil)
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+
+	require.Eventually(t, func() bool {
+		a, err1 := s.store.GetOutbox(ctx, stuck)
+		b, err2 := s.store.GetOutbox(ctx, closing)
+		return err1 == nil && err2 == nil && a.Status == courier.OutboxSent && b.Status == courier.OutboxSent
+	}, time.Minute, 50*time.Millisecond, "both records are delivered by fresh runs, not left to the orphan check")
+	got, _ := s.streamIDs("ORDERS")
+	require.Equal(t, map[string]int{idString(stuck): 1, idString(closing): 1}, got)
 }

@@ -160,7 +160,7 @@ func TestRecordTimerHistories(t *testing.T) {
 		if c == "failed" {
 			typ = "rec.gone"
 		}
-		id := timers.WorkflowID(typ, c)
+		id := courier.TimerWorkflowID(typ, c)
 		require.Eventually(t, func() bool { return closed(id) }, time.Minute, 50*time.Millisecond, id)
 		write(t, filepath.Join(dir, c+".json"), history(t, s, id, ""))
 	}
@@ -170,7 +170,7 @@ func TestRecordTimerHistories(t *testing.T) {
 		if err != nil || d.Runs == 0 {
 			return false
 		}
-		desc, err := s.tc.ScheduleClient().GetHandle(ctx, timers.ScheduleID("rec-schedule")).Describe(ctx)
+		desc, err := s.tc.ScheduleClient().GetHandle(ctx, courier.ScheduleID("rec-schedule")).Describe(ctx)
 		if err != nil || len(desc.Info.RecentActions) == 0 {
 			return false
 		}

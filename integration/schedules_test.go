@@ -65,7 +65,7 @@ func TestSchedulesEndToEnd(t *testing.T) {
 	require.Equal(t, "holiday", sc.Note)
 	// Let any run started before the pause finish, then nothing more arrives while paused.
 	require.Eventually(t, func() bool {
-		d, err := s.tc.ScheduleClient().GetHandle(ctx, timers.ScheduleID("digest")).Describe(ctx)
+		d, err := s.tc.ScheduleClient().GetHandle(ctx, courier.ScheduleID("digest")).Describe(ctx)
 		return err == nil && len(d.Info.RunningWorkflows) == 0
 	}, 30*time.Second, 50*time.Millisecond)
 	paused := rcv.count("digest")

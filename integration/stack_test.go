@@ -126,7 +126,8 @@ func (s *stack) gateway(wake func()) (string, string) {
 	s.t.Helper()
 	_, token, err := s.store.CreateAPIKey(context.Background(), "test-admin", []courier.Scope{courier.ScopeAdmin})
 	require.NoError(s.t, err)
-	h := gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store, Wake: wake, Logger: quiet})
+	h := gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store, Wake: wake, Logger: quiet,
+		Runs: relay.DeliveryRuns{Temporal: s.tc, Wait: 2 * time.Second}})
 	srv := httptest.NewServer(h)
 	s.t.Cleanup(srv.Close)
 	return srv.URL, token

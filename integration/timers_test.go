@@ -7,12 +7,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities"
@@ -226,4 +228,222 @@ func TestTimerArmedThroughTheOutbox(t *testing.T) {
 		return err == nil && r.Status == courier.OutboxDead && strings.Contains(r.LastError, "unknown.type")
 	}, 30*time.Second, 50*time.Millisecond, "a row for an unknown business type ends dead with the reason")
 	require.Zero(t, rcv.count("o-rolled-back"))
+}
+
+// timerAPI is the real gateway serving the stack's timer service, called with a producer key.
+type timerAPI struct {
+	t     *testing.T
+	url   string
+	token string
+}
+
+func (s *stack) timerAPI(svc *timers.Service) *timerAPI {
+	s.t.Helper()
+	_, token, err := s.store.CreateAPIKey(context.Background(), "timers-"+s.t.Name(), []courier.Scope{courier.ScopeProducer})
+	require.NoError(s.t, err)
+	srv := httptest.NewServer(gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store,
+		Timers: svc, Schedules: svc, Logger: quiet}))
+	s.t.Cleanup(srv.Close)
+	return &timerAPI{t: s.t, url: srv.URL, token: token}
+}
+
+// call sends a request (path as written, already escaped) and decodes a 2xx body into out and an
+// error body into the returned ErrorBody.
+func (a *timerAPI) call(method, path string, body, out any) (int, gateway.ErrorBody) {
+	a.t.Helper()
+	resp := do(a.t, method, a.url+path, a.token, body)
+	var eb gateway.ErrorBody
+	switch {
+	case resp.StatusCode >= 300:
+		require.NoError(a.t, json.NewDecoder(resp.Body).Decode(&eb), "%s %s: error bodies are JSON", method, path)
+		require.NotEmpty(a.t, eb.Error.Code)
+	case out != nil && resp.StatusCode != http.StatusNoContent:
+		require.NoError(a.t, json.NewDecoder(resp.Body).Decode(out))
+	}
+	return resp.StatusCode, eb
+}
+
+func (a *timerAPI) timer(method, path string, body any) (int, timers.Timer, gateway.ErrorBody) {
+	a.t.Helper()
+	var tm timers.Timer
+	status, eb := a.call(method, path, body, &tm)
+	return status, tm, eb
+}
+
+// Any id the id rule allows works end to end, whatever its characters: create, get,
+// reschedule, list (real biz_id), a visibility search by CourierBizID, cancel, delivery; and a
+// schedule with such an id. Ids breaking the rule are 400 naming the field.
+func TestTimerNonASCIIIDs(t *testing.T) {
+	s := newStack(t, "sqlite")
+	rcv := s.bizType("order.close", 0)
+	s.timerWorker(false)
+	api := s.timerAPI(s.timerService())
+	ctx := context.Background()
+
+	const id = "заказ-✓"
+	path := "/v1/timers/order.close/" + url.PathEscape(id)
+	status, tm, eb := api.timer("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": id, "delay": "1h"})
+	require.Equal(t, http.StatusCreated, status, eb)
+	require.Equal(t, id, tm.BizID)
+	status, tm, eb = api.timer("GET", path, nil)
+	require.Equal(t, http.StatusOK, status, eb)
+	require.Equal(t, id, tm.BizID)
+	require.Equal(t, "scheduled", tm.State)
+	later := time.Now().Add(2 * time.Hour).UTC().Truncate(time.Millisecond)
+	status, tm, eb = api.timer("PATCH", path, map[string]any{"fire_at": later})
+	require.Equal(t, http.StatusOK, status, eb)
+	require.True(t, later.Equal(tm.FireAt))
+
+	require.Eventually(t, func() bool {
+		var page struct{ Items []timers.Timer }
+		status, _ := api.call("GET", "/v1/timers?biz_type=order.close&state=scheduled", nil, &page)
+		return status == http.StatusOK && len(page.Items) == 1 && page.Items[0].BizID == id && page.Items[0].FireAt.Equal(later)
+	}, 30*time.Second, 100*time.Millisecond, "the list shows the real biz_id and the new fire time")
+	// The query an operator types in the Temporal UI.
+	resp, err := s.tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+		Namespace: s.ts.GetDefaultNamespace(), Query: fmt.Sprintf("%s = '%s'", courier.SABizID, id)})
+	require.NoError(t, err)
+	require.Len(t, resp.GetExecutions(), 1)
+	require.Equal(t, courier.TimerWorkflowID("order.close", id), resp.GetExecutions()[0].GetExecution().GetWorkflowId())
+
+	status, tm, eb = api.timer("DELETE", path, nil)
+	require.Equal(t, http.StatusOK, status, eb)
+	require.Equal(t, "cancelled", tm.State)
+
+	// Spaces, '%', '?', '#', '+' and CJK survive paths, Temporal ids and the callback.
+	const odd = "订单 100% ?#+ ✓"
+	status, _, eb = api.timer("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": odd, "delay": "1s", "payload": map[string]string{"k": "v"}})
+	require.Equal(t, http.StatusCreated, status, eb)
+	require.Eventually(t, func() bool { return rcv.count(odd) == 1 }, time.Minute, 50*time.Millisecond, "delivered with its real biz_id")
+	status, tm, eb = api.timer("GET", "/v1/timers/order.close/"+url.PathEscape(odd), nil)
+	require.Equal(t, http.StatusOK, status, eb)
+	require.Equal(t, "delivered", tm.State)
+
+	for name, c := range map[string]struct {
+		method, path string
+		body         any
+		field        string
+	}{
+		"slash in body":      {"POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": "a/b", "delay": "1h"}, "biz_id"},
+		"empty in body":      {"POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": "", "delay": "1h"}, "biz_id"},
+		"invisible in body":  {"POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": "a\u200bb", "delay": "1h"}, "biz_id"},
+		"control in body":    {"POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": "a\nb", "delay": "1h"}, "biz_id"},
+		"too long in body":   {"POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": strings.Repeat("я", 65), "delay": "1h"}, "biz_id"},
+		"slash in path":      {"GET", "/v1/timers/order.close/a%2Fb", nil, "biz_id"},
+		"dot-dot in path":    {"DELETE", "/v1/timers/order.close/%2E%2E", nil, "biz_id"},
+		"bad UTF-8 in path":  {"GET", "/v1/timers/order.close/%FF", nil, "biz_id"},
+		"bad escape in path": {"PATCH", "/v1/timers/order.close/%E2%9C", map[string]any{"delay": "1h"}, "biz_id"},
+		"schedule slash":     {"POST", "/v1/schedules/a%2Fb", map[string]any{"biz_type": "order.close", "interval": "1h"}, "id"},
+		"schedule control":   {"GET", "/v1/schedules/a%09b", nil, "id"},
+	} {
+		status, eb := api.call(c.method, c.path, c.body, nil)
+		require.Equal(t, http.StatusBadRequest, status, name)
+		require.Equal(t, courier.CodeInvalid, eb.Error.Code, name)
+		require.Equal(t, c.field, eb.Error.Details["field"], name)
+	}
+
+	// A schedule with a non-ASCII id: create, get, pause, unpause, trigger (delivers with the
+	// real id), delete.
+	const sid = "дайджест-✓"
+	spath := "/v1/schedules/" + url.PathEscape(sid)
+	var sc timers.Schedule
+	status, eb = api.call("POST", spath, map[string]any{"biz_type": "order.close", "interval": "1h", "paused": true}, &sc)
+	require.Equal(t, http.StatusCreated, status, eb)
+	require.Equal(t, sid, sc.ID)
+	status, eb = api.call("GET", spath, nil, &sc)
+	require.Equal(t, http.StatusOK, status, eb)
+	require.Equal(t, sid, sc.ID)
+	require.True(t, sc.Paused)
+	status, eb = api.call("POST", spath+"/unpause", map[string]string{"note": "back"}, &sc)
+	require.Equal(t, http.StatusOK, status, eb)
+	require.False(t, sc.Paused)
+	status, eb = api.call("POST", spath+"/pause", map[string]string{"note": "still ✓"}, &sc)
+	require.Equal(t, http.StatusOK, status, eb)
+	require.True(t, sc.Paused)
+	require.Equal(t, "still ✓", sc.Note)
+	status, eb = api.call("POST", spath+"/trigger", nil, &sc)
+	require.Equal(t, http.StatusOK, status, eb)
+	require.Eventually(t, func() bool { return rcv.count(sid) == 1 }, time.Minute, 50*time.Millisecond, "a run delivers with the real schedule id")
+	status, eb = api.call("DELETE", spath, nil, nil)
+	require.Equal(t, http.StatusNoContent, status, eb)
+	require.Eventually(t, func() bool {
+		status, _ := api.call("GET", spath, nil, nil)
+		return status == http.StatusNotFound
+	}, 10*time.Second, 100*time.Millisecond)
+	require.Zero(t, rcv.bad)
+}
+
+// A percent-encoded id in the path is decoded exactly once: DELETE …/order%3A42 cancels the
+// timer order:42, which then never fires.
+func TestTimerCancelPercentEncodedID(t *testing.T) {
+	s := newStack(t, "sqlite")
+	rcv := s.bizType("t", 0)
+	s.timerWorker(false)
+	api := s.timerAPI(s.timerService())
+
+	fireAt := time.Now().Add(3 * time.Second)
+	status, _, eb := api.timer("POST", "/v1/timers", map[string]any{"biz_type": "t", "biz_id": "order:42", "fire_at": fireAt})
+	require.Equal(t, http.StatusCreated, status, eb)
+	status, tm, eb := api.timer("DELETE", "/v1/timers/t/order%3A42", nil)
+	require.Equal(t, http.StatusOK, status, eb)
+	require.Equal(t, "order:42", tm.BizID)
+	require.Equal(t, "cancelled", tm.State)
+	status, tm, eb = api.timer("GET", "/v1/timers/t/order:42", nil)
+	require.Equal(t, http.StatusOK, status, eb)
+	require.Equal(t, "cancelled", tm.State)
+	require.Never(t, func() bool { return rcv.count("order:42") > 0 }, time.Until(fireAt)+2*time.Second, 100*time.Millisecond,
+		"the cancelled timer never fires")
+}
+
+// A page token courier did not issue is 400 at once (not a retried server error and a 500);
+// real tokens page through every timer.
+func TestTimerListPageTokens(t *testing.T) {
+	s := newStack(t, "sqlite")
+	s.bizType("order.close", 0)
+	api := s.timerAPI(s.timerService())
+	for i := 0; i < 5; i++ {
+		status, _, eb := api.timer("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": fmt.Sprintf("p-%d", i), "delay": "1h"})
+		require.Equal(t, http.StatusCreated, status, eb)
+	}
+	type page struct {
+		Items         []timers.Timer `json:"items"`
+		NextPageToken string         `json:"next_page_token"`
+	}
+	var first page
+	require.Eventually(t, func() bool {
+		status, _ := api.call("GET", "/v1/timers?biz_type=order.close", nil, &first)
+		return status == http.StatusOK && len(first.Items) == 5
+	}, 30*time.Second, 100*time.Millisecond)
+
+	seen := map[string]bool{}
+	token := ""
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 5)
+		var p page
+		status, eb := api.call("GET", "/v1/timers?biz_type=order.close&page_size=2&page_token="+url.QueryEscape(token), nil, &p)
+		require.Equal(t, http.StatusOK, status, eb)
+		for _, it := range p.Items {
+			seen[it.BizID] = true
+		}
+		if p.NextPageToken == "" {
+			break
+		}
+		if token == "" {
+			// A real token is tied to its query: another filter refuses it.
+			status, eb := api.call("GET", "/v1/timers?biz_type=other&page_size=2&page_token="+url.QueryEscape(p.NextPageToken), nil, nil)
+			require.Equal(t, http.StatusBadRequest, status)
+			require.Equal(t, "page_token", eb.Error.Details["field"])
+		}
+		token = p.NextPageToken
+	}
+	require.Len(t, seen, 5, "pages cover every timer once")
+
+	for _, garbage := range []string{"garbage", "Z2FyYmFnZQ", "AAAAAAAAAAAAAAAAAAAAAAAA", "!!", "eyJ2IjoxfQ"} {
+		start := time.Now()
+		status, eb := api.call("GET", "/v1/timers?page_token="+url.QueryEscape(garbage), nil, nil)
+		require.Equal(t, http.StatusBadRequest, status, garbage)
+		require.Equal(t, courier.CodeInvalid, eb.Error.Code, garbage)
+		require.Equal(t, "page_token", eb.Error.Details["field"], garbage)
+		require.Less(t, time.Since(start), 2*time.Second, "%s is refused at once", garbage)
+	}
 }

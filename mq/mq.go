@@ -26,6 +26,11 @@ type Publisher interface {
 // ErrUnknownTopic reports that the broker has no destination for a topic.
 var ErrUnknownTopic = errors.New("mq: no destination for topic")
 
+// ErrRefused reports a message that breaks courier's message rule (courier.CheckMessage): a
+// broker control subject, a reply subject or a reserved header. Publishers check every message
+// before it leaves, whatever path it came by; the refusal is permanent.
+var ErrRefused = errors.New("mq: message refused")
+
 // Header names courier adds to every published message.
 const (
 	HeaderMessageID = "Courier-Message-Id"

@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/courier-oss/courier"
 )
 
 // NATS publishes to NATS JetStream: the topic is the subject, and the message id is sent as
@@ -42,6 +44,9 @@ func (n *NATS) Conn() *nats.Conn { return n.nc }
 
 // Publish publishes m and waits for the stream's acknowledgement.
 func (n *NATS) Publish(ctx context.Context, m Message) error {
+	if err := courier.CheckMessage(m.Topic, m.Key, m.Headers); err != nil {
+		return fmt.Errorf("%w: %v", ErrRefused, err)
+	}
 	msg := nats.NewMsg(m.Topic)
 	msg.Data = m.Payload
 	for k, v := range m.Headers {

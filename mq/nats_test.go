@@ -47,6 +47,21 @@ func TestNATSPublisher(t *testing.T) {
 	err = pub.Publish(ctx, mq.Message{ID: "43", Topic: "nowhere.created", Payload: []byte("x")})
 	require.ErrorIs(t, err, mq.ErrUnknownTopic)
 
+	// Control subjects and broker-behaviour headers never leave the publisher, whatever path a
+	// message took: the stream keeps its message.
+	for _, m := range []mq.Message{
+		{ID: "50", Topic: "$JS.API.STREAM.PURGE.ORDERS", Payload: []byte("{}")},
+		{ID: "51", Topic: "$JS.API.STREAM.DELETE.ORDERS", Payload: []byte("{}")},
+		{ID: "52", Topic: "_INBOX.x", Payload: []byte("{}")},
+		{ID: "53", Topic: "orders.created", Payload: []byte("x"), Headers: map[string]string{"Nats-Rollup": "all"}},
+		{ID: "54", Topic: "orders.created", Payload: []byte("x"), Headers: map[string]string{"Nats-Expected-Last-Sequence": "0"}},
+	} {
+		require.ErrorIs(t, pub.Publish(ctx, m), mq.ErrRefused, "%s %v", m.Topic, m.Headers)
+	}
+	info, err = st.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), info.State.Msgs, "the stream is neither purged, rolled up nor deleted")
+
 	// With the server gone, a publish fails without claiming the topic is unknown.
 	srv.Shutdown()
 	tctx, cancel := context.WithTimeout(ctx, 2*time.Second)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/uptrace/bun/schema"
+
+	"github.com/courier-oss/courier"
 )
 
 // Message is one message to publish: Topic is the broker subject, Key an optional partition or
@@ -79,21 +81,21 @@ func insertSQL(questionMarks bool) string {
 		strings.Join(ph, ", ") + `) RETURNING id`
 }
 
-// Validate checks the message against the table contract's limits.
+// Validate checks the message against the table contract: courier's topic, key and header
+// rules (see courier.CheckMessage: no broker control subjects, no reserved headers) and the
+// payload limit. The relay applies the same rules to rows it reads, so a row that breaks them
+// ends dead instead of reaching the broker. Errors are *courier.Error values naming the field.
 func (m Message) Validate() error {
+	if err := courier.CheckMessage(m.Topic, m.Key, m.Headers); err != nil {
+		return err
+	}
 	switch {
-	case m.Topic == "":
-		return errors.New("topic is required")
-	case len(m.Topic) > 255:
-		return errors.New("topic is longer than 255 bytes")
-	case strings.ContainsAny(m.Topic, " \t\r\n*>"):
-		return fmt.Errorf("topic %q contains a space or a wildcard", m.Topic)
-	case len(m.Key) > 255:
-		return errors.New("key is longer than 255 bytes")
 	case m.Payload == nil:
-		return errors.New("payload is required (use an empty slice for an empty body)")
+		return &courier.Error{Code: courier.CodeValidation, Message: "payload is required (use an empty slice for an empty body)",
+			Details: map[string]any{"field": "payload"}}
 	case len(m.Payload) > MaxPayloadBytes:
-		return fmt.Errorf("payload is %d bytes; the limit is %d", len(m.Payload), MaxPayloadBytes)
+		return &courier.Error{Code: courier.CodeTooLarge, Message: fmt.Sprintf("payload is %d bytes; the limit is %d", len(m.Payload), MaxPayloadBytes),
+			Details: map[string]any{"field": "payload", "limit_bytes": MaxPayloadBytes}}
 	}
 	return nil
 }
@@ -121,8 +123,14 @@ type TimerRow struct {
 // ArmTimer writes a row that makes courier's relay create the timer once tx commits. Creating
 // is idempotent on (biz_type, biz_id), so a relay retry never arms twice.
 func ArmTimer(ctx context.Context, tx Tx, t Timer) (int64, error) {
-	if t.BizType == "" || t.BizID == "" || t.FireAt.IsZero() {
-		return 0, errors.New("outbox: a timer needs biz_type, biz_id and fire_at")
+	if err := courier.CheckName("biz_type", t.BizType); err != nil {
+		return 0, err
+	}
+	if err := courier.CheckID("biz_id", t.BizID); err != nil {
+		return 0, err
+	}
+	if t.FireAt.IsZero() {
+		return 0, errors.New("outbox: a timer needs fire_at")
 	}
 	if len(t.Payload) > 0 && !json.Valid(t.Payload) {
 		return 0, errors.New("outbox: timer payload must be JSON")

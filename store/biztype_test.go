@@ -32,7 +32,9 @@ func TestBizTypes(t *testing.T) {
 		require.True(t, got.AllowPrivate)
 
 		_, _, err = s.PutBizType(ctx, courier.BizType{Name: "Bad Name", Delivery: courier.DeliveryMQ, Topic: "x"})
-		require.Equal(t, courier.CodeValidation, courier.ErrorCode(err))
+		require.Equal(t, courier.CodeInvalid, courier.ErrorCode(err), "a name that breaks the name rule")
+		_, _, err = s.PutBizType(ctx, courier.BizType{Name: "purge", Delivery: courier.DeliveryMQ, Topic: "$JS.API.STREAM.PURGE.ORDERS"})
+		require.Equal(t, courier.CodeInvalid, courier.ErrorCode(err), "a broker control subject is never a business type's topic")
 		_, _, err = s.PutBizType(ctx, courier.BizType{Name: "nosecret", Delivery: courier.DeliveryHTTP, CallbackURL: "https://x.example"})
 		require.Equal(t, courier.CodeValidation, courier.ErrorCode(err))
 

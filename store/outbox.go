@@ -30,18 +30,23 @@ type outboxRow struct {
 	CreatedAt     time.Time    `bun:"created_at"`
 	SentAt        bun.NullTime `bun:"sent_at"`
 	LastError     *string      `bun:"last_error"`
+	PayloadBytes  int          `bun:"payload_bytes,scanonly"`
 }
 
-func (r *outboxRow) record() (courier.OutboxRecord, error) {
+func (r *outboxRow) record() courier.OutboxRecord {
 	rec := courier.OutboxRecord{
 		ID:            r.ID,
 		Topic:         r.Topic,
 		Key:           r.Key,
 		Payload:       r.Payload,
+		PayloadBytes:  len(r.Payload),
 		Status:        courier.OutboxStatus(r.Status),
 		Attempts:      r.Attempts,
 		NextAttemptAt: r.NextAttemptAt.UTC(),
 		CreatedAt:     r.CreatedAt.UTC(),
+	}
+	if r.Payload == nil {
+		rec.PayloadBytes = r.PayloadBytes // a list that left the payload in the database
 	}
 	if !r.SentAt.IsZero() {
 		t := r.SentAt.UTC()
@@ -52,10 +57,12 @@ func (r *outboxRow) record() (courier.OutboxRecord, error) {
 	}
 	if r.Headers != nil && *r.Headers != "" {
 		if err := json.Unmarshal([]byte(*r.Headers), &rec.Headers); err != nil {
-			return rec, fmt.Errorf("outbox %d: headers are not a JSON object of strings: %w", r.ID, err)
+			// A producer wrote the row by hand: show it, but never publish it.
+			rec.Headers = nil
+			rec.Malformed = "headers are not a JSON object of strings: " + err.Error()
 		}
 	}
-	return rec, nil
+	return rec
 }
 
 // ClaimedRecord is what the relay needs to start a delivery: the payload stays in the database,
@@ -131,7 +138,7 @@ func (s *Store) GetOutbox(ctx context.Context, id int64) (courier.OutboxRecord, 
 	if err != nil {
 		return courier.OutboxRecord{}, err
 	}
-	return row.record()
+	return row.record(), nil
 }
 
 // OutboxFilter selects records for listing. Records come in ascending id order, after AfterID.
@@ -140,36 +147,88 @@ type OutboxFilter struct {
 	Topic   string               // "" for every topic
 	AfterID int64                // keyset pagination: ids greater than this
 	Limit   int                  // default 100, at most 1000
+	// WithPayload loads the payloads; without it records carry only PayloadBytes, so a page of
+	// large records costs the gateway nothing.
+	WithPayload bool
+	// PayloadBudget bounds the payload bytes one page loads (WithPayload only): the page ends
+	// before the record that would pass it, but always holds at least one record. Default
+	// DefaultPayloadBudget.
+	PayloadBudget int64
 }
 
-// ListOutbox lists records by filter, without payloads' interpretation.
-func (s *Store) ListOutbox(ctx context.Context, f OutboxFilter) ([]courier.OutboxRecord, error) {
+// DefaultPayloadBudget is the payload bytes one page of records may load unless a filter sets
+// another budget.
+const DefaultPayloadBudget = 4 << 20
+
+// ListOutbox lists records by filter, a bounded page at a time, and reports whether more
+// records match after the last one returned.
+func (s *Store) ListOutbox(ctx context.Context, f OutboxFilter) ([]courier.OutboxRecord, bool, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	if f.Limit > 1000 {
-		f.Limit = 1000
+	f.Limit = min(f.Limit, 1000)
+	if f.PayloadBudget <= 0 {
+		f.PayloadBudget = DefaultPayloadBudget
 	}
+	filtered := func(q *bun.SelectQuery) *bun.SelectQuery {
+		q = q.Where("id > ?", f.AfterID).Order("id ASC")
+		if f.Status != "" {
+			q = q.Where("status = ?", f.Status)
+		}
+		if f.Topic != "" {
+			q = q.Where("topic = ?", f.Topic)
+		}
+		return q
+	}
+	// One row more than the page tells whether another page follows. Payloads stay in the
+	// database at this step; only their sizes are read.
 	var rows []outboxRow
-	q := s.db.NewSelect().Model(&rows).Where("id > ?", f.AfterID).Order("id ASC").Limit(int64(f.Limit))
-	if f.Status != "" {
-		q = q.Where("status = ?", f.Status)
+	err := filtered(s.db.NewSelect().Model(&rows).ExcludeColumn("payload").
+		ColumnExpr(s.payloadBytesSQL() + " AS payload_bytes")).Limit(int64(f.Limit) + 1).Scan(ctx)
+	if err != nil {
+		return nil, false, err
 	}
-	if f.Topic != "" {
-		q = q.Where("topic = ?", f.Topic)
-	}
-	if err := q.Scan(ctx); err != nil {
-		return nil, err
+	more := len(rows) > f.Limit
+	rows = rows[:min(len(rows), f.Limit)]
+	if f.WithPayload && len(rows) > 0 {
+		var used int64
+		for i := range rows {
+			if used += int64(rows[i].PayloadBytes); used > f.PayloadBudget && i > 0 {
+				rows, more = rows[:i], true
+				break
+			}
+		}
+		if rows, err = s.withPayloads(ctx, rows); err != nil {
+			return nil, false, err
+		}
 	}
 	out := make([]courier.OutboxRecord, 0, len(rows))
 	for i := range rows {
-		rec, err := rows[i].record()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, rec)
+		out = append(out, rows[i].record())
 	}
-	return out, nil
+	return out, more, nil
+}
+
+// withPayloads reloads rows with their payloads, in the same order. A row deleted meanwhile
+// (sent rows age out) drops out of the page.
+func (s *Store) withPayloads(ctx context.Context, rows []outboxRow) ([]outboxRow, error) {
+	ids := make([]int64, len(rows))
+	for i := range rows {
+		ids[i] = rows[i].ID
+	}
+	var full []outboxRow
+	if err := s.db.NewSelect().Model(&full).Where("id IN (?)", bun.List(ids)).Order("id ASC").Scan(ctx); err != nil {
+		return nil, err
+	}
+	return full, nil
+}
+
+// payloadBytesSQL is the size in bytes of a row's payload, however the producer stored it.
+func (s *Store) payloadBytesSQL() string {
+	if s.pg {
+		return "octet_length(payload)"
+	}
+	return "length(CAST(payload AS BLOB))"
 }
 
 // RecordOutboxAttempt counts one failed delivery attempt and keeps its error, so operators see
@@ -264,9 +323,8 @@ func (s *Store) RedriveOutbox(ctx context.Context, id int64) (courier.OutboxReco
 		if err := tx.NewSelect().Model(&row).Where("id = ?", id).Scan(ctx); err != nil {
 			return err
 		}
-		var err error
-		out, err = row.record()
-		return err
+		out = row.record()
+		return nil
 	})
 	return out, err
 }
@@ -332,8 +390,8 @@ func (s *Store) EnqueueOutbox(ctx context.Context, m outbox.Message) (courier.Ou
 		if err := tx.NewSelect().Model(&row).Where("id = ?", ids[0]).Scan(ctx); err != nil {
 			return err
 		}
-		rec, err = row.record()
-		return err
+		rec = row.record()
+		return nil
 	})
 	return rec, err
 }

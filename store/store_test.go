@@ -102,7 +102,7 @@ func TestEnqueueRejectsBadMessages(t *testing.T) {
 			})
 			require.Error(t, err, name)
 		}
-		recs, err := s.ListOutbox(ctx, store.OutboxFilter{})
+		recs, _, err := s.ListOutbox(ctx, store.OutboxFilter{})
 		require.NoError(t, err)
 		require.Empty(t, recs)
 	})
@@ -234,7 +234,7 @@ func TestSentDeadRedrive(t *testing.T) {
 		ok, err = s.MarkOutboxDead(ctx, ids[1], "no stream")
 		require.NoError(t, err)
 		require.True(t, ok)
-		dead, err := s.ListOutbox(ctx, store.OutboxFilter{Status: courier.OutboxDead})
+		dead, _, err := s.ListOutbox(ctx, store.OutboxFilter{Status: courier.OutboxDead})
 		require.NoError(t, err)
 		require.Len(t, dead, 1)
 		require.Equal(t, "no stream", dead[0].LastError)
@@ -263,22 +263,63 @@ func TestListPaginatesAndFilters(t *testing.T) {
 		enqueue(t, s, msgs...)
 		var all []int64
 		after := int64(0)
-		for {
-			page, err := s.ListOutbox(ctx, store.OutboxFilter{AfterID: after, Limit: 10})
+		for pages := 1; ; pages++ {
+			page, more, err := s.ListOutbox(ctx, store.OutboxFilter{AfterID: after, Limit: 10})
 			require.NoError(t, err)
 			for _, r := range page {
 				all = append(all, r.ID)
+				require.Nil(t, r.Payload, "payloads stay in the database unless asked for")
+				require.Equal(t, len(`{"a":1}`), r.PayloadBytes, "but their size is shown")
 			}
-			if len(page) < 10 {
+			require.Equal(t, pages < 3, more, "page %d says whether another follows", pages)
+			if !more {
 				break
 			}
 			after = page[len(page)-1].ID
 		}
 		require.Len(t, all, 25)
 		require.True(t, sort.SliceIsSorted(all, func(i, j int) bool { return all[i] < all[j] }))
-		odd, err := s.ListOutbox(ctx, store.OutboxFilter{Topic: "odd"})
+		odd, more, err := s.ListOutbox(ctx, store.OutboxFilter{Topic: "odd"})
 		require.NoError(t, err)
 		require.Len(t, odd, 12)
+		require.False(t, more)
+	})
+}
+
+// A page that loads payloads stops before its payloads pass the budget (but always holds one
+// record), and paging on from its last id reaches every record once.
+func TestListOutboxPayloadBudget(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		big := make([]byte, 300<<10)
+		var msgs []outbox.Message
+		for i := 0; i < 10; i++ {
+			msgs = append(msgs, outbox.Message{Topic: "big", Payload: big})
+		}
+		ids := enqueue(t, s, msgs...)
+		var seen []int64
+		after := int64(0)
+		for {
+			page, more, err := s.ListOutbox(ctx, store.OutboxFilter{AfterID: after, Limit: 1000, WithPayload: true, PayloadBudget: 1 << 20})
+			require.NoError(t, err)
+			require.NotEmpty(t, page)
+			var bytes int
+			for _, r := range page {
+				require.Len(t, r.Payload, len(big))
+				bytes += len(r.Payload)
+				seen = append(seen, r.ID)
+			}
+			require.LessOrEqual(t, bytes, 1<<20, "a page's payloads stay within the budget")
+			if !more {
+				break
+			}
+			after = page[len(page)-1].ID
+		}
+		require.Equal(t, ids, seen, "every record once, in order")
+		one, more, err := s.ListOutbox(ctx, store.OutboxFilter{Limit: 5, WithPayload: true, PayloadBudget: 1})
+		require.NoError(t, err)
+		require.Len(t, one, 1, "a record larger than the budget still makes a page of one")
+		require.True(t, more)
 	})
 }
 

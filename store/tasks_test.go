@@ -193,8 +193,15 @@ func TestTaskInsertValidation(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
 		for name, r := range map[string]courier.TaskRequest{
-			"empty id":      taskReq("", 1, 3, `{}`),
-			"long id":       taskReq(string(make([]byte, 129)), 1, 3, `{}`),
+			"empty id": taskReq("", 1, 3, `{}`),
+			"long id":  taskReq(string(make([]byte, 129)), 1, 3, `{}`),
+			"NUL id":   taskReq("a\x00b", 1, 3, `{}`),
+			"dot id":   taskReq("..", 1, 3, `{}`),
+		} {
+			_, _, err := s.InsertTask(ctx, r)
+			require.Equal(t, courier.CodeInvalid, courier.ErrorCode(err), "%s breaks the id rule", name)
+		}
+		for name, r := range map[string]courier.TaskRequest{
 			"version 0":     taskReq("a", 0, 3, `{}`),
 			"priority 6":    taskReq("a", 1, 6, `{}`),
 			"bad json":      taskReq("a", 1, 3, `{`),

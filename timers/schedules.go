@@ -54,14 +54,11 @@ var overlapPolicies = map[string]enumspb.ScheduleOverlapPolicy{
 	"allow_all":       enumspb.SCHEDULE_OVERLAP_POLICY_ALLOW_ALL,
 }
 
-// ScheduleID is the Temporal schedule id of a courier schedule.
-func ScheduleID(id string) string { return "schedule/" + id }
-
 func (s *Service) compile(ctx context.Context, id string, sp ScheduleSpec) (client.ScheduleSpec, *client.ScheduleWorkflowAction, client.SchedulePolicies, error) {
 	var spec client.ScheduleSpec
 	var pol client.SchedulePolicies
-	if err := ValidBizID(id); err != nil {
-		return spec, nil, pol, courier.Errorf(courier.CodeInvalid, "schedule id must be 1-128 bytes without '/'")
+	if err := courier.CheckID("id", id); err != nil {
+		return spec, nil, pol, err
 	}
 	if _, err := s.types.GetBizType(ctx, sp.BizType); err != nil {
 		if courier.ErrorCode(err) == courier.CodeNotFound {
@@ -122,7 +119,7 @@ func (s *Service) compile(ctx context.Context, id string, sp ScheduleSpec) (clie
 	// API's view of the spec rides in the action's memo, so GET returns what was PUT.
 	action := &client.ScheduleWorkflowAction{
 		Memo:      map[string]any{specMemo: string(specJSON)},
-		ID:        ScheduleID(id),
+		ID:        courier.ScheduleID(id),
 		Workflow:  workflows.TimerName,
 		TaskQueue: s.taskQueue,
 		Args:      []any{workflows.TimerParams{BizType: sp.BizType, BizID: id, Payload: payload}},
@@ -156,7 +153,7 @@ func (s *Service) CreateSchedule(ctx context.Context, id string, sp ScheduleSpec
 		return Schedule{}, err
 	}
 	_, err = s.tc.ScheduleClient().Create(ctx, client.ScheduleOptions{
-		ID: ScheduleID(id), Spec: spec, Action: action, Overlap: pol.Overlap, CatchupWindow: pol.CatchupWindow,
+		ID: courier.ScheduleID(id), Spec: spec, Action: action, Overlap: pol.Overlap, CatchupWindow: pol.CatchupWindow,
 		Paused: sp.Paused,
 	})
 	if err != nil {
@@ -167,7 +164,7 @@ func (s *Service) CreateSchedule(ctx context.Context, id string, sp ScheduleSpec
 
 // GetSchedule describes a schedule: its spec, state, next and recent runs.
 func (s *Service) GetSchedule(ctx context.Context, id string) (Schedule, error) {
-	d, err := s.tc.ScheduleClient().GetHandle(ctx, ScheduleID(id)).Describe(ctx)
+	d, err := s.tc.ScheduleClient().GetHandle(ctx, courier.ScheduleID(id)).Describe(ctx)
 	if err != nil {
 		return Schedule{}, scheduleErr(err, id)
 	}
@@ -206,7 +203,7 @@ func (s *Service) UpdateSchedule(ctx context.Context, id string, sp ScheduleSpec
 	if err != nil {
 		return Schedule{}, err
 	}
-	h := s.tc.ScheduleClient().GetHandle(ctx, ScheduleID(id))
+	h := s.tc.ScheduleClient().GetHandle(ctx, courier.ScheduleID(id))
 	err = h.Update(ctx, client.ScheduleUpdateOptions{DoUpdate: func(in client.ScheduleUpdateInput) (*client.ScheduleUpdate, error) {
 		sch := in.Description.Schedule
 		sch.Spec, sch.Action, sch.Policy = &spec, action, &pol
@@ -223,22 +220,22 @@ func (s *Service) UpdateSchedule(ctx context.Context, id string, sp ScheduleSpec
 
 // DeleteSchedule removes a schedule; runs already started finish.
 func (s *Service) DeleteSchedule(ctx context.Context, id string) error {
-	return scheduleErr(s.tc.ScheduleClient().GetHandle(ctx, ScheduleID(id)).Delete(ctx), id)
+	return scheduleErr(s.tc.ScheduleClient().GetHandle(ctx, courier.ScheduleID(id)).Delete(ctx), id)
 }
 
 // PauseSchedule, UnpauseSchedule and TriggerSchedule act on a schedule's state.
 func (s *Service) PauseSchedule(ctx context.Context, id, note string) error {
-	return scheduleErr(s.tc.ScheduleClient().GetHandle(ctx, ScheduleID(id)).Pause(ctx, client.SchedulePauseOptions{Note: note}), id)
+	return scheduleErr(s.tc.ScheduleClient().GetHandle(ctx, courier.ScheduleID(id)).Pause(ctx, client.SchedulePauseOptions{Note: note}), id)
 }
 
 // UnpauseSchedule resumes a paused schedule.
 func (s *Service) UnpauseSchedule(ctx context.Context, id, note string) error {
-	return scheduleErr(s.tc.ScheduleClient().GetHandle(ctx, ScheduleID(id)).Unpause(ctx, client.ScheduleUnpauseOptions{Note: note}), id)
+	return scheduleErr(s.tc.ScheduleClient().GetHandle(ctx, courier.ScheduleID(id)).Unpause(ctx, client.ScheduleUnpauseOptions{Note: note}), id)
 }
 
 // TriggerSchedule runs a schedule's action once, now.
 func (s *Service) TriggerSchedule(ctx context.Context, id string) error {
-	return scheduleErr(s.tc.ScheduleClient().GetHandle(ctx, ScheduleID(id)).Trigger(ctx, client.ScheduleTriggerOptions{}), id)
+	return scheduleErr(s.tc.ScheduleClient().GetHandle(ctx, courier.ScheduleID(id)).Trigger(ctx, client.ScheduleTriggerOptions{}), id)
 }
 
 const specMemo = "courier_schedule"

@@ -68,19 +68,8 @@ type CreateRequest struct {
 	Payload json.RawMessage
 }
 
-// WorkflowID is a timer's deterministic workflow id.
-func WorkflowID(bizType, bizID string) string { return "timer/" + bizType + "/" + bizID }
-
 func validation(field, format string, args ...any) error {
 	return &courier.Error{Code: courier.CodeValidation, Message: fmt.Sprintf(format, args...), Details: map[string]any{"field": field}}
-}
-
-// ValidBizID checks a business id: 1 to 128 bytes, no slash or control characters.
-func ValidBizID(id string) error {
-	if id == "" || len(id) > 128 || strings.ContainsAny(id, "/\x00\n\r\t") {
-		return validation("biz_id", "biz_id must be 1-128 bytes without '/' or control characters")
-	}
-	return nil
 }
 
 func requestHash(fireAt time.Time, payload []byte) string {
@@ -96,13 +85,16 @@ const memoHash = "request_hash"
 // Create arms a timer. The same request again returns the existing timer (created=false); a
 // different request for the same (biz_type, biz_id) is a conflict, also after it fired.
 func (s *Service) Create(ctx context.Context, r CreateRequest) (Timer, bool, error) {
+	if err := courier.CheckName("biz_type", r.BizType); err != nil {
+		return Timer{}, false, err
+	}
+	if err := courier.CheckID("biz_id", r.BizID); err != nil {
+		return Timer{}, false, err
+	}
 	if _, err := s.types.GetBizType(ctx, r.BizType); err != nil {
 		if courier.ErrorCode(err) == courier.CodeNotFound {
 			return Timer{}, false, validation("biz_type", "business type %q is not configured", r.BizType)
 		}
-		return Timer{}, false, err
-	}
-	if err := ValidBizID(r.BizID); err != nil {
 		return Timer{}, false, err
 	}
 	if len(r.Payload) == 0 {
@@ -122,7 +114,7 @@ func (s *Service) Create(ctx context.Context, r CreateRequest) (Timer, bool, err
 	}
 	fireAt := r.FireAt.UTC().Truncate(time.Millisecond)
 	hash := requestHash(fireAt, r.Payload)
-	id := WorkflowID(r.BizType, r.BizID)
+	id := courier.TimerWorkflowID(r.BizType, r.BizID)
 	_, err := s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                                       id,
 		TaskQueue:                                s.taskQueue,
@@ -176,7 +168,7 @@ func notFound(bizType, bizID string) error {
 
 // Get returns a timer's current state.
 func (s *Service) Get(ctx context.Context, bizType, bizID string) (Timer, error) {
-	id := WorkflowID(bizType, bizID)
+	id := courier.TimerWorkflowID(bizType, bizID)
 	d, err := s.tc.DescribeWorkflowExecution(ctx, id, "")
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
@@ -226,7 +218,7 @@ func (s *Service) Cancel(ctx context.Context, bizType, bizID string) (Timer, err
 }
 
 func (s *Service) update(ctx context.Context, bizType, bizID, name string, args ...any) (Timer, error) {
-	id := WorkflowID(bizType, bizID)
+	id := courier.TimerWorkflowID(bizType, bizID)
 	h, err := s.tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 		WorkflowID: id, UpdateName: name, Args: args, WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
@@ -259,8 +251,8 @@ func (s *Service) update(ctx context.Context, bizType, bizID, name string, args 
 func (s *Service) List(ctx context.Context, bizType, state string, pageSize int, token []byte) ([]Timer, []byte, error) {
 	q := fmt.Sprintf("%s = 'timer'", courier.SAKind)
 	if bizType != "" {
-		if !courier.ValidBizTypeName(bizType) {
-			return nil, nil, courier.Errorf(courier.CodeInvalid, "biz_type %q is not a valid name", bizType)
+		if err := courier.CheckName("biz_type", bizType); err != nil {
+			return nil, nil, err
 		}
 		q += fmt.Sprintf(" AND %s = '%s'", courier.SABizType, bizType)
 	}

@@ -3,7 +3,9 @@ package webhook
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 )
 
@@ -33,7 +36,7 @@ const SecretPrefix = "whsec_"
 var (
 	ErrBadSignature = errors.New("webhook: no signature matches any configured secret")
 	ErrStale        = errors.New("webhook: timestamp outside the tolerance")
-	ErrReplay       = errors.New("webhook: this exact message was already accepted")
+	ErrReplay       = errors.New("webhook: this message was already accepted")
 	ErrMissing      = errors.New("webhook: missing webhook-id, webhook-timestamp or webhook-signature")
 )
 
@@ -100,30 +103,99 @@ func (s *Signer) Sign(h http.Header, id string, at time.Time, body []byte) error
 	return nil
 }
 
+// DefaultMaxRemembered is how many accepted messages a Verifier remembers for replay detection
+// unless WithMaxRemembered says otherwise. Each costs about 175 bytes, so the default stays under
+// 20 MiB; it covers 300 messages a second over the tolerance window.
+const DefaultMaxRemembered = 100_000
+
+// Option configures a Verifier built by NewVerifierWith.
+type Option func(*verifierConfig)
+
+type verifierConfig struct {
+	maxRemembered int
+	now           func() time.Time
+}
+
+// WithMaxRemembered bounds the replay cache to n accepted messages (default
+// DefaultMaxRemembered; n must be positive). When more than n messages arrive within the
+// tolerance window the oldest is forgotten early and could be replayed until its timestamp goes
+// stale: size n above your peak number of callbacks per 5 minutes.
+func WithMaxRemembered(n int) Option {
+	return func(c *verifierConfig) { c.maxRemembered = n }
+}
+
+// WithClock sets the receiver's clock, against which timestamps are checked and remembered
+// messages expire (default time.Now).
+func WithClock(now func() time.Time) Option {
+	return func(c *verifierConfig) { c.now = now }
+}
+
 // Verifier checks incoming callbacks: a signature by any configured secret, a timestamp within
-// Tolerance, and no exact replay (the same webhook-id with the same signature) within the
-// tolerance window. A retry of the same delivery keeps its webhook-id but is signed anew (new
-// timestamp, new attempt number in the body), so it passes: deduplicate deliveries on
-// webhook-id in your handler.
+// Tolerance, and no replay: a message whose id, timestamp and body were already accepted is
+// refused while its timestamp is fresh, however its webhook-signature header is written. A retry
+// of the same delivery keeps its webhook-id but is signed anew (new timestamp, new attempt number
+// in the body), so it passes: deduplicate deliveries on webhook-id in your handler. Safe for
+// concurrent use.
 type Verifier struct {
 	hooks []*standardwebhooks.Webhook
 	now   func() time.Time
 
-	mu   sync.Mutex
-	seen map[string]time.Time // accepted id+signature pairs and when they may be forgotten
+	mu sync.Mutex
+	// seen maps the digest of each accepted message to the time after which its timestamp is
+	// stale. The LRU bounds memory; its order is acceptance order, so the oldest entry is the
+	// first to expire (give or take the timestamps' spread) and the first to go when full.
+	seen *simplelru.LRU[[sha256.Size]byte, time.Time]
 }
 
-// NewVerifier builds a verifier from one or more secrets.
+// NewVerifier builds a verifier from one or more secrets, with the default options.
 func NewVerifier(secrets ...string) (*Verifier, error) {
+	return NewVerifierWith(secrets)
+}
+
+// NewVerifierWith builds a verifier from one or more secrets and options.
+func NewVerifierWith(secrets []string, opts ...Option) (*Verifier, error) {
 	hooks, err := parseSecrets(secrets)
 	if err != nil {
 		return nil, err
 	}
-	return &Verifier{hooks: hooks, now: time.Now, seen: map[string]time.Time{}}, nil
+	cfg := verifierConfig{maxRemembered: DefaultMaxRemembered, now: time.Now}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.maxRemembered <= 0 {
+		return nil, fmt.Errorf("webhook: max remembered messages must be positive, got %d", cfg.maxRemembered)
+	}
+	if cfg.now == nil {
+		return nil, errors.New("webhook: clock must not be nil")
+	}
+	seen, err := simplelru.NewLRU[[sha256.Size]byte, time.Time](cfg.maxRemembered, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &Verifier{hooks: hooks, now: cfg.now, seen: seen}, nil
+}
+
+// messageKey identifies a message by exactly what its signature covers: id, timestamp (as the
+// number that is signed, so "+ts" or "0ts" spellings are the same message) and body. Keying on
+// the signature header instead let a captured request through again with the header reworded
+// ("v1,<sig> v1,x", extra spaces, the signature twice), since any list containing one valid
+// signature verifies. Lengths are framed so that no two different messages share a key.
+func messageKey(id string, sec int64, body []byte) [sha256.Size]byte {
+	h := sha256.New()
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(id)))
+	h.Write(n[:])
+	h.Write([]byte(id))
+	binary.BigEndian.PutUint64(n[:], uint64(sec))
+	h.Write(n[:])
+	h.Write(body)
+	var k [sha256.Size]byte
+	h.Sum(k[:0])
+	return k
 }
 
 // Verify checks body and headers. A nil error means the callback is authentic, fresh and not a
-// replay; it is then remembered so an exact replay is refused.
+// replay; it is then remembered until its timestamp goes stale, so a replay is refused.
 func (v *Verifier) Verify(body []byte, h http.Header) error {
 	id, ts, sig := h.Get(HeaderID), h.Get(HeaderTimestamp), h.Get(HeaderSignature)
 	if id == "" || ts == "" || sig == "" {
@@ -134,7 +206,8 @@ func (v *Verifier) Verify(body []byte, h http.Header) error {
 		return ErrMissing
 	}
 	now := v.now()
-	if d := now.Sub(time.Unix(sec, 0)); d > Tolerance || d < -Tolerance {
+	at := time.Unix(sec, 0)
+	if d := now.Sub(at); d > Tolerance || d < -Tolerance {
 		return ErrStale
 	}
 	ok := false
@@ -148,21 +221,28 @@ func (v *Verifier) Verify(body []byte, h http.Header) error {
 	if !ok {
 		return ErrBadSignature
 	}
-	key := id + "\x00" + sig
+	key := messageKey(id, sec, body)
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if until, dup := v.seen[key]; dup && now.Before(until) {
+	v.forgetExpired(now)
+	if staleAt, dup := v.seen.Peek(key); dup && !now.After(staleAt) {
 		return ErrReplay
 	}
-	if len(v.seen) > 100_000 {
-		for k, until := range v.seen {
-			if now.After(until) {
-				delete(v.seen, k)
-			}
-		}
-	}
-	v.seen[key] = now.Add(2 * Tolerance)
+	v.seen.Add(key, at.Add(Tolerance))
 	return nil
+}
+
+// forgetExpired drops remembered messages from the oldest end while their timestamps are stale
+// (a replay of them is refused as stale anyway), so memory follows the traffic of the last
+// window rather than staying at the bound. The caller holds v.mu.
+func (v *Verifier) forgetExpired(now time.Time) {
+	for {
+		_, staleAt, ok := v.seen.GetOldest()
+		if !ok || !now.After(staleAt) {
+			return
+		}
+		v.seen.RemoveOldest()
+	}
 }
 
 // Middleware verifies each request before next sees it; a failure is 401 with a short reason.

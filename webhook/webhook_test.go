@@ -1,11 +1,14 @@
 package webhook
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -125,4 +128,151 @@ func TestMiddleware(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, 401, resp.StatusCode)
+}
+
+// A captured request sent again is refused however its webhook-signature header is reworded:
+// any list holding one valid signature verifies, so the replay check must not look at the
+// header's text. The timestamp header is signed as a number, so its spelling is no way out either.
+func TestReplayWithRewrittenHeadersIsRefused(t *testing.T) {
+	sec := secrets(t, 2)
+	s, err := NewSigner(sec...) // two signatures, as during a rotation
+	require.NoError(t, err)
+	at := time.Unix(1_800_000_000, 0)
+	body := `{"attempt":1}`
+	orig := signed(t, s, "dlv_captured", at, body)
+	sigs := strings.Fields(orig.Get(HeaderSignature))
+	require.Len(t, sigs, 2)
+	ts := orig.Get(HeaderTimestamp)
+
+	rewrites := map[string]func(h http.Header){
+		"a bogus signature appended": func(h http.Header) { h.Set(HeaderSignature, sigs[0]+" v1,x") },
+		"a bogus signature first":    func(h http.Header) { h.Set(HeaderSignature, "v1,x "+sigs[0]) },
+		"an unknown version added":   func(h http.Header) { h.Set(HeaderSignature, "v1a,abc "+sigs[0]) },
+		"extra spaces":               func(h http.Header) { h.Set(HeaderSignature, "  "+sigs[0]+"   "+sigs[1]+" ") },
+		"a signature duplicated":     func(h http.Header) { h.Set(HeaderSignature, sigs[0]+" "+sigs[0]) },
+		"the signatures reordered":   func(h http.Header) { h.Set(HeaderSignature, sigs[1]+" "+sigs[0]) },
+		"only the first signature":   func(h http.Header) { h.Set(HeaderSignature, sigs[0]) },
+		"only the second signature":  func(h http.Header) { h.Set(HeaderSignature, sigs[1]) },
+		"the timestamp with a plus":  func(h http.Header) { h.Set(HeaderTimestamp, "+"+ts) },
+		"the timestamp zero-padded":  func(h http.Header) { h.Set(HeaderTimestamp, "00"+ts) },
+	}
+	for name, rewrite := range rewrites {
+		t.Run(name, func(t *testing.T) {
+			h := orig.Clone()
+			rewrite(h)
+			for _, order := range [][2]http.Header{{orig, h}, {h, orig}} {
+				v, err := NewVerifierWith(sec, WithClock(func() time.Time { return at }))
+				require.NoError(t, err)
+				require.NoError(t, v.Verify([]byte(body), order[0]), "the first copy is accepted")
+				// ErrReplay (not ErrBadSignature) also proves the rewritten header still verifies.
+				require.ErrorIs(t, v.Verify([]byte(body), order[1]), ErrReplay)
+			}
+		})
+	}
+}
+
+// Courier retries a delivery under the same webhook-id, signed anew: the receiver accepts every
+// retry, and refuses a replay of each.
+func TestRetriesOfOneDeliveryPass(t *testing.T) {
+	sec := secrets(t, 1)
+	s := mustSigner(t, sec[0])
+	at := time.Unix(1_800_000_000, 0)
+	now := at
+	v, err := NewVerifierWith(sec, WithClock(func() time.Time { return now }))
+	require.NoError(t, err)
+
+	first := signed(t, s, "dlv_retry", at, `{"attempt":1}`)
+	require.NoError(t, v.Verify([]byte(`{"attempt":1}`), first))
+	// Within the same second: only the body differs.
+	sameSecond := signed(t, s, "dlv_retry", at, `{"attempt":2}`)
+	require.NoError(t, v.Verify([]byte(`{"attempt":2}`), sameSecond))
+	now = at.Add(90 * time.Second)
+	later := signed(t, s, "dlv_retry", now, `{"attempt":3}`)
+	require.NoError(t, v.Verify([]byte(`{"attempt":3}`), later))
+
+	require.ErrorIs(t, v.Verify([]byte(`{"attempt":1}`), first), ErrReplay)
+	require.ErrorIs(t, v.Verify([]byte(`{"attempt":2}`), sameSecond), ErrReplay)
+	require.ErrorIs(t, v.Verify([]byte(`{"attempt":3}`), later), ErrReplay)
+}
+
+// However many distinct messages arrive, the replay cache holds at most its bound, and keeps
+// the newest.
+func TestReplayCacheIsBounded(t *testing.T) {
+	sec := secrets(t, 1)
+	s := mustSigner(t, sec[0])
+	now := time.Unix(1_800_000_000, 0)
+	const bound = 16
+	v, err := NewVerifierWith(sec, WithMaxRemembered(bound), WithClock(func() time.Time { return now }))
+	require.NoError(t, err)
+	var last http.Header
+	for i := range 2_000 {
+		body := fmt.Sprintf(`{"n":%d}`, i)
+		last = signed(t, s, fmt.Sprint("dlv_", i), now, body)
+		require.NoError(t, v.Verify([]byte(body), last))
+		require.LessOrEqual(t, v.seen.Len(), bound)
+	}
+	require.Equal(t, bound, v.seen.Len())
+	require.ErrorIs(t, v.Verify([]byte(`{"n":1999}`), last), ErrReplay, "the newest is remembered")
+
+	_, err = NewVerifierWith(sec, WithMaxRemembered(0))
+	require.Error(t, err, "an unbounded or empty cache is refused")
+	_, err = NewVerifierWith(sec, WithClock(nil))
+	require.Error(t, err)
+}
+
+// A remembered message is forgotten once its timestamp is stale (a replay of it is refused as
+// stale from then on), and not before: expiry follows the message's timestamp, so one stamped
+// ahead of the receiver's clock is kept longer.
+func TestRememberedMessagesExpireWithTheirTimestamp(t *testing.T) {
+	sec := secrets(t, 1)
+	s := mustSigner(t, sec[0])
+	t0 := time.Unix(1_800_000_000, 0)
+	now := t0
+	v, err := NewVerifierWith(sec, WithClock(func() time.Time { return now }))
+	require.NoError(t, err)
+
+	early := signed(t, s, "dlv_early", t0, `{}`)
+	ahead := signed(t, s, "dlv_ahead", t0.Add(4*time.Minute), `{}`) // the sender's clock runs fast
+	require.NoError(t, v.Verify([]byte(`{}`), early))
+	require.NoError(t, v.Verify([]byte(`{}`), ahead))
+	require.Equal(t, 2, v.seen.Len())
+
+	now = t0.Add(Tolerance) // the last instant early is fresh
+	require.ErrorIs(t, v.Verify([]byte(`{}`), early), ErrReplay)
+	require.Equal(t, 2, v.seen.Len())
+
+	now = t0.Add(Tolerance + time.Second)
+	require.ErrorIs(t, v.Verify([]byte(`{}`), early), ErrStale)
+	require.ErrorIs(t, v.Verify([]byte(`{}`), ahead), ErrReplay, "still fresh, still remembered")
+	fresh := signed(t, s, "dlv_fresh", now, `{}`)
+	require.NoError(t, v.Verify([]byte(`{}`), fresh))
+	require.Equal(t, 2, v.seen.Len(), "early is forgotten; ahead and fresh remain")
+	_, kept := v.seen.Peek(messageKey("dlv_early", t0.Unix(), []byte(`{}`)))
+	require.False(t, kept)
+
+	now = t0.Add(4*time.Minute + Tolerance + time.Second)
+	require.ErrorIs(t, v.Verify([]byte(`{}`), ahead), ErrStale)
+	require.NoError(t, v.Verify([]byte(`{}`), signed(t, s, "dlv_last", now, `{}`)))
+	require.Equal(t, 2, v.seen.Len(), "ahead is forgotten; fresh and last remain")
+	_, kept = v.seen.Peek(messageKey("dlv_ahead", t0.Add(4*time.Minute).Unix(), []byte(`{}`)))
+	require.False(t, kept)
+}
+
+// Concurrent copies of one message: exactly one is accepted.
+func TestConcurrentCopiesAcceptOnce(t *testing.T) {
+	sec := secrets(t, 1)
+	v, err := NewVerifier(sec...)
+	require.NoError(t, err)
+	h := signed(t, mustSigner(t, sec[0]), "dlv_race", time.Now(), `{}`)
+	var accepted atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			if v.Verify([]byte(`{}`), h.Clone()) == nil {
+				accepted.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, int64(1), accepted.Load())
 }

@@ -190,10 +190,11 @@ func (a *app) newGateway(wake, wakeTasks func()) http.Handler {
 		return svc.CountByState(ctx)
 	}))
 	a.reg.MustRegister(metrics.NewTaskTableCollector(taskStatuses(), taskStats(a.store)))
-	return gateway.New(gateway.Config{MaxBodyBytes: a.cfg.MaxBodyBytes}, gateway.Deps{
+	return gateway.New(gateway.Config{MaxBodyBytes: a.cfg.MaxBodyBytes, RequestTimeout: a.cfg.RequestTimeout}, gateway.Deps{
 		Tasks:     tasks.NewService(a.store, a.temporal, a.cfg.Temporal.Namespace, wakeTasks, a.log),
 		Keys:      a.store,
 		Outbox:    a.store,
+		Runs:      relay.DeliveryRuns{Temporal: a.temporal},
 		Sources:   extra,
 		BizTypes:  a.store,
 		Timers:    svc,
@@ -281,9 +282,18 @@ func listen(addr, what, flagName string) (net.Listener, error) {
 	return ln, err
 }
 
-// serve runs an HTTP server on ln until ctx ends, then shuts it down gracefully within timeout.
-func serve(ctx context.Context, ln net.Listener, h http.Handler, timeout time.Duration, log *slog.Logger) <-chan error {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+// serve runs an HTTP server on ln until ctx ends, then shuts it down gracefully within
+// shutdown. A client gets 10 s to send its headers and 30 s for the whole request; the
+// response must be written within the request timeout plus 10 s (handlers answer 503 when
+// their work passes the request timeout); idle keep-alive connections close after 2 min.
+func serve(ctx context.Context, ln net.Listener, h http.Handler, requestTimeout, shutdown time.Duration, log *slog.Logger) <-chan error {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      requestTimeout + 10*time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
 	done := make(chan error, 1)
 	go func() {
 		err := srv.Serve(ln)
@@ -294,7 +304,7 @@ func serve(ctx context.Context, ln net.Listener, h http.Handler, timeout time.Du
 	}()
 	go func() {
 		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), timeout)
+		sctx, cancel := context.WithTimeout(context.Background(), shutdown)
 		defer cancel()
 		if err := srv.Shutdown(sctx); err != nil {
 			log.Warn("HTTP shutdown", "error", err)

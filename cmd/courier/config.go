@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/workflows"
 )
 
@@ -47,6 +48,7 @@ type Config struct {
 	LogLevel        string        // COURIER_LOG_LEVEL; default info
 	ShutdownTimeout time.Duration // COURIER_SHUTDOWN_TIMEOUT; default 10s
 	MaxBodyBytes    int64         // COURIER_MAX_BODY_BYTES; default 1 MiB
+	RequestTimeout  time.Duration // COURIER_REQUEST_TIMEOUT; bound on one gateway request's work; default 30s
 	Outbox          OutboxConfig
 	Tasks           TasksConfig
 
@@ -82,8 +84,8 @@ func (s *sourceList) Set(v string) error {
 		if !ok || name == "" || url == "" {
 			return fmt.Errorf("outbox source %q: want name=database-url", part)
 		}
-		if name == courier.DefaultSource || strings.ContainsAny(name, "/ ") {
-			return fmt.Errorf("outbox source name %q is reserved or contains '/' or a space", name)
+		if name == courier.DefaultSource || !courier.ValidName(name) {
+			return fmt.Errorf("outbox source name %q is reserved or breaks the name rule (1-64 of a-z, 0-9, '_', '.', '-')", name)
 		}
 		*s = append(*s, sourceSpec{Name: name, URL: url})
 	}
@@ -149,6 +151,7 @@ func (c *Config) bind(fs *flag.FlagSet, defaultHTTP string) {
 func (c *Config) bindRuntime(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogLevel, "log-level", env("COURIER_LOG_LEVEL", "info"), "debug, info, warn or error (COURIER_LOG_LEVEL)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", envDur("COURIER_SHUTDOWN_TIMEOUT", 10*time.Second), "how long in-flight work may finish on SIGTERM (COURIER_SHUTDOWN_TIMEOUT)")
+	fs.DurationVar(&c.RequestTimeout, "request-timeout", envDur("COURIER_REQUEST_TIMEOUT", gateway.DefaultRequestTimeout), "bound on one gateway request's work; slower requests get 503 (COURIER_REQUEST_TIMEOUT)")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", int64(envInt("COURIER_MAX_BODY_BYTES", 1<<20)), "request body limit in bytes (COURIER_MAX_BODY_BYTES)")
 	if err := c.Outbox.Sources.Set(env("COURIER_OUTBOX_SOURCES", "")); err != nil {
 		pendingEnvErrs = append(pendingEnvErrs, fmt.Errorf("COURIER_OUTBOX_SOURCES: %w", err))
@@ -201,6 +204,8 @@ func (c *Config) Validate(needDB bool) error {
 		return errors.New("task poll interval must be at least 10ms")
 	case c.Tasks.SweepEvery < time.Second:
 		return errors.New("task sweep interval must be at least 1s")
+	case c.RequestTimeout < time.Second || c.RequestTimeout > 10*time.Minute:
+		return errors.New("request timeout must be from 1s to 10m")
 	case c.MaxBodyBytes < 1024 || c.MaxBodyBytes > 2<<20:
 		return errors.New("max body bytes must be from 1 KiB to 2 MiB (Temporal rejects payloads over 2 MB)")
 	}

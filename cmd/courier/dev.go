@@ -111,7 +111,7 @@ func runDev(ctx context.Context, args []string) error {
 	if err := w.Start(ctx); err != nil {
 		return err
 	}
-	done := serve(ctx, gwLn, a.newGateway(w.Relay().Wake, w.WakeTasks), cfg.ShutdownTimeout, log)
+	done := serve(ctx, gwLn, a.newGateway(w.Relay().Wake, w.WakeTasks), cfg.RequestTimeout, cfg.ShutdownTimeout, log)
 
 	gw := "http://" + gwLn.Addr().String()
 	fmt.Printf(`

@@ -57,7 +57,7 @@ func runWorker(ctx context.Context, args []string) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{"status":"ok"}`)) })
-	done := serve(ctx, ln, mux, cfg.ShutdownTimeout, a.log)
+	done := serve(ctx, ln, mux, cfg.RequestTimeout, cfg.ShutdownTimeout, a.log)
 	a.log.Info("courier worker running", "temporal", cfg.Temporal.Address, "namespace", cfg.Temporal.Namespace, "metrics", "http://"+ln.Addr().String()+"/metrics")
 	<-ctx.Done()
 	a.log.Info("stopping: letting in-flight activities finish", "timeout", cfg.ShutdownTimeout)
@@ -85,7 +85,7 @@ func runGateway(ctx context.Context, args []string) error {
 	if err := a.connect(ctx, false); err != nil {
 		return err
 	}
-	done := serve(ctx, ln, a.newGateway(nil, nil), cfg.ShutdownTimeout, a.log)
+	done := serve(ctx, ln, a.newGateway(nil, nil), cfg.RequestTimeout, cfg.ShutdownTimeout, a.log)
 	a.log.Info("courier gateway listening", "url", "http://"+ln.Addr().String())
 	return <-done
 }

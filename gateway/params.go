@@ -1,0 +1,86 @@
+package gateway
+
+import (
+	"fmt"
+	"net/url"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/courier-oss/courier"
+)
+
+// pathParam returns a path parameter decoded exactly once, whichever form echo routed on: echo
+// matches the raw (still escaped) path when the request's escaping differs from Go's default,
+// and the decoded path otherwise. Every route reads its parameters through here, so
+// "order%3A42" always means the id "order:42".
+func pathParam(c echo.Context, name string) (string, error) {
+	v := c.Param(name)
+	if c.Request().URL.RawPath == "" {
+		return v, nil
+	}
+	out, err := url.PathUnescape(v)
+	if err != nil {
+		return "", &courier.Error{Code: courier.CodeInvalid, Message: name + " in the path is not valid percent-encoding",
+			Details: map[string]any{"field": name}}
+	}
+	return out, nil
+}
+
+// pathID reads a path parameter that follows courier's id rule (courier.CheckID).
+func pathID(c echo.Context, name string) (string, error) {
+	v, err := pathParam(c, name)
+	if err != nil {
+		return "", err
+	}
+	return v, courier.CheckID(name, v)
+}
+
+// pathName reads a path parameter that follows the name rule (courier.CheckName).
+func pathName(c echo.Context, name string) (string, error) {
+	v, err := pathParam(c, name)
+	if err != nil {
+		return "", err
+	}
+	return v, courier.CheckName(name, v)
+}
+
+// pathInt reads a positive integer path parameter.
+func pathInt(c echo.Context, name string) (int64, error) {
+	v, err := pathParam(c, name)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 1 {
+		return 0, &courier.Error{Code: courier.CodeInvalid, Message: name + " in the path must be a positive integer",
+			Details: map[string]any{"field": name}}
+	}
+	return n, nil
+}
+
+// queryInt reads an optional integer query parameter within [lo, hi]; def when absent.
+func queryInt(c echo.Context, name string, def, lo, hi int) (int, error) {
+	raw := c.QueryParam(name)
+	if raw == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < lo || n > hi {
+		return 0, &courier.Error{Code: courier.CodeInvalid, Message: fmt.Sprintf("%s must be an integer from %d to %d", name, lo, hi),
+			Details: map[string]any{"field": name}}
+	}
+	return n, nil
+}
+
+// queryBool reads an optional true/false query parameter (false when absent).
+func queryBool(c echo.Context, name string) (bool, error) {
+	switch c.QueryParam(name) {
+	case "", "false", "0":
+		return false, nil
+	case "true", "1":
+		return true, nil
+	}
+	return false, &courier.Error{Code: courier.CodeInvalid, Message: name + " must be true or false",
+		Details: map[string]any{"field": name}}
+}
