@@ -47,6 +47,7 @@ type Deps struct {
 	Timers    TimerService           // timers; nil disables their endpoints
 	Schedules ScheduleService        // cron schedules; nil disables their endpoints
 	Tasks     TaskService            // prioritized tasks and queues; nil disables their endpoints
+	Secrets   SecretStore            // the key sealing page tokens, shared by every gateway; nil: this process's own
 	Checks    []Check                // probed by /readyz: database, Temporal, message queue
 	Gatherer  prometheus.Gatherer    // served at /metrics; nil serves the default registry
 	Wake      func()                 // optional: nudge an in-process relay after a redrive
@@ -90,7 +91,7 @@ func New(cfg Config, d Deps) *echo.Echo {
 	e.Use(wellFormedQuery)
 	e.Use(bodyLimit(cfg.MaxBodyBytes))
 
-	h := &handlers{d: d}
+	h := &handlers{d: d, pages: &pageTokens{secrets: d.Secrets}}
 	e.GET("/healthz", h.healthz)
 	e.GET("/readyz", h.readyz)
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{})))
@@ -185,7 +186,10 @@ func wellFormedQuery(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-type handlers struct{ d Deps }
+type handlers struct {
+	d     Deps
+	pages *pageTokens // seals the page tokens of lists paged by Temporal (timers)
+}
 
 func (h *handlers) healthz(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -143,20 +142,23 @@ func (h *handlers) listTimers(c echo.Context) error {
 		}
 		size = n
 	}
-	var token []byte
-	if v := c.QueryParam("page_token"); v != "" {
-		b, err := base64.RawURLEncoding.DecodeString(v)
-		if err != nil {
-			return courier.Errorf(courier.CodeInvalid, "page_token is not valid")
-		}
-		token = b
+	bizType, state := c.QueryParam("biz_type"), c.QueryParam("state")
+	query := "timers\x00" + bizType + "\x00" + state
+	ctx := c.Request().Context()
+	token, err := h.pages.open(ctx, query, c.QueryParam("page_token"))
+	if err != nil {
+		return err
 	}
-	items, next, err := h.d.Timers.List(c.Request().Context(), c.QueryParam("biz_type"), c.QueryParam("state"), size, token)
+	items, next, err := h.d.Timers.List(ctx, bizType, state, size, token)
 	if err != nil {
 		return err
 	}
 	if items == nil {
 		items = []timers.Timer{}
 	}
-	return c.JSON(http.StatusOK, map[string]any{"items": items, "next_page_token": base64.RawURLEncoding.EncodeToString(next)})
+	nextToken, err := h.pages.seal(ctx, query, next)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"items": items, "next_page_token": nextToken})
 }

@@ -60,6 +60,9 @@ func (s *Service) compile(ctx context.Context, id string, sp ScheduleSpec) (clie
 	if err := courier.CheckID("id", id); err != nil {
 		return spec, nil, pol, err
 	}
+	if err := courier.CheckName("biz_type", sp.BizType); err != nil {
+		return spec, nil, pol, err
+	}
 	if _, err := s.types.GetBizType(ctx, sp.BizType); err != nil {
 		if courier.ErrorCode(err) == courier.CodeNotFound {
 			return spec, nil, pol, validation("biz_type", "business type %q is not configured", sp.BizType)

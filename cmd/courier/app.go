@@ -197,6 +197,7 @@ func (a *app) newGateway(wake, wakeTasks func()) http.Handler {
 		Runs:      relay.DeliveryRuns{Temporal: a.temporal},
 		Sources:   extra,
 		BizTypes:  a.store,
+		Secrets:   a.store,
 		Timers:    svc,
 		Schedules: svc,
 		Checks: []gateway.Check{
