@@ -38,6 +38,9 @@ type APIKey struct {
 	ID     string
 	Name   string
 	Scopes []Scope
+	// Rate, when set, replaces the gateway's default request rate for this key (a zero Rate:
+	// unlimited); nil means the default (COURIER_KEY_RATE_LIMIT).
+	Rate *Rate
 }
 
 // Allows reports whether the key may act with scope s.

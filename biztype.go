@@ -27,6 +27,8 @@ type BizType struct {
 	MaxAttempts    int           // default 10
 	RateLimit      float64       // deliveries per second across all workers; 0 = unlimited
 	AllowPrivate   bool          // callbacks may reach private-network addresses
+	InsertRate     float64       // timers created per second on each gateway; 0 = unlimited
+	InsertBurst    int           // burst of InsertRate; 0 = the rate rounded up
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
 }
@@ -74,6 +76,9 @@ func (b BizType) Validate() error {
 		return bad("retry.max_attempts", "retry max attempts must be from 1 to 1000")
 	case b.RateLimit < 0 || b.RateLimit > 10000:
 		return bad("rate_limit_per_second", "rate limit must be from 0 (unlimited) to 10000 per second")
+	}
+	if err := CheckRate("insert_rate_per_second", "insert_burst", b.InsertLimit()); err != nil {
+		return err
 	}
 	if b.Delivery == DeliveryHTTP {
 		if err := CheckCallbackURL("callback_url", b.CallbackURL); err != nil {

@@ -21,6 +21,8 @@ const (
 	CodeTooLarge         Code = "payload_too_large"
 	CodeUnavailable      Code = "unavailable"
 	CodeMethodNotAllowed Code = "method_not_allowed"
+	CodeRateLimited      Code = "rate_limited" // admission control: a key's request rate or an insert rate was exceeded
+	CodeBacklogFull      Code = "backlog_full" // admission control: the queue already holds max_pending pending tasks
 	CodeUnsupportedMedia Code = "unsupported_media_type"
 	CodeInternal         Code = "internal"
 )

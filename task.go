@@ -84,6 +84,12 @@ type Queue struct {
 	InFlight         int           `json:"-"`                 // slots in use (read only)
 	CreatedAt        time.Time     `json:"-"`
 	UpdatedAt        time.Time     `json:"-"`
+
+	// Admission control (admission.go, docs/admission.md): inserts per second and their burst
+	// on each gateway (0: unlimited), and the most Pending tasks the queue holds (0: unbounded).
+	InsertRate  float64 `json:"insert_rate_per_second,omitempty"`
+	InsertBurst int     `json:"insert_burst,omitempty"`
+	MaxPending  int     `json:"max_pending,omitempty"`
 }
 
 // DefaultQueueWeights give bands 1–3 about 80 % of the slots while every band has a backlog.
@@ -159,6 +165,9 @@ func (q Queue) Validate() error {
 		return badField("purge_age", "purge_age must be at least 1m")
 	}
 	if err := CheckWeights(q.Weights[:]); err != nil {
+		return err
+	}
+	if err := q.checkAdmission(); err != nil {
 		return err
 	}
 	if q.PushURL != "" {

@@ -16,8 +16,9 @@ type KeyStore interface {
 
 const ctxKey = "courier.apikey"
 
-// requireScope authenticates the Bearer token and checks it carries scope (admin carries all).
-func requireScope(keys KeyStore, scope courier.Scope) echo.MiddlewareFunc {
+// requireScope authenticates the Bearer token, counts the request against the key's rate
+// (admission control) and checks the key carries scope (admin carries all).
+func requireScope(keys KeyStore, adm *admission, scope courier.Scope) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			h := c.Request().Header.Get("Authorization")
@@ -27,6 +28,9 @@ func requireScope(keys KeyStore, scope courier.Scope) echo.MiddlewareFunc {
 			}
 			key, err := keys.LookupAPIKey(c.Request().Context(), strings.TrimSpace(token))
 			if err != nil {
+				return err
+			}
+			if err := adm.admitKey(key); err != nil {
 				return err
 			}
 			if !key.Allows(scope) {

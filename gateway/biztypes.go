@@ -37,6 +37,8 @@ type BizTypeRequest struct {
 	Retry          RetryJSON `json:"retry"`
 	RateLimit      float64   `json:"rate_limit_per_second"`
 	AllowPrivate   bool      `json:"allow_private"`
+	InsertRate     float64   `json:"insert_rate_per_second"` // timers created per second on each gateway; 0: unlimited
+	InsertBurst    int       `json:"insert_burst"`           // 0: the rate rounded up
 }
 
 // BizTypeJSON is a business type as the API shows it; secrets are never shown, only counted.
@@ -52,6 +54,8 @@ type BizTypeJSON struct {
 	Retry           RetryJSON `json:"retry"`
 	RateLimit       float64   `json:"rate_limit_per_second"`
 	AllowPrivate    bool      `json:"allow_private"`
+	InsertRate      float64   `json:"insert_rate_per_second"`
+	InsertBurst     int       `json:"insert_burst"`
 	CreatedAt       time.Time `json:"created_at"`
 	UpdatedAt       time.Time `json:"updated_at"`
 }
@@ -63,6 +67,7 @@ func bizTypeJSON(b courier.BizType) BizTypeJSON {
 		Retry: RetryJSON{InitialInterval: b.RetryInitial.String(), Backoff: b.RetryBackoff,
 			MaxInterval: b.RetryMax.String(), MaxAttempts: b.MaxAttempts},
 		RateLimit: b.RateLimit, AllowPrivate: b.AllowPrivate, CreatedAt: b.CreatedAt, UpdatedAt: b.UpdatedAt,
+		InsertRate: b.InsertRate, InsertBurst: b.InsertBurst,
 	}
 }
 
@@ -89,7 +94,7 @@ func (h *handlers) putBizType(c echo.Context) error {
 	}
 	b := courier.BizType{Name: name, Delivery: req.Delivery, CallbackURL: req.CallbackURL, Secrets: req.Secrets,
 		Topic: req.Topic, RetryBackoff: req.Retry.Backoff, MaxAttempts: req.Retry.MaxAttempts,
-		RateLimit: req.RateLimit, AllowPrivate: req.AllowPrivate}
+		RateLimit: req.RateLimit, AllowPrivate: req.AllowPrivate, InsertRate: req.InsertRate, InsertBurst: req.InsertBurst}
 	if err := checkSecrets(req.Secrets); err != nil {
 		return err
 	}

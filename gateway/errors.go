@@ -29,6 +29,8 @@ var statusOf = map[courier.Code]int{
 	courier.CodeInternal:         http.StatusInternalServerError,
 	courier.CodeUnsupportedMedia: http.StatusUnsupportedMediaType,
 	courier.CodeMethodNotAllowed: http.StatusMethodNotAllowed,
+	courier.CodeRateLimited:      http.StatusTooManyRequests,
+	courier.CodeBacklogFull:      http.StatusTooManyRequests,
 }
 
 // codeOfStatus maps echo's own HTTP errors (routing, body limit) back to codes.

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/store"
 )
@@ -50,6 +51,7 @@ type Deps struct {
 	Secrets   SecretStore            // the key sealing page tokens, shared by every gateway; nil: this process's own
 	Checks    []Check                // probed by /readyz: database, Temporal, message queue
 	Gatherer  prometheus.Gatherer    // served at /metrics; nil serves the default registry
+	Admission *metrics.Admission     // counts admission-control refusals; nil counts nothing
 	Wake      func()                 // optional: nudge an in-process relay after a redrive
 	Logger    *slog.Logger
 }
@@ -60,6 +62,9 @@ type Config struct {
 	// RequestTimeout bounds the work behind one request (database, Temporal); a request that
 	// takes longer is answered 503 unavailable. Default DefaultRequestTimeout.
 	RequestTimeout time.Duration
+	// KeyRate is the request rate of every API key without its own (docs/admission.md), per
+	// gateway instance; the zero Rate (the default) is unlimited.
+	KeyRate courier.Rate
 }
 
 // Defaults of Config.
@@ -82,6 +87,8 @@ func New(cfg Config, d Deps) *echo.Echo {
 	if d.Gatherer == nil {
 		d.Gatherer = prometheus.DefaultGatherer
 	}
+	adm := newAdmission(cfg.KeyRate, nil, d.Admission)
+	d = adm.wrap(d)
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
@@ -98,8 +105,8 @@ func New(cfg Config, d Deps) *echo.Echo {
 	e.GET("/openapi.yaml", serveOpenAPI)
 
 	v1 := e.Group("/v1")
-	producer := requireScope(d.Keys, courier.ScopeProducer)
-	admin := requireScope(d.Keys, courier.ScopeAdmin)
+	producer := requireScope(d.Keys, adm, courier.ScopeProducer)
+	admin := requireScope(d.Keys, adm, courier.ScopeAdmin)
 	v1.POST("/outbox", h.publishOutbox, producer)
 	v1.GET("/outbox", h.listOutbox, producer)
 	v1.GET("/outbox/:id", h.getOutbox, producer)
@@ -118,7 +125,7 @@ func New(cfg Config, d Deps) *echo.Echo {
 		v1.DELETE("/timers/:biz_type/:biz_id", h.cancelTimer, producer)
 	}
 	if d.Tasks != nil {
-		workerScope := requireScope(d.Keys, courier.ScopeWorker)
+		workerScope := requireScope(d.Keys, adm, courier.ScopeWorker)
 		v1.POST("/tasks", h.insertTask, producer)
 		v1.GET("/tasks/:task_id", h.getLatestTask, producer)
 		v1.GET("/tasks/:task_id/versions/:version", h.getTask, producer)

@@ -233,6 +233,10 @@ type QueueRequest struct {
 	Retry             RetryJSON `json:"retry"`
 	SuccessRetention  string    `json:"success_retention"`
 	PurgeAge          string    `json:"purge_age"`
+	// Admission control (docs/admission.md); 0: unlimited or unbounded.
+	InsertRate  float64 `json:"insert_rate_per_second"`
+	InsertBurst int     `json:"insert_burst"`
+	MaxPending  int     `json:"max_pending"`
 }
 
 // QueueJSON is a queue as the API shows it; secrets are only counted.
@@ -252,6 +256,10 @@ type QueueJSON struct {
 	PurgeAge          string    `json:"purge_age"`
 	CreatedAt         time.Time `json:"created_at"`
 	UpdatedAt         time.Time `json:"updated_at"`
+
+	InsertRate  float64 `json:"insert_rate_per_second"`
+	InsertBurst int     `json:"insert_burst"`
+	MaxPending  int     `json:"max_pending"`
 }
 
 func queueJSON(q courier.Queue) QueueJSON {
@@ -267,6 +275,7 @@ func queueJSON(q courier.Queue) QueueJSON {
 			MaxInterval: q.Retry.MaxInterval.String(), MaxAttempts: q.Retry.MaxAttempts},
 		SuccessRetention: q.SuccessRetention.String(), PurgeAge: q.PurgeAge.String(),
 		CreatedAt: q.CreatedAt, UpdatedAt: q.UpdatedAt,
+		InsertRate: q.InsertRate, InsertBurst: q.InsertBurst, MaxPending: q.MaxPending,
 	}
 }
 
@@ -283,7 +292,8 @@ func (h *handlers) putQueue(c echo.Context) error {
 		return err
 	}
 	q := courier.Queue{Name: name, PushURL: req.PushURL, Secrets: req.Secrets, AllowPrivate: req.AllowPrivate,
-		ConcurrencyLimit: req.ConcurrencyLimit, Retry: courier.TaskRetry{MaxAttempts: req.Retry.MaxAttempts, Backoff: req.Retry.Backoff}}
+		ConcurrencyLimit: req.ConcurrencyLimit, Retry: courier.TaskRetry{MaxAttempts: req.Retry.MaxAttempts, Backoff: req.Retry.Backoff},
+		InsertRate: req.InsertRate, InsertBurst: req.InsertBurst, MaxPending: req.MaxPending}
 	if req.Weights != nil {
 		if err := courier.CheckWeights(req.Weights); err != nil {
 			return err

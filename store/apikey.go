@@ -26,6 +26,23 @@ type apiKeyRow struct {
 	Scopes    string       `bun:"scopes"`
 	CreatedAt time.Time    `bun:"created_at,skipupdate"`
 	RevokedAt bun.NullTime `bun:"revoked_at"`
+	// The key's own request rate (admission control): NULL keeps the gateway's default.
+	RatePerSecond sql.NullFloat64 `bun:"rate_per_second"`
+	RateBurst     int             `bun:"rate_burst"`
+}
+
+func (r *apiKeyRow) rate() *courier.Rate {
+	if !r.RatePerSecond.Valid {
+		return nil
+	}
+	return &courier.Rate{PerSecond: r.RatePerSecond.Float64, Burst: r.RateBurst}
+}
+
+func checkKeyRate(r *courier.Rate) error {
+	if r == nil {
+		return nil
+	}
+	return courier.CheckRate("rate_per_second", "burst", *r)
 }
 
 // HashAPIKey is how a key is stored and looked up: SHA-256 of the whole token. Tokens carry 256
@@ -35,9 +52,20 @@ func HashAPIKey(token string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// CreateAPIKey stores a new key and returns it with its token, which is shown once and never
-// stored.
+// CreateAPIKey stores a new key on the gateway's default request rate and returns it with its
+// token, which is shown once and never stored.
 func (s *Store) CreateAPIKey(ctx context.Context, name string, scopes []courier.Scope) (courier.APIKey, string, error) {
+	return s.NewAPIKey(ctx, courier.APIKey{Name: name, Scopes: scopes})
+}
+
+// NewAPIKey stores a new key with k's name, scopes and own request rate (nil: the gateway's
+// default) and returns it with its token, which is shown once and never stored. k.ID is
+// ignored: ids are generated.
+func (s *Store) NewAPIKey(ctx context.Context, k courier.APIKey) (courier.APIKey, string, error) {
+	name, scopes := k.Name, k.Scopes
+	if err := checkKeyRate(k.Rate); err != nil {
+		return courier.APIKey{}, "", err
+	}
 	idb := make([]byte, 6)
 	secret := make([]byte, 32)
 	if _, err := rand.Read(idb); err != nil {
@@ -53,10 +81,13 @@ func (s *Store) CreateAPIKey(ctx context.Context, name string, scopes []courier.
 		names[i] = string(sc)
 	}
 	row := apiKeyRow{ID: id, Name: name, KeyHash: HashAPIKey(token), Scopes: strings.Join(names, ",")}
+	if k.Rate != nil {
+		row.RatePerSecond, row.RateBurst = sql.NullFloat64{Float64: k.Rate.PerSecond, Valid: true}, k.Rate.Burst
+	}
 	if _, err := s.db.NewInsert().Model(&row).ExcludeColumn("created_at", "revoked_at").Exec(ctx); err != nil {
 		return courier.APIKey{}, "", err
 	}
-	return courier.APIKey{ID: id, Name: name, Scopes: scopes}, token, nil
+	return courier.APIKey{ID: id, Name: name, Scopes: scopes, Rate: row.rate()}, token, nil
 }
 
 // LookupAPIKey finds an unrevoked key by its token; an unknown or revoked token is
@@ -75,7 +106,28 @@ func (s *Store) LookupAPIKey(ctx context.Context, token string) (courier.APIKey,
 		// A stored key with a bad scope list is our fault, not the caller's.
 		return courier.APIKey{}, fmt.Errorf("API key %s has unreadable scopes: %v", row.ID, err)
 	}
-	return courier.APIKey{ID: row.ID, Name: row.Name, Scopes: scopes}, nil
+	return courier.APIKey{ID: row.ID, Name: row.Name, Scopes: scopes, Rate: row.rate()}, nil
+}
+
+// SetAPIKeyRate gives an unrevoked key its own request rate (a zero Rate: unlimited), or with
+// nil returns it to the gateway's default. Gateways apply it from the key's next request.
+func (s *Store) SetAPIKeyRate(ctx context.Context, id string, r *courier.Rate) error {
+	if err := checkKeyRate(r); err != nil {
+		return err
+	}
+	rate, burst := sql.NullFloat64{}, 0
+	if r != nil {
+		rate, burst = sql.NullFloat64{Float64: r.PerSecond, Valid: true}, r.Burst
+	}
+	res, err := s.db.NewUpdate().Model((*apiKeyRow)(nil)).Set("rate_per_second = ?", rate).Set("rate_burst = ?", burst).
+		Where("id = ?", id).Where("revoked_at IS NULL").Exec(ctx)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return courier.Errorf(courier.CodeNotFound, "API key %s not found or revoked", id)
+	}
+	return nil
 }
 
 // RevokeAPIKey revokes a key by id.

@@ -27,6 +27,8 @@ type bizTypeRow struct {
 	MaxAttempts    int       `bun:"max_attempts"`
 	RateLimit      float64   `bun:"rate_limit_per_second"`
 	AllowPrivate   bool      `bun:"allow_private"`
+	InsertRate     float64   `bun:"insert_rate_per_second"`
+	InsertBurst    int       `bun:"insert_burst"`
 	CreatedAt      time.Time `bun:"created_at,skipupdate"`
 	UpdatedAt      time.Time `bun:"updated_at"`
 }
@@ -39,6 +41,7 @@ func (r *bizTypeRow) bizType() (courier.BizType, error) {
 		RetryBackoff:   r.RetryBackoff,
 		RetryMax:       time.Duration(r.RetryMax) * time.Millisecond,
 		MaxAttempts:    r.MaxAttempts, RateLimit: r.RateLimit, AllowPrivate: r.AllowPrivate,
+		InsertRate: r.InsertRate, InsertBurst: r.InsertBurst,
 		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
 	}
 	return b, json.Unmarshal([]byte(r.Secrets), &b.Secrets)
@@ -62,7 +65,7 @@ func (s *Store) PutBizType(ctx context.Context, b courier.BizType) (courier.BizT
 		Name: b.Name, Delivery: b.Delivery, CallbackURL: b.CallbackURL, Secrets: string(secrets), Topic: b.Topic,
 		RequestTimeout: b.RequestTimeout.Milliseconds(), RetryInitial: b.RetryInitial.Milliseconds(),
 		RetryBackoff: b.RetryBackoff, RetryMax: b.RetryMax.Milliseconds(), MaxAttempts: b.MaxAttempts,
-		RateLimit: b.RateLimit, AllowPrivate: b.AllowPrivate,
+		RateLimit: b.RateLimit, AllowPrivate: b.AllowPrivate, InsertRate: b.InsertRate, InsertBurst: b.InsertBurst,
 	}
 	var created bool
 	var out courier.BizType

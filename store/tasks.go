@@ -303,6 +303,9 @@ func (s *Store) InsertTask(ctx context.Context, r courier.TaskRequest) (courier.
 			return err
 		}
 		if outcome != courier.TaskExisting {
+			if err := s.admitPending(ctx, tx, q, r.TaskID); err != nil { // backlog budget (store/admission.go)
+				return err
+			}
 			if err := s.notifyTasks(ctx, tx, r.Queue); err != nil {
 				return err
 			}

@@ -190,7 +190,7 @@ func (a *app) newGateway(wake, wakeTasks func()) http.Handler {
 		return svc.CountByState(ctx)
 	}))
 	a.reg.MustRegister(metrics.NewTaskTableCollector(taskStatuses(), taskStats(a.store)))
-	return gateway.New(gateway.Config{MaxBodyBytes: a.cfg.MaxBodyBytes, RequestTimeout: a.cfg.RequestTimeout}, gateway.Deps{
+	return gateway.New(gateway.Config{MaxBodyBytes: a.cfg.MaxBodyBytes, RequestTimeout: a.cfg.RequestTimeout, KeyRate: a.cfg.KeyRate}, gateway.Deps{
 		Tasks:     tasks.NewService(a.store, a.temporal, a.cfg.Temporal.Namespace, wakeTasks, a.log),
 		Keys:      a.store,
 		Outbox:    a.store,
@@ -208,9 +208,10 @@ func (a *app) newGateway(wake, wakeTasks func()) http.Handler {
 			}},
 			{Name: "mq", Probe: a.pub.Ping},
 		},
-		Gatherer: a.reg,
-		Wake:     wake,
-		Logger:   a.log,
+		Gatherer:  a.reg,
+		Admission: metrics.NewAdmission(a.reg),
+		Wake:      wake,
+		Logger:    a.log,
 	})
 }
 

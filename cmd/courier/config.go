@@ -52,6 +52,11 @@ type Config struct {
 	Outbox          OutboxConfig
 	Tasks           TasksConfig
 
+	// KeyRate is the request rate of each API key without its own, per gateway instance:
+	// COURIER_KEY_RATE_LIMIT requests/s (default 100; 0 = unlimited) and COURIER_KEY_RATE_BURST
+	// (default 200; 0 = the rate rounded up). docs/admission.md.
+	KeyRate courier.Rate
+
 	envErrs []error // environment variables that did not parse; Validate reports them
 }
 
@@ -128,6 +133,10 @@ func envFloat(name string, def float64) float64 {
 	return envParse(&pendingEnvErrs, name, def, func(s string) (float64, error) { return strconv.ParseFloat(s, 64) })
 }
 
+// DefaultKeyRate is the default request rate of an API key on one gateway: generous for any
+// one producer, yet a runaway loop cannot take the whole gateway.
+var DefaultKeyRate = courier.Rate{PerSecond: 100, Burst: 200}
+
 // pendingEnvErrs collects parse errors while flags are bound; bind moves them into the Config.
 var pendingEnvErrs []error
 
@@ -152,6 +161,8 @@ func (c *Config) bindRuntime(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogLevel, "log-level", env("COURIER_LOG_LEVEL", "info"), "debug, info, warn or error (COURIER_LOG_LEVEL)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", envDur("COURIER_SHUTDOWN_TIMEOUT", 10*time.Second), "how long in-flight work may finish on SIGTERM (COURIER_SHUTDOWN_TIMEOUT)")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", envDur("COURIER_REQUEST_TIMEOUT", gateway.DefaultRequestTimeout), "bound on one gateway request's work; slower requests get 503 (COURIER_REQUEST_TIMEOUT)")
+	fs.Float64Var(&c.KeyRate.PerSecond, "key-rate-limit", envFloat("COURIER_KEY_RATE_LIMIT", DefaultKeyRate.PerSecond), "requests per second each API key without its own rate may make, on each gateway; 0 = unlimited (COURIER_KEY_RATE_LIMIT)")
+	fs.IntVar(&c.KeyRate.Burst, "key-rate-burst", envInt("COURIER_KEY_RATE_BURST", DefaultKeyRate.Burst), "requests such a key may make at once above its rate; 0 = the rate rounded up (COURIER_KEY_RATE_BURST)")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", int64(envInt("COURIER_MAX_BODY_BYTES", 1<<20)), "request body limit in bytes (COURIER_MAX_BODY_BYTES)")
 	if err := c.Outbox.Sources.Set(env("COURIER_OUTBOX_SOURCES", "")); err != nil {
 		pendingEnvErrs = append(pendingEnvErrs, fmt.Errorf("COURIER_OUTBOX_SOURCES: %w", err))
@@ -208,6 +219,13 @@ func (c *Config) Validate(needDB bool) error {
 		return errors.New("request timeout must be from 1s to 10m")
 	case c.MaxBodyBytes < 1024 || c.MaxBodyBytes > 2<<20:
 		return errors.New("max body bytes must be from 1 KiB to 2 MiB (Temporal rejects payloads over 2 MB)")
+	}
+	if err := courier.CheckRate("COURIER_KEY_RATE_LIMIT", "COURIER_KEY_RATE_BURST", c.KeyRate); err != nil {
+		var ce *courier.Error
+		if errors.As(err, &ce) {
+			return errors.New("key rate: " + ce.Message)
+		}
+		return err
 	}
 	return nil
 }

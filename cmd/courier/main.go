@@ -20,7 +20,7 @@ Usage:
   courier migrate   apply database migrations (DATABASE_URL)
   courier worker    run the Temporal worker and the outbox relay
   courier gateway   run the HTTP gateway
-  courier apikey    create or revoke API keys
+  courier apikey    create or revoke API keys, or set their request rates
   courier bench     run a benchmark (courier bench outbox -h)
 
 Every command takes -h for its flags; each flag also reads the environment variable named in

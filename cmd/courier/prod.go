@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
 	"os"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -135,17 +137,25 @@ func runMigrate(ctx context.Context, args []string) error {
 	return nil
 }
 
-// runAPIKey creates or revokes API keys.
+// runAPIKey creates or revokes API keys, or sets a key's own request rate.
 func runAPIKey(ctx context.Context, args []string) error {
-	if len(args) == 0 || (args[0] != "create" && args[0] != "revoke") {
-		return fmt.Errorf("usage: courier apikey create --name NAME --scopes producer,worker,admin | courier apikey revoke --id ID")
+	const usage = "usage: courier apikey create --name NAME --scopes producer,worker,admin [--rate R --burst B]" +
+		" | courier apikey revoke --id ID | courier apikey set-rate --id ID --rate R|default [--burst B]"
+	if len(args) == 0 || (args[0] != "create" && args[0] != "revoke" && args[0] != "set-rate") {
+		return errors.New(usage)
 	}
 	fs := flag.NewFlagSet("apikey "+args[0], flag.ContinueOnError)
 	dbURL := fs.String("database-url", env("DATABASE_URL", ""), "postgres://… or sqlite:PATH (DATABASE_URL)")
 	name := fs.String("name", "", "who the key is for")
 	scopes := fs.String("scopes", "producer", "comma-separated: producer, worker, admin")
-	id := fs.String("id", "", "key id to revoke")
+	id := fs.String("id", "", "key id to revoke or to set the rate of")
+	rate := fs.String("rate", "", "the key's own request rate per second on each gateway, replacing COURIER_KEY_RATE_LIMIT; 0 = unlimited; \"default\" (set-rate) returns to the gateway's default")
+	burst := fs.Int("burst", 0, "the key's burst above its rate; 0 = the rate rounded up")
 	if err := parse(fs, args[1:]); err != nil {
+		return err
+	}
+	keyRate, err := parseKeyRate(*rate, *burst)
+	if err != nil {
 		return err
 	}
 	if *dbURL == "" {
@@ -156,11 +166,21 @@ func runAPIKey(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.Close()
-	if args[0] == "revoke" {
+	switch args[0] {
+	case "revoke":
 		if err := st.RevokeAPIKey(ctx, *id); err != nil {
 			return err
 		}
 		fmt.Printf("revoked %s\n", *id)
+		return nil
+	case "set-rate":
+		if *rate == "" {
+			return errors.New("--rate is required (a number, 0 for unlimited, or default)")
+		}
+		if err := st.SetAPIKeyRate(ctx, *id, keyRate); err != nil {
+			return err
+		}
+		fmt.Printf("%s: rate %s\n", *id, describeKeyRate(keyRate))
 		return nil
 	}
 	sc, err := courier.ParseScopes(*scopes)
@@ -170,10 +190,43 @@ func runAPIKey(ctx context.Context, args []string) error {
 	if *name == "" {
 		return fmt.Errorf("--name is required")
 	}
-	key, token, err := st.CreateAPIKey(ctx, *name, sc)
+	key, token, err := st.NewAPIKey(ctx, courier.APIKey{Name: *name, Scopes: sc, Rate: keyRate})
 	if err != nil {
 		return err
 	}
-	fmt.Printf("id:     %s\nscopes: %s\nkey:    %s\n(shown once; courier stores only its hash)\n", key.ID, *scopes, token)
+	fmt.Printf("id:     %s\nscopes: %s\nrate:   %s\nkey:    %s\n(shown once; courier stores only its hash)\n", key.ID, *scopes, describeKeyRate(key.Rate), token)
 	return nil
+}
+
+// parseKeyRate reads --rate and --burst: empty or "default" is the gateway's default (nil).
+func parseKeyRate(rate string, burst int) (*courier.Rate, error) {
+	if rate == "" || rate == "default" {
+		if burst != 0 {
+			return nil, errors.New("--burst needs --rate")
+		}
+		return nil, nil
+	}
+	v, err := strconv.ParseFloat(rate, 64)
+	if err != nil {
+		return nil, fmt.Errorf("--rate %q: want requests per second, 0 for unlimited, or default", rate)
+	}
+	r := courier.Rate{PerSecond: v, Burst: burst}
+	if err := courier.CheckRate("--rate", "--burst", r); err != nil {
+		var ce *courier.Error
+		if errors.As(err, &ce) {
+			return nil, errors.New(ce.Message)
+		}
+		return nil, err
+	}
+	return &r, nil
+}
+
+func describeKeyRate(r *courier.Rate) string {
+	switch {
+	case r == nil:
+		return "the gateway's default (COURIER_KEY_RATE_LIMIT)"
+	case r.Unlimited():
+		return "unlimited"
+	}
+	return fmt.Sprintf("%g/s, burst %d", r.PerSecond, r.EffectiveBurst())
 }
