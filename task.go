@@ -75,6 +75,11 @@ type Queue struct {
 	PendingTimeout   time.Duration `json:"pending_timeout"`   // Pending longer → Failed; default 24 h
 	// ProcessingTimeout bounds one attempt from its push to its result; default 10 min.
 	ProcessingTimeout time.Duration `json:"processing_timeout"`
+	// PushTimeout bounds one try of a push, until the worker answers it. A try that fails on the
+	// way (no connection, no answer in time, 429 or 5xx) is tried again within the attempt, up
+	// to PushTries tries, after the worker's Retry-After if it sent one, and never past the
+	// processing deadline. Default 30 s, from 1 s to 10 min.
+	PushTimeout time.Duration `json:"push_timeout"`
 	// HeartbeatTimeout, when set, fails an attempt whose worker has not called the heartbeat
 	// endpoint for that long; default 0 (off).
 	HeartbeatTimeout time.Duration `json:"heartbeat_timeout"`
@@ -92,6 +97,13 @@ type Queue struct {
 	MaxPending  int     `json:"max_pending,omitempty"`
 }
 
+// Bounds of a queue's push timeout, and the tries of one attempt's push.
+const (
+	DefaultPushTimeout = 30 * time.Second
+	MaxPushTimeout     = 10 * time.Minute
+	PushTries          = 3
+)
+
 // DefaultQueueWeights give bands 1–3 about 80 % of the slots while every band has a backlog.
 var DefaultQueueWeights = [5]int{35, 25, 20, 12, 8}
 
@@ -108,6 +120,9 @@ func (q Queue) WithDefaults() Queue {
 	}
 	if q.ProcessingTimeout == 0 {
 		q.ProcessingTimeout = 10 * time.Minute
+	}
+	if q.PushTimeout == 0 {
+		q.PushTimeout = DefaultPushTimeout
 	}
 	if q.Retry.MaxAttempts == 0 {
 		q.Retry.MaxAttempts = 3
@@ -149,6 +164,8 @@ func (q Queue) Validate() error {
 		return badField("pending_timeout", "pending_timeout must be from 1s to 8760h")
 	case q.ProcessingTimeout < time.Second || q.ProcessingTimeout > 7*24*time.Hour:
 		return badField("processing_timeout", "processing_timeout must be from 1s to 168h")
+	case q.PushTimeout < time.Second || q.PushTimeout > MaxPushTimeout:
+		return badField("push_timeout", "push_timeout must be from 1s to 10m")
 	case q.HeartbeatTimeout < 0 || q.HeartbeatTimeout > q.ProcessingTimeout || (q.HeartbeatTimeout > 0 && q.HeartbeatTimeout < time.Second):
 		return badField("heartbeat_timeout", "heartbeat_timeout must be 0 (off) or from 1s to the processing_timeout")
 	case q.Retry.MaxAttempts < 1 || q.Retry.MaxAttempts > 100:
@@ -295,6 +312,7 @@ type Task struct {
 	ClaimedAt     *time.Time
 	PushedAt      *time.Time
 	FinishedAt    *time.Time
+	RunID         string // the current attempt's Temporal run, recorded by its push (empty before it); a cancel targets exactly this run
 }
 
 // TaskInsertOutcome says what an insert did.

@@ -24,21 +24,59 @@ import (
 
 // Registered names of the task activities.
 const (
-	PushTaskName   = "task-push"
-	FinishTaskName = "task-finish"
-	SweepTasksName = "task-sweep"
+	// PushTaskName pushes and then stays open until the result completes it: the one activity
+	// of an attempt in runs recorded before the push and the wait were split. It stays
+	// registered, on the workflows' own task queue, for those runs.
+	PushTaskName = "task-push"
+	// SendPushName pushes one attempt to its worker and ends when the worker has answered.
+	SendPushName = "task-send-push"
+	// AwaitResultName waits for the worker's result: the gateway completes it by its id
+	// (courier.TaskAttemptActivityID) and records the worker's heartbeats on it. It alone carries
+	// the processing deadline and the heartbeat timeout.
+	AwaitResultName = "task-await-result"
+	FinishTaskName  = "task-finish"
+	SweepTasksName  = "task-sweep"
 )
+
+// TaskPushQueue is the Temporal task queue of the pushes of the task workflows that run on
+// workflowQueue: courier-task-push beside the default courier-outbox, <queue>-task-push beside
+// any other. Pushes wait on workers' endpoints for up to their push timeout, so they get their
+// own queue and slots: a push endpoint that never answers holds push slots only.
+func TaskPushQueue(workflowQueue string) string { return taskQueueBeside(workflowQueue, "task-push") }
+
+// TaskFinishQueue is the Temporal task queue of the waits for results, the finishes (which
+// release slots) and the sweeps of the task workflows that run on workflowQueue:
+// courier-task-finish beside the default courier-outbox, <queue>-task-finish beside any other.
+func TaskFinishQueue(workflowQueue string) string {
+	return taskQueueBeside(workflowQueue, "task-finish")
+}
+
+// defaultWorkflowQueue is relay.DefaultTaskQueue (the worker package checks they agree).
+const defaultWorkflowQueue = "courier-outbox"
+
+func taskQueueBeside(workflowQueue, kind string) string {
+	if workflowQueue == defaultWorkflowQueue || workflowQueue == "" {
+		return "courier-" + kind
+	}
+	return workflowQueue + "-" + kind
+}
 
 // ErrTypeTaskStale marks an attempt whose task has moved on (cancelled, or already finished by
 // an earlier run): the workflow ends without touching the row.
 const ErrTypeTaskStale = "TaskStale"
 
-// ErrTypePushFailed marks a push the worker did not accept.
+// ErrTypePushFailed marks a push the worker did not accept and that trying again cannot help
+// (a 4xx answer, a refused address, no push_url): never retried within the attempt.
 const ErrTypePushFailed = "PushFailed"
+
+// ErrTypePushUnanswered marks a try of a push that failed on the way (no connection, no answer
+// within the push timeout, 429 or 5xx): tried again within the attempt by the push's retry
+// policy, after the worker's Retry-After when it sent one.
+const ErrTypePushUnanswered = "PushUnanswered"
 
 // TaskStore is what the task activities need from the database.
 type TaskStore interface {
-	MarkTaskPushed(ctx context.Context, taskID string, version int64, attempt int, processingTimeout time.Duration) (store.PushTarget, bool, error)
+	MarkTaskPushed(ctx context.Context, taskID string, version int64, attempt int, processingTimeout time.Duration, runID string) (store.PushTarget, bool, error)
 	FinishTaskAttempt(ctx context.Context, taskID string, version int64, attempt int, o store.AttemptOutcome) (store.FinishResult, error)
 	ListQueues(ctx context.Context) ([]courier.Queue, error)
 	ExpirePendingTasks(ctx context.Context, limit int) (int64, error)
@@ -66,6 +104,24 @@ type PushTaskParams struct {
 	Attempt           int
 	ProcessingTimeout time.Duration
 	HeartbeatTimeout  time.Duration
+	// Deadline is when the processing timeout runs out, fixed by the workflow before the first
+	// try so every try tells the worker the same; zero (PushTaskName): the activity's start
+	// plus the processing timeout.
+	Deadline time.Time
+	// PushTimeout bounds one try's HTTP request; zero: courier.DefaultPushTimeout.
+	PushTimeout time.Duration
+}
+
+// SendPushResult is an accepted push.
+type SendPushResult struct {
+	Try int32 // the try the worker accepted (1 unless earlier ones failed on the way)
+}
+
+// AwaitResultParams name the attempt whose result the wait is for (shown in the history).
+type AwaitResultParams struct {
+	TaskID  string
+	Version int64
+	Attempt int
 }
 
 // TaskOutcome is how an attempt ended: the worker's report (through the gateway's result
@@ -136,19 +192,29 @@ func (a *Tasks) reportURL(taskID string, version int64, what string) string {
 	return fmt.Sprintf("%s/v1/tasks/%s/versions/%d/%s", a.publicURL, url.PathEscape(taskID), version, what)
 }
 
-// Push sends one attempt to the queue's worker endpoint and leaves the activity open: the
-// worker's result arrives through the gateway, which completes this activity by its id
-// (courier.TaskAttemptActivityID). A worker that does not accept the push (non-2xx, refused
-// address, no answer) fails the attempt.
-func (a *Tasks) Push(ctx context.Context, p PushTaskParams) (TaskOutcome, error) {
+// pushRequest is one attempt's push, ready to send.
+type pushRequest struct {
+	target store.PushTarget
+	req    callback.Request
+}
+
+// preparePush marks the attempt pushed (guarded by "Processing on this attempt", recording the
+// run and the deadline) and builds its request. Its errors are final for the attempt: a stale
+// attempt, a queue without a push_url, a database that stayed down.
+func (a *Tasks) preparePush(ctx context.Context, p PushTaskParams, start time.Time, runID string) (pushRequest, error) {
 	var (
 		target store.PushTarget
 		ok     bool
 		err    error
 	)
+	deadline := p.Deadline
+	if deadline.IsZero() {
+		deadline = start.Add(p.ProcessingTimeout)
+	}
+	remaining := max(time.Until(deadline), 0)
 	// A database blip should not cost the task an attempt: try a few times within the push.
 	for try, wait := 0, 200*time.Millisecond; ; try, wait = try+1, wait*4 {
-		target, ok, err = a.store.MarkTaskPushed(ctx, p.TaskID, p.Version, p.Attempt, p.ProcessingTimeout)
+		target, ok, err = a.store.MarkTaskPushed(ctx, p.TaskID, p.Version, p.Attempt, remaining, runID)
 		if err == nil || try == 3 || ctx.Err() != nil {
 			break
 		}
@@ -158,44 +224,107 @@ func (a *Tasks) Push(ctx context.Context, p PushTaskParams) (TaskOutcome, error)
 		}
 	}
 	if err != nil {
-		return TaskOutcome{}, temporal.NewNonRetryableApplicationError("mark pushed: "+err.Error(), ErrTypePushFailed, err)
+		return pushRequest{}, temporal.NewNonRetryableApplicationError("mark pushed: "+err.Error(), ErrTypePushFailed, err)
 	}
 	if !ok {
-		return TaskOutcome{}, temporal.NewNonRetryableApplicationError("task is no longer processing this attempt", ErrTypeTaskStale, nil)
+		return pushRequest{}, temporal.NewNonRetryableApplicationError("task is no longer processing this attempt", ErrTypeTaskStale, nil)
 	}
 	t, q := target.Task, target.Queue
-	if p.ProcessingTimeout > 0 { // runs recorded before the timeouts were passed read the queue's
+	if p.ProcessingTimeout > 0 {
 		q.ProcessingTimeout, q.HeartbeatTimeout = p.ProcessingTimeout, p.HeartbeatTimeout
+	} else { // runs recorded before the timeouts were passed read the queue's
+		deadline = start.Add(q.ProcessingTimeout)
 	}
 	if q.PushURL == "" {
-		return TaskOutcome{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("queue %q has no push_url", q.Name), ErrTypePushFailed, nil)
+		return pushRequest{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("queue %q has no push_url", q.Name), ErrTypePushFailed, nil)
 	}
-	info := activity.GetInfo(ctx)
 	push := TaskPush{TaskID: t.TaskID, TaskVersion: t.Version, Attempt: p.Attempt, Priority: t.Priority, Queue: t.Queue,
-		Payload: t.Payload, Deadline: info.StartedTime.Add(q.ProcessingTimeout).UTC(),
+		Payload: t.Payload, Deadline: deadline.UTC(),
 		ResultURL: a.reportURL(t.TaskID, t.Version, "result"), HeartbeatURL: a.reportURL(t.TaskID, t.Version, "heartbeat")}
 	if q.HeartbeatTimeout > 0 {
 		push.HeartbeatTimeout = q.HeartbeatTimeout.String()
 	}
 	body, err := json.Marshal(push)
 	if err != nil {
-		return TaskOutcome{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypePushFailed, err)
+		return pushRequest{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypePushFailed, err)
 	}
 	var signer *webhook.Signer
 	if len(q.Secrets) > 0 {
 		if signer, err = webhook.NewSigner(q.Secrets...); err != nil {
-			return TaskOutcome{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypePushFailed, err)
+			return pushRequest{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypePushFailed, err)
 		}
 	}
-	client := a.clients.Client(callback.Options{AllowPrivate: q.AllowPrivate, AllowLoopback: a.allowLoopback, Timeout: 30 * time.Second})
-	err = client.Send(ctx, callback.Request{URL: q.PushURL, Body: body, Signer: signer,
-		DeliveryID: fmt.Sprintf("%s/%d", courier.TaskWorkflowID(t.TaskID, t.Version), p.Attempt)})
-	if err != nil {
-		return TaskOutcome{}, temporal.NewNonRetryableApplicationError("push: "+err.Error(), ErrTypePushFailed, err)
-	}
-	if a.metrics != nil && p.Attempt == 1 { // the task version's first push ever
+	// Every try of one attempt carries the same webhook-id: a worker that got a try whose
+	// answer was lost recognises the next one.
+	return pushRequest{target: target, req: callback.Request{URL: q.PushURL, Body: body, Signer: signer,
+		DeliveryID: fmt.Sprintf("%s/%d", courier.TaskWorkflowID(t.TaskID, t.Version), p.Attempt)}}, nil
+}
+
+func (a *Tasks) client(q courier.Queue, timeout time.Duration) *callback.Client {
+	return a.clients.Client(callback.Options{AllowPrivate: q.AllowPrivate, AllowLoopback: a.allowLoopback, Timeout: timeout})
+}
+
+func (a *Tasks) observePushed(t courier.Task, attempt int) {
+	if a.metrics != nil && attempt == 1 { // the task version's first push ever
 		a.metrics.InsertToPush.Observe(time.Since(t.CreatedAt).Seconds())
 	}
+}
+
+// SendPush sends one attempt to the queue's worker endpoint and returns once the worker has
+// answered 2xx; the wait for the result is a separate activity (AwaitResultName), so the
+// heartbeat timeout starts only once the worker has the task. A try that fails on the way (no
+// connection, no answer within the push timeout, 429 or 5xx) is a retryable error that the
+// workflow's push policy tries again within the attempt, after the worker's Retry-After when it
+// sent one; a 4xx answer or a refused address fails the attempt at once.
+func (a *Tasks) SendPush(ctx context.Context, p PushTaskParams) (SendPushResult, error) {
+	info := activity.GetInfo(ctx)
+	pr, err := a.preparePush(ctx, p, info.StartedTime, info.WorkflowExecution.RunID)
+	if err != nil {
+		return SendPushResult{}, err
+	}
+	timeout := p.PushTimeout
+	if timeout <= 0 {
+		timeout = courier.DefaultPushTimeout
+	}
+	err = a.client(pr.target.Queue, timeout).Send(ctx, pr.req)
+	var ce *callback.Error
+	switch {
+	case err == nil:
+		a.observePushed(pr.target.Task, p.Attempt)
+		return SendPushResult{Try: info.Attempt}, nil
+	case ctx.Err() != nil:
+		return SendPushResult{}, ctx.Err() // the activity's own timeout or a cancel: Temporal classifies it
+	case errors.As(err, &ce) && ce.Retryable:
+		return SendPushResult{}, temporal.NewApplicationErrorWithOptions("push: "+err.Error(), ErrTypePushUnanswered,
+			temporal.ApplicationErrorOptions{Cause: err, NextRetryDelay: ce.RetryAfter})
+	default:
+		return SendPushResult{}, temporal.NewNonRetryableApplicationError("push: "+err.Error(), ErrTypePushFailed, err)
+	}
+}
+
+// AwaitResult waits for the worker's result of one attempt: it leaves the activity open, and
+// the gateway completes it by its id (courier.TaskAttemptActivityID) with the worker's report,
+// or records the worker's heartbeats on it. It does no I/O, so it holds its slot for an
+// instant.
+func (a *Tasks) AwaitResult(context.Context, AwaitResultParams) (TaskOutcome, error) {
+	return TaskOutcome{}, activity.ErrResultPending
+}
+
+// Push sends one attempt to the queue's worker endpoint and leaves the activity open: the
+// worker's result arrives through the gateway, which completes this activity by its id
+// (courier.TaskAttemptActivityID). A worker that does not accept the push (non-2xx, refused
+// address, no answer) fails the attempt. It serves runs recorded before the push and the wait
+// were split (PushTaskName); newer runs use SendPush and AwaitResult.
+func (a *Tasks) Push(ctx context.Context, p PushTaskParams) (TaskOutcome, error) {
+	info := activity.GetInfo(ctx)
+	pr, err := a.preparePush(ctx, p, info.StartedTime, info.WorkflowExecution.RunID)
+	if err != nil {
+		return TaskOutcome{}, err
+	}
+	if err := a.client(pr.target.Queue, courier.DefaultPushTimeout).Send(ctx, pr.req); err != nil {
+		return TaskOutcome{}, temporal.NewNonRetryableApplicationError("push: "+err.Error(), ErrTypePushFailed, err)
+	}
+	a.observePushed(pr.target.Task, p.Attempt)
 	return TaskOutcome{}, activity.ErrResultPending
 }
 

@@ -229,6 +229,7 @@ type QueueRequest struct {
 	Weights           []int     `json:"weights"`
 	PendingTimeout    string    `json:"pending_timeout"`
 	ProcessingTimeout string    `json:"processing_timeout"`
+	PushTimeout       string    `json:"push_timeout"`
 	HeartbeatTimeout  string    `json:"heartbeat_timeout"`
 	Retry             RetryJSON `json:"retry"`
 	SuccessRetention  string    `json:"success_retention"`
@@ -250,6 +251,7 @@ type QueueJSON struct {
 	Weights           [5]int    `json:"weights"`
 	PendingTimeout    string    `json:"pending_timeout"`
 	ProcessingTimeout string    `json:"processing_timeout"`
+	PushTimeout       string    `json:"push_timeout"`
 	HeartbeatTimeout  string    `json:"heartbeat_timeout"`
 	Retry             RetryJSON `json:"retry"`
 	SuccessRetention  string    `json:"success_retention"`
@@ -270,7 +272,7 @@ func queueJSON(q courier.Queue) QueueJSON {
 	return QueueJSON{
 		Name: q.Name, PushURL: q.PushURL, SecretsCount: len(q.Secrets), AllowPrivate: q.AllowPrivate,
 		ConcurrencyLimit: q.ConcurrencyLimit, InFlight: q.InFlight, Weights: q.Weights,
-		PendingTimeout: q.PendingTimeout.String(), ProcessingTimeout: q.ProcessingTimeout.String(), HeartbeatTimeout: hb,
+		PendingTimeout: q.PendingTimeout.String(), ProcessingTimeout: q.ProcessingTimeout.String(), PushTimeout: q.PushTimeout.String(), HeartbeatTimeout: hb,
 		Retry: RetryJSON{InitialInterval: q.Retry.InitialInterval.String(), Backoff: q.Retry.Backoff,
 			MaxInterval: q.Retry.MaxInterval.String(), MaxAttempts: q.Retry.MaxAttempts},
 		SuccessRetention: q.SuccessRetention.String(), PurgeAge: q.PurgeAge.String(),
@@ -307,6 +309,7 @@ func (h *handlers) putQueue(c echo.Context) error {
 	}{
 		{"pending_timeout", req.PendingTimeout, &q.PendingTimeout},
 		{"processing_timeout", req.ProcessingTimeout, &q.ProcessingTimeout},
+		{"push_timeout", req.PushTimeout, &q.PushTimeout},
 		{"heartbeat_timeout", req.HeartbeatTimeout, &q.HeartbeatTimeout},
 		{"retry.initial_interval", req.Retry.InitialInterval, &q.Retry.InitialInterval},
 		{"retry.max_interval", req.Retry.MaxInterval, &q.Retry.MaxInterval},

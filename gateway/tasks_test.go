@@ -670,7 +670,7 @@ func TestQueuesAPI(t *testing.T) {
 	t.Parallel()
 	f := setupTasks(t)
 	body := `{"push_url":"https://worker.example/tasks","secrets":["whsec_c2VjcmV0c2VjcmV0c2VjcmV0"],"allow_private":true,
-		"concurrency_limit":4,"weights":[50,20,15,10,5],"pending_timeout":"1h","processing_timeout":"5m",
+		"concurrency_limit":4,"weights":[50,20,15,10,5],"pending_timeout":"1h","processing_timeout":"5m","push_timeout":"45s",
 		"heartbeat_timeout":"30s","retry":{"initial_interval":"2s","backoff":1.5,"max_interval":"1m","max_attempts":7},
 		"success_retention":"2h","purge_age":"72h"}`
 
@@ -683,12 +683,12 @@ func TestQueuesAPI(t *testing.T) {
 	require.NoError(t, json.Unmarshal(raw, &q))
 	require.Equal(t, courier.Queue{Name: "emails", PushURL: "https://worker.example/tasks", Secrets: []string{"whsec_c2VjcmV0c2VjcmV0c2VjcmV0"},
 		AllowPrivate: true, ConcurrencyLimit: 4, Weights: [5]int{50, 20, 15, 10, 5}, PendingTimeout: time.Hour,
-		ProcessingTimeout: 5 * time.Minute, HeartbeatTimeout: 30 * time.Second,
+		ProcessingTimeout: 5 * time.Minute, PushTimeout: 45 * time.Second, HeartbeatTimeout: 30 * time.Second,
 		Retry:            courier.TaskRetry{MaxAttempts: 7, InitialInterval: 2 * time.Second, Backoff: 1.5, MaxInterval: time.Minute},
 		SuccessRetention: 2 * time.Hour, PurgeAge: 72 * time.Hour}, f.svc.lastPut(), "durations parsed, name from the path")
 	require.Equal(t, gateway.QueueJSON{Name: "emails", PushURL: "https://worker.example/tasks", SecretsCount: 1, AllowPrivate: true,
 		ConcurrencyLimit: 4, Weights: [5]int{50, 20, 15, 10, 5}, PendingTimeout: "1h0m0s", ProcessingTimeout: "5m0s",
-		HeartbeatTimeout: "30s", Retry: gateway.RetryJSON{InitialInterval: "2s", Backoff: 1.5, MaxInterval: "1m0s", MaxAttempts: 7},
+		PushTimeout: "45s", HeartbeatTimeout: "30s", Retry: gateway.RetryJSON{InitialInterval: "2s", Backoff: 1.5, MaxInterval: "1m0s", MaxAttempts: 7},
 		SuccessRetention: "2h0m0s", PurgeAge: "72h0m0s", CreatedAt: fakeNow, UpdatedAt: fakeNow}, q)
 
 	st, eb := f.call(t, "PUT", "/v1/queues/emails", f.admin, body, &q)
@@ -729,6 +729,7 @@ func TestQueuesAPI(t *testing.T) {
 		{"bad duration", `{"pending_timeout":"soon"}`, 422, courier.CodeValidation, "pending_timeout"},
 		{"negative duration", `{"processing_timeout":"-1m"}`, 422, courier.CodeValidation, "processing_timeout"},
 		{"bad heartbeat", `{"heartbeat_timeout":"-1s"}`, 422, courier.CodeValidation, "heartbeat_timeout"},
+		{"bad push timeout", `{"push_timeout":"forever"}`, 422, courier.CodeValidation, "push_timeout"},
 		{"bad retry interval", `{"retry":{"max_interval":"later"}}`, 422, courier.CodeValidation, "retry.max_interval"},
 		{"bad retention", `{"success_retention":"1 day"}`, 422, courier.CodeValidation, "success_retention"},
 		{"bad purge age", `{"purge_age":"0s"}`, 422, courier.CodeValidation, "purge_age"},

@@ -57,6 +57,7 @@ type taskRow struct {
 	ClaimedAt     bun.NullTime `bun:"claimed_at"`
 	PushedAt      bun.NullTime `bun:"pushed_at"`
 	DeadlineAt    bun.NullTime `bun:"deadline_at"`
+	RunID         *string      `bun:"run_id"`
 	FinishedAt    bun.NullTime `bun:"finished_at"`
 	CreatedAt     time.Time    `bun:"created_at"`
 	UpdatedAt     time.Time    `bun:"updated_at"`
@@ -81,6 +82,9 @@ func (r *taskRow) task() (courier.Task, error) {
 	}
 	if r.Result != nil {
 		t.Result = json.RawMessage(*r.Result)
+	}
+	if r.RunID != nil {
+		t.RunID = *r.RunID
 	}
 	if err := json.Unmarshal([]byte(r.Overrides), &t.Overrides); err != nil {
 		return t, fmt.Errorf("task %s/%d: overrides are not valid JSON: %w", r.TaskID, r.Version, err)
@@ -278,7 +282,7 @@ func (s *Store) InsertTask(ctx context.Context, r courier.TaskRequest) (courier.
 				Set("queue = ?, priority = ?, payload = ?, overrides = ?", r.Queue, r.Priority, string(r.Payload), string(overrides)).
 				Set("status = 'pending', attempt_base = attempt, result = NULL, status_code = 0, message = ''").
 				Set("next_attempt_at = "+s.nowSQL()).Set("expires_at = "+pendingExpiry).
-				Set("claimed_at = NULL, pushed_at = NULL, deadline_at = NULL, finished_at = NULL").Set("updated_at = "+s.nowSQL()).
+				Set("claimed_at = NULL, pushed_at = NULL, deadline_at = NULL, run_id = NULL, finished_at = NULL").Set("updated_at = "+s.nowSQL()).
 				Where("task_id = ? AND version = ?", r.TaskID, r.Version).Exec(ctx)
 			outcome = courier.TaskReplaced
 		default:
@@ -380,6 +384,7 @@ type ClaimedTask struct {
 	Queue             string
 	ProcessingTimeout time.Duration
 	HeartbeatTimeout  time.Duration
+	PushTimeout       time.Duration // one try of the push (the queue's push_timeout)
 	CreatedAt         time.Time
 }
 
@@ -431,7 +436,7 @@ func (s *Store) ClaimTasks(ctx context.Context, queue string, max int, choose fu
 				" ORDER BY version DESC, created_at ASC, task_id ASC LIMIT ?")
 			var rows []taskRow
 			err := tx.NewRaw(with+"UPDATE courier_tasks SET status = 'processing', attempt = attempt + 1, claimed_at = "+s.nowSQL()+
-				", pushed_at = NULL, deadline_at = NULL, updated_at = "+s.nowSQL()+" WHERE "+in+" AND status = 'pending' RETURNING *",
+				", pushed_at = NULL, deadline_at = NULL, run_id = NULL, updated_at = "+s.nowSQL()+" WHERE "+in+" AND status = 'pending' RETURNING *",
 				queue, b, take[b-1]).Scan(ctx, &rows)
 			if err != nil && !errors.Is(err, sql.ErrNoRows) {
 				return err
@@ -443,7 +448,8 @@ func (s *Store) ClaimTasks(ctx context.Context, queue string, max int, choose fu
 				}
 				eff := t.Overrides.Apply(q)
 				out = append(out, ClaimedTask{TaskID: t.TaskID, Version: t.Version, Attempt: t.Attempt, Priority: t.Priority,
-					Queue: queue, ProcessingTimeout: eff.ProcessingTimeout, HeartbeatTimeout: eff.HeartbeatTimeout, CreatedAt: t.CreatedAt})
+					Queue: queue, ProcessingTimeout: eff.ProcessingTimeout, HeartbeatTimeout: eff.HeartbeatTimeout, PushTimeout: eff.PushTimeout,
+					CreatedAt: t.CreatedAt})
 			}
 		}
 		if len(out) == 0 {
@@ -486,7 +492,8 @@ func (s *Store) claimedTasks(ctx context.Context, rows []taskRow) ([]ClaimedTask
 		}
 		eff := t.Overrides.Apply(q)
 		out = append(out, ClaimedTask{TaskID: t.TaskID, Version: t.Version, Attempt: t.Attempt, Priority: t.Priority,
-			Queue: t.Queue, ProcessingTimeout: eff.ProcessingTimeout, HeartbeatTimeout: eff.HeartbeatTimeout, CreatedAt: t.CreatedAt})
+			Queue: t.Queue, ProcessingTimeout: eff.ProcessingTimeout, HeartbeatTimeout: eff.HeartbeatTimeout, PushTimeout: eff.PushTimeout,
+			CreatedAt: t.CreatedAt})
 	}
 	return out, nil
 }
@@ -510,13 +517,19 @@ type PushTarget struct {
 	Queue courier.Queue
 }
 
-// MarkTaskPushed records that an attempt is about to be pushed, and its deadline (now plus the
-// processing timeout Temporal enforces), if the task is still in Processing on that attempt;
-// ok is false otherwise (the attempt is stale: cancelled, or an earlier run of the workflow
-// already finished it).
-func (s *Store) MarkTaskPushed(ctx context.Context, taskID string, version int64, attempt int, processingTimeout time.Duration) (PushTarget, bool, error) {
+// MarkTaskPushed records that an attempt is about to be pushed, its deadline (now plus the
+// processing time Temporal still allows it) and the workflow run it belongs to, if the task is
+// still in Processing on that attempt; ok is false otherwise (the attempt is stale: cancelled,
+// or an earlier run of the workflow already finished it). The run id is written in the same
+// guarded update, so a cancel that commits after it knows exactly which run to cancel, and one
+// that commits before it needs none (this push then finds the row cancelled).
+func (s *Store) MarkTaskPushed(ctx context.Context, taskID string, version int64, attempt int, processingTimeout time.Duration, runID string) (PushTarget, bool, error) {
+	var run any
+	if runID != "" {
+		run = runID
+	}
 	res, err := s.db.NewUpdate().Model((*taskRow)(nil)).Set("pushed_at = "+s.nowSQL()).
-		Set("deadline_at = "+s.nowPlusSQL(processingTimeout)).
+		Set("deadline_at = "+s.nowPlusSQL(processingTimeout)).Set("run_id = ?", run).
 		Where("task_id = ? AND version = ? AND attempt = ? AND status = 'processing'", taskID, version, attempt).Exec(ctx)
 	if err != nil {
 		return PushTarget{}, false, err

@@ -459,13 +459,13 @@ func TestTaskOverdueByDeadline(t *testing.T) {
 		claimed, err := s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(dispatch.DefaultWeights)))
 		require.NoError(t, err)
 		require.Len(t, claimed, 2)
-		_, ok, err := s.MarkTaskPushed(ctx, "long", 1, 1, time.Hour)
+		_, ok, err := s.MarkTaskPushed(ctx, "long", 1, 1, time.Hour, "")
 		require.NoError(t, err)
 		require.True(t, ok)
-		_, ok, err = s.MarkTaskPushed(ctx, "short", 1, 1, time.Second)
+		_, ok, err = s.MarkTaskPushed(ctx, "short", 1, 1, time.Second, "")
 		require.NoError(t, err)
 		require.True(t, ok)
-		_, ok, err = s.MarkTaskPushed(ctx, "short", 1, 2, time.Second)
+		_, ok, err = s.MarkTaskPushed(ctx, "short", 1, 2, time.Second, "")
 		require.NoError(t, err)
 		require.False(t, ok, "another attempt's push is stale")
 
@@ -479,5 +479,83 @@ func TestTaskOverdueByDeadline(t *testing.T) {
 		require.Len(t, over, 1)
 		require.Equal(t, "short", over[0].TaskID)
 		require.Equal(t, 1, over[0].Attempt)
+	})
+}
+
+// Each attempt's push records the run it belongs to, guarded like the push itself; a cancel
+// returns it (the run to cancel), and a new attempt or a re-submission starts without one, so
+// an earlier attempt's run is never taken for the current one's.
+func TestTaskRunIDRecordedByPush(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		_, _, err := s.PutQueue(ctx, courier.Queue{Name: "default", PushURL: "https://worker.example.com/push", PushTimeout: 7 * time.Second})
+		require.NoError(t, err)
+		_, _, err = s.InsertTask(ctx, taskReq("doc", 1, 3, `{}`))
+		require.NoError(t, err)
+		claimed, err := s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(dispatch.DefaultWeights)))
+		require.NoError(t, err)
+		require.Len(t, claimed, 1)
+		require.Equal(t, 7*time.Second, claimed[0].PushTimeout, "the claim carries the queue's push timeout")
+
+		got, err := s.GetTask(ctx, "doc", 1)
+		require.NoError(t, err)
+		require.Empty(t, got.RunID, "no run before the push")
+		target, ok, err := s.MarkTaskPushed(ctx, "doc", 1, 1, time.Minute, "run-a")
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, "run-a", target.Task.RunID)
+		_, ok, err = s.MarkTaskPushed(ctx, "doc", 1, 2, time.Minute, "run-stale")
+		require.NoError(t, err)
+		require.False(t, ok)
+		got, err = s.GetTask(ctx, "doc", 1)
+		require.NoError(t, err)
+		require.Equal(t, "run-a", got.RunID, "a stale attempt's push records nothing")
+
+		cancelled, wasProcessing, err := s.CancelTask(ctx, "doc", 1)
+		require.NoError(t, err)
+		require.True(t, wasProcessing)
+		require.Equal(t, "run-a", cancelled.RunID, "the cancel names the run to cancel")
+
+		_, outcome, err := s.InsertTask(ctx, taskReq("doc", 1, 3, `{"life":2}`))
+		require.NoError(t, err)
+		require.Equal(t, courier.TaskReplaced, outcome)
+		got, err = s.GetTask(ctx, "doc", 1)
+		require.NoError(t, err)
+		require.Empty(t, got.RunID, "a re-submission forgets the old attempt's run")
+
+		_, err = s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(dispatch.DefaultWeights)))
+		require.NoError(t, err)
+		_, ok, err = s.MarkTaskPushed(ctx, "doc", 1, 2, time.Minute, "run-b")
+		require.NoError(t, err)
+		require.True(t, ok)
+		fr, err := s.FinishTaskAttempt(ctx, "doc", 1, 2, store.AttemptOutcome{Kind: store.OutcomeTimeout})
+		require.NoError(t, err)
+		require.Equal(t, courier.TaskPending, fr.Status)
+		_, err = s.DB().NewRaw("UPDATE courier_tasks SET next_attempt_at = '2000-01-01 00:00:00+00:00' WHERE task_id = 'doc'").Exec(ctx)
+		require.NoError(t, err)
+		claimed, err = s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(dispatch.DefaultWeights)))
+		require.NoError(t, err)
+		require.Len(t, claimed, 1)
+		got, err = s.GetTask(ctx, "doc", 1)
+		require.NoError(t, err)
+		require.Equal(t, 3, got.Attempt)
+		require.Empty(t, got.RunID, "a retry's claim forgets the previous attempt's run")
+	})
+}
+
+// A queue's push timeout defaults to 30 s and must be from 1 s to 10 min.
+func TestQueuePushTimeout(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		q, _, err := s.PutQueue(ctx, courier.Queue{Name: "pt"})
+		require.NoError(t, err)
+		require.Equal(t, courier.DefaultPushTimeout, q.PushTimeout)
+		q, _, err = s.PutQueue(ctx, courier.Queue{Name: "pt", PushTimeout: 10 * time.Minute})
+		require.NoError(t, err)
+		require.Equal(t, 10*time.Minute, q.PushTimeout)
+		for _, bad := range []time.Duration{time.Millisecond, 10*time.Minute + time.Second} {
+			_, _, err = s.PutQueue(ctx, courier.Queue{Name: "pt", PushTimeout: bad})
+			require.Equal(t, courier.CodeValidation, courier.ErrorCode(err), "%s", bad)
+		}
 	})
 }

@@ -9,14 +9,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 	"unicode/utf8"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities"
 	"github.com/courier-oss/courier/store"
+	"github.com/courier-oss/courier/workflows"
 )
 
 // Store is what the service needs from the database.
@@ -76,7 +80,10 @@ func (s *Service) Latest(ctx context.Context, taskID string) (courier.Task, erro
 }
 
 // Cancel cancels a pending or processing version; a processing one's attempt workflow is
-// cancelled after its row and slot are (so a late result is refused either way).
+// cancelled after its row and slot are (so a late result is refused either way). The cancel
+// targets the run the attempt's push recorded, never whatever run holds the workflow id by
+// then: a re-submission may already have started a new attempt under the same id. An attempt
+// not pushed yet has no run to cancel: its push finds the row cancelled and ends the run.
 func (s *Service) Cancel(ctx context.Context, taskID string, version int64) (courier.Task, error) {
 	t, wasProcessing, err := s.store.CancelTask(ctx, taskID, version)
 	if err != nil {
@@ -84,7 +91,10 @@ func (s *Service) Cancel(ctx context.Context, taskID string, version int64) (cou
 	}
 	if wasProcessing {
 		s.wake()
-		err := s.tc.CancelWorkflow(ctx, courier.TaskWorkflowID(taskID, version), "")
+		if t.RunID == "" {
+			return t, nil
+		}
+		err := s.tc.CancelWorkflow(ctx, courier.TaskWorkflowID(taskID, version), t.RunID)
 		var nf *serviceerror.NotFound
 		if err != nil && !errors.As(err, &nf) {
 			// The row is cancelled and the slot free; the attempt ends by its own timeout and
@@ -99,22 +109,22 @@ func validation(field, msg string) error {
 	return &courier.Error{Code: courier.CodeValidation, Message: msg, Details: map[string]any{"field": field}}
 }
 
-// current checks that the attempt named is the one running; otherwise a conflict that says
-// where the task is.
-func (s *Service) current(ctx context.Context, taskID string, version int64, attempt int) error {
+// current returns the task if the attempt named is the one running; otherwise a conflict that
+// says where the task is.
+func (s *Service) current(ctx context.Context, taskID string, version int64, attempt int) (courier.Task, error) {
 	if attempt < 1 {
-		return validation("attempt", "attempt is required (the attempt number from the push)")
+		return courier.Task{}, validation("attempt", "attempt is required (the attempt number from the push)")
 	}
 	t, err := s.store.GetTask(ctx, taskID, version)
 	if err != nil {
-		return err
+		return courier.Task{}, err
 	}
 	if t.Status != courier.TaskProcessing || t.Attempt != attempt {
-		return &courier.Error{Code: courier.CodeConflict,
+		return courier.Task{}, &courier.Error{Code: courier.CodeConflict,
 			Message: fmt.Sprintf("attempt %d of task %q version %d is not running (task is %s, current attempt %d)", attempt, taskID, version, t.Status, t.Attempt),
 			Details: map[string]any{"status": string(t.Status), "attempt": t.Attempt}}
 	}
-	return nil
+	return t, nil
 }
 
 func notRunning(err error, attempt int) error {
@@ -127,8 +137,11 @@ func notRunning(err error, attempt int) error {
 }
 
 // Report delivers a worker's result for one attempt: it completes the attempt's waiting
-// activity by id, and the workflow records it. A result for another attempt, or for a task
-// that is not processing, is a conflict and changes nothing.
+// activity by id, in the run the push recorded, and the workflow records it. A worker may
+// report before its answer to the push has reached courier, while no wait is open yet: then the
+// result goes to the run as an update (workflows.TaskResultUpdate), which the run accepts until
+// the attempt has its outcome. A result for another attempt, for a task that is not processing,
+// or for an attempt that has already ended is a conflict and changes nothing.
 func (s *Service) Report(ctx context.Context, taskID string, version int64, r courier.TaskResult) error {
 	switch {
 	case r.Status != courier.ResultSuccess && r.Status != courier.ResultFailure:
@@ -140,30 +153,88 @@ func (s *Service) Report(ctx context.Context, taskID string, version int64, r co
 	case len(r.Result) > 0 && !json.Valid(r.Result):
 		return validation("result", "result must be JSON")
 	}
-	if err := s.current(ctx, taskID, version, r.Attempt); err != nil {
+	t, err := s.current(ctx, taskID, version, r.Attempt)
+	if err != nil {
 		return err
 	}
-	err := s.tc.CompleteActivityByID(ctx, s.namespace, courier.TaskWorkflowID(taskID, version), "",
-		courier.TaskAttemptActivityID(r.Attempt), activities.TaskOutcome{Kind: string(r.Status), StatusCode: r.StatusCode,
-			Message: r.Message, Result: r.Result}, nil)
+	out := activities.TaskOutcome{Kind: string(r.Status), StatusCode: r.StatusCode, Message: r.Message, Result: r.Result}
+	id := courier.TaskWorkflowID(taskID, version)
+	err = s.tc.CompleteActivityByID(ctx, s.namespace, id, t.RunID, courier.TaskAttemptActivityID(r.Attempt), out, nil)
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) {
+		err = s.reportEarly(ctx, id, t.RunID, workflows.TaskResultParams{Attempt: r.Attempt, Outcome: out})
+	}
 	return notRunning(err, r.Attempt)
 }
 
-// Heartbeat extends a running attempt's heartbeat timeout.
+// ReportTimeout bounds the update that hands the attempt's run a result that arrived before
+// its wait was open; past it the result is answered 503 and the worker tries again.
+const ReportTimeout = 10 * time.Second
+
+// reportEarly hands a result to the attempt's run while its wait is not open. The update id is
+// per attempt, so a repeated POST gets the first one's answer.
+func (s *Service) reportEarly(ctx context.Context, id, runID string, r workflows.TaskResultParams) error {
+	uctx, cancel := context.WithTimeout(ctx, ReportTimeout)
+	defer cancel()
+	h, err := s.tc.UpdateWorkflow(uctx, client.UpdateWorkflowOptions{
+		WorkflowID: id, RunID: runID, UpdateID: fmt.Sprintf("result-%d", r.Attempt),
+		UpdateName: workflows.TaskResultUpdate, Args: []any{r}, WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err == nil {
+		err = h.Get(uctx, nil)
+	}
+	var app *temporal.ApplicationError
+	switch {
+	case err != nil && uctx.Err() != nil && ctx.Err() == nil:
+		return &courier.Error{Code: courier.CodeUnavailable,
+			Message: "the attempt's workflow did not take the result in time; try again"}
+	case errors.As(err, &app):
+		// Refused: the attempt already has its outcome; or a run recorded before results
+		// could arrive this way, whose attempt has then ended (unknown update).
+		return serviceerror.NewNotFound(app.Error())
+	}
+	return err
+}
+
+// Heartbeat extends a running attempt's heartbeat timeout: it records the heartbeat on the
+// attempt's wait, in the run the push recorded. A heartbeat that finds no open wait while the
+// attempt's run still runs and is not recording an outcome came before courier saw the
+// worker's answer to the push: the heartbeat timeout starts only then, so there is nothing to
+// extend, and the heartbeat is accepted without effect.
 func (s *Service) Heartbeat(ctx context.Context, taskID string, version int64, attempt int, details json.RawMessage) error {
 	if len(details) > 0 && !json.Valid(details) {
 		return validation("details", "details must be JSON")
 	}
-	if err := s.current(ctx, taskID, version, attempt); err != nil {
+	t, err := s.current(ctx, taskID, version, attempt)
+	if err != nil {
 		return err
 	}
 	var d []any
 	if len(details) > 0 {
 		d = append(d, details)
 	}
-	err := s.tc.RecordActivityHeartbeatByID(ctx, s.namespace, courier.TaskWorkflowID(taskID, version), "",
+	err = s.tc.RecordActivityHeartbeatByID(ctx, s.namespace, courier.TaskWorkflowID(taskID, version), t.RunID,
 		courier.TaskAttemptActivityID(attempt), d...)
+	var nf *serviceerror.NotFound
+	if errors.As(err, &nf) && s.beforeWait(ctx, courier.TaskWorkflowID(taskID, version), t.RunID) {
+		return nil
+	}
 	return notRunning(err, attempt)
+}
+
+// beforeWait tells whether an attempt's run is still before its wait for the result: it runs
+// and is not recording an outcome.
+func (s *Service) beforeWait(ctx context.Context, id, runID string) bool {
+	d, err := s.tc.DescribeWorkflowExecution(ctx, id, runID)
+	if err != nil || d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return false
+	}
+	for _, a := range d.GetPendingActivities() {
+		if a.GetActivityType().GetName() == activities.FinishTaskName {
+			return false
+		}
+	}
+	return true
 }
 
 // PutQueue creates or replaces a queue and wakes the claimers (a raised limit or a new push

@@ -28,7 +28,9 @@ type Config struct {
 	Relay relay.Config // outbox relay; its TaskQueue is also the delivery workflows' queue
 	// ShutdownTimeout bounds how long Stop lets in-flight activities finish; default 10 s.
 	ShutdownTimeout time.Duration
-	// MaxConcurrentActivities per process; default 200 (publishes are I/O bound).
+	// MaxConcurrentActivities per process on the workflows' own task queue (outbox deliveries,
+	// and what runs recorded before the task queues were split still schedule there); default
+	// 200 (publishes are I/O bound).
 	MaxConcurrentActivities int
 	// DisableRelay runs the Temporal worker without claiming outbox rows (for tests and for
 	// deployments that separate the two).
@@ -47,6 +49,15 @@ type Config struct {
 // TasksConfig tunes prioritized tasks on this worker.
 type TasksConfig struct {
 	Claimer tasks.ClaimerConfig // TaskQueue is set by the worker
+	// PushSlots bounds the pushes this process runs at once, on the push task queue
+	// (activities.TaskPushQueue); default 200. A push holds its slot until the worker answers
+	// or its queue's push_timeout passes, so an endpoint that never answers holds at most its
+	// queue's concurrency_limit of these slots and none of any other kind.
+	PushSlots int
+	// FinishSlots bounds the waits for results, finishes and sweeps this process runs at once,
+	// on the finish task queue (activities.TaskFinishQueue); default 100. They are short: a
+	// wait hands its slot back at once, a finish is one transaction.
+	FinishSlots int
 	// PublicURL is the gateway's base URL as task workers reach it (for the result and
 	// heartbeat links in every push), such as http://127.0.0.1:8080.
 	PublicURL string
@@ -92,6 +103,8 @@ type Worker struct {
 	claim  *tasks.Claimer
 	cancel context.CancelFunc
 	done   chan struct{}
+	// taskWorkers serve the push and finish task queues (nil without tasks).
+	taskWorkers []sdkworker.Worker
 }
 
 // New builds a worker; Start runs it.
@@ -137,9 +150,12 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		w.claim = tasks.NewClaimer(d.Tasks, d.Temporal, ccfg, d.Logger)
 		acts := activities.NewTasks(d.Tasks, cfg.Tasks.PublicURL, cfg.AllowLoopbackCallbacks, d.TaskMetrics, w.claim.Wake)
 		acts.SetWorkflows(d.Temporal)
+		// Runs recorded before the task queues were split schedule these on the workflows'
+		// queue: they stay served there until those runs are gone.
 		tw.RegisterActivityWithOptions(acts.Push, activity.RegisterOptions{Name: activities.PushTaskName})
 		tw.RegisterActivityWithOptions(acts.Finish, activity.RegisterOptions{Name: activities.FinishTaskName})
 		tw.RegisterActivityWithOptions(acts.Sweep, activity.RegisterOptions{Name: activities.SweepTasksName})
+		w.taskWorkers = taskWorkers(d.Temporal, queue, cfg, acts)
 	}
 	if d.BizTypes != nil {
 		timerActs := activities.NewTimers(d.BizTypes, d.Publisher, cfg.AllowLoopbackCallbacks, d.TimerMetrics)
@@ -153,6 +169,37 @@ func New(cfg Config, d Deps) (*Worker, error) {
 			log: d.Logger, running: map[string]runningBiz{}}
 	}
 	return w, nil
+}
+
+// taskWorkers builds the workers of the task activities' own queues: pushes on one, with their
+// bound; waits, finishes and sweeps on another, with theirs. A push endpoint that accepts and
+// never answers then holds push slots only: outbox deliveries, finishes (which release the
+// queue's slots) and sweeps never wait behind it.
+func taskWorkers(tc client.Client, workflowQueue string, cfg Config, acts *activities.Tasks) []sdkworker.Worker {
+	pushSlots, finishSlots := cfg.Tasks.PushSlots, cfg.Tasks.FinishSlots
+	if pushSlots <= 0 {
+		pushSlots = 200
+	}
+	if finishSlots <= 0 {
+		finishSlots = 100
+	}
+	push := sdkworker.New(tc, activities.TaskPushQueue(workflowQueue), sdkworker.Options{
+		WorkerStopTimeout:                  cfg.ShutdownTimeout,
+		MaxConcurrentActivityExecutionSize: pushSlots,
+		MaxConcurrentActivityTaskPollers:   4,
+		DisableWorkflowWorker:              true,
+	})
+	push.RegisterActivityWithOptions(acts.SendPush, activity.RegisterOptions{Name: activities.SendPushName})
+	finish := sdkworker.New(tc, activities.TaskFinishQueue(workflowQueue), sdkworker.Options{
+		WorkerStopTimeout:                  cfg.ShutdownTimeout,
+		MaxConcurrentActivityExecutionSize: finishSlots,
+		MaxConcurrentActivityTaskPollers:   4,
+		DisableWorkflowWorker:              true,
+	})
+	finish.RegisterActivityWithOptions(acts.AwaitResult, activity.RegisterOptions{Name: activities.AwaitResultName})
+	finish.RegisterActivityWithOptions(acts.Finish, activity.RegisterOptions{Name: activities.FinishTaskName})
+	finish.RegisterActivityWithOptions(acts.Sweep, activity.RegisterOptions{Name: activities.SweepTasksName})
+	return []sdkworker.Worker{push, finish}
 }
 
 // Register registers courier's workflows and the outbox activities under their stable names.
@@ -179,9 +226,18 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := w.tw.Start(); err != nil {
 		return fmt.Errorf("worker: start Temporal worker: %w", err)
 	}
+	for i, tw := range w.taskWorkers {
+		if err := tw.Start(); err != nil {
+			for _, started := range w.taskWorkers[:i] {
+				started.Stop()
+			}
+			w.tw.Stop()
+			return fmt.Errorf("worker: start a task activity worker: %w", err)
+		}
+	}
 	if w.claim != nil {
 		if err := tasks.EnsureSweeper(ctx, w.deps.Temporal, w.claimQueue(), w.cfg.Tasks.SweepEvery); err != nil {
-			w.tw.Stop()
+			w.stopTemporal()
 			return fmt.Errorf("worker: task sweeper schedule: %w", err)
 		}
 	}
@@ -235,7 +291,21 @@ func (w *Worker) Stop() {
 	if w.biz != nil {
 		w.biz.stopAll()
 	}
-	w.tw.Stop()
+	w.stopTemporal()
+}
+
+// stopTemporal stops the Temporal workers, each letting its in-flight activities finish for up
+// to ShutdownTimeout, at the same time.
+func (w *Worker) stopTemporal() {
+	var wg sync.WaitGroup
+	for _, tw := range append([]sdkworker.Worker{w.tw}, w.taskWorkers...) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tw.Stop()
+		}()
+	}
+	wg.Wait()
 }
 
 // EnsureSearchAttributes registers courier's search attributes in the namespace if missing. It

@@ -27,6 +27,21 @@ const (
 	OutcomeCancelled = courier.AttemptCancelled
 )
 
+// TaskResultUpdate delivers a worker's result that reached the gateway while the attempt's
+// wait was not open: the worker reported before its answer to the push reached courier. The
+// gateway sends it only when completing the wait by its id found no wait.
+const TaskResultUpdate = "task-result"
+
+// ErrTypeAttemptOver marks a TaskResultUpdate the attempt refuses: it already has its outcome
+// (a result, a timeout, a refused push or a cancel), or the update names another attempt.
+const ErrTypeAttemptOver = "AttemptOver"
+
+// TaskResultParams is a worker's report of one attempt, as TaskResultUpdate carries it.
+type TaskResultParams struct {
+	Attempt int
+	Outcome activities.TaskOutcome
+}
+
 // TaskParams is one attempt of a task version, as its claimer started it. The payload stays in
 // the database.
 type TaskParams struct {
@@ -36,7 +51,8 @@ type TaskParams struct {
 	Queue             string
 	Priority          int
 	ProcessingTimeout time.Duration // the push and the wait for the result
-	HeartbeatTimeout  time.Duration // 0: off
+	HeartbeatTimeout  time.Duration // 0: off; the wait alone carries it
+	PushTimeout       time.Duration // one try of the push; 0: courier.DefaultPushTimeout
 }
 
 // TaskRunResult is how one attempt's workflow ended.
@@ -62,17 +78,203 @@ var (
 	saTaskState = temporal.NewSearchAttributeKeyKeyword(courier.SAState)
 )
 
+// splitPushChange is the workflow.GetVersion change that split an attempt's one push activity,
+// which stayed open until the result, into a push that ends when the worker answers and a
+// wait for the result. Runs recorded before it replay the single push (taskSinglePush).
+const splitPushChange = "split-push"
+
+// pushRetry tries a push again within its attempt when a try failed on the way (no
+// connection, no answer within the push timeout, 429 or 5xx), after the worker's Retry-After
+// when it sent one; the push's schedule-to-close timeout keeps every try before the processing
+// deadline. A refused push (4xx, blocked address) or a stale attempt is not retried.
+var pushRetry = temporal.RetryPolicy{
+	InitialInterval:        time.Second,
+	BackoffCoefficient:     2,
+	MaximumInterval:        30 * time.Second,
+	MaximumAttempts:        courier.PushTries,
+	NonRetryableErrorTypes: []string{activities.ErrTypePushFailed, activities.ErrTypeTaskStale},
+}
+
+// pushTryMargin is what a push try's start-to-close timeout allows beyond the push timeout, so
+// the HTTP client's own timeout (which classifies the try) fires first and the database write
+// before the request fits.
+const pushTryMargin = 10 * time.Second
+
+// waitOnce: the wait for a result is never retried; a failed or timed-out attempt goes back
+// through the queue's retry policy.
+var waitOnce = temporal.RetryPolicy{MaximumAttempts: 1}
+
+// defaultProcessingTimeout applies to runs started without one (courier.Queue's default).
+const defaultProcessingTimeout = 10 * time.Minute
+
 // Task runs one attempt of a task version (workflow id task/<task_id>/<version>; each attempt
-// is a new run under that id). It pushes the task to the queue's worker and waits for the
-// worker's result, which the gateway delivers by completing the push activity by its id;
-// Temporal enforces the processing timeout (the activity's start-to-close) and the heartbeat
-// timeout. Then one activity records the outcome and releases the slot in one transaction:
-// success, a retry later (back to Pending) or failed per the queue's policy. That record runs
-// on a disconnected context, so a cancel that arrives meanwhile cannot leave the row in
-// Processing. A cancelled attempt is finished as cancelled, which changes nothing when the API
-// already cancelled the row and freed its slot (a cancel from the Temporal UI or CLI relies on
-// it).
+// is a new run under that id). It pushes the task to the queue's worker on the push task queue
+// (each try bounded by the queue's push timeout, tries that failed on the way repeated within
+// the attempt), then waits for the worker's result in a second activity, on the finish task
+// queue, that alone carries the processing deadline and the heartbeat timeout: the heartbeat
+// timeout starts once the worker has the task. The gateway completes the wait by its id with
+// the worker's result; a result that arrives before the wait is open comes as the
+// TaskResultUpdate instead. Then one activity records the outcome and releases the slot in one
+// transaction: success, a retry later (back to Pending) or failed per the queue's policy. That
+// record runs on a disconnected context, so a cancel that arrives meanwhile cannot leave the
+// row in Processing. A cancelled attempt is finished as cancelled, which changes nothing when
+// the API already cancelled the row and freed its slot (a cancel from the Temporal UI or CLI
+// relies on it).
 func Task(ctx workflow.Context, p TaskParams) (TaskRunResult, error) {
+	if workflow.GetVersion(ctx, splitPushChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return taskSinglePush(ctx, p)
+	}
+	out, stale, err := pushAndWait(ctx, p)
+	if err != nil {
+		return TaskRunResult{}, err
+	}
+	if stale {
+		return TaskRunResult{Stale: true}, nil
+	}
+	fopts := finishOptions
+	fopts.TaskQueue = activities.TaskFinishQueue(workflow.GetInfo(ctx).TaskQueueName)
+	return finishAttempt(ctx, p, out, fopts)
+}
+
+// pushAndWait runs one attempt up to its outcome; stale means the task had moved on before the
+// push and nothing is to be recorded.
+func pushAndWait(ctx workflow.Context, p TaskParams) (out activities.TaskOutcome, stale bool, err error) {
+	queue := workflow.GetInfo(ctx).TaskQueueName
+	processing := p.ProcessingTimeout
+	if processing <= 0 {
+		processing = defaultProcessingTimeout
+	}
+	pushTimeout := p.PushTimeout
+	if pushTimeout <= 0 {
+		pushTimeout = courier.DefaultPushTimeout
+	}
+	deadline := workflow.Now(ctx).Add(processing)
+
+	// The worker's result normally completes the wait. One that arrives while no wait is open
+	// comes as an update, accepted until the attempt has its outcome.
+	var reported *activities.TaskOutcome
+	over := false
+	results := workflow.NewBufferedChannel(ctx, 1)
+	refuse := func(r TaskResultParams) error {
+		if r.Attempt != p.Attempt || over || reported != nil {
+			return temporal.NewApplicationError(fmt.Sprintf("attempt %d is no longer running", r.Attempt), ErrTypeAttemptOver)
+		}
+		return nil
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, TaskResultUpdate,
+		func(ctx workflow.Context, r TaskResultParams) error {
+			if err := refuse(r); err != nil {
+				return err
+			}
+			o := r.Outcome
+			reported = &o
+			results.SendAsync(true)
+			return nil
+		},
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, r TaskResultParams) error { return refuse(r) }},
+	); err != nil {
+		return out, false, err
+	}
+	early := func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) }
+
+	pctx, cancelPush := workflow.WithCancel(ctx)
+	retry := pushRetry
+	pctx = workflow.WithActivityOptions(pctx, workflow.ActivityOptions{
+		TaskQueue:              activities.TaskPushQueue(queue),
+		ScheduleToCloseTimeout: processing,
+		StartToCloseTimeout:    pushTimeout + pushTryMargin,
+		RetryPolicy:            &retry,
+	})
+	push := workflow.ExecuteActivity(pctx, activities.SendPushName, activities.PushTaskParams{TaskID: p.TaskID, Version: p.Version,
+		Attempt: p.Attempt, ProcessingTimeout: processing, HeartbeatTimeout: p.HeartbeatTimeout, Deadline: deadline, PushTimeout: pushTimeout})
+	var pushErr error
+	pushed := false
+	sel := workflow.NewSelector(ctx)
+	sel.AddFuture(push, func(f workflow.Future) { pushed, pushErr = true, f.Get(ctx, nil) })
+	sel.AddReceive(results, early)
+	sel.Select(ctx)
+	if reported != nil {
+		over = true
+		if !pushed {
+			cancelPush() // the worker has the task: its answer to the push no longer matters
+		}
+		return workerOutcome(*reported), false, nil
+	}
+	if pushErr != nil {
+		over = true
+		var app *temporal.ApplicationError
+		var to *temporal.TimeoutError
+		switch {
+		case errors.As(pushErr, &app) && app.Type() == activities.ErrTypeTaskStale:
+			return out, true, nil
+		case temporal.IsCanceledError(pushErr) || ctx.Err() != nil:
+			return activities.TaskOutcome{Kind: OutcomeCancelled, Message: "cancelled"}, false, nil
+		case errors.As(pushErr, &to) && to.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_CLOSE:
+			return activities.TaskOutcome{Kind: OutcomeTimeout,
+				Message: fmt.Sprintf("processing timeout: the push was not accepted within %s", processing)}, false, nil
+		case errors.As(pushErr, &to):
+			return activities.TaskOutcome{Kind: OutcomeFailure,
+				Message: fmt.Sprintf("push: no answer within the push timeout (%s)", pushTimeout)}, false, nil
+		default:
+			return activities.TaskOutcome{Kind: OutcomeFailure, Message: rootMessage(pushErr)}, false, nil
+		}
+	}
+
+	remaining := deadline.Sub(workflow.Now(ctx))
+	if remaining <= 0 {
+		over = true
+		return activities.TaskOutcome{Kind: OutcomeTimeout, Message: fmt.Sprintf("processing timeout: no result within %s", processing)}, false, nil
+	}
+	wctx, cancelWait := workflow.WithCancel(ctx)
+	wctx = workflow.WithActivityOptions(wctx, workflow.ActivityOptions{
+		TaskQueue:              activities.TaskFinishQueue(queue),
+		ActivityID:             courier.TaskAttemptActivityID(p.Attempt),
+		ScheduleToCloseTimeout: remaining,
+		StartToCloseTimeout:    remaining,
+		HeartbeatTimeout:       p.HeartbeatTimeout,
+		RetryPolicy:            &waitOnce,
+	})
+	wait := workflow.ExecuteActivity(wctx, activities.AwaitResultName,
+		activities.AwaitResultParams{TaskID: p.TaskID, Version: p.Version, Attempt: p.Attempt})
+	var waitErr error
+	waited := false
+	sel = workflow.NewSelector(ctx)
+	sel.AddFuture(wait, func(f workflow.Future) { waited, waitErr = true, f.Get(ctx, &out) })
+	sel.AddReceive(results, early)
+	sel.Select(ctx)
+	over = true
+	if reported != nil {
+		if !waited {
+			cancelWait()
+		}
+		return workerOutcome(*reported), false, nil
+	}
+	var to *temporal.TimeoutError
+	switch {
+	case waitErr == nil:
+		return workerOutcome(out), false, nil
+	case temporal.IsCanceledError(waitErr) || ctx.Err() != nil:
+		return activities.TaskOutcome{Kind: OutcomeCancelled, Message: "cancelled"}, false, nil
+	case errors.As(waitErr, &to):
+		return activities.TaskOutcome{Kind: OutcomeTimeout, Message: timeoutMessage(to, p)}, false, nil
+	default:
+		return activities.TaskOutcome{Kind: OutcomeFailure, Message: rootMessage(waitErr)}, false, nil
+	}
+}
+
+// workerOutcome keeps a worker's report, read as a failure unless it says success.
+func workerOutcome(o activities.TaskOutcome) activities.TaskOutcome {
+	if o.Kind != OutcomeSuccess {
+		o.Kind = OutcomeFailure
+	}
+	return o
+}
+
+// taskSinglePush is the attempt as runs recorded before splitPushChange ran it: one push
+// activity, addressed by the attempt's activity id, that stays open until the gateway
+// completes it with the result and carries the processing and heartbeat timeouts itself.
+// It must keep scheduling exactly what it did then.
+func taskSinglePush(ctx workflow.Context, p TaskParams) (TaskRunResult, error) {
 	pctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		ActivityID:          courier.TaskAttemptActivityID(p.Attempt),
 		StartToCloseTimeout: p.ProcessingTimeout,
@@ -87,9 +289,7 @@ func Task(ctx workflow.Context, p TaskParams) (TaskRunResult, error) {
 	var to *temporal.TimeoutError
 	switch {
 	case err == nil:
-		if out.Kind != OutcomeSuccess {
-			out.Kind = OutcomeFailure
-		}
+		out = workerOutcome(out)
 	case errors.As(err, &app) && app.Type() == activities.ErrTypeTaskStale:
 		return TaskRunResult{Stale: true}, nil
 	case temporal.IsCanceledError(err) || ctx.Err() != nil:
@@ -99,9 +299,15 @@ func Task(ctx workflow.Context, p TaskParams) (TaskRunResult, error) {
 	default:
 		out = activities.TaskOutcome{Kind: OutcomeFailure, Message: rootMessage(err)}
 	}
+	return finishAttempt(ctx, p, out, finishOptions)
+}
+
+// finishAttempt records the attempt's outcome on a disconnected context and, when the row
+// took it, writes the task's new status to the run's search attribute.
+func finishAttempt(ctx workflow.Context, p TaskParams, out activities.TaskOutcome, opts workflow.ActivityOptions) (TaskRunResult, error) {
 	var fin activities.FinishTaskResult
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
-	fctx := workflow.WithActivityOptions(ctx, finishOptions)
+	fctx := workflow.WithActivityOptions(ctx, opts)
 	if err := workflow.ExecuteActivity(fctx, activities.FinishTaskName, activities.FinishTaskParams{
 		TaskID: p.TaskID, Version: p.Version, Attempt: p.Attempt, Outcome: out}).Get(fctx, &fin); err != nil {
 		return TaskRunResult{}, err
@@ -125,6 +331,7 @@ func timeoutMessage(to *temporal.TimeoutError, p TaskParams) string {
 // overlaps skipped, so exactly one runs at a time across the fleet.
 func TaskSweeper(ctx workflow.Context, p activities.SweepParams) (activities.SweepResult, error) {
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:           activities.TaskFinishQueue(workflow.GetInfo(ctx).TaskQueueName),
 		StartToCloseTimeout: 10 * time.Minute,
 		HeartbeatTimeout:    time.Minute,
 		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 5 * time.Second, MaximumAttempts: 3},

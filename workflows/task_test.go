@@ -23,45 +23,59 @@ import (
 
 // attempt3 is one attempt as the claimer starts it: the third attempt of version 2.
 var attempt3 = workflows.TaskParams{TaskID: "t-1", Version: 2, Attempt: 3, Queue: "default", Priority: 3,
-	ProcessingTimeout: 10 * time.Minute}
+	ProcessingTimeout: 10 * time.Minute, PushTimeout: 20 * time.Second}
 
-// pushOf is what the push activity must be called with for p.
-func pushOf(p workflows.TaskParams) activities.PushTaskParams {
-	return activities.PushTaskParams{TaskID: p.TaskID, Version: p.Version, Attempt: p.Attempt,
-		ProcessingTimeout: p.ProcessingTimeout, HeartbeatTimeout: p.HeartbeatTimeout}
-}
+// testQueue is the test environment's task queue: the task workflows' own queue in these tests.
+const testQueue = "default-test-taskqueue"
 
 var stateKey = temporal.NewSearchAttributeKeyKeyword(courier.SAState)
 
 type taskEnv struct {
 	*testsuite.TestWorkflowEnvironment
+	start time.Time // virtual time when the workflow was set up
 	// finish answers each Finish call; by default the row took the outcome (Applied) and
 	// moved to the status the outcome leads to with retries left.
 	finish func(activities.FinishTaskParams) (activities.FinishTaskResult, error)
 
-	mu       sync.Mutex
-	pushes   []activity.Info               // how each push was scheduled
-	finishes []activities.FinishTaskParams // what each Finish was started with
-	finishAt []time.Time                   // when (virtual time) each Finish started
-	upserts  []temporal.SearchAttributes   // the workflow's search-attribute upserts
+	mu         sync.Mutex
+	pushes     []activity.Info               // how each push try was scheduled
+	pushParams []activities.PushTaskParams   // what each push try was started with
+	pushAt     []time.Time                   // when (virtual time) each push try started
+	waits      []activity.Info               // how each wait for the result was scheduled
+	finishes   []activities.FinishTaskParams // what each Finish was started with
+	finishInfo []activity.Info               // how each Finish was scheduled
+	finishAt   []time.Time                   // when (virtual time) each Finish started
+	upserts    []temporal.SearchAttributes   // the workflow's search-attribute upserts
 
 	finishMock *testsuite.MockCallWrapper // the Finish mock, for a test to delay it
 }
 
-// newTaskEnv runs the task workflows with push registered as the push activity (a stand-in
-// that must be mocked when nil) and Finish answered by env.finish; it records how the push
-// was scheduled, what Finish was started with and the search-attribute upserts.
-func newTaskEnv(t *testing.T, push func(context.Context, activities.PushTaskParams) (activities.TaskOutcome, error)) *taskEnv {
+// newTaskEnv runs the task workflows with push and wait registered as the push and the wait
+// activities (stand-ins that must be mocked when nil) and Finish answered by env.finish; it
+// records how each activity was scheduled, what they were started with and the
+// search-attribute upserts.
+func newTaskEnv(t *testing.T,
+	push func(context.Context, activities.PushTaskParams) (activities.SendPushResult, error),
+	wait func(context.Context, activities.AwaitResultParams) (activities.TaskOutcome, error),
+) *taskEnv {
 	var s testsuite.WorkflowTestSuite
 	env := &taskEnv{TestWorkflowEnvironment: s.NewTestWorkflowEnvironment()}
+	env.start = env.Now()
 	workflows.Register(env)
 	if push == nil {
-		push = func(context.Context, activities.PushTaskParams) (activities.TaskOutcome, error) {
+		push = func(context.Context, activities.PushTaskParams) (activities.SendPushResult, error) {
 			t.Error("the push activity was called without a mock")
-			return activities.TaskOutcome{}, errors.New("unmocked push")
+			return activities.SendPushResult{}, errors.New("unmocked push")
 		}
 	}
-	env.RegisterActivityWithOptions(push, activity.RegisterOptions{Name: activities.PushTaskName})
+	if wait == nil {
+		wait = func(context.Context, activities.AwaitResultParams) (activities.TaskOutcome, error) {
+			t.Error("the wait activity was called without a mock")
+			return activities.TaskOutcome{}, errors.New("unmocked wait")
+		}
+	}
+	env.RegisterActivityWithOptions(push, activity.RegisterOptions{Name: activities.SendPushName})
+	env.RegisterActivityWithOptions(wait, activity.RegisterOptions{Name: activities.AwaitResultName})
 	env.RegisterActivityWithOptions(func(context.Context, activities.FinishTaskParams) (activities.FinishTaskResult, error) {
 		return activities.FinishTaskResult{}, nil
 	}, activity.RegisterOptions{Name: activities.FinishTaskName})
@@ -92,8 +106,16 @@ func newTaskEnv(t *testing.T, push func(context.Context, activities.PushTaskPara
 		env.mu.Lock()
 		defer env.mu.Unlock()
 		switch info.ActivityType.Name {
-		case activities.PushTaskName:
+		case activities.SendPushName:
+			var p activities.PushTaskParams
+			if err := args.Get(&p); err != nil {
+				t.Errorf("decode the push params: %v", err)
+			}
 			env.pushes = append(env.pushes, *info)
+			env.pushParams = append(env.pushParams, p)
+			env.pushAt = append(env.pushAt, env.Now())
+		case activities.AwaitResultName:
+			env.waits = append(env.waits, *info)
 		case activities.FinishTaskName:
 			var p activities.FinishTaskParams
 			if err := args.Get(&p); err != nil {
@@ -101,6 +123,7 @@ func newTaskEnv(t *testing.T, push func(context.Context, activities.PushTaskPara
 			}
 			p.Outcome = noResultIsNil(p.Outcome)
 			env.finishes = append(env.finishes, p)
+			env.finishInfo = append(env.finishInfo, *info)
 			env.finishAt = append(env.finishAt, env.Now())
 		}
 	})
@@ -117,6 +140,18 @@ func (e *taskEnv) run(t *testing.T, p workflows.TaskParams) workflows.TaskRunRes
 	require.NoError(t, e.GetWorkflowResult(&res))
 	res.Outcome = noResultIsNil(res.Outcome)
 	return res
+}
+
+// report sends the worker's report as the gateway does when no wait is open, at the given
+// virtual time, and records whether it was rejected.
+func (e *taskEnv) report(at time.Duration, r workflows.TaskResultParams, rejected *error) {
+	e.RegisterDelayedCallback(func() {
+		e.UpdateWorkflow(workflows.TaskResultUpdate, "", &testsuite.TestUpdateCallback{
+			OnReject:   func(err error) { *rejected = err },
+			OnAccept:   func() {},
+			OnComplete: func(_ any, err error) { *rejected = err },
+		}, r)
+	}, at)
 }
 
 // noResultIsNil maps the JSON null that an absent result becomes on its way through the data
@@ -140,24 +175,57 @@ func (e *taskEnv) upsertedStates(t *testing.T) []string {
 	return out
 }
 
-// requirePushScheduledFor checks the push was started once, addressed by the attempt's
-// activity id, with the attempt's timeouts and no retry of its own.
-func (e *taskEnv) requirePushScheduledFor(t *testing.T, p workflows.TaskParams) {
+// requirePushedOnce checks the push was tried once, on the push queue, bounded by the push
+// timeout per try and by the processing timeout in all, and told the worker the attempt's
+// deadline and timeouts.
+func (e *taskEnv) requirePushedOnce(t *testing.T, p workflows.TaskParams) {
 	t.Helper()
-	require.Len(t, e.pushes, 1, "one push per attempt; retries go back through the queue")
-	info := e.pushes[0]
-	require.Equal(t, courier.TaskAttemptActivityID(p.Attempt), info.ActivityID, "the result and heartbeat callbacks address the push by this id")
-	require.Equal(t, p.ProcessingTimeout, info.StartToCloseTimeout)
+	require.Len(t, e.pushes, 1, "one push try")
+	info, params := e.pushes[0], e.pushParams[0]
+	require.Equal(t, activities.TaskPushQueue(testQueue), info.TaskQueue, "pushes run on their own task queue")
+	require.Equal(t, p.ProcessingTimeout, info.ScheduleToCloseTimeout, "tries never run past the processing deadline")
+	require.Equal(t, p.PushTimeout+10*time.Second, info.StartToCloseTimeout, "one try: the push timeout (the HTTP client's) and a margin")
+	require.Zero(t, info.HeartbeatTimeout, "the heartbeat timeout does not run while the push does")
+	require.Equal(t, activities.PushTaskParams{TaskID: p.TaskID, Version: p.Version, Attempt: p.Attempt,
+		ProcessingTimeout: p.ProcessingTimeout, HeartbeatTimeout: p.HeartbeatTimeout, PushTimeout: p.PushTimeout,
+		Deadline: params.Deadline}, params)
+	require.True(t, e.pushAt[0].Add(p.ProcessingTimeout).Equal(params.Deadline), "the deadline is the processing timeout from the push")
+}
+
+// requireWaitedOnce checks the wait for the result was scheduled once, after the push,
+// addressed by the attempt's activity id, on the finish queue, with the heartbeat timeout and
+// the time left to the deadline, and no retry of its own.
+func (e *taskEnv) requireWaitedOnce(t *testing.T, p workflows.TaskParams) {
+	t.Helper()
+	require.Len(t, e.waits, 1, "one wait per attempt; retries go back through the queue")
+	info := e.waits[0]
+	require.Equal(t, courier.TaskAttemptActivityID(p.Attempt), info.ActivityID, "the result and heartbeat callbacks address the wait by this id")
+	require.Equal(t, activities.TaskFinishQueue(testQueue), info.TaskQueue)
 	require.Equal(t, p.HeartbeatTimeout, info.HeartbeatTimeout)
+	left := e.pushParams[len(e.pushParams)-1].Deadline.Sub(info.ScheduledTime)
+	require.InDelta(t, float64(left), float64(info.ScheduleToCloseTimeout), float64(time.Second), "the wait ends at the attempt's deadline")
 	require.Equal(t, int32(1), info.Attempt)
 }
+
+// requireFinishedOnTheFinishQueue checks every Finish ran on the finish queue.
+func (e *taskEnv) requireFinishedOnTheFinishQueue(t *testing.T) {
+	t.Helper()
+	require.NotEmpty(t, e.finishInfo)
+	for _, info := range e.finishInfo {
+		require.Equal(t, activities.TaskFinishQueue(testQueue), info.TaskQueue, "finishes (slot releases) never wait behind pushes")
+	}
+}
+
+func accepted() (activities.SendPushResult, error) { return activities.SendPushResult{Try: 1}, nil }
 
 // The worker's success is recorded as it was reported, for the attempt that ran, and the
 // workflow ends with the status Finish moved the row to.
 func TestTaskSuccessIsFinishedAsReported(t *testing.T) {
-	env := newTaskEnv(t, nil)
+	env := newTaskEnv(t, nil, nil)
 	won := activities.TaskOutcome{Kind: workflows.OutcomeSuccess, StatusCode: 200, Message: "done", Result: json.RawMessage(`{"rows":42}`)}
-	env.OnActivity(activities.PushTaskName, mock.Anything, pushOf(attempt3)).Return(won, nil).Once()
+	env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
+	env.OnActivity(activities.AwaitResultName, mock.Anything,
+		activities.AwaitResultParams{TaskID: "t-1", Version: 2, Attempt: 3}).Return(won, nil).Once()
 	env.finish = func(activities.FinishTaskParams) (activities.FinishTaskResult, error) {
 		return activities.FinishTaskResult{Applied: true, Status: courier.TaskSuccess}, nil
 	}
@@ -167,8 +235,27 @@ func TestTaskSuccessIsFinishedAsReported(t *testing.T) {
 	require.Equal(t, []activities.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: won}}, env.finishes)
 	require.Equal(t, workflows.TaskRunResult{Applied: true, Status: courier.TaskSuccess, Outcome: won}, res)
 	require.Equal(t, []string{string(courier.TaskSuccess)}, env.upsertedStates(t))
-	env.requirePushScheduledFor(t, attempt3)
+	env.requirePushedOnce(t, attempt3)
+	env.requireWaitedOnce(t, attempt3)
+	env.requireFinishedOnTheFinishQueue(t)
 	env.AssertExpectations(t)
+}
+
+// A run started without a push timeout (by a claimer older than the setting) pushes with the
+// default one.
+func TestTaskWithoutPushTimeoutUsesTheDefault(t *testing.T) {
+	env := newTaskEnv(t, nil, nil)
+	env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
+	env.OnActivity(activities.AwaitResultName, mock.Anything, mock.Anything).
+		Return(activities.TaskOutcome{Kind: workflows.OutcomeSuccess}, nil).Once()
+	p := attempt3
+	p.PushTimeout = 0
+
+	env.run(t, p)
+
+	require.Len(t, env.pushParams, 1)
+	require.Equal(t, courier.DefaultPushTimeout, env.pushParams[0].PushTimeout)
+	require.Equal(t, courier.DefaultPushTimeout+10*time.Second, env.pushes[0].StartToCloseTimeout)
 }
 
 // A failure report, or a report of a kind the workflow does not know, is finished as a failure
@@ -186,9 +273,10 @@ func TestTaskFailureIsFinishedAndRetriedByFinish(t *testing.T) {
 		"failure with the retries spent": {workflows.OutcomeFailure, courier.TaskFailed},
 	} {
 		t.Run(name, func(t *testing.T) {
-			env := newTaskEnv(t, nil)
+			env := newTaskEnv(t, nil, nil)
 			reported := activities.TaskOutcome{Kind: tc.kind, StatusCode: 503, Message: "upstream down", Result: json.RawMessage(`{"retry":true}`)}
-			env.OnActivity(activities.PushTaskName, mock.Anything, pushOf(attempt3)).Return(reported, nil).Once()
+			env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
+			env.OnActivity(activities.AwaitResultName, mock.Anything, mock.Anything).Return(reported, nil).Once()
 			env.finish = func(activities.FinishTaskParams) (activities.FinishTaskResult, error) {
 				return activities.FinishTaskResult{Applied: true, Status: tc.status, NextAttemptAt: retryAt}, nil
 			}
@@ -204,10 +292,10 @@ func TestTaskFailureIsFinishedAndRetriedByFinish(t *testing.T) {
 	}
 }
 
-// An attempt that ends without a report is classified by the workflow: Temporal's timeouts
-// become timeout outcomes that say which limit ran out, any other push error a failure with
-// its message. The push itself is never retried: the queue's policy decides on a retry.
-func TestTaskPushErrorsAreFinishedAsOutcomes(t *testing.T) {
+// A wait that ends without a report is classified by the workflow: Temporal's timeouts become
+// timeout outcomes that say which limit ran out, any other error a failure with its message.
+// The wait itself is never retried: the queue's policy decides on a retry.
+func TestTaskWaitErrorsAreFinishedAsOutcomes(t *testing.T) {
 	p := attempt3
 	p.HeartbeatTimeout = 30 * time.Second
 	for name, tc := range map[string]struct {
@@ -216,24 +304,21 @@ func TestTaskPushErrorsAreFinishedAsOutcomes(t *testing.T) {
 		contains []string
 	}{
 		"processing timeout": {
-			err: temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_START_TO_CLOSE, nil), kind: workflows.OutcomeTimeout,
+			err: temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_CLOSE, nil), kind: workflows.OutcomeTimeout,
 			contains: []string{"processing timeout", "10m0s"},
 		},
 		"heartbeat timeout": {
 			err: temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil), kind: workflows.OutcomeTimeout,
 			contains: []string{"heartbeat timeout", "30s"},
 		},
-		"push refused": {
-			err:  temporal.NewNonRetryableApplicationError("push: worker answered 503", activities.ErrTypePushFailed, nil),
-			kind: workflows.OutcomeFailure, contains: []string{"worker answered 503"},
-		},
-		"transient push error is not retried": {
-			err: errors.New("connection reset by peer"), kind: workflows.OutcomeFailure, contains: []string{"connection reset by peer"},
+		"any other error": {
+			err: errors.New("worker lost"), kind: workflows.OutcomeFailure, contains: []string{"worker lost"},
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			env := newTaskEnv(t, nil)
-			env.OnActivity(activities.PushTaskName, mock.Anything, pushOf(p)).Return(activities.TaskOutcome{}, tc.err).Once()
+			env := newTaskEnv(t, nil, nil)
+			env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
+			env.OnActivity(activities.AwaitResultName, mock.Anything, mock.Anything).Return(activities.TaskOutcome{}, tc.err).Once()
 
 			res := env.run(t, p)
 
@@ -245,17 +330,316 @@ func TestTaskPushErrorsAreFinishedAsOutcomes(t *testing.T) {
 				require.Contains(t, fin.Outcome.Message, s)
 			}
 			require.Equal(t, workflows.TaskRunResult{Applied: true, Status: courier.TaskPending, Outcome: fin.Outcome}, res)
-			env.requirePushScheduledFor(t, p)
+			env.requireWaitedOnce(t, p)
 			env.AssertExpectations(t)
 		})
 	}
 }
 
+// A push the worker refused (a 4xx answer, a blocked address, no push_url) fails the attempt
+// at once: one try, no wait.
+func TestTaskRefusedPushFailsTheAttemptWithoutAWait(t *testing.T) {
+	env := newTaskEnv(t, nil, nil)
+	env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(activities.SendPushResult{},
+		temporal.NewNonRetryableApplicationError("push: worker answered 422 (not retried)", activities.ErrTypePushFailed, nil)).Once()
+
+	res := env.run(t, attempt3)
+
+	require.Len(t, env.finishes, 1)
+	require.Equal(t, workflows.OutcomeFailure, env.finishes[0].Outcome.Kind)
+	require.Contains(t, env.finishes[0].Outcome.Message, "worker answered 422")
+	require.Equal(t, courier.TaskPending, res.Status)
+	env.requirePushedOnce(t, attempt3)
+	require.Empty(t, env.waits)
+}
+
+// A push try that failed on the way (no connection, no answer, 429 or 5xx) is tried again
+// within the attempt, after the worker's Retry-After when it sent one; once a try is accepted,
+// the attempt waits for its result as usual.
+func TestTaskUnansweredPushIsTriedAgainWithinTheAttempt(t *testing.T) {
+	env := newTaskEnv(t, nil, nil)
+	tries := 0
+	env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(
+		func(context.Context, activities.PushTaskParams) (activities.SendPushResult, error) {
+			tries++
+			switch tries {
+			case 1:
+				return activities.SendPushResult{}, temporal.NewApplicationError("push: callback: connection refused", activities.ErrTypePushUnanswered)
+			case 2:
+				return activities.SendPushResult{}, temporal.NewApplicationErrorWithOptions("push: worker answered 429",
+					activities.ErrTypePushUnanswered, temporal.ApplicationErrorOptions{NextRetryDelay: 45 * time.Second})
+			}
+			return activities.SendPushResult{Try: 3}, nil
+		})
+	won := activities.TaskOutcome{Kind: workflows.OutcomeSuccess, Message: "third time lucky"}
+	env.OnActivity(activities.AwaitResultName, mock.Anything, mock.Anything).Return(won, nil).Once()
+
+	res := env.run(t, attempt3)
+
+	require.Equal(t, 3, tries)
+	require.Equal(t, won, res.Outcome)
+	require.GreaterOrEqual(t, env.pushAt[2].Sub(env.pushAt[1]), 45*time.Second, "the worker's Retry-After is honoured")
+	for _, p := range env.pushParams {
+		require.Equal(t, env.pushParams[0].Deadline, p.Deadline, "every try tells the worker the same deadline")
+	}
+	require.Len(t, env.waits, 1)
+}
+
+// A push whose tries keep failing on the way fails the attempt after courier.PushTries tries,
+// with the last try's error; the queue's retry policy decides what comes next.
+func TestTaskPushGivesUpAfterItsTries(t *testing.T) {
+	env := newTaskEnv(t, nil, nil)
+	tries := 0
+	env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(
+		func(context.Context, activities.PushTaskParams) (activities.SendPushResult, error) {
+			tries++
+			return activities.SendPushResult{}, temporal.NewApplicationError("push: worker answered 503", activities.ErrTypePushUnanswered)
+		})
+
+	res := env.run(t, attempt3)
+
+	require.Equal(t, courier.PushTries, tries)
+	require.Empty(t, env.waits)
+	require.Len(t, env.finishes, 1)
+	require.Equal(t, workflows.OutcomeFailure, res.Outcome.Kind)
+	require.Contains(t, res.Outcome.Message, "worker answered 503")
+}
+
+// A push that finds the task moved on (cancelled, or finished by an earlier run) ends the
+// workflow as stale without touching the row: no wait, no Finish, no status written.
+func TestTaskStaleAttemptTouchesNothing(t *testing.T) {
+	env := newTaskEnv(t, nil, nil)
+	env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(activities.SendPushResult{},
+		temporal.NewNonRetryableApplicationError("task is no longer processing this attempt", activities.ErrTypeTaskStale, nil)).Once()
+
+	res := env.run(t, attempt3)
+
+	require.Equal(t, workflows.TaskRunResult{Stale: true}, res)
+	require.Empty(t, env.waits)
+	require.Empty(t, env.finishes)
+	require.Empty(t, env.upserts)
+	env.requirePushedOnce(t, attempt3)
+}
+
+// slowTaskParams time the wall-clock tests: the SDK's test environment checks heartbeat
+// timeouts on the wall clock, so they are short, with the activities running three of them.
+var slowTaskParams = workflows.TaskParams{TaskID: "t-1", Version: 2, Attempt: 3, Queue: "default",
+	ProcessingTimeout: time.Minute, HeartbeatTimeout: 300 * time.Millisecond, PushTimeout: 10 * time.Second}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// A worker that takes longer than the heartbeat timeout to accept its push, and then
+// heartbeats, is not timed out: the heartbeat timeout starts with the wait, once the worker has
+// the task.
+func TestTaskSlowAcceptIsNotAHeartbeatTimeout(t *testing.T) {
+	t.Parallel()
+	p := slowTaskParams
+	env := newTaskEnv(t,
+		func(ctx context.Context, _ activities.PushTaskParams) (activities.SendPushResult, error) {
+			if err := sleepCtx(ctx, 3*p.HeartbeatTimeout); err != nil { // no heartbeats while the worker accepts
+				return activities.SendPushResult{}, err
+			}
+			return activities.SendPushResult{Try: 1}, nil
+		},
+		func(ctx context.Context, _ activities.AwaitResultParams) (activities.TaskOutcome, error) {
+			for i := 0; i < 30; i++ { // 3 heartbeat timeouts of work, heartbeating
+				activity.RecordHeartbeat(ctx)
+				if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
+					return activities.TaskOutcome{}, err
+				}
+			}
+			return activities.TaskOutcome{Kind: workflows.OutcomeSuccess, Message: "long job done"}, nil
+		})
+
+	res := env.run(t, p)
+
+	require.Equal(t, workflows.OutcomeSuccess, res.Outcome.Kind, "message: %s", res.Outcome.Message)
+	require.Equal(t, "long job done", res.Outcome.Message)
+	require.Equal(t, courier.TaskSuccess, res.Status)
+	env.requirePushedOnce(t, p)
+	env.requireWaitedOnce(t, p)
+}
+
+// A wait without heartbeats times out on its heartbeat timeout, and whatever it returns
+// afterwards is ignored.
+func TestTaskWaitWithoutHeartbeatTimesOut(t *testing.T) {
+	t.Parallel()
+	p := slowTaskParams
+	env := newTaskEnv(t,
+		func(context.Context, activities.PushTaskParams) (activities.SendPushResult, error) { return accepted() },
+		func(ctx context.Context, _ activities.AwaitResultParams) (activities.TaskOutcome, error) {
+			if err := sleepCtx(ctx, 3*p.HeartbeatTimeout); err != nil {
+				return activities.TaskOutcome{}, err
+			}
+			return activities.TaskOutcome{Kind: workflows.OutcomeSuccess, Message: "too late"}, nil
+		})
+
+	res := env.run(t, p)
+
+	require.Len(t, env.finishes, 1)
+	out := env.finishes[0].Outcome
+	require.Equal(t, workflows.OutcomeTimeout, out.Kind)
+	require.Contains(t, out.Message, "heartbeat timeout")
+	require.Contains(t, out.Message, p.HeartbeatTimeout.String())
+	require.Equal(t, out, res.Outcome)
+	require.Equal(t, courier.TaskPending, res.Status)
+	env.requireWaitedOnce(t, p)
+}
+
+// A worker that reports before its answer to the push reached courier: the gateway hands the
+// result over as an update, the attempt is finished with it at once, and no wait is opened.
+func TestTaskResultBeforeThePushIsAnswered(t *testing.T) {
+	env := newTaskEnv(t, nil, nil)
+	env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(accepted()).After(time.Hour).Once()
+	won := activities.TaskOutcome{Kind: workflows.OutcomeSuccess, StatusCode: 200, Message: "quick", Result: json.RawMessage(`{"ok":true}`)}
+	var rejected error
+	env.report(time.Minute, workflows.TaskResultParams{Attempt: 3, Outcome: won}, &rejected)
+
+	res := env.run(t, attempt3)
+
+	require.NoError(t, rejected)
+	require.Equal(t, []activities.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: won}}, env.finishes)
+	require.True(t, env.finishAt[0].Before(env.start.Add(time.Hour)), "finished on the report, not when the push ended")
+	require.Equal(t, workflows.TaskRunResult{Applied: true, Status: courier.TaskSuccess, Outcome: won}, res)
+	require.Empty(t, env.waits)
+}
+
+// A result that comes as an update while the wait is scheduled (the gateway found no wait a
+// moment before) ends the wait and is finished as reported.
+func TestTaskResultUpdateWhileWaiting(t *testing.T) {
+	env := newTaskEnv(t, nil, nil)
+	env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
+	env.OnActivity(activities.AwaitResultName, mock.Anything, mock.Anything).
+		Return(activities.TaskOutcome{Kind: workflows.OutcomeSuccess, Message: "never"}, nil).After(time.Hour).Once()
+	failed := activities.TaskOutcome{Kind: "weird", StatusCode: 500, Message: "parser crashed"}
+	var rejected error
+	env.report(time.Minute, workflows.TaskResultParams{Attempt: 3, Outcome: failed}, &rejected)
+
+	res := env.run(t, attempt3)
+
+	require.NoError(t, rejected)
+	want := failed
+	want.Kind = workflows.OutcomeFailure
+	require.Equal(t, []activities.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: want}}, env.finishes)
+	require.True(t, env.finishAt[0].Before(env.start.Add(time.Hour)))
+	require.Equal(t, want, res.Outcome)
+}
+
+// Once the attempt has its outcome, a result update is refused (the gateway answers 409), and so
+// is one naming another attempt: the recorded outcome stands.
+func TestTaskResultUpdateIsRefusedWhenTheAttemptIsOver(t *testing.T) {
+	env := newTaskEnv(t, nil, nil)
+	env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(accepted()).After(time.Minute).Once()
+	timedOut := temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil)
+	env.OnActivity(activities.AwaitResultName, mock.Anything, mock.Anything).Return(activities.TaskOutcome{}, timedOut).After(time.Minute).Once()
+	env.finishMock.After(time.Minute)
+	var otherAttempt, late error
+	env.report(30*time.Second, workflows.TaskResultParams{Attempt: 2, Outcome: activities.TaskOutcome{Kind: workflows.OutcomeSuccess}}, &otherAttempt)
+	env.report(150*time.Second, workflows.TaskResultParams{Attempt: 3, Outcome: activities.TaskOutcome{Kind: workflows.OutcomeSuccess}}, &late)
+
+	res := env.run(t, attempt3)
+
+	for _, err := range []error{otherAttempt, late} {
+		var app *temporal.ApplicationError
+		require.ErrorAs(t, err, &app)
+		require.Equal(t, workflows.ErrTypeAttemptOver, app.Type())
+	}
+	require.Len(t, env.finishes, 1)
+	require.Equal(t, workflows.OutcomeTimeout, res.Outcome.Kind)
+}
+
+// Cancelling the workflow while the push or the wait is outstanding still finishes the attempt
+// as cancelled (on a disconnected context, so the cancel cannot abort it), at once rather than
+// when the activity would have ended. When the API has already cancelled the row, Finish
+// changes nothing and no status is written; when it had not, the row is cancelled and so is
+// the status.
+func TestTaskCancelWhileOutstanding(t *testing.T) {
+	for name, tc := range map[string]struct {
+		slowPush bool
+		fin      activities.FinishTaskResult
+		states   []string
+	}{
+		"push, row already cancelled by the API": {true, activities.FinishTaskResult{Applied: false, Status: courier.TaskCancelled}, nil},
+		"push, row still processing":             {true, activities.FinishTaskResult{Applied: true, Status: courier.TaskCancelled}, []string{string(courier.TaskCancelled)}},
+		"wait, row already cancelled by the API": {false, activities.FinishTaskResult{Applied: false, Status: courier.TaskCancelled}, nil},
+		"wait, row still processing":             {false, activities.FinishTaskResult{Applied: true, Status: courier.TaskCancelled}, []string{string(courier.TaskCancelled)}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			env := newTaskEnv(t, nil, nil)
+			if tc.slowPush {
+				env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(accepted()).After(time.Hour).Once()
+			} else {
+				env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
+				env.OnActivity(activities.AwaitResultName, mock.Anything, mock.Anything).
+					Return(activities.TaskOutcome{Kind: workflows.OutcomeSuccess}, nil).After(time.Hour).Once()
+			}
+			env.finish = func(activities.FinishTaskParams) (activities.FinishTaskResult, error) { return tc.fin, nil }
+			env.RegisterDelayedCallback(env.CancelWorkflow, time.Minute)
+
+			res := env.run(t, attempt3)
+
+			cancelled := activities.TaskOutcome{Kind: workflows.OutcomeCancelled, Message: "cancelled"}
+			require.Equal(t, []activities.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: cancelled}}, env.finishes)
+			require.True(t, env.finishAt[0].Before(env.start.Add(time.Hour)), "finished on the cancel, not when the activity would have ended")
+			require.Equal(t, workflows.TaskRunResult{Applied: tc.fin.Applied, Status: courier.TaskCancelled, Outcome: cancelled}, res)
+			require.Equal(t, tc.states, env.upsertedStates(t))
+			if tc.slowPush {
+				require.Empty(t, env.waits, "no wait after a cancelled push")
+			}
+		})
+	}
+}
+
+// A cancel that comes after the attempt finished finds the workflow closed: the recorded
+// outcome stands and nothing is finished again.
+func TestTaskCancelAfterFinishChangesNothing(t *testing.T) {
+	env := newTaskEnv(t, nil, nil)
+	won := activities.TaskOutcome{Kind: workflows.OutcomeSuccess, StatusCode: 200}
+	env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
+	env.OnActivity(activities.AwaitResultName, mock.Anything, mock.Anything).Return(won, nil).After(time.Minute).Once()
+	env.RegisterDelayedCallback(env.CancelWorkflow, 2*time.Minute)
+
+	res := env.run(t, attempt3)
+
+	require.Equal(t, []activities.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: won}}, env.finishes)
+	require.Equal(t, workflows.TaskRunResult{Applied: true, Status: courier.TaskSuccess, Outcome: won}, res)
+	require.Equal(t, []string{string(courier.TaskSuccess)}, env.upsertedStates(t))
+}
+
+// A cancel that arrives while Finish is recording the worker's result does not stop it: Finish
+// runs on a disconnected context, once, with the worker's outcome, so the row never stays in
+// Processing (a cancel from the Temporal UI or CLI has no API transaction behind it).
+func TestTaskCancelWhileFinishRunsStillFinishes(t *testing.T) {
+	env := newTaskEnv(t, nil, nil)
+	won := activities.TaskOutcome{Kind: workflows.OutcomeSuccess, StatusCode: 200}
+	env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
+	env.OnActivity(activities.AwaitResultName, mock.Anything, mock.Anything).Return(won, nil).Once()
+	env.finishMock.After(time.Minute)
+	env.RegisterDelayedCallback(env.CancelWorkflow, 30*time.Second)
+
+	res := env.run(t, attempt3)
+
+	require.Equal(t, []activities.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: won}}, env.finishes)
+	require.Equal(t, workflows.TaskRunResult{Applied: true, Status: courier.TaskSuccess, Outcome: won}, res)
+	require.Equal(t, []string{string(courier.TaskSuccess)}, env.upsertedStates(t))
+}
+
 // Finish is retried until the database answers: an attempt's slot must not stay taken because
 // one write failed.
 func TestTaskFinishIsRetriedUntilItSucceeds(t *testing.T) {
-	env := newTaskEnv(t, nil)
-	env.OnActivity(activities.PushTaskName, mock.Anything, mock.Anything).
+	env := newTaskEnv(t, nil, nil)
+	env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
+	env.OnActivity(activities.AwaitResultName, mock.Anything, mock.Anything).
 		Return(activities.TaskOutcome{Kind: workflows.OutcomeSuccess}, nil).Once()
 	calls := 0
 	env.finish = func(activities.FinishTaskParams) (activities.FinishTaskResult, error) {
@@ -275,155 +659,7 @@ func TestTaskFinishIsRetriedUntilItSucceeds(t *testing.T) {
 	}
 	require.True(t, res.Applied)
 	require.Equal(t, courier.TaskSuccess, res.Status)
-}
-
-// slowTaskParams time the two wall-clock tests: the SDK's test environment checks heartbeat
-// timeouts on the wall clock, so they are short, with the push running three of them.
-var slowTaskParams = workflows.TaskParams{TaskID: "t-1", Version: 2, Attempt: 3, Queue: "default",
-	ProcessingTimeout: time.Minute, HeartbeatTimeout: 300 * time.Millisecond}
-
-// A push that outlives its heartbeat timeout is kept alive by heartbeats and its result is
-// finished as success.
-func TestTaskHeartbeatKeepsALongAttemptAlive(t *testing.T) {
-	t.Parallel()
-	p := slowTaskParams
-	var info activity.Info
-	env := newTaskEnv(t, func(ctx context.Context, _ activities.PushTaskParams) (activities.TaskOutcome, error) {
-		info = activity.GetInfo(ctx)
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		done := time.NewTimer(3 * p.HeartbeatTimeout)
-		defer done.Stop()
-		for {
-			activity.RecordHeartbeat(ctx)
-			select {
-			case <-ctx.Done():
-				return activities.TaskOutcome{}, ctx.Err()
-			case <-done.C:
-				return activities.TaskOutcome{Kind: workflows.OutcomeSuccess, Message: "long job done"}, nil
-			case <-tick.C:
-			}
-		}
-	})
-
-	res := env.run(t, p)
-
-	require.Equal(t, workflows.OutcomeSuccess, res.Outcome.Kind, "message: %s", res.Outcome.Message)
-	require.Equal(t, "long job done", res.Outcome.Message)
-	require.Equal(t, courier.TaskSuccess, res.Status)
-	require.Len(t, env.finishes, 1)
-	require.Equal(t, workflows.OutcomeSuccess, env.finishes[0].Outcome.Kind)
-	require.Equal(t, courier.TaskAttemptActivityID(p.Attempt), info.ActivityID)
-	require.Equal(t, p.ProcessingTimeout, info.StartToCloseTimeout)
-	require.Equal(t, p.HeartbeatTimeout, info.HeartbeatTimeout)
-	require.Equal(t, int32(1), info.Attempt)
-	env.requirePushScheduledFor(t, p)
-}
-
-// The same long push without heartbeats times out on its heartbeat timeout, and whatever it
-// returns afterwards is ignored.
-func TestTaskWithoutHeartbeatTimesOut(t *testing.T) {
-	t.Parallel()
-	p := slowTaskParams
-	env := newTaskEnv(t, func(ctx context.Context, _ activities.PushTaskParams) (activities.TaskOutcome, error) {
-		done := time.NewTimer(3 * p.HeartbeatTimeout)
-		defer done.Stop()
-		select {
-		case <-ctx.Done():
-			return activities.TaskOutcome{}, ctx.Err()
-		case <-done.C:
-			return activities.TaskOutcome{Kind: workflows.OutcomeSuccess, Message: "too late"}, nil
-		}
-	})
-
-	res := env.run(t, p)
-
-	require.Len(t, env.finishes, 1)
-	out := env.finishes[0].Outcome
-	require.Equal(t, workflows.OutcomeTimeout, out.Kind)
-	require.Contains(t, out.Message, "heartbeat timeout")
-	require.Contains(t, out.Message, p.HeartbeatTimeout.String())
-	require.Equal(t, out, res.Outcome)
-	require.Equal(t, courier.TaskPending, res.Status)
-	env.requirePushScheduledFor(t, p)
-}
-
-// Cancelling the workflow while the push waits for the worker still finishes the attempt as
-// cancelled (on a disconnected context, so the cancel cannot abort it), at once rather than
-// when the push would have ended. When the API has already cancelled the row, Finish changes
-// nothing and no status is written; when it had not, the row is cancelled and so is the status.
-func TestTaskCancelWhilePushOutstanding(t *testing.T) {
-	for name, tc := range map[string]struct {
-		fin    activities.FinishTaskResult
-		states []string
-	}{
-		"row already cancelled by the API": {activities.FinishTaskResult{Applied: false, Status: courier.TaskCancelled}, nil},
-		"row still processing":             {activities.FinishTaskResult{Applied: true, Status: courier.TaskCancelled}, []string{string(courier.TaskCancelled)}},
-	} {
-		t.Run(name, func(t *testing.T) {
-			env := newTaskEnv(t, nil)
-			start := env.Now()
-			env.OnActivity(activities.PushTaskName, mock.Anything, mock.Anything).
-				Return(activities.TaskOutcome{Kind: workflows.OutcomeSuccess}, nil).After(time.Hour).Once()
-			env.finish = func(activities.FinishTaskParams) (activities.FinishTaskResult, error) { return tc.fin, nil }
-			env.RegisterDelayedCallback(env.CancelWorkflow, time.Minute)
-
-			res := env.run(t, attempt3)
-
-			cancelled := activities.TaskOutcome{Kind: workflows.OutcomeCancelled, Message: "cancelled"}
-			require.Equal(t, []activities.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: cancelled}}, env.finishes)
-			require.True(t, env.finishAt[0].Before(start.Add(time.Hour)), "finished on the cancel, not when the push would have ended")
-			require.Equal(t, workflows.TaskRunResult{Applied: tc.fin.Applied, Status: courier.TaskCancelled, Outcome: cancelled}, res)
-			require.Equal(t, tc.states, env.upsertedStates(t))
-		})
-	}
-}
-
-// A cancel that comes after the attempt finished finds the workflow closed: the recorded
-// outcome stands and nothing is finished again.
-func TestTaskCancelAfterFinishChangesNothing(t *testing.T) {
-	env := newTaskEnv(t, nil)
-	won := activities.TaskOutcome{Kind: workflows.OutcomeSuccess, StatusCode: 200}
-	env.OnActivity(activities.PushTaskName, mock.Anything, mock.Anything).Return(won, nil).After(time.Minute).Once()
-	env.RegisterDelayedCallback(env.CancelWorkflow, 2*time.Minute)
-
-	res := env.run(t, attempt3)
-
-	require.Equal(t, []activities.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: won}}, env.finishes)
-	require.Equal(t, workflows.TaskRunResult{Applied: true, Status: courier.TaskSuccess, Outcome: won}, res)
-	require.Equal(t, []string{string(courier.TaskSuccess)}, env.upsertedStates(t))
-}
-
-// A cancel that arrives while Finish is recording the worker's result does not stop it: Finish
-// runs on a disconnected context, once, with the worker's outcome, so the row never stays in
-// Processing (a cancel from the Temporal UI or CLI has no API transaction behind it).
-func TestTaskCancelWhileFinishRunsStillFinishes(t *testing.T) {
-	env := newTaskEnv(t, nil)
-	won := activities.TaskOutcome{Kind: workflows.OutcomeSuccess, StatusCode: 200}
-	env.OnActivity(activities.PushTaskName, mock.Anything, mock.Anything).Return(won, nil).Once()
-	env.finishMock.After(time.Minute)
-	env.RegisterDelayedCallback(env.CancelWorkflow, 30*time.Second)
-
-	res := env.run(t, attempt3)
-
-	require.Equal(t, []activities.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: won}}, env.finishes)
-	require.Equal(t, workflows.TaskRunResult{Applied: true, Status: courier.TaskSuccess, Outcome: won}, res)
-	require.Equal(t, []string{string(courier.TaskSuccess)}, env.upsertedStates(t))
-}
-
-// A push that finds the task moved on (cancelled, or finished by an earlier run) ends the
-// workflow as stale without touching the row: no Finish, no status written.
-func TestTaskStaleAttemptTouchesNothing(t *testing.T) {
-	env := newTaskEnv(t, nil)
-	env.OnActivity(activities.PushTaskName, mock.Anything, pushOf(attempt3)).Return(activities.TaskOutcome{},
-		temporal.NewNonRetryableApplicationError("task is no longer processing this attempt", activities.ErrTypeTaskStale, nil)).Once()
-
-	res := env.run(t, attempt3)
-
-	require.Equal(t, workflows.TaskRunResult{Stale: true}, res)
-	require.Empty(t, env.finishes)
-	require.Empty(t, env.upserts)
-	env.requirePushScheduledFor(t, attempt3)
+	env.requireFinishedOnTheFinishQueue(t)
 }
 
 // A Finish the row refused (it had moved on while the attempt ran) is reported as not
@@ -438,9 +674,10 @@ func TestTaskStatusIsWrittenOnlyWhenFinishApplied(t *testing.T) {
 		"applied": {activities.FinishTaskResult{Applied: true, Status: courier.TaskSuccess}, []string{string(courier.TaskSuccess)}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			env := newTaskEnv(t, nil)
+			env := newTaskEnv(t, nil, nil)
 			won := activities.TaskOutcome{Kind: workflows.OutcomeSuccess}
-			env.OnActivity(activities.PushTaskName, mock.Anything, mock.Anything).Return(won, nil).Once()
+			env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
+			env.OnActivity(activities.AwaitResultName, mock.Anything, mock.Anything).Return(won, nil).Once()
 			env.finish = func(activities.FinishTaskParams) (activities.FinishTaskResult, error) { return tc.fin, nil }
 
 			res := env.run(t, attempt3)
@@ -453,38 +690,42 @@ func TestTaskStatusIsWrittenOnlyWhenFinishApplied(t *testing.T) {
 }
 
 // runSweeper runs the sweeper with the sweep answered by sweep; it returns the sweep's
-// parameters as received.
-func runSweeper(t *testing.T, p activities.SweepParams, sweep func(n int) (activities.SweepResult, error)) (*taskEnv, []activities.SweepParams) {
-	env := newTaskEnv(t, nil)
+// parameters as received and how each sweep was scheduled.
+func runSweeper(t *testing.T, p activities.SweepParams, sweep func(n int) (activities.SweepResult, error)) (*taskEnv, []activities.SweepParams, []activity.Info) {
+	env := newTaskEnv(t, nil, nil)
 	var got []activities.SweepParams
+	var infos []activity.Info
 	env.OnActivity(activities.SweepTasksName, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, p activities.SweepParams) (activities.SweepResult, error) {
+		func(ctx context.Context, p activities.SweepParams) (activities.SweepResult, error) {
 			got = append(got, p)
+			infos = append(infos, activity.GetInfo(ctx))
 			return sweep(len(got))
 		})
 	env.ExecuteWorkflow(workflows.TaskSweeperName, p)
 	require.True(t, env.IsWorkflowCompleted())
-	return env, got
+	return env, got, infos
 }
 
-// The sweeper runs one sweep with its bounds and returns what the sweep changed.
+// The sweeper runs one sweep with its bounds, on the finish queue, and returns what the sweep
+// changed.
 func TestTaskSweeperReturnsTheSweep(t *testing.T) {
 	want := activities.SweepResult{Expired: 3, Stopped: 40, Purged: 500, LimiterRepairs: 1}
 	params := activities.SweepParams{BatchSize: 100, MaxBatches: 5}
-	env, got := runSweeper(t, params, func(int) (activities.SweepResult, error) { return want, nil })
+	env, got, infos := runSweeper(t, params, func(int) (activities.SweepResult, error) { return want, nil })
 
 	require.NoError(t, env.GetWorkflowError())
 	var res activities.SweepResult
 	require.NoError(t, env.GetWorkflowResult(&res))
 	require.Equal(t, want, res)
 	require.Equal(t, []activities.SweepParams{params}, got)
+	require.Equal(t, activities.TaskFinishQueue(testQueue), infos[0].TaskQueue)
 }
 
 // A failing sweep is retried, up to three attempts in all.
 func TestTaskSweeperRetriesAFailingSweep(t *testing.T) {
 	t.Run("succeeds on the third attempt", func(t *testing.T) {
 		want := activities.SweepResult{Expired: 1}
-		env, got := runSweeper(t, activities.SweepParams{}, func(n int) (activities.SweepResult, error) {
+		env, got, _ := runSweeper(t, activities.SweepParams{}, func(n int) (activities.SweepResult, error) {
 			if n < 3 {
 				return activities.SweepResult{}, errors.New("database is down")
 			}
@@ -497,7 +738,7 @@ func TestTaskSweeperRetriesAFailingSweep(t *testing.T) {
 		require.Len(t, got, 3)
 	})
 	t.Run("gives up after three attempts", func(t *testing.T) {
-		env, got := runSweeper(t, activities.SweepParams{}, func(int) (activities.SweepResult, error) {
+		env, got, _ := runSweeper(t, activities.SweepParams{}, func(int) (activities.SweepResult, error) {
 			return activities.SweepResult{}, errors.New("database is down")
 		})
 		err := env.GetWorkflowError()
@@ -505,4 +746,14 @@ func TestTaskSweeperRetriesAFailingSweep(t *testing.T) {
 		require.Contains(t, err.Error(), "database is down")
 		require.Len(t, got, 3)
 	})
+}
+
+// The queue names: beside the default workflows' queue, courier-task-push and
+// courier-task-finish; beside any other, derived from it, so deployments that share a
+// namespace with their own queues never run each other's pushes.
+func TestTaskActivityQueues(t *testing.T) {
+	require.Equal(t, "courier-task-push", activities.TaskPushQueue("courier-outbox"))
+	require.Equal(t, "courier-task-finish", activities.TaskFinishQueue("courier-outbox"))
+	require.Equal(t, "bench-a-task-push", activities.TaskPushQueue("bench-a"))
+	require.Equal(t, "bench-a-task-finish", activities.TaskFinishQueue("bench-a"))
 }

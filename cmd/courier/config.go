@@ -65,6 +65,8 @@ type TasksConfig struct {
 	PublicURL    string        // COURIER_PUBLIC_URL; the gateway's base URL as task workers reach it
 	PollInterval time.Duration // COURIER_TASK_POLL; fallback claim poll; default 1s
 	SweepEvery   time.Duration // COURIER_TASK_SWEEP_EVERY; sweeper schedule interval; default 1m
+	PushSlots    int           // COURIER_TASK_PUSH_SLOTS; pushes one worker runs at once, on their own task queue; default 200
+	FinishSlots  int           // COURIER_TASK_FINISH_SLOTS; result waits, finishes and sweeps one worker runs at once; default 100
 }
 
 type sourceList []sourceSpec
@@ -190,6 +192,8 @@ func (c *Config) bindRuntime(fs *flag.FlagSet) {
 	fs.StringVar(&c.Tasks.PublicURL, "public-url", env("COURIER_PUBLIC_URL", ""), "the gateway's base URL as task workers reach it, for the result and heartbeat links in each push (COURIER_PUBLIC_URL; dev: the gateway's address)")
 	fs.DurationVar(&c.Tasks.PollInterval, "task-poll", envDur("COURIER_TASK_POLL", time.Second), "fallback task claim poll interval (COURIER_TASK_POLL)")
 	fs.DurationVar(&c.Tasks.SweepEvery, "task-sweep-every", envDur("COURIER_TASK_SWEEP_EVERY", time.Minute), "task sweeper schedule interval (COURIER_TASK_SWEEP_EVERY)")
+	fs.IntVar(&c.Tasks.PushSlots, "task-push-slots", envInt("COURIER_TASK_PUSH_SLOTS", 200), "task pushes this worker runs at once, on the push task queue; a push holds its slot until the worker answers or the queue's push_timeout passes (COURIER_TASK_PUSH_SLOTS)")
+	fs.IntVar(&c.Tasks.FinishSlots, "task-finish-slots", envInt("COURIER_TASK_FINISH_SLOTS", 100), "task result waits, finishes and sweeps this worker runs at once, on the finish task queue (COURIER_TASK_FINISH_SLOTS)")
 	c.envErrs, pendingEnvErrs = append(c.envErrs, pendingEnvErrs...), nil
 }
 
@@ -213,6 +217,10 @@ func (c *Config) Validate(needDB bool) error {
 		return errors.New("outbox poll interval must be at least 10ms")
 	case c.Tasks.PollInterval < 10*time.Millisecond:
 		return errors.New("task poll interval must be at least 10ms")
+	case c.Tasks.PushSlots < 1 || c.Tasks.PushSlots > 10000:
+		return errors.New("task push slots must be from 1 to 10000")
+	case c.Tasks.FinishSlots < 1 || c.Tasks.FinishSlots > 10000:
+		return errors.New("task finish slots must be from 1 to 10000")
 	case c.Tasks.SweepEvery < time.Second:
 		return errors.New("task sweep interval must be at least 1s")
 	case c.RequestTimeout < time.Second || c.RequestTimeout > 10*time.Minute:

@@ -1,0 +1,199 @@
+package activities_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/store"
+	"github.com/courier-oss/courier/webhook"
+)
+
+// pushStore answers MarkTaskPushed for one task and records what each call was given; the
+// other store methods are not used by the push activities.
+type pushStore struct {
+	activities.TaskStore
+	queue courier.Queue
+	stale bool // the task has moved on: every push is refused
+
+	mu    sync.Mutex
+	marks []pushMark
+}
+
+type pushMark struct {
+	attempt   int
+	remaining time.Duration
+	runID     string
+}
+
+func (s *pushStore) MarkTaskPushed(_ context.Context, taskID string, version int64, attempt int, remaining time.Duration, runID string) (store.PushTarget, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.marks = append(s.marks, pushMark{attempt, remaining, runID})
+	if s.stale {
+		return store.PushTarget{}, false, nil
+	}
+	t := courier.Task{TaskID: taskID, Version: version, Queue: s.queue.Name, Priority: 2, Status: courier.TaskProcessing,
+		Payload: json.RawMessage(`{"file":"a.pdf"}`), Attempt: attempt, RunID: runID, CreatedAt: time.Now()}
+	return store.PushTarget{Task: t, Queue: s.queue}, true, nil
+}
+
+// pushEndpoint is a task worker's push endpoint: answer decides each push's reply; it records the pushes and
+// their webhook ids.
+type pushEndpoint struct {
+	url    string
+	mu     sync.Mutex
+	pushes []activities.TaskPush
+	ids    []string
+}
+
+func startPushEndpoint(t *testing.T, answer func(w http.ResponseWriter, r *http.Request)) *pushEndpoint {
+	e := &pushEndpoint{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var p activities.TaskPush
+		require.NoError(t, json.NewDecoder(r.Body).Decode(&p))
+		e.mu.Lock()
+		e.pushes = append(e.pushes, p)
+		e.ids = append(e.ids, r.Header.Get(webhook.HeaderID))
+		e.mu.Unlock()
+		answer(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	e.url = srv.URL
+	return e
+}
+
+func pushQueue(url string) courier.Queue {
+	secret, _ := webhook.GenerateSecret()
+	return courier.Queue{Name: "parse", PushURL: url, Secrets: []string{secret}}.WithDefaults()
+}
+
+var pushParams = activities.PushTaskParams{TaskID: "doc-1", Version: 2, Attempt: 3, ProcessingTimeout: 10 * time.Minute,
+	HeartbeatTimeout: 30 * time.Second, PushTimeout: 5 * time.Second}
+
+func runActivity(t *testing.T, fn any, p any) (converter.EncodedValue, error) {
+	t.Helper()
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(fn)
+	return env.ExecuteActivity(fn, p)
+}
+
+// An accepted push ends the activity (the wait is a separate one), records the run and the
+// time left to the deadline, and tells the worker the workflow's deadline, its heartbeat
+// timeout, where to report, and a webhook id per attempt.
+func TestSendPushEndsWhenTheWorkerAccepts(t *testing.T) {
+	ep := startPushEndpoint(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusAccepted) })
+	st := &pushStore{queue: pushQueue(ep.url)}
+	a := activities.NewTasks(st, "http://courier.example:8080/", true, nil, nil)
+	p := pushParams
+	p.Deadline = time.Now().Add(7 * time.Minute).UTC().Truncate(time.Millisecond)
+
+	v, err := runActivity(t, a.SendPush, p)
+
+	require.NoError(t, err)
+	var res activities.SendPushResult
+	require.NoError(t, v.Get(&res))
+	require.Equal(t, int32(1), res.Try)
+	require.Len(t, ep.pushes, 1)
+	got := ep.pushes[0]
+	require.True(t, p.Deadline.Equal(got.Deadline), "the worker is told the workflow's deadline")
+	require.Equal(t, "30s", got.HeartbeatTimeout)
+	require.Equal(t, 3, got.Attempt)
+	require.Equal(t, "http://courier.example:8080/v1/tasks/doc-1/versions/2/result", got.ResultURL)
+	require.Equal(t, "http://courier.example:8080/v1/tasks/doc-1/versions/2/heartbeat", got.HeartbeatURL)
+	require.Equal(t, "task/doc-1/2/3", ep.ids[0])
+	require.Len(t, st.marks, 1)
+	require.Equal(t, 3, st.marks[0].attempt)
+	require.NotEmpty(t, st.marks[0].runID, "the push records the run it belongs to")
+	require.InDelta(t, float64(7*time.Minute), float64(st.marks[0].remaining), float64(5*time.Second), "the row's deadline is the workflow's")
+}
+
+// How a push that was not accepted is classified: answers that may change (429, 5xx, with the
+// worker's Retry-After) and no answer within the push timeout are retryable within the
+// attempt; a 4xx answer is final.
+func TestSendPushClassifiesRefusals(t *testing.T) {
+	for name, tc := range map[string]struct {
+		answer    func(w http.ResponseWriter, r *http.Request)
+		errType   string
+		retryable bool
+		after     time.Duration
+	}{
+		"429 with Retry-After": {answer: func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Retry-After", "7")
+			w.WriteHeader(http.StatusTooManyRequests)
+		}, errType: activities.ErrTypePushUnanswered, retryable: true, after: 7 * time.Second},
+		"503": {answer: func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) },
+			errType: activities.ErrTypePushUnanswered, retryable: true},
+		"no answer within the push timeout": {answer: func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() },
+			errType: activities.ErrTypePushUnanswered, retryable: true},
+		"422": {answer: func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusUnprocessableEntity) },
+			errType: activities.ErrTypePushFailed},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ep := startPushEndpoint(t, tc.answer)
+			a := activities.NewTasks(&pushStore{queue: pushQueue(ep.url)}, "http://courier.example", true, nil, nil)
+			p := pushParams
+			p.PushTimeout = 300 * time.Millisecond
+			p.Deadline = time.Now().Add(time.Minute)
+
+			_, err := runActivity(t, a.SendPush, p)
+
+			ae := appErr(t, err)
+			require.Equal(t, tc.errType, ae.Type(), "%v", err)
+			require.Equal(t, !tc.retryable, ae.NonRetryable())
+			require.Equal(t, tc.after, ae.NextRetryDelay())
+			require.Len(t, ep.pushes, 1, "one HTTP request per try")
+		})
+	}
+}
+
+// A push for an attempt the task has moved past sends nothing and is stale.
+func TestSendPushOfAStaleAttemptSendsNothing(t *testing.T) {
+	ep := startPushEndpoint(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusAccepted) })
+	a := activities.NewTasks(&pushStore{queue: pushQueue(ep.url), stale: true}, "http://courier.example", true, nil, nil)
+
+	_, err := runActivity(t, a.SendPush, pushParams)
+
+	ae := appErr(t, err)
+	require.Equal(t, activities.ErrTypeTaskStale, ae.Type())
+	require.True(t, ae.NonRetryable())
+	require.Empty(t, ep.pushes)
+}
+
+// The wait does nothing but stay open: the gateway completes it by its id.
+func TestAwaitResultStaysOpen(t *testing.T) {
+	a := activities.NewTasks(&pushStore{}, "http://courier.example", true, nil, nil)
+
+	_, err := runActivity(t, a.AwaitResult, activities.AwaitResultParams{TaskID: "doc-1", Version: 2, Attempt: 3})
+
+	require.ErrorIs(t, err, activity.ErrResultPending)
+}
+
+// The push of runs recorded before the split pushes and then stays open for the result, as it
+// always did, telling the worker the deadline from its own start.
+func TestLegacyPushStaysOpenForTheResult(t *testing.T) {
+	ep := startPushEndpoint(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	st := &pushStore{queue: pushQueue(ep.url)}
+	a := activities.NewTasks(st, "http://courier.example", true, nil, nil)
+	p := activities.PushTaskParams{TaskID: "doc-1", Version: 2, Attempt: 3, ProcessingTimeout: 10 * time.Minute}
+	before := time.Now()
+
+	_, err := runActivity(t, a.Push, p)
+
+	require.ErrorIs(t, err, activity.ErrResultPending)
+	require.Len(t, ep.pushes, 1)
+	require.WithinDuration(t, before.Add(10*time.Minute), ep.pushes[0].Deadline, 5*time.Second)
+	require.Empty(t, ep.pushes[0].HeartbeatTimeout)
+}

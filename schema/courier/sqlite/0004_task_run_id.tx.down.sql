@@ -1,0 +1,1 @@
+ALTER TABLE courier_tasks DROP COLUMN run_id;
