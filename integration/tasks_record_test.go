@@ -2,10 +2,13 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,7 +23,11 @@ import (
 
 // TestRecordTaskHistories records task and sweeper workflow histories from real runs (make
 // record-histories): a success, a failure that goes back to pending for a retry, a failure by
-// heartbeat timeout, a cancel while processing, and one sweep.
+// heartbeat timeout, a cancel while processing, a push tried again after a 503, a result that
+// arrived before the push was answered, and one sweep. The histories recorded before the push
+// and the wait were split (task/single-push-*.json, task-sweeper/run-shared-queue.json) are
+// kept beside them and never re-recorded: they are what runs started by older workers look
+// like.
 func TestRecordTaskHistories(t *testing.T) {
 	if os.Getenv("COURIER_RECORD_HISTORIES") == "" {
 		t.Skip("set COURIER_RECORD_HISTORIES=1 to re-record workflow histories")
@@ -52,13 +59,47 @@ func TestRecordTaskHistories(t *testing.T) {
 	ts.putQueue("default", map[string]any{"push_url": w.url, "heartbeat_timeout": "1s",
 		"retry": map[string]any{"initial_interval": "1h", "max_interval": "2h", "max_attempts": 3}})
 	ts.putQueue("hold", map[string]any{"push_url": w.url}) // no heartbeat timeout: it waits for the cancel
+	// A worker that refuses the first try of a push with 503, and one that reports before it
+	// answers the push.
+	var tries sync.Map
+	odd := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		var p activities.TaskPush
+		if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
+			http.Error(rw, err.Error(), http.StatusBadRequest)
+			return
+		}
+		n, _ := tries.LoadOrStore(p.TaskID, new(atomic.Int64))
+		if d, err := ts.tc.DescribeWorkflowExecution(ctx, courier.TaskWorkflowID(p.TaskID, p.TaskVersion), ""); err == nil {
+			mu.Lock()
+			runs[p.TaskID] = d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+			mu.Unlock()
+		}
+		switch {
+		case p.TaskID == "push-retried" && n.(*atomic.Int64).Add(1) == 1:
+			rw.Header().Set("Retry-After", "1")
+			rw.WriteHeader(http.StatusServiceUnavailable)
+			return
+		case p.TaskID == "push-retried":
+			go report(t, token, p, "success", 200, "second try")
+		case p.TaskID == "result-before-push-answered":
+			report(t, token, p, "success", 200, "eager")
+		}
+		rw.WriteHeader(http.StatusAccepted)
+	}))
+	defer odd.Close()
+	ts.putQueue("odd", map[string]any{"push_url": odd.URL})
 	for _, id := range []string{"success", "retried", "heartbeat-timeout"} {
 		require.Equal(t, http.StatusCreated, ts.insert(id, 1, 2, "default"))
 	}
 	require.Equal(t, http.StatusCreated, ts.insert("cancelled", 1, 2, "hold"))
+	for _, id := range []string{"push-retried", "result-before-push-answered"} {
+		require.Equal(t, http.StatusCreated, ts.insert(id, 1, 2, "odd"))
+	}
 	ts.waitStatus("success", 1, courier.TaskSuccess, time.Minute)
 	ts.waitStatus("retried", 1, courier.TaskPending, time.Minute)
 	ts.waitStatus("heartbeat-timeout", 1, courier.TaskPending, time.Minute)
+	ts.waitStatus("push-retried", 1, courier.TaskSuccess, time.Minute)
+	ts.waitStatus("result-before-push-answered", 1, courier.TaskSuccess, time.Minute)
 	require.Eventually(t, func() bool { return ts.get("cancelled", 1).PushedAt != nil }, time.Minute, 20*time.Millisecond)
 	require.Equal(t, http.StatusOK, ts.call(http.MethodDelete, "/v1/tasks/cancelled/versions/1", ts.producer, nil, nil))
 
@@ -67,7 +108,7 @@ func TestRecordTaskHistories(t *testing.T) {
 		return err == nil && d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 	}
 	dir := filepath.Join("..", "workflows", "testdata", "histories", "task")
-	for _, c := range []string{"success", "retried", "heartbeat-timeout", "cancelled"} {
+	for _, c := range []string{"success", "retried", "heartbeat-timeout", "cancelled", "push-retried", "result-before-push-answered"} {
 		id := courier.TaskWorkflowID(c, 1)
 		mu.Lock()
 		run := runs[c]

@@ -95,6 +95,7 @@ type taskStack struct {
 	w        *worker.Worker
 
 	recoverAfter time.Duration
+	tune         func(*worker.Config) // changes the workers' configuration; nil: none
 }
 
 func newTaskStack(t *testing.T, dialect string) *taskStack {
@@ -104,10 +105,15 @@ func newTaskStack(t *testing.T, dialect string) *taskStack {
 // newTaskStackRecovering sets how long a claimed attempt may wait for its push before a
 // claimer starts it again.
 func newTaskStackRecovering(t *testing.T, dialect string, recoverAfter time.Duration) *taskStack {
+	return newTaskStackTuned(t, dialect, recoverAfter, nil)
+}
+
+// newTaskStackTuned lets tune change the workers' configuration before they start.
+func newTaskStackTuned(t *testing.T, dialect string, recoverAfter time.Duration, tune func(*worker.Config)) *taskStack {
 	t.Helper()
 	s := newStack(t, dialect)
 	ctx := context.Background()
-	ts := &taskStack{stack: s, recoverAfter: recoverAfter}
+	ts := &taskStack{stack: s, recoverAfter: recoverAfter, tune: tune}
 	// The gateway's address goes into every push, so it listens before the worker starts.
 	var h http.Handler
 	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { h.ServeHTTP(rw, r) }))
@@ -130,7 +136,7 @@ func newTaskStackRecovering(t *testing.T, dialect string, recoverAfter time.Dura
 // startTaskWorker starts one more courier worker with a task claimer (every worker runs one).
 func (ts *taskStack) startTaskWorker() *worker.Worker {
 	t := ts.t
-	w, err := worker.New(worker.Config{
+	cfg := worker.Config{
 		Relay:                  relay.Config{PollInterval: 50 * time.Millisecond, Retry: testRetry},
 		DisableRelay:           true,
 		Namespace:              ts.ts.GetDefaultNamespace(),
@@ -141,7 +147,11 @@ func (ts *taskStack) startTaskWorker() *worker.Worker {
 			PublicURL:  ts.gw,
 			SweepEvery: time.Hour,
 		},
-	}, worker.Deps{Temporal: ts.tc, Publisher: ts.pub, Logger: quiet, Tasks: ts.store,
+	}
+	if ts.tune != nil {
+		ts.tune(&cfg)
+	}
+	w, err := worker.New(cfg, worker.Deps{Temporal: ts.tc, Publisher: ts.pub, Logger: quiet, Tasks: ts.store,
 		Sources: []relay.Source{{Name: courier.DefaultSource, Store: ts.store}}})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(context.Background()))

@@ -1,0 +1,278 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/outbox"
+	"github.com/courier-oss/courier/tasks"
+	"github.com/courier-oss/courier/worker"
+)
+
+// codes collects HTTP status codes from several goroutines.
+type codes struct {
+	mu   sync.Mutex
+	list []int
+}
+
+func (c *codes) add(code int) {
+	c.mu.Lock()
+	c.list = append(c.list, code)
+	c.mu.Unlock()
+}
+
+func (c *codes) all() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]int(nil), c.list...)
+}
+
+// TestTasksSlowAcceptThenHeartbeats (issue 8 item 5): with heartbeat_timeout 2s, a worker that
+// takes 3 s to answer its push and then heartbeats every second succeeds on its first attempt,
+// with one push: the heartbeat timeout starts once the worker has the task. A worker that
+// heartbeats while it is still answering the push is not refused either.
+func TestTasksSlowAcceptThenHeartbeats(t *testing.T) {
+	ts := newTaskStack(t, "sqlite")
+	token := ts.worker
+	var pushes atomic.Int64
+	var heartbeats, results codes
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		var p activities.TaskPush
+		if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
+			http.Error(rw, err.Error(), http.StatusBadRequest)
+			return
+		}
+		pushes.Add(1)
+		// The worker takes 3 s to accept: it sleeps to stand for a slow accept (a queue of its
+		// own, a busy HTTP server). The busy one heartbeats meanwhile, the other does not.
+		for i := 0; i < 3; i++ {
+			time.Sleep(time.Second)
+			if p.TaskID == "busy-accept" {
+				heartbeats.add(heartbeat(t, token, p))
+			}
+		}
+		wg.Add(1)
+		go func() { // then it works for 4 s, heartbeating every second, and reports
+			defer wg.Done()
+			for i := 0; i < 4; i++ {
+				time.Sleep(time.Second) // work between heartbeats
+				heartbeats.add(heartbeat(t, token, p))
+			}
+			results.add(report(t, token, p, "success", 200, "parsed"))
+		}()
+		rw.WriteHeader(http.StatusAccepted)
+	}))
+	t.Cleanup(srv.Close)
+	ts.putQueue("default", map[string]any{"push_url": srv.URL, "heartbeat_timeout": "2s", "processing_timeout": "1m",
+		"retry": map[string]any{"initial_interval": "1s", "max_attempts": 3}})
+
+	for _, id := range []string{"slow-accept", "busy-accept"} {
+		require.Equal(t, http.StatusCreated, ts.insert(id, 1, 2, "default"))
+	}
+	for _, id := range []string{"slow-accept", "busy-accept"} {
+		got := ts.waitStatus(id, 1, courier.TaskSuccess, time.Minute)
+		require.Equal(t, 1, got.Attempt, "%s: no heartbeat timeout, no second attempt (message %q)", id, got.Message)
+		require.Equal(t, "parsed", got.Message)
+	}
+	require.EqualValues(t, 2, pushes.Load(), "one push per task: none repeated")
+	wg.Wait()
+	for _, code := range heartbeats.all() {
+		require.Equal(t, http.StatusOK, code, "every heartbeat is accepted, also those sent while the push was being answered")
+	}
+	require.Len(t, heartbeats.all(), 11)
+	require.Equal(t, []int{http.StatusAccepted, http.StatusAccepted}, results.all())
+	require.Equal(t, 0, ts.inFlight("default"))
+}
+
+// TestTasksResultBeforeThePushIsAnswered (issue 8 item 5, the race of the split): a worker that
+// reports its result before it answers the push (the attempt's wait is not open yet) has the
+// result accepted and recorded; a repeat of it after the attempt ended is refused.
+func TestTasksResultBeforeThePushIsAnswered(t *testing.T) {
+	ts := newTaskStack(t, "sqlite")
+	token := ts.worker
+	var results codes
+	var pushed sync.Map
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		var p activities.TaskPush
+		if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
+			http.Error(rw, err.Error(), http.StatusBadRequest)
+			return
+		}
+		pushed.Store(p.TaskID, p)
+		results.add(report(t, token, p, "success", 200, "done before answering"))
+		rw.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(srv.Close)
+	ts.putQueue("default", map[string]any{"push_url": srv.URL, "processing_timeout": "1m"})
+
+	require.Equal(t, http.StatusCreated, ts.insert("eager", 1, 2, "default"))
+	got := ts.waitStatus("eager", 1, courier.TaskSuccess, time.Minute)
+	require.Equal(t, 1, got.Attempt)
+	require.Equal(t, "done before answering", got.Message)
+	require.JSONEq(t, `{"task":"eager","attempt":1}`, string(got.Result))
+	require.Equal(t, []int{http.StatusAccepted}, results.all())
+	p, ok := pushed.Load("eager")
+	require.True(t, ok)
+	require.Equal(t, http.StatusConflict, report(t, token, p.(activities.TaskPush), "failure", 500, "again"), "the attempt is over")
+	require.Equal(t, 0, ts.inFlight("default"))
+}
+
+// stuckEndpoint accepts pushes and never answers them; it counts the pushes it holds and those
+// courier gave up on (closed the connection).
+type stuckEndpoint struct {
+	url      string
+	received atomic.Int64
+	dropped  atomic.Int64
+}
+
+func startStuckEndpoint(t *testing.T) *stuckEndpoint {
+	s := &stuckEndpoint{}
+	done := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		s.received.Add(1)
+		select {
+		case <-r.Context().Done():
+			s.dropped.Add(1)
+		case <-done:
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(done) }) // runs first: the held requests end, then the server closes
+	s.url = srv.URL
+	return s
+}
+
+// TestTasksStuckPushEndpointDelaysNothingElse (issue 8 item 7): a queue whose push endpoint
+// accepts connections and never answers holds every push slot of the only worker, whose other
+// bounds are as small. Meanwhile an outbox record is delivered and another queue's task,
+// already pushed, reports and is finished (its slot released), all while every stuck push is
+// still held: pushes, finishes and outbox deliveries do not share slots.
+func TestTasksStuckPushEndpointDelaysNothingElse(t *testing.T) {
+	const slots = 3
+	ts := newTaskStackTuned(t, "sqlite", 5*time.Second, func(c *worker.Config) {
+		c.DisableRelay = false
+		c.MaxConcurrentActivities = slots // outbox deliveries
+		c.Tasks.PushSlots = slots
+		c.Tasks.FinishSlots = slots
+	})
+	ts.createStream("ORDERS", "orders.>")
+	ctx := context.Background()
+	token := ts.worker
+	release := make(chan struct{})
+	good := startTaskWorker(t, func(w *taskWorker, p activities.TaskPush) {
+		<-release
+		report(t, token, p, "success", 200, "fine")
+	})
+	stuck := startStuckEndpoint(t)
+	ts.putQueue("good", map[string]any{"push_url": good.url})
+	ts.putQueue("stuck", map[string]any{"push_url": stuck.url, "concurrency_limit": 2 * slots,
+		"push_timeout": "10m", "processing_timeout": "1h"})
+
+	require.Equal(t, http.StatusCreated, ts.insert("good-1", 1, 2, "good"))
+	require.Eventually(t, func() bool { return good.pushes.Load() == 1 }, time.Minute, 20*time.Millisecond, "the good task is pushed")
+	for i := 0; i < 2*slots; i++ {
+		require.Equal(t, http.StatusCreated, ts.insert("stuck-"+string(rune('a'+i)), 1, 2, "stuck"))
+	}
+	require.Eventually(t, func() bool { return stuck.received.Load() == slots }, time.Minute, 20*time.Millisecond,
+		"every push slot is held by the stuck endpoint")
+
+	var ids []int64
+	require.NoError(t, ts.store.DB().RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		var err error
+		ids, err = outbox.Enqueue(ctx, tx, outbox.Message{Topic: "orders.created", Payload: []byte(`{"order":1}`)})
+		return err
+	}))
+	close(release)
+
+	got := ts.waitStatus("good-1", 1, courier.TaskSuccess, time.Minute)
+	require.Equal(t, "fine", got.Message)
+	require.Equal(t, 0, ts.inFlight("good"), "the good task's slot is released")
+	require.Eventually(t, func() bool { return ts.countByStatus()[courier.OutboxSent] == 1 }, time.Minute, 20*time.Millisecond,
+		"the outbox record is delivered")
+	counts, _ := ts.streamIDs("ORDERS")
+	require.Equal(t, 1, counts[idString(ids[0])])
+
+	require.EqualValues(t, slots, stuck.received.Load(), "the stuck pushes still hold their slots")
+	require.Zero(t, stuck.dropped.Load(), "and none was given up: everything above happened while they were held")
+	require.Equal(t, 2*slots, ts.inFlight("stuck"))
+}
+
+// gatedCancel holds the task service's workflow cancels until the test opens the gate.
+type gatedCancel struct {
+	client.Client
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (g *gatedCancel) CancelWorkflow(ctx context.Context, workflowID, runID string) error {
+	close(g.entered)
+	<-g.gate
+	return g.Client.CancelWorkflow(ctx, workflowID, runID)
+}
+
+// TestTasksCancelTargetsTheAttemptsRun (issue 8 item 10): a cancel whose workflow cancel is
+// slow, while the task is re-submitted and its new attempt already runs under the same
+// workflow id, cancels only the attempt it cancelled: the new attempt's run gets no cancel
+// request and its result is recorded.
+func TestTasksCancelTargetsTheAttemptsRun(t *testing.T) {
+	ts := newTaskStackRecovering(t, "sqlite", time.Hour)
+	ctx := context.Background()
+	token := ts.worker
+	second := make(chan activities.TaskPush, 1)
+	w := startTaskWorker(t, func(w *taskWorker, p activities.TaskPush) {
+		if p.Attempt == 2 {
+			second <- p // the test reports for it; attempt 1 is never reported
+		}
+	})
+	ts.putQueue("default", map[string]any{"push_url": w.url, "processing_timeout": "10m"})
+	require.Equal(t, http.StatusCreated, ts.insert("again", 1, 3, "default"))
+	require.Eventually(t, func() bool { return ts.get("again", 1).PushedAt != nil }, time.Minute, 20*time.Millisecond)
+
+	gated := &gatedCancel{Client: ts.tc, entered: make(chan struct{}), gate: make(chan struct{})}
+	svc := tasks.NewService(ts.store, gated, ts.ts.GetDefaultNamespace(), ts.w.WakeTasks, quiet)
+	cancelled := make(chan error, 1)
+	go func() {
+		_, err := svc.Cancel(ctx, "again", 1)
+		cancelled <- err
+	}()
+	<-gated.entered // the row is cancelled and its slot free; the workflow cancel is on its way
+
+	require.Equal(t, http.StatusOK, ts.call(http.MethodPost, "/v1/tasks", ts.producer, map[string]any{
+		"task_id": "again", "task_version": 1, "payload": map[string]any{"life": 2}}, nil))
+	var p2 activities.TaskPush
+	select {
+	case p2 = <-second:
+	case <-time.After(time.Minute):
+		t.Fatal("the re-submitted task was never pushed")
+	}
+	d, err := ts.tc.DescribeWorkflowExecution(ctx, courier.TaskWorkflowID("again", 1), "")
+	require.NoError(t, err)
+	run2 := d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+
+	close(gated.gate)
+	require.NoError(t, <-cancelled)
+	for _, ev := range history(t, ts.stack, courier.TaskWorkflowID("again", 1), run2).GetEvents() {
+		require.NotEqual(t, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED, ev.GetEventType(),
+			"the cancel of attempt 1 reached the run of attempt 2")
+	}
+	require.Equal(t, http.StatusAccepted, report(t, token, p2, "success", 200, "second life"))
+	got := ts.waitStatus("again", 1, courier.TaskSuccess, time.Minute)
+	require.Equal(t, 2, got.Attempt)
+	require.Equal(t, "second life", got.Message)
+	require.Equal(t, 0, ts.inFlight("default"))
+}
