@@ -22,7 +22,8 @@ type TimerService interface {
 	List(ctx context.Context, bizType, state string, pageSize int, token []byte) ([]timers.Timer, []byte, error)
 }
 
-// TimerRequest is the body of POST /v1/timers; give fire_at (RFC 3339) or delay ("30m").
+// TimerRequest is the body of POST /v1/timers; give fire_at (RFC 3339) or delay ("30m"). A
+// repeat of a delay request (same delay and payload) is the same request, whenever it arrives.
 type TimerRequest struct {
 	BizType string          `json:"biz_type"`
 	BizID   string          `json:"biz_id"`
@@ -37,21 +38,34 @@ type RescheduleBody struct {
 	Delay  string     `json:"delay"`
 }
 
-func fireTime(fireAt *time.Time, delay string) (time.Time, error) {
+// parseDelay reads a request's delay ("30m"); nil when absent.
+func parseDelay(fireAt *time.Time, delay string) (*time.Duration, error) {
 	switch {
 	case fireAt != nil && delay != "":
-		return time.Time{}, &courier.Error{Code: courier.CodeValidation, Message: "give fire_at or delay, not both"}
-	case fireAt != nil:
-		return *fireAt, nil
-	case delay != "":
-		d, err := time.ParseDuration(delay)
-		if err != nil || d < 0 {
-			return time.Time{}, &courier.Error{Code: courier.CodeValidation, Message: "delay must be a non-negative duration such as \"30m\"",
-				Details: map[string]any{"field": "delay"}}
+		return nil, &courier.Error{Code: courier.CodeValidation, Message: "give fire_at or delay, not both"}
+	case delay == "":
+		if fireAt == nil {
+			return nil, &courier.Error{Code: courier.CodeValidation, Message: "fire_at or delay is required", Details: map[string]any{"field": "fire_at"}}
 		}
-		return time.Now().Add(d), nil
+		return nil, nil
 	}
-	return time.Time{}, &courier.Error{Code: courier.CodeValidation, Message: "fire_at or delay is required", Details: map[string]any{"field": "fire_at"}}
+	d, err := time.ParseDuration(delay)
+	if err != nil || d < 0 {
+		return nil, &courier.Error{Code: courier.CodeValidation, Message: "delay must be a non-negative duration such as \"30m\"",
+			Details: map[string]any{"field": "delay"}}
+	}
+	return &d, nil
+}
+
+func fireTime(fireAt *time.Time, delay string) (time.Time, error) {
+	d, err := parseDelay(fireAt, delay)
+	switch {
+	case err != nil:
+		return time.Time{}, err
+	case d != nil:
+		return time.Now().Add(*d), nil
+	}
+	return *fireAt, nil
 }
 
 func (h *handlers) createTimer(c echo.Context) error {
@@ -65,11 +79,15 @@ func (h *handlers) createTimer(c echo.Context) error {
 	if err := courier.CheckID("biz_id", req.BizID); err != nil {
 		return err
 	}
-	at, err := fireTime(req.FireAt, req.Delay)
+	delay, err := parseDelay(req.FireAt, req.Delay)
 	if err != nil {
 		return err
 	}
-	t, created, err := h.d.Timers.Create(c.Request().Context(), timers.CreateRequest{BizType: req.BizType, BizID: req.BizID, FireAt: at, Payload: req.Payload})
+	r := timers.CreateRequest{BizType: req.BizType, BizID: req.BizID, Delay: delay, Payload: req.Payload}
+	if req.FireAt != nil {
+		r.FireAt = *req.FireAt
+	}
+	t, created, err := h.d.Timers.Create(c.Request().Context(), r)
 	if err != nil {
 		return err
 	}

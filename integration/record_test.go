@@ -181,6 +181,42 @@ func TestRecordTimerHistories(t *testing.T) {
 	write(t, filepath.Join(dir, "schedule-run.json"), history(t, s, wfID, runID))
 }
 
+// TestRecordTimerContinuedHistories records a timer that continued as new (make
+// record-histories): the server's update limit is lowered so a run hands over after ten
+// reschedules. It writes the run that handed over and the run that was then cancelled, beside
+// the timer histories recorded before timers continued as new.
+func TestRecordTimerContinuedHistories(t *testing.T) {
+	if os.Getenv("COURIER_RECORD_HISTORIES") == "" {
+		t.Skip("set COURIER_RECORD_HISTORIES=1 to re-record workflow histories")
+	}
+	s := newStack(t, "sqlite", lowUpdateLimits())
+	s.bizType("rec.ok", 0)
+	s.timerWorker(false)
+	svc := s.timerService()
+	ctx := context.Background()
+	_, _, err := svc.Create(ctx, timers.CreateRequest{BizType: "rec.ok", BizID: "continued", FireAt: time.Now().Add(time.Hour), Payload: json.RawMessage(`{"rec":1}`)})
+	require.NoError(t, err)
+	for i := 1; i <= 12; i++ {
+		_, err := svc.Reschedule(ctx, "rec.ok", "continued", time.Now().Add(time.Hour+time.Duration(i)*time.Second))
+		require.NoError(t, err)
+	}
+	_, err = svc.Cancel(ctx, "rec.ok", "continued")
+	require.NoError(t, err)
+
+	id := courier.TimerWorkflowID("rec.ok", "continued")
+	var first string
+	require.Eventually(t, func() bool {
+		d, err := s.tc.DescribeWorkflowExecution(ctx, id, "")
+		first = d.GetWorkflowExecutionInfo().GetFirstRunId()
+		return err == nil && d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+	}, time.Minute, 50*time.Millisecond)
+	handedOver := history(t, s, id, first)
+	require.Equal(t, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW, handedOver.Events[len(handedOver.Events)-1].GetEventType())
+	dir := filepath.Join("..", "workflows", "testdata", "histories", "timer")
+	write(t, filepath.Join(dir, "continued-as-new.json"), handedOver)
+	write(t, filepath.Join(dir, "continued-then-cancelled.json"), history(t, s, id, ""))
+}
+
 func history(t *testing.T, s *stack, id, runID string) *historypb.History {
 	hist := &historypb.History{}
 	it := s.tc.GetWorkflowHistory(context.Background(), id, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)

@@ -65,10 +65,11 @@ type stack struct {
 	rcvURL string
 }
 
-func newStack(t *testing.T, dialect string) *stack {
+// newStack starts the components; opts tune the Temporal test server (its dynamic config, say).
+func newStack(t *testing.T, dialect string, opts ...temporaltest.TestServerOption) *stack {
 	t.Helper()
 	ctx := context.Background()
-	ts := temporaltest.NewServer(temporaltest.WithT(t))
+	ts := temporaltest.NewServer(append([]temporaltest.TestServerOption{temporaltest.WithT(t)}, opts...)...)
 	tc := ts.GetDefaultClient()
 	require.NoError(t, worker.EnsureSearchAttributes(ctx, tc, ts.GetDefaultNamespace()))
 

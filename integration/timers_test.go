@@ -15,6 +15,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/server/common/dynamicconfig"
+	temporalserver "go.temporal.io/server/temporal"
+	"go.temporal.io/server/temporaltest"
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities"
@@ -446,4 +449,165 @@ func TestTimerListPageTokens(t *testing.T) {
 		require.Equal(t, "page_token", eb.Error.Details["field"], garbage)
 		require.Less(t, time.Since(start), 2*time.Second, "%s is refused at once", garbage)
 	}
+}
+
+// A create with a delay is idempotent like one with a fire time: the same body again returns the
+// timer the first one created (200, its fire time unchanged), however much later it arrives.
+// "The same" means the same delay, compared as a duration, and the same payload; a different
+// delay, payload or a fire_at instead of the delay is a different request (409).
+func TestTimerCreateWithDelayIsIdempotent(t *testing.T) {
+	s := newStack(t, "sqlite")
+	s.bizType("order.close", 0)
+	s.timerWorker(false)
+	api := s.timerAPI(s.timerService())
+
+	body := func(delay string, payload any) map[string]any {
+		return map[string]any{"biz_type": "order.close", "biz_id": "d-1", "delay": delay, "payload": payload}
+	}
+	status, first, eb := api.timer("POST", "/v1/timers", body("30m", map[string]string{"order": "d-1"}))
+	require.Equal(t, http.StatusCreated, status, eb)
+	for _, delay := range []string{"30m", "1800s"} {
+		status, again, eb := api.timer("POST", "/v1/timers", body(delay, map[string]string{"order": "d-1"}))
+		require.Equal(t, http.StatusOK, status, "delay %s: %v", delay, eb)
+		require.Equal(t, "scheduled", again.State)
+		require.True(t, first.FireAt.Equal(again.FireAt), "the existing timer keeps its fire time: %s, then %s", first.FireAt, again.FireAt)
+		require.Equal(t, first.WorkflowID, again.WorkflowID)
+	}
+	for name, b := range map[string]map[string]any{
+		"another delay":   body("31m", map[string]string{"order": "d-1"}),
+		"another payload": body("30m", map[string]string{"order": "d-2"}),
+		"fire_at instead": {"biz_type": "order.close", "biz_id": "d-1", "fire_at": first.FireAt, "payload": map[string]string{"order": "d-1"}},
+	} {
+		status, _, eb := api.timer("POST", "/v1/timers", b)
+		require.Equal(t, http.StatusConflict, status, name)
+		require.Equal(t, courier.CodeConflict, eb.Error.Code, name)
+	}
+}
+
+// lowUpdateLimits has the test server refuse a timer run's 21st update and suggest continuing as
+// new from its 10th, as a production server does at 2,000 and 1,800.
+func lowUpdateLimits() temporaltest.TestServerOption {
+	return temporaltest.WithBaseServerOptions(temporalserver.WithDynamicConfigClient(dynamicconfig.StaticClient{
+		// temporaltest's own setting, which this client replaces.
+		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key():                       true,
+		dynamicconfig.WorkflowExecutionMaxTotalUpdates.Key():                              20,
+		dynamicconfig.WorkflowExecutionMaxTotalUpdatesSuggestContinueAsNewThreshold.Key(): 0.5,
+	}))
+}
+
+// A timer takes any number of reschedules: past the server's per-run update limit it carries on
+// in new runs of the same workflow, Get and List follow it, and a final cancel is acknowledged
+// and wins (the timer never fires).
+func TestTimerManyReschedulesThenCancel(t *testing.T) {
+	s := newStack(t, "sqlite", lowUpdateLimits())
+	rcv := s.bizType("order.close", 0)
+	s.timerWorker(false)
+	api := s.timerAPI(s.timerService())
+	ctx := context.Background()
+
+	const id = "many-1"
+	path := "/v1/timers/order.close/" + id
+	create := map[string]any{"biz_type": "order.close", "biz_id": id, "fire_at": time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond),
+		"payload": map[string]string{"order": id}}
+	status, _, eb := api.timer("POST", "/v1/timers", create)
+	require.Equal(t, http.StatusCreated, status, eb)
+
+	const n = 60 // three times the server's per-run limit
+	for i := 1; i <= n; i++ {
+		at := time.Now().Add(time.Hour + time.Duration(i)*time.Second).UTC().Truncate(time.Millisecond)
+		status, tm, eb := api.timer("PATCH", path, map[string]any{"fire_at": at})
+		require.Equal(t, http.StatusOK, status, "reschedule %d: %v", i, eb)
+		require.Equal(t, i, tm.Version, "reschedule %d", i)
+		require.True(t, at.Equal(tm.FireAt), "reschedule %d", i)
+		if i%7 == 0 {
+			status, tm, eb = api.timer("GET", path, nil)
+			require.Equal(t, http.StatusOK, status, "get after %d: %v", i, eb)
+			require.Equal(t, "scheduled", tm.State)
+			require.Equal(t, i, tm.Version, "Get reads the current run")
+			require.True(t, at.Equal(tm.FireAt), "get after %d", i)
+		}
+	}
+	wid := courier.TimerWorkflowID("order.close", id)
+	require.Eventually(t, func() bool {
+		resp, err := s.tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Namespace: s.ts.GetDefaultNamespace(), Query: fmt.Sprintf("WorkflowId = '%s'", wid)})
+		return err == nil && len(resp.GetExecutions()) >= n/20
+	}, 30*time.Second, 100*time.Millisecond, "the timer went through several runs")
+
+	// Due in a few seconds, then cancelled: the cancel is acknowledged and the timer never fires.
+	fireAt := time.Now().Add(3 * time.Second).UTC().Truncate(time.Millisecond)
+	status, _, eb = api.timer("PATCH", path, map[string]any{"fire_at": fireAt})
+	require.Equal(t, http.StatusOK, status, eb)
+	status, tm, eb := api.timer("DELETE", path, nil)
+	require.Equal(t, http.StatusOK, status, eb)
+	require.Equal(t, "cancelled", tm.State)
+	require.Equal(t, n+2, tm.Version)
+	require.Never(t, func() bool { return rcv.count(id) > 0 }, time.Until(fireAt)+2*time.Second, 100*time.Millisecond,
+		"the cancelled timer never fires")
+	status, tm, eb = api.timer("GET", path, nil)
+	require.Equal(t, http.StatusOK, status, eb)
+	require.Equal(t, "cancelled", tm.State)
+	require.Equal(t, n+2, tm.Version)
+
+	// The list shows the timer once (not once per run), and a repeat of the original create is
+	// still recognised.
+	require.Eventually(t, func() bool {
+		var page struct{ Items []timers.Timer }
+		status, _ := api.call("GET", "/v1/timers?biz_type=order.close", nil, &page)
+		return status == http.StatusOK && len(page.Items) == 1 && page.Items[0].State == "cancelled"
+	}, 30*time.Second, 100*time.Millisecond, "one list entry, cancelled")
+	status, tm, eb = api.timer("POST", "/v1/timers", create)
+	require.Equal(t, http.StatusOK, status, eb)
+	require.Equal(t, "cancelled", tm.State)
+}
+
+// With no worker running, a reschedule, a cancel or a Get of a scheduled timer is answered 503
+// unavailable with Retry-After once the service's update timeout passes, instead of waiting for
+// a worker. Once a worker runs, a repeated cancel is answered with the timer's state: cancelling
+// a cancelled timer is 200 (every time), cancelling a fired one is 409 naming its state.
+func TestTimerUpdatesWithoutWorker(t *testing.T) {
+	s := newStack(t, "sqlite")
+	rcv := s.bizType("order.close", 0)
+	svc := s.timerService()
+	svc.UpdateTimeout = time.Second
+	api := s.timerAPI(svc)
+
+	status, _, eb := api.timer("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": "w-1", "delay": "1h"})
+	require.Equal(t, http.StatusCreated, status, eb)
+	for _, c := range []struct {
+		method string
+		body   any
+	}{{"PATCH", map[string]any{"delay": "2h"}}, {"DELETE", nil}, {"GET", nil}} {
+		resp := do(t, c.method, api.url+"/v1/timers/order.close/w-1", api.token, c.body)
+		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, c.method)
+		var eb gateway.ErrorBody
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&eb))
+		require.Equal(t, courier.CodeUnavailable, eb.Error.Code, c.method)
+		require.Contains(t, eb.Error.Message, "worker", c.method)
+		require.NotEmpty(t, resp.Header.Get("Retry-After"), c.method)
+	}
+
+	s.timerWorker(false)
+	for i := range 3 {
+		status, tm, eb := api.timer("DELETE", "/v1/timers/order.close/w-1", nil)
+		require.Equal(t, http.StatusOK, status, "cancel %d: %v", i, eb)
+		require.Equal(t, "cancelled", tm.State, "cancel %d", i)
+	}
+	status, tm, eb := api.timer("GET", "/v1/timers/order.close/w-1", nil)
+	require.Equal(t, http.StatusOK, status, eb)
+	require.Equal(t, "cancelled", tm.State)
+
+	status, _, eb = api.timer("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": "w-2", "delay": "0s"})
+	require.Equal(t, http.StatusCreated, status, eb)
+	require.Eventually(t, func() bool {
+		status, tm, _ := api.timer("GET", "/v1/timers/order.close/w-2", nil)
+		return status == http.StatusOK && tm.State == "delivered"
+	}, time.Minute, 50*time.Millisecond)
+	for i := range 2 {
+		status, _, eb := api.timer("DELETE", "/v1/timers/order.close/w-2", nil)
+		require.Equal(t, http.StatusConflict, status, "cancel %d", i)
+		require.Equal(t, "delivered", eb.Error.Details["state"], "cancel %d", i)
+	}
+	require.Equal(t, 1, rcv.count("w-2"))
+	require.Zero(t, rcv.count("w-1"))
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,8 +34,22 @@ type BizTypes interface {
 	GetBizType(ctx context.Context, name string) (courier.BizType, error)
 }
 
+// DefaultUpdateTimeout is how long a reschedule or cancel waits for the timer's workflow to
+// answer by default.
+const DefaultUpdateTimeout = 10 * time.Second
+
+// unavailableRetryAfter is the Retry-After of an update that timed out: long enough for a
+// restarting worker to come back.
+const unavailableRetryAfter = 5 * time.Second
+
 // Service manages timers.
 type Service struct {
+	// UpdateTimeout bounds how long a reschedule or cancel waits for the timer's workflow to
+	// take and answer the change; it needs a running worker. Past it the call fails with
+	// courier.CodeUnavailable and a RetryAfter (the change may still take effect later, and
+	// repeating it is safe). Default DefaultUpdateTimeout; set it before the first call.
+	UpdateTimeout time.Duration
+
 	tc        client.Client
 	namespace string
 	types     BizTypes
@@ -44,7 +59,8 @@ type Service struct {
 
 // New builds the service; taskQueue is where timer workflows run (courier's workflow queue).
 func New(tc client.Client, namespace string, types BizTypes, taskQueue string) *Service {
-	return &Service{tc: tc, namespace: namespace, types: types, taskQueue: taskQueue, now: time.Now}
+	return &Service{tc: tc, namespace: namespace, types: types, taskQueue: taskQueue, now: time.Now,
+		UpdateTimeout: DefaultUpdateTimeout}
 }
 
 // Timer is a timer as the API shows it.
@@ -60,11 +76,15 @@ type Timer struct {
 	Payload    json.RawMessage `json:"payload,omitempty"`
 }
 
-// CreateRequest arms a timer.
+// CreateRequest arms a timer at FireAt, or Delay after the service accepts the request.
 type CreateRequest struct {
 	BizType string
 	BizID   string
 	FireAt  time.Time
+	// Delay, when set (FireAt then stays zero), fires the timer this long after the request is
+	// accepted. Repeating a delay request is the same request: it returns the timer the first
+	// one created, with that one's fire time.
+	Delay   *time.Duration
 	Payload json.RawMessage
 }
 
@@ -72,9 +92,16 @@ func validation(field, format string, args ...any) error {
 	return &courier.Error{Code: courier.CodeValidation, Message: fmt.Sprintf(format, args...), Details: map[string]any{"field": field}}
 }
 
-func requestHash(fireAt time.Time, payload []byte) string {
+// requestHash identifies a create request, so that a repeat is recognised: the fire time or
+// the delay as given (never the instant a delay resolves to, which moves with the clock) and
+// the payload. Timers created with a fire time keep the hash format they were created with.
+func requestHash(fireAt time.Time, delay *time.Duration, payload []byte) string {
 	h := sha256.New()
-	h.Write([]byte(fireAt.UTC().Format(time.RFC3339Nano)))
+	if delay != nil {
+		h.Write([]byte("delay:" + strconv.FormatInt(int64(*delay), 10)))
+	} else {
+		h.Write([]byte(fireAt.UTC().Format(time.RFC3339Nano)))
+	}
 	h.Write([]byte{0})
 	h.Write(payload)
 	return hex.EncodeToString(h.Sum(nil))
@@ -106,14 +133,25 @@ func (s *Service) Create(ctx context.Context, r CreateRequest) (Timer, bool, err
 	if !json.Valid(r.Payload) {
 		return Timer{}, false, validation("payload", "payload must be JSON")
 	}
-	if r.FireAt.IsZero() {
+	switch {
+	case r.Delay != nil && !r.FireAt.IsZero():
+		return Timer{}, false, validation("fire_at", "give fire_at or delay, not both")
+	case r.Delay != nil && (*r.Delay < 0 || *r.Delay > MaxDelay):
+		return Timer{}, false, validation("delay", "delay must be from 0 to %s", MaxDelay)
+	case r.Delay != nil:
+		r.FireAt = s.now().Add(*r.Delay)
+	case r.FireAt.IsZero():
 		return Timer{}, false, validation("fire_at", "fire_at or delay is required")
-	}
-	if r.FireAt.After(s.now().Add(MaxDelay)) {
+	case r.FireAt.After(s.now().Add(MaxDelay)):
 		return Timer{}, false, validation("fire_at", "fire_at must be within %s", MaxDelay)
 	}
 	fireAt := r.FireAt.UTC().Truncate(time.Millisecond)
-	hash := requestHash(fireAt, r.Payload)
+	var hash string
+	if r.Delay != nil {
+		hash = requestHash(time.Time{}, r.Delay, r.Payload)
+	} else {
+		hash = requestHash(fireAt, nil, r.Payload)
+	}
 	id := courier.TimerWorkflowID(r.BizType, r.BizID)
 	_, err := s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                                       id,
@@ -179,8 +217,15 @@ func (s *Service) Get(ctx context.Context, bizType, bizID string) (Timer, error)
 	}
 	var st workflows.TimerState
 	switch d.GetWorkflowExecutionInfo().GetStatus() {
-	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
-		v, err := s.tc.QueryWorkflow(ctx, id, "", workflows.QueryTimerState)
+	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
+		// Without a run id the query reaches the timer's current run, whichever run that is.
+		// Only a worker answers it, so it is bounded like an update.
+		qctx, cancel := context.WithTimeout(ctx, s.updateTimeout())
+		defer cancel()
+		v, err := s.tc.QueryWorkflow(qctx, id, "", workflows.QueryTimerState)
+		if err != nil && qctx.Err() != nil {
+			return Timer{}, s.unavailable(id)
+		}
 		if err != nil {
 			return Timer{}, err
 		}
@@ -211,31 +256,37 @@ func (s *Service) Reschedule(ctx context.Context, bizType, bizID string, fireAt 
 	return s.update(ctx, bizType, bizID, workflows.UpdateReschedule, workflows.RescheduleRequest{FireAt: fireAt.UTC().Truncate(time.Millisecond)})
 }
 
-// Cancel cancels a scheduled timer; once acknowledged it never fires. A timer that already
-// fired is a conflict.
+// Cancel cancels a scheduled timer; once acknowledged it never fires. Cancelling a cancelled
+// timer is not an error: it returns the timer as it is, so a repeated cancel gets the answer
+// the first one got. A timer that already fired is a conflict.
 func (s *Service) Cancel(ctx context.Context, bizType, bizID string) (Timer, error) {
 	return s.update(ctx, bizType, bizID, workflows.UpdateCancel)
 }
 
 func (s *Service) update(ctx context.Context, bizType, bizID, name string, args ...any) (Timer, error) {
 	id := courier.TimerWorkflowID(bizType, bizID)
-	h, err := s.tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+	uctx, cancel := context.WithTimeout(ctx, s.updateTimeout())
+	defer cancel()
+	h, err := s.tc.UpdateWorkflow(uctx, client.UpdateWorkflowOptions{
 		WorkflowID: id, UpdateName: name, Args: args, WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
 	var st workflows.TimerState
 	if err == nil {
-		err = h.Get(ctx, &st)
+		err = h.Get(uctx, &st)
 	}
 	var nf *serviceerror.NotFound
 	var app *temporal.ApplicationError
 	switch {
-	case errors.As(err, &app) && app.Type() == workflows.ErrTypeTimerClosed:
-		return Timer{}, &courier.Error{Code: courier.CodeConflict, Message: app.Error()}
-	case errors.As(err, &nf):
-		// Not running: either unknown, or finished (fired or cancelled).
+	case err != nil && uctx.Err() != nil:
+		return Timer{}, s.unavailable(id)
+	case errors.As(err, &app) && app.Type() == workflows.ErrTypeTimerClosed, errors.As(err, &nf):
+		// Fired or cancelled (nf: the workflow has finished), or unknown.
 		t, gerr := s.Get(ctx, bizType, bizID)
 		if gerr != nil {
 			return Timer{}, gerr
+		}
+		if name == workflows.UpdateCancel && t.State == workflows.TimerCancelled {
+			return t, nil
 		}
 		return Timer{}, &courier.Error{Code: courier.CodeConflict,
 			Message: fmt.Sprintf("timer is %s; it cannot be changed", t.State), Details: map[string]any{"state": t.State}}
@@ -246,10 +297,30 @@ func (s *Service) update(ctx context.Context, bizType, bizID, name string, args 
 		LastError: st.LastError, Version: st.Version, WorkflowID: id}, nil
 }
 
+func (s *Service) updateTimeout() time.Duration {
+	if s.UpdateTimeout <= 0 {
+		return DefaultUpdateTimeout
+	}
+	return s.UpdateTimeout
+}
+
+// unavailable is the answer when a timer's workflow did not answer in time: only a worker
+// answers updates and queries, and none is running or none keeps up.
+func (s *Service) unavailable(id string) error {
+	return &courier.Error{Code: courier.CodeUnavailable,
+		Message: fmt.Sprintf("the timer did not answer within %s (is a courier worker running?); "+
+			"a change may still take effect, and repeating it is safe", s.updateTimeout()),
+		Details: map[string]any{"workflow_id": id}, RetryAfter: unavailableRetryAfter}
+}
+
+// timerQuery selects timers in visibility, one execution per timer: a timer that continued as
+// new leaves closed runs behind that still say "scheduled"; only its current run counts.
+var timerQuery = fmt.Sprintf("%s = 'timer' AND ExecutionStatus != 'ContinuedAsNew'", courier.SAKind)
+
 // List returns timers of a business type, optionally in one state, newest first, a page at a
 // time (pass the returned token back for the next page).
 func (s *Service) List(ctx context.Context, bizType, state string, pageSize int, token []byte) ([]Timer, []byte, error) {
-	q := fmt.Sprintf("%s = 'timer'", courier.SAKind)
+	q := timerQuery
 	if bizType != "" {
 		if err := courier.CheckName("biz_type", bizType); err != nil {
 			return nil, nil, err
@@ -307,7 +378,7 @@ func (s *Service) CountByState(ctx context.Context) (map[string]int64, error) {
 	for _, st := range []string{workflows.TimerScheduled, workflows.TimerFiring, workflows.TimerDelivered, workflows.TimerFailed, workflows.TimerCancelled} {
 		resp, err := s.tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{
 			Namespace: s.namespace,
-			Query:     fmt.Sprintf("%s = 'timer' AND %s = '%s'", courier.SAKind, courier.SAState, st),
+			Query:     fmt.Sprintf("%s AND %s = '%s'", timerQuery, courier.SAState, st),
 		})
 		if err != nil {
 			return nil, err

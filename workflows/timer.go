@@ -36,6 +36,9 @@ type TimerParams struct {
 	BizID   string
 	FireAt  time.Time
 	Payload []byte // JSON, delivered as is
+	// Version is the state version a continued run starts from (0 for a new timer), so
+	// versions keep rising across runs.
+	Version int
 }
 
 // TimerState is what the state query, the updates and the workflow result report.
@@ -51,6 +54,17 @@ type TimerState struct {
 type RescheduleRequest struct {
 	FireAt time.Time
 }
+
+// A timer continues as new (a fresh run, same workflow id, the state carried in its input) when
+// the server suggests it or after timerUpdatesPerRun accepted changes, whichever comes first.
+// The server refuses updates past a per-run limit (history.maxTotalUpdates, 2,000 by default)
+// and histories grow with every reschedule; a fresh run has neither problem.
+const (
+	timerUpdatesPerRun = 1000
+	// timerContinueAsNew guards the continue-as-new path: runs recorded before it replay
+	// without it.
+	timerContinueAsNew = "timer-continue-as-new"
+)
 
 var (
 	saState  = temporal.NewSearchAttributeKeyKeyword(courier.SAState)
@@ -68,10 +82,12 @@ var loadBizTypeOptions = workflow.LocalActivityOptions{
 
 // Timer waits until FireAt (never earlier), accepting reschedules and a cancel as updates so the
 // caller learns the outcome, then delivers once through the business type's queue with its
-// retry budget. A cancel that was accepted wins: the timer never fires after it.
+// retry budget. A cancel that was accepted wins: the timer never fires after it. Any number of
+// reschedules works: a scheduled timer continues as new when the server suggests it.
 func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
-	st := TimerState{State: TimerScheduled, FireAt: p.FireAt}
+	st := TimerState{State: TimerScheduled, FireAt: p.FireAt, Version: p.Version}
 	changed := false
+	updates := 0 // changes accepted by this run
 	// publish keeps the state and fire time searchable in the Temporal UI and the list API.
 	publish := func() {
 		_ = workflow.UpsertTypedSearchAttributes(ctx,
@@ -90,6 +106,7 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 		func(ctx workflow.Context, req RescheduleRequest) (TimerState, error) {
 			st.FireAt, changed = req.FireAt, true
 			st.Version++
+			updates++
 			return st, nil
 		},
 		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, req RescheduleRequest) error {
@@ -105,6 +122,7 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 		func(ctx workflow.Context) (TimerState, error) {
 			st.State, changed = TimerCancelled, true
 			st.Version++
+			updates++
 			return st, nil
 		},
 		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context) error { return mustBeScheduled("cancelled") }},
@@ -112,9 +130,30 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 		return st, err
 	}
 
+	// continueAsNew reports whether this run should hand over to a fresh one. Only a run that
+	// accepted changes does, so a server that keeps suggesting it cannot cause a loop of runs.
+	continueAsNew := func() bool {
+		if updates == 0 || (updates < timerUpdatesPerRun && !workflow.GetInfo(ctx).GetContinueAsNewSuggested()) {
+			return false
+		}
+		return workflow.GetVersion(ctx, timerContinueAsNew, workflow.DefaultVersion, 1) >= 1
+	}
+
 	for st.State == TimerScheduled {
 		wait := st.FireAt.Sub(workflow.Now(ctx))
 		if wait <= 0 {
+			break
+		}
+		if continueAsNew() {
+			// Let every accepted update finish here: one still running when the run ends
+			// would fail. Updates not yet accepted are retried by the server on the new run.
+			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+				return st, err
+			}
+			if st.State == TimerScheduled {
+				return st, workflow.NewContinueAsNewError(ctx, TimerName, TimerParams{
+					BizType: p.BizType, BizID: p.BizID, FireAt: st.FireAt, Payload: p.Payload, Version: st.Version})
+			}
 			break
 		}
 		tctx, cancelTimer := workflow.WithCancel(ctx)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
@@ -165,4 +166,89 @@ func TestTimerStateQuery(t *testing.T) {
 		require.True(t, env.start.Add(time.Hour).Equal(st.FireAt))
 	}, 10*time.Minute)
 	env.run(t, time.Hour)
+}
+
+// continuedWith returns the input of the run a timer continued as new into; it fails the test
+// if the workflow did not continue as new.
+func continuedWith(t *testing.T, e *timerEnv) workflows.TimerParams {
+	t.Helper()
+	require.True(t, e.IsWorkflowCompleted())
+	var can *workflow.ContinueAsNewError
+	require.ErrorAs(t, e.GetWorkflowError(), &can, "the timer continues as new")
+	require.Equal(t, workflows.TimerName, can.WorkflowType.Name)
+	var p workflows.TimerParams
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &p))
+	return p
+}
+
+// When the server suggests it (it does as a run nears its update or history limits), a
+// rescheduled timer hands its state to a fresh run instead of firing in this one.
+func TestTimerContinuesAsNewWhenSuggested(t *testing.T) {
+	env := newTimerEnv(t, nil)
+	env.RegisterDelayedCallback(func() { env.SetContinueAsNewSuggested(true) }, 4*time.Minute)
+	var rejected error
+	env.update(5*time.Minute, workflows.UpdateReschedule, &rejected, workflows.RescheduleRequest{FireAt: env.start.Add(2 * time.Hour)})
+	env.ExecuteWorkflow(workflows.TimerName, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: env.start.Add(time.Hour), Payload: []byte(`{"k":1}`)})
+	require.NoError(t, rejected)
+	p := continuedWith(t, env)
+	require.Equal(t, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: env.start.Add(2 * time.Hour).UTC(),
+		Payload: []byte(`{"k":1}`), Version: 1}, normalize(p))
+	require.Empty(t, env.delivered, "the old run never fires")
+}
+
+// Without a suggestion, a run still hands over after a bounded number of changes, so a server
+// whose suggestion is off never reaches its per-run update limit.
+func TestTimerContinuesAsNewAfterManyReschedules(t *testing.T) {
+	env := newTimerEnv(t, nil)
+	const n, perCallback = 1000, 10 // the test environment queues at most 1,000 callbacks
+	rejected := make([]error, n)
+	for c := range n / perCallback {
+		env.RegisterDelayedCallback(func() {
+			for i := c * perCallback; i < (c+1)*perCallback; i++ {
+				env.UpdateWorkflow(workflows.UpdateReschedule, "", &testsuite.TestUpdateCallback{
+					OnReject: func(err error) { rejected[i] = err }, OnAccept: func() {}, OnComplete: func(any, error) {},
+				}, workflows.RescheduleRequest{FireAt: env.start.Add(2*time.Hour + time.Duration(i)*time.Second)})
+			}
+		}, time.Duration(c+1)*time.Second)
+	}
+	env.ExecuteWorkflow(workflows.TimerName, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: env.start.Add(time.Hour), Payload: []byte(`{}`)})
+	for i, err := range rejected {
+		require.NoError(t, err, "reschedule %d", i)
+	}
+	p := continuedWith(t, env)
+	require.Equal(t, n, p.Version)
+	require.True(t, env.start.Add(2*time.Hour+(n-1)*time.Second).Equal(p.FireAt), "the last fire time is carried")
+	require.Empty(t, env.delivered)
+}
+
+// A run that accepted no change never continues as new, even when the server keeps suggesting
+// it: there is nothing to shed, and a chain of empty runs would never end.
+func TestTimerDoesNotContinueAsNewWithoutChanges(t *testing.T) {
+	env := newTimerEnv(t, nil)
+	env.SetContinueAsNewSuggested(true)
+	st := env.run(t, time.Hour)
+	require.Equal(t, workflows.TimerDelivered, st.State)
+	require.Len(t, env.delivered, 1)
+}
+
+// A continued run picks up where the last one stopped: its version keeps rising and a cancel
+// still wins.
+func TestTimerContinuedRunCancels(t *testing.T) {
+	env := newTimerEnv(t, nil)
+	var rejected error
+	env.update(time.Minute, workflows.UpdateCancel, &rejected)
+	env.ExecuteWorkflow(workflows.TimerName, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: env.start.Add(time.Hour), Payload: []byte(`{}`), Version: 41})
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	var st workflows.TimerState
+	require.NoError(t, env.GetWorkflowResult(&st))
+	require.NoError(t, rejected)
+	require.Equal(t, workflows.TimerCancelled, st.State)
+	require.Equal(t, 42, st.Version)
+	require.Empty(t, env.delivered)
+}
+
+func normalize(p workflows.TimerParams) workflows.TimerParams {
+	p.FireAt = p.FireAt.UTC()
+	return p
 }
