@@ -1,0 +1,244 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/courier-oss/courier"
+)
+
+// These tests pin the client's own rules (what is retried, how answers are read) against a
+// scripted server; integration/client_test.go runs every call against the real gateway.
+
+// fastRetry keeps the scripted retries quick.
+var fastRetry = RetryPolicy{MaxAttempts: 3, InitialBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond, MaxElapsed: 5 * time.Second}
+
+// scripted answers the n-th request (from 1) with answer(n) and counts them.
+func scripted(t *testing.T, answer func(n int, w http.ResponseWriter)) (*Client, *atomic.Int32) {
+	t.Helper()
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		answer(int(n.Add(1)), w)
+	}))
+	t.Cleanup(srv.Close)
+	c, err := New(srv.URL, WithAPIKey("k"), WithRetry(fastRetry))
+	require.NoError(t, err)
+	return c, &n
+}
+
+func status(w http.ResponseWriter, code int, retryAfter string) {
+	if retryAfter != "" {
+		w.Header().Set("Retry-After", retryAfter)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = io.WriteString(w, `{"error":{"code":"`+string(codeOfStatus(code))+`","message":"scripted"}}`)
+}
+
+func okTask(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(w, `{"task_id":"t","task_version":1,"status":"pending"}`)
+}
+
+func TestIdempotentCallsAreRetriedOn503And429(t *testing.T) {
+	t.Parallel()
+	for _, code := range []int{http.StatusServiceUnavailable, http.StatusTooManyRequests, http.StatusBadGateway} {
+		c, n := scripted(t, func(n int, w http.ResponseWriter) {
+			if n < 3 {
+				status(w, code, "")
+				return
+			}
+			okTask(w)
+		})
+		task, err := c.GetTask(t.Context(), "t")
+		require.NoError(t, err, code)
+		require.Equal(t, courier.TaskPending, task.Status)
+		require.EqualValues(t, 3, n.Load(), code)
+	}
+}
+
+func TestRetriesAreBoundedByMaxAttempts(t *testing.T) {
+	t.Parallel()
+	c, n := scripted(t, func(_ int, w http.ResponseWriter) { status(w, http.StatusServiceUnavailable, "") })
+	_, err := c.GetTask(t.Context(), "t")
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.EqualValues(t, 3, n.Load())
+}
+
+// A call that is not idempotent is repeated only when the gateway certainly did nothing: 429.
+func TestNonIdempotentCallsAreRetriedOnlyOn429(t *testing.T) {
+	t.Parallel()
+	c, n := scripted(t, func(_ int, w http.ResponseWriter) { status(w, http.StatusServiceUnavailable, "") })
+	_, err := c.Publish(t.Context(), PublishRequest{Topic: "a.b", Payload: json.RawMessage(`1`)})
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.EqualValues(t, 1, n.Load(), "a publish that may have happened is not repeated")
+
+	c, n = scripted(t, func(n int, w http.ResponseWriter) {
+		if n == 1 {
+			status(w, http.StatusTooManyRequests, "")
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, `{"id":7,"topic":"a.b","status":"pending"}`)
+	})
+	rec, err := c.Publish(t.Context(), PublishRequest{Topic: "a.b", Payload: json.RawMessage(`1`)})
+	require.NoError(t, err)
+	require.EqualValues(t, 7, rec.ID)
+	require.EqualValues(t, 2, n.Load())
+}
+
+// Errors other than 429, 502, 503 and 504 are final.
+func TestClientErrorsAreNotRetried(t *testing.T) {
+	t.Parallel()
+	for _, code := range []int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict, http.StatusInternalServerError} {
+		c, n := scripted(t, func(_ int, w http.ResponseWriter) { status(w, code, "") })
+		_, err := c.GetTask(t.Context(), "t")
+		var ae *Error
+		require.ErrorAs(t, err, &ae)
+		require.Equal(t, code, ae.StatusCode)
+		require.EqualValues(t, 1, n.Load(), code)
+	}
+}
+
+// A Retry-After longer than the budget left is not waited for: the error comes back at once
+// with RetryAfter set, for the caller to decide.
+func TestRetryAfterBeyondTheBudgetReturnsTheError(t *testing.T) {
+	t.Parallel()
+	c, n := scripted(t, func(_ int, w http.ResponseWriter) { status(w, http.StatusTooManyRequests, "3600") })
+	_, err := c.GetTask(t.Context(), "t")
+	var ae *Error
+	require.ErrorAs(t, err, &ae)
+	require.ErrorIs(t, err, ErrRateLimited)
+	require.Equal(t, time.Hour, ae.RetryAfter)
+	require.EqualValues(t, 1, n.Load())
+}
+
+// A context that ends stops the retries.
+func TestContextEndsTheRetries(t *testing.T) {
+	t.Parallel()
+	c, n := scripted(t, func(_ int, w http.ResponseWriter) { status(w, http.StatusServiceUnavailable, "1") })
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	_, err := c.GetTask(ctx, "t")
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.EqualValues(t, 1, n.Load(), "a 1 s Retry-After does not fit a 100 ms deadline")
+}
+
+// A connection that cannot be opened is retried for any call (the gateway never saw it); the
+// error is not an *Error.
+func TestRefusedConnectionIsRetried(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close()) // nothing listens there now
+	var tries atomic.Int32
+	hc := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		tries.Add(1)
+		return http.DefaultTransport.RoundTrip(r)
+	})}
+	c, err := New("http://"+addr, WithHTTPClient(hc), WithRetry(fastRetry))
+	require.NoError(t, err)
+	_, err = c.Publish(t.Context(), PublishRequest{Topic: "a.b", Payload: json.RawMessage(`1`)})
+	require.Error(t, err)
+	var ae *Error
+	require.False(t, errors.As(err, &ae))
+	require.EqualValues(t, 3, tries.Load())
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func TestErrorFromAnswersWithoutCouriersShape(t *testing.T) {
+	t.Parallel()
+	c, _ := scripted(t, func(_ int, w http.ResponseWriter) {
+		w.WriteHeader(http.StatusBadGateway)
+		_, _ = io.WriteString(w, "<html>bad gateway</html>")
+	})
+	_, err := c.GetQueue(t.Context(), "q")
+	var ae *Error
+	require.ErrorAs(t, err, &ae)
+	require.Equal(t, courier.CodeUnavailable, ae.Code)
+	require.Contains(t, ae.Message, "bad gateway")
+	require.Contains(t, err.Error(), "GET /v1/queues/q")
+}
+
+func TestErrorsMatchSentinelsAndCouriersErrors(t *testing.T) {
+	t.Parallel()
+	e := &Error{StatusCode: 404, Code: courier.CodeNotFound, Details: map[string]any{"field": "id"}}
+	require.ErrorIs(t, e, ErrNotFound)
+	require.ErrorIs(t, e, courier.ErrNotFound)
+	require.NotErrorIs(t, e, ErrConflict)
+	require.ErrorIs(t, e, &Error{Code: courier.CodeNotFound, StatusCode: 404})
+	require.NotErrorIs(t, e, &Error{Code: courier.CodeNotFound, StatusCode: 400})
+	require.Equal(t, "id", e.Field())
+}
+
+func TestRetryAfterHeader(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 3*time.Second, retryAfter("3"))
+	require.Zero(t, retryAfter(""))
+	require.Zero(t, retryAfter("-1"))
+	require.Zero(t, retryAfter("soon"))
+	at := time.Now().Add(time.Minute).UTC().Format(http.TimeFormat)
+	require.InDelta(t, time.Minute.Seconds(), retryAfter(at).Seconds(), 2)
+}
+
+func TestDurationJSON(t *testing.T) {
+	t.Parallel()
+	b, err := json.Marshal(QueueConfig{ProcessingTimeout: Duration(90 * time.Second)})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"processing_timeout":"1m30s"}`, string(b), "zero durations are left out")
+
+	var q Queue
+	require.NoError(t, json.Unmarshal([]byte(`{"heartbeat_timeout":"0s","pending_timeout":"24h0m0s","purge_age":""}`), &q))
+	require.Zero(t, q.HeartbeatTimeout)
+	require.Equal(t, Duration(24*time.Hour), q.PendingTimeout)
+	require.Error(t, json.Unmarshal([]byte(`{"pending_timeout":5}`), &q))
+}
+
+func TestTimerRequestJSON(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, tc := range []struct {
+		in   TimerRequest
+		want string
+	}{
+		{TimerRequest{BizType: "o", BizID: "1", Delay: Duration(time.Minute)}, `{"biz_type":"o","biz_id":"1","delay":"1m0s"}`},
+		{TimerRequest{BizType: "o", BizID: "1"}, `{"biz_type":"o","biz_id":"1","delay":"0s"}`},
+		{TimerRequest{BizType: "o", BizID: "1", FireAt: at, Payload: json.RawMessage(`{"a":1}`)},
+			`{"biz_type":"o","biz_id":"1","fire_at":"2030-01-02T03:04:05Z","payload":{"a":1}}`},
+		{TimerRequest{BizType: "o", BizID: "1", FireAt: at, Delay: Duration(time.Second)},
+			`{"biz_type":"o","biz_id":"1","fire_at":"2030-01-02T03:04:05Z","delay":"1s"}`},
+	} {
+		b, err := json.Marshal(tc.in)
+		require.NoError(t, err)
+		require.JSONEq(t, tc.want, string(b))
+	}
+	b, err := json.Marshal(Reschedule{Delay: Duration(time.Hour)})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"delay":"1h0m0s"}`, string(b))
+}
+
+func TestNewRefusesBadBaseURLs(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{"", "127.0.0.1:8080", "ftp://x", "http://", "http://x/?a=b"} {
+		_, err := New(u)
+		require.Error(t, err, u)
+	}
+	c, err := New("http://127.0.0.1:8080/courier/")
+	require.NoError(t, err)
+	require.Equal(t, "http://127.0.0.1:8080/courier", c.BaseURL())
+}
