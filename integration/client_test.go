@@ -25,6 +25,7 @@ import (
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/tasks"
+	"github.com/courier-oss/courier/taskworker"
 	"github.com/courier-oss/courier/timers"
 	"github.com/courier-oss/courier/worker"
 )
@@ -578,6 +579,7 @@ func TestClientTypesMatchTheGateway(t *testing.T) {
 		{cc.ReportAccepted{}, gateway.ReportAccepted{}},
 		{cc.QueueConfig{}, gateway.QueueRequest{}},
 		{cc.Queue{}, gateway.QueueJSON{}},
+		{taskworker.Push{}, activities.TaskPush{}},
 	} {
 		require.Equal(t, jsonNames(pair.server), jsonNames(pair.client), "%T mirrors %T", pair.client, pair.server)
 	}

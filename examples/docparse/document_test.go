@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -36,18 +35,5 @@ func TestDecodeDocument(t *testing.T) {
 	for _, payload := range []string{``, `null`, `"text"`, `3`, `[]`, `{}`, `{"text":""}`, `{"text":" \n\t\f"}`, `{"text":["a"]}`, `{"text":"a"`} {
 		_, err := DecodeDocument(json.RawMessage(payload))
 		require.True(t, errors.Is(err, ErrUnusablePayload), "payload %q: %v", payload, err)
-	}
-}
-
-func TestHeartbeatInterval(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[string]time.Duration{"": 0, "0s": 0, "10s": 10 * time.Second / 3, "1m30s": 30 * time.Second} {
-		got, err := HeartbeatInterval(in)
-		require.NoError(t, err, in)
-		require.Equal(t, want, got, in)
-	}
-	for _, in := range []string{"10", "soon", "-3s"} {
-		_, err := HeartbeatInterval(in)
-		require.Error(t, err, in)
 	}
 }

@@ -1,21 +1,18 @@
 // Command docparse is courier's task-worker example: a document-parsing worker that courier
-// pushes prioritized tasks to.
+// pushes prioritized tasks to, built on the taskworker library.
 //
 //	docparse --addr 127.0.0.1:9090 --courier-key WORKER_KEY [--secret whsec_…] [--parse-time 5s]
 //
 // A producer POSTs a task to courier (/v1/tasks, payload {"name": …, "text": …}); courier
-// pushes it to the queue's push_url, POST /push here, as an activities.TaskPush signed with
-// Standard Webhooks headers when the queue has secrets. docparse checks the signature and the
-// body, answers 202 at once and parses in a goroutine (worker.go): it counts the pages, words
-// and characters of the text after a simulated parse time, heartbeats to heartbeat_url every
-// third of the queue's heartbeat_timeout meanwhile, and POSTs the result to result_url — a
-// success with the counts, or a failure when the payload is not a document. A 409 from courier
-// means the attempt is no longer current (it timed out, was cancelled or superseded): the work
-// is dropped and no result is sent.
+// pushes it to the queue's push_url, POST /push here. The taskworker library checks the
+// signature (when the queue has secrets) and the body, answers 202 at once, heartbeats while
+// the handler runs and posts its result; docparse's handler (worker.go) counts the pages, words
+// and characters of the text after a simulated parse time, or fails a payload that is not a
+// document.
 //
 // Flags fall back to environment variables: DOCPARSE_ADDR, COURIER_URL, COURIER_API_KEY,
-// DOCPARSE_SECRET, DOCPARSE_PARSE_TIME and DOCPARSE_DRAIN. SIGINT or SIGTERM stops it
-// cleanly. See README.md for a walk-through with courier dev.
+// DOCPARSE_SECRET, DOCPARSE_PARSE_TIME, DOCPARSE_DRAIN and DOCPARSE_MAX_CONCURRENT. SIGINT or
+// SIGTERM stops it cleanly. See README.md for a walk-through with courier dev.
 package main
 
 import (
@@ -27,23 +24,27 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/courier-oss/courier/client"
+	"github.com/courier-oss/courier/taskworker"
 	"github.com/courier-oss/courier/webhook"
 )
 
 // Config is docparse's configuration. Each field names its environment variable and default.
 type Config struct {
-	Addr       string        // DOCPARSE_ADDR: listen address; default 127.0.0.1:9090
-	CourierURL string        // COURIER_URL: courier's gateway as its pushes name it; default http://127.0.0.1:8080
-	APIKey     string        // COURIER_API_KEY: key with the worker scope, for results and heartbeats; required
-	Secret     string        // DOCPARSE_SECRET: the queue's whsec_ signing secret; default empty: pushes are not verified
-	ParseTime  time.Duration // DOCPARSE_PARSE_TIME: simulated work per document; default 5s
-	Drain      time.Duration // DOCPARSE_DRAIN: how long a shutdown waits for running parses; default 10s
+	Addr          string        // DOCPARSE_ADDR: listen address; default 127.0.0.1:9090
+	CourierURL    string        // COURIER_URL: courier's gateway; default http://127.0.0.1:8080
+	APIKey        string        // COURIER_API_KEY: key with the worker scope, for results and heartbeats; required
+	Secrets       []string      // DOCPARSE_SECRET: the queue's whsec_ secrets, comma-separated (two during a rotation); default none: pushes are not verified
+	ParseTime     time.Duration // DOCPARSE_PARSE_TIME: simulated work per document; default 5s
+	Drain         time.Duration // DOCPARSE_DRAIN: how long a shutdown waits for running parses; default 10s
+	MaxConcurrent int           // DOCPARSE_MAX_CONCURRENT: parses at once (more are answered 429); default 0: unbounded
 }
 
 // Defaults of the configuration.
@@ -56,12 +57,9 @@ const (
 
 // Validate reports the first unusable setting.
 func (c Config) Validate() error {
-	u, err := url.Parse(c.CourierURL)
 	switch {
 	case c.Addr == "":
 		return errors.New("--addr is required")
-	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-		return fmt.Errorf("--courier-url %q must be an absolute http or https URL", c.CourierURL)
 	case c.APIKey == "":
 		return errors.New("--courier-key (or COURIER_API_KEY) is required: an API key with the worker scope " +
 			"(courier apikey create --name docparse --scopes worker)")
@@ -69,9 +67,14 @@ func (c Config) Validate() error {
 		return errors.New("--parse-time must not be negative")
 	case c.Drain < 0:
 		return errors.New("--drain must not be negative")
+	case c.MaxConcurrent < 0:
+		return errors.New("--max-concurrent must not be negative")
 	}
-	if c.Secret != "" {
-		if _, err := webhook.NewVerifier(c.Secret); err != nil {
+	if _, err := client.New(c.CourierURL); err != nil {
+		return fmt.Errorf("--courier-url: %w", err)
+	}
+	if len(c.Secrets) > 0 {
+		if _, err := webhook.NewVerifier(c.Secrets...); err != nil {
 			return fmt.Errorf("--secret: %w", err)
 		}
 	}
@@ -91,34 +94,49 @@ func main() {
 	}
 }
 
+// NewWorker wires the parser into a taskworker.Worker that reports to cfg.CourierURL.
+func NewWorker(cfg Config, p *Parser, log *slog.Logger) (*taskworker.Worker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg.CourierURL, client.WithAPIKey(cfg.APIKey))
+	if err != nil {
+		return nil, err
+	}
+	return taskworker.New(taskworker.Config{Client: c, Secrets: cfg.Secrets, AllowUnsigned: len(cfg.Secrets) == 0,
+		MaxConcurrent: cfg.MaxConcurrent, Logger: log}, p.Handle)
+}
+
 // run serves the worker until ctx is cancelled.
 func run(ctx context.Context, args []string, getenv func(string) string, log *slog.Logger) error {
 	cfg, err := ParseConfig(args, getenv, os.Stderr)
 	if err != nil {
 		return err
 	}
-	w, err := NewWorker(cfg, log)
+	w, err := NewWorker(cfg, NewParser(cfg.ParseTime), log)
 	if err != nil {
 		return err
 	}
-	if cfg.Secret == "" {
+	if len(cfg.Secrets) == 0 {
 		log.Warn("no signing secret (--secret or DOCPARSE_SECRET): pushes are not verified")
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	srv := &http.Server{Handler: w.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	mux := http.NewServeMux()
+	mux.Handle("POST "+PushPath, w)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("docparse listening", "push_url", "http://"+ln.Addr().String()+PushPath, "courier", cfg.CourierURL,
-		"verify_signatures", cfg.Secret != "", "parse_time", cfg.ParseTime.String())
+		"verify_signatures", len(cfg.Secrets) > 0, "parse_time", cfg.ParseTime.String())
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
 	}
-	// First no new pushes (the handlers are quick), then let running parses finish.
+	// First no new pushes (answering one is quick), then let running parses finish.
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
@@ -127,7 +145,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, log *sl
 	log.Info("no new pushes; waiting for running parses", "running", w.Running(), "drain", cfg.Drain.String())
 	drainCtx, cancelDrain := context.WithTimeout(context.WithoutCancel(ctx), cfg.Drain)
 	defer cancelDrain()
-	w.Stop(drainCtx)
+	if err := w.Shutdown(drainCtx); err != nil {
+		log.Warn("the drain ran out; unfinished parses were reported as failures", "err", err)
+	}
 	log.Info("docparse stopped")
 	return nil
 }
@@ -149,20 +169,31 @@ func ParseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	if err != nil {
 		return Config{}, fmt.Errorf("DOCPARSE_DRAIN: %w", err)
 	}
+	maxConcurrent, err := strconv.Atoi(env("DOCPARSE_MAX_CONCURRENT", "0"))
+	if err != nil {
+		return Config{}, fmt.Errorf("DOCPARSE_MAX_CONCURRENT: %w", err)
+	}
 	cfg := Config{}
+	var secrets string
 	fs := flag.NewFlagSet("docparse", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&cfg.Addr, "addr", env("DOCPARSE_ADDR", defaultAddr), "listen address; the push_url is http://ADDR/push (DOCPARSE_ADDR)")
-	fs.StringVar(&cfg.CourierURL, "courier-url", env("COURIER_URL", defaultCourierURL), "courier gateway URL; pushes must name result and heartbeat URLs on it (COURIER_URL)")
+	fs.StringVar(&cfg.CourierURL, "courier-url", env("COURIER_URL", defaultCourierURL), "courier gateway URL, where results and heartbeats go (COURIER_URL)")
 	fs.StringVar(&cfg.APIKey, "courier-key", env("COURIER_API_KEY", ""), "API key with the worker scope (COURIER_API_KEY)")
-	fs.StringVar(&cfg.Secret, "secret", env("DOCPARSE_SECRET", ""), "the queue's whsec_ signing secret; empty: pushes are not verified (DOCPARSE_SECRET)")
+	fs.StringVar(&secrets, "secret", env("DOCPARSE_SECRET", ""), "the queue's whsec_ signing secrets, comma-separated; empty: pushes are not verified (DOCPARSE_SECRET)")
 	fs.DurationVar(&cfg.ParseTime, "parse-time", parseTime, "simulated parse time per document (DOCPARSE_PARSE_TIME)")
 	fs.DurationVar(&cfg.Drain, "drain", drain, "how long a shutdown waits for running parses (DOCPARSE_DRAIN)")
+	fs.IntVar(&cfg.MaxConcurrent, "max-concurrent", maxConcurrent, "parses at once, more are answered 429; 0: unbounded (DOCPARSE_MAX_CONCURRENT)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	for s := range strings.SplitSeq(secrets, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			cfg.Secrets = append(cfg.Secrets, s)
+		}
 	}
 	return cfg, cfg.Validate()
 }

@@ -24,10 +24,16 @@ func TestParseConfig(t *testing.T) {
 	require.NoError(t, err)
 	env := envOf(map[string]string{"COURIER_API_KEY": "k", "DOCPARSE_ADDR": ":1", "DOCPARSE_PARSE_TIME": "2s",
 		"DOCPARSE_SECRET": secret, "COURIER_URL": "https://courier.example"})
-	cfg, err = ParseConfig([]string{"--addr", "127.0.0.1:9999", "--drain", "1m"}, env, io.Discard)
+	cfg, err = ParseConfig([]string{"--addr", "127.0.0.1:9999", "--drain", "1m", "--max-concurrent", "2"}, env, io.Discard)
 	require.NoError(t, err)
-	require.Equal(t, Config{Addr: "127.0.0.1:9999", CourierURL: "https://courier.example", APIKey: "k", Secret: secret,
-		ParseTime: 2 * time.Second, Drain: time.Minute}, cfg, "flags over the environment over the defaults")
+	require.Equal(t, Config{Addr: "127.0.0.1:9999", CourierURL: "https://courier.example", APIKey: "k", Secrets: []string{secret},
+		ParseTime: 2 * time.Second, Drain: time.Minute, MaxConcurrent: 2}, cfg, "flags over the environment over the defaults")
+
+	old, err := webhook.GenerateSecret()
+	require.NoError(t, err)
+	cfg, err = ParseConfig([]string{"--secret", secret + ", " + old}, env, io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, []string{secret, old}, cfg.Secrets, "two secrets during a rotation")
 
 	for name, tc := range map[string]struct {
 		args []string
@@ -38,6 +44,7 @@ func TestParseConfig(t *testing.T) {
 		"bad courier URL": {[]string{"--courier-url", "127.0.0.1:8080"}, map[string]string{"COURIER_API_KEY": "k"}},
 		"bad env time":    {nil, map[string]string{"COURIER_API_KEY": "k", "DOCPARSE_PARSE_TIME": "5"}},
 		"negative time":   {[]string{"--parse-time", "-1s"}, map[string]string{"COURIER_API_KEY": "k"}},
+		"negative max":    {[]string{"--max-concurrent", "-1"}, map[string]string{"COURIER_API_KEY": "k"}},
 		"extra argument":  {[]string{"serve"}, map[string]string{"COURIER_API_KEY": "k"}},
 	} {
 		_, err := ParseConfig(tc.args, envOf(tc.env), io.Discard)

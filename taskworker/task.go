@@ -1,0 +1,130 @@
+package taskworker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/courier-oss/courier"
+)
+
+// Push is the JSON body courier POSTs to a queue's push_url (activities.TaskPush on courier's
+// side; fields added there later are ignored here). Tests of a handler can build one.
+type Push struct {
+	TaskID      string          `json:"task_id"`
+	TaskVersion int64           `json:"task_version"`
+	Attempt     int             `json:"attempt"`
+	Priority    int             `json:"priority"`
+	Queue       string          `json:"queue"`
+	Payload     json.RawMessage `json:"payload"`
+	Deadline    time.Time       `json:"deadline"`
+	// HeartbeatTimeout is a Go duration string; empty when the queue wants no heartbeats.
+	HeartbeatTimeout string `json:"heartbeat_timeout,omitempty"`
+	ResultURL        string `json:"result_url"`
+	HeartbeatURL     string `json:"heartbeat_url"`
+}
+
+// Task is one attempt of a task version, as courier pushed it. The handler's context carries
+// it too (FromContext).
+type Task struct {
+	ID               string
+	Version          int64
+	Attempt          int // courier accepts reports for this attempt only; the Worker names it
+	Priority         int // 1 (high) to 5 (low)
+	Queue            string
+	Payload          json.RawMessage
+	Deadline         time.Time     // the attempt's processing timeout runs out; the handler's context ends here
+	HeartbeatTimeout time.Duration // 0: the queue wants no heartbeats (the Worker then sends none)
+	DeliveryID       string        // the push's webhook-id (task/<id>/<version>/<attempt>); "" if unsigned
+	ResultURL        string        // where the result goes, as the push named it (informational)
+	HeartbeatURL     string        // where heartbeats go, as the push named it (informational)
+
+	mu      sync.Mutex
+	message string
+}
+
+// SetMessage sets the message reported with a successful result (a failure's message is its
+// error's text). At most 4 KiB is sent.
+func (t *Task) SetMessage(msg string) {
+	t.mu.Lock()
+	t.message = msg
+	t.mu.Unlock()
+}
+
+// Message is the message SetMessage set.
+func (t *Task) Message() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.message
+}
+
+type taskKey struct{}
+
+// FromContext returns the task whose handler ctx belongs to.
+func FromContext(ctx context.Context) (*Task, bool) {
+	t, ok := ctx.Value(taskKey{}).(*Task)
+	return t, ok
+}
+
+// HandlerFunc does one attempt's work. Its result is reported as a success (it must be JSON; nil
+// is fine); an error is reported as a failure with the error's text (Fail chooses the status
+// code), and courier retries per the queue's policy. ctx ends at the attempt's deadline, when
+// courier says the attempt is over (a 409 on a heartbeat: timed out, cancelled, superseded), or
+// when Shutdown gives up waiting; context.Cause(ctx) says which (ErrDeadline, ErrAttemptOver,
+// ErrSuperseded, ErrShutdown). Nothing is reported after the first three, since courier would
+// refuse it.
+type HandlerFunc func(ctx context.Context, t *Task) (json.RawMessage, error)
+
+// Why a handler's context ends early (context.Cause).
+var (
+	ErrDeadline    = errors.New("taskworker: the attempt's deadline passed")
+	ErrAttemptOver = errors.New("taskworker: courier says the attempt is over (timed out, cancelled, superseded or finished)")
+	ErrSuperseded  = errors.New("taskworker: a newer attempt of this task version was pushed")
+	ErrShutdown    = errors.New("taskworker: the worker is shutting down")
+)
+
+// Failure is a handler error that carries the status code reported with the failure.
+type Failure struct {
+	StatusCode int // 0 to 999, kept on the task as status_code
+	Err        error
+}
+
+func (f *Failure) Error() string { return f.Err.Error() }
+
+func (f *Failure) Unwrap() error { return f.Err }
+
+// Fail makes err a failure reported with statusCode (a handler error without it is reported
+// with 500).
+func Fail(statusCode int, err error) error { return &Failure{StatusCode: statusCode, Err: err} }
+
+// decodePush reads and checks a push body.
+func decodePush(body []byte) (*Task, error) {
+	var p Push
+	if err := json.Unmarshal(body, &p); err != nil {
+		return nil, fmt.Errorf("not a task push: %v", err)
+	}
+	if err := courier.CheckID("task_id", p.TaskID); err != nil {
+		return nil, err
+	}
+	switch {
+	case p.TaskVersion < 1:
+		return nil, errors.New("task_version must be at least 1")
+	case p.Attempt < 1:
+		return nil, errors.New("attempt must be at least 1")
+	case p.Deadline.IsZero():
+		return nil, errors.New("deadline is required")
+	}
+	var hb time.Duration
+	if p.HeartbeatTimeout != "" {
+		d, err := time.ParseDuration(p.HeartbeatTimeout)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("heartbeat_timeout %q is not a duration", p.HeartbeatTimeout)
+		}
+		hb = d
+	}
+	return &Task{ID: p.TaskID, Version: p.TaskVersion, Attempt: p.Attempt, Priority: p.Priority, Queue: p.Queue,
+		Payload: p.Payload, Deadline: p.Deadline, HeartbeatTimeout: hb, ResultURL: p.ResultURL, HeartbeatURL: p.HeartbeatURL}, nil
+}
