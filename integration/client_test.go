@@ -579,10 +579,12 @@ func TestClientTypesMatchTheGateway(t *testing.T) {
 		{cc.ReportAccepted{}, gateway.ReportAccepted{}},
 		{cc.QueueConfig{}, gateway.QueueRequest{}},
 		{cc.Queue{}, gateway.QueueJSON{}},
-		{taskworker.Push{}, activities.TaskPush{}},
 	} {
-		require.Equal(t, jsonNames(pair.server), jsonNames(pair.client), "%T mirrors %T", pair.client, pair.server)
+		require.Equal(t, jsonNames(pair.server), jsonNames(pair.client),
+			"%T mirrors %T: a field the gateway added belongs in package client too", pair.client, pair.server)
 	}
+	// The task worker reads fields of the push; courier may add more, which it ignores.
+	require.Subset(t, jsonNames(activities.TaskPush{}), jsonNames(taskworker.Push{}), "taskworker.Push reads what courier pushes")
 	// The requests whose JSON the client writes by hand decode strictly into the gateway's.
 	for _, tc := range []struct {
 		in  any
