@@ -16,27 +16,39 @@ import (
 // Nats-Msg-Id so the stream drops duplicates inside its duplicate window (2 minutes by default).
 // Streams are the operator's: a subject that no stream captures is ErrUnknownTopic.
 type NATS struct {
-	nc *nats.Conn
-	js jetstream.JetStream
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	closed chan struct{} // closed by the connection's ClosedHandler
 }
 
-// DialNATS connects to a NATS server and keeps reconnecting for as long as the process runs.
+// DialNATS connects to a NATS server and keeps reconnecting for as long as the process runs. A
+// server that does not answer at first is an error.
 func DialNATS(url string, name string) (*NATS, error) {
+	return dialNATS(url, name, false)
+}
+
+// dialNATS is DialNATS; lazy keeps trying a server that does not answer at first instead of
+// failing (Publish and Ping fail until it answers).
+func dialNATS(url string, name string, lazy bool) (*NATS, error) {
+	closed := make(chan struct{})
 	nc, err := nats.Connect(url,
+		nats.ClosedHandler(func(*nats.Conn) { close(closed) }),
+		nats.DrainTimeout(10*time.Second),
 		nats.Name(name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(500*time.Millisecond),
 		nats.Timeout(5*time.Second),
+		nats.RetryOnFailedConnect(lazy),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("mq: connect to NATS at %s: %w", url, err)
+		return nil, fmt.Errorf("mq: connect to NATS at %s: %w", RedactURL(url), err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
 		return nil, err
 	}
-	return &NATS{nc: nc, js: js}, nil
+	return &NATS{nc: nc, js: js, closed: closed}, nil
 }
 
 // Conn exposes the connection (for tests and examples that also consume).
@@ -46,6 +58,10 @@ func (n *NATS) Conn() *nats.Conn { return n.nc }
 func (n *NATS) Publish(ctx context.Context, m Message) error {
 	if err := courier.CheckMessage(m.Topic, m.Key, m.Headers); err != nil {
 		return fmt.Errorf("%w: %v", ErrRefused, err)
+	}
+	if n.nc.IsClosed() || n.nc.IsDraining() {
+		// A publish sent while draining would still be stored, with no one left to read the ack.
+		return errors.New("mq: the NATS publisher is closed")
 	}
 	msg := nats.NewMsg(m.Topic)
 	msg.Data = m.Payload
@@ -85,7 +101,15 @@ func (n *NATS) Ping(ctx context.Context) error {
 	return err
 }
 
-// Close drains and closes the connection.
+// Close drains the connection (publishes in flight get their acks) and waits until it is
+// closed.
 func (n *NATS) Close() error {
-	return n.nc.Drain()
+	switch err := n.nc.Drain(); {
+	case errors.Is(err, nats.ErrConnectionClosed):
+		return nil
+	case err != nil && !errors.Is(err, nats.ErrConnectionReconnecting): // reconnecting: closed at once
+		return err
+	}
+	<-n.closed // bounded by the drain timeout
+	return nil
 }

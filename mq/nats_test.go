@@ -2,14 +2,20 @@ package mq_test
 
 import (
 	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-oss/courier/devstack/embeddednats"
 	"github.com/courier-oss/courier/mq"
+	"github.com/courier-oss/courier/mq/mqtest"
 )
 
 // The publisher contract, against a real NATS JetStream server: acknowledged publishes land in
@@ -69,4 +75,73 @@ func TestNATSPublisher(t *testing.T) {
 	err = pub.Publish(tctx, mq.Message{ID: "44", Topic: "orders.created", Payload: []byte("x")})
 	require.Error(t, err)
 	require.NotErrorIs(t, err, mq.ErrUnknownTopic, "an unavailable broker is retried, not dead")
+}
+
+// The publisher conformance suite against a real embedded NATS JetStream server; cutting it is
+// a shutdown, restoring it a restart on the same port and store (so the suite also sees that
+// what was acknowledged survives the restart).
+func TestNATSConformance(t *testing.T) {
+	dir := t.TempDir()
+	srv, err := embeddednats.Start(embeddednats.Config{Port: -1, StoreDir: dir})
+	require.NoError(t, err)
+	t.Cleanup(func() { srv.Shutdown() })
+	url := srv.URL()
+	_, portText, err := net.SplitHostPort(strings.TrimPrefix(url, "nats://"))
+	require.NoError(t, err)
+	port, err := strconv.Atoi(portText)
+	require.NoError(t, err)
+
+	admin := func(t *testing.T) jetstream.JetStream {
+		nc, err := nats.Connect(url)
+		require.NoError(t, err)
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		require.NoError(t, err)
+		return js
+	}
+	stream := func(topic string) string { return "T_" + strings.ReplaceAll(topic, ".", "_") }
+
+	mqtest.Run(t, mqtest.Harness{
+		NewPublisher: func(t *testing.T) mq.Publisher {
+			pub, err := mq.DialNATS(url, "conformance")
+			require.NoError(t, err)
+			return pub
+		},
+		CreateTopic: func(t *testing.T, topic string) {
+			_, err := admin(t).CreateStream(t.Context(), jetstream.StreamConfig{
+				Name: stream(topic), Subjects: []string{topic}, Storage: jetstream.FileStorage,
+			})
+			require.NoError(t, err)
+		},
+		Read: func(t *testing.T, topic string) []mqtest.Received {
+			st, err := admin(t).Stream(t.Context(), stream(topic))
+			require.NoError(t, err)
+			info, err := st.Info(t.Context())
+			require.NoError(t, err)
+			var out []mqtest.Received
+			for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+				msg, err := st.GetMsg(t.Context(), seq)
+				if errors.Is(err, jetstream.ErrMsgNotFound) {
+					continue
+				}
+				require.NoError(t, err)
+				r := mqtest.Received{
+					ID:      msg.Header.Get(jetstream.MsgIDHeader),
+					Key:     msg.Header.Get(mq.HeaderKey),
+					Payload: msg.Data,
+					Headers: map[string]string{},
+				}
+				for k, vs := range msg.Header {
+					r.Headers[k] = vs[0]
+				}
+				out = append(out, r)
+			}
+			return out
+		},
+		Cut: func(t *testing.T) { srv.Shutdown() },
+		Restore: func(t *testing.T) {
+			srv, err = embeddednats.Start(embeddednats.Config{Port: port, StoreDir: dir})
+			require.NoError(t, err)
+		},
+	})
 }
