@@ -18,6 +18,8 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/workflows"
@@ -223,7 +225,7 @@ func (s *Service) Get(ctx context.Context, bizType, bizID string) (Timer, error)
 		qctx, cancel := context.WithTimeout(ctx, s.updateTimeout())
 		defer cancel()
 		v, err := s.tc.QueryWorkflow(qctx, id, "", workflows.QueryTimerState)
-		if err != nil && qctx.Err() != nil {
+		if err != nil && ranOut(qctx, err) {
 			return Timer{}, s.unavailable(id)
 		}
 		if err != nil {
@@ -277,7 +279,7 @@ func (s *Service) update(ctx context.Context, bizType, bizID, name string, args 
 	var nf *serviceerror.NotFound
 	var app *temporal.ApplicationError
 	switch {
-	case err != nil && uctx.Err() != nil:
+	case err != nil && ranOut(uctx, err):
 		return Timer{}, s.unavailable(id)
 	case errors.As(err, &app) && app.Type() == workflows.ErrTypeTimerClosed, errors.As(err, &nf):
 		// Fired or cancelled (nf: the workflow has finished), or unknown.
@@ -302,6 +304,15 @@ func (s *Service) updateTimeout() time.Duration {
 		return DefaultUpdateTimeout
 	}
 	return s.UpdateTimeout
+}
+
+// ranOut reports a call that failed for want of time: its context expired, or the server gave
+// up on the call's own deadline a moment before the context did (the SDK gives each gRPC call a
+// share of the context's time).
+func ranOut(ctx context.Context, err error) bool {
+	var de *serviceerror.DeadlineExceeded
+	return ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.As(err, &de) ||
+		status.Code(err) == codes.DeadlineExceeded
 }
 
 // unavailable is the answer when a timer's workflow did not answer in time: only a worker
