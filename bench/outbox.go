@@ -42,11 +42,13 @@ type OutboxConfig struct {
 // Result is one row of the table.
 type Result struct {
 	Scenario   string
+	Key        string // the scenario's stable name in --json output (bare, courier-sqlite, …)
 	N          int
 	Elapsed    time.Duration
 	Throughput float64 // completed per second, from the first commit to the last arrival
 	P50, P99   time.Duration
 	Max        time.Duration
+	Cost       Cost // history events and billable actions per record
 }
 
 // Stack is the running Temporal server and NATS server a benchmark measures (cmd/courier
@@ -99,6 +101,7 @@ func RunOutbox(ctx context.Context, stack Stack, cfg OutboxConfig) ([]Result, er
 		return results, err
 	}
 	PrintTable(cfg.Out, fmt.Sprintf("outbox: %d rows per scenario, target %.0f commits/s, one row per transaction", cfg.Rows, cfg.Rate), results)
+	printCost(cfg.Out, costRows(results, func(r Result) (string, Cost) { return r.Scenario, r.Cost }))
 	return results, nil
 }
 
@@ -162,10 +165,11 @@ func runOutbox(ctx context.Context, tc client.Client, natsURL, dbName, dbURL, st
 	defer w.Stop()
 
 	var (
-		mu        sync.Mutex
-		committed = make(map[string]time.Time, cfg.Rows)
-		arrived   = make(map[string]time.Time, cfg.Rows)
-		done      = make(chan struct{})
+		mu          sync.Mutex
+		workflowIDs = make([]string, 0, cfg.Rows)
+		committed   = make(map[string]time.Time, cfg.Rows)
+		arrived     = make(map[string]time.Time, cfg.Rows)
+		done        = make(chan struct{})
 	)
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	if err != nil {
@@ -210,6 +214,7 @@ func runOutbox(ctx context.Context, tc client.Client, natsURL, dbName, dbURL, st
 		mu.Lock()
 		committed[courier.OutboxMessageID(source, ids[0])] = time.Now()
 		mu.Unlock()
+		workflowIDs = append(workflowIDs, courier.OutboxWorkflowID(source, ids[0]))
 	}
 	select {
 	case <-done:
@@ -236,6 +241,10 @@ func runOutbox(ctx context.Context, tc client.Client, natsURL, dbName, dbURL, st
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+	cost, err := measureCost(ctx, tc, workflowIDs)
+	if err != nil {
+		return Result{}, err
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	var lat []time.Duration
@@ -250,7 +259,9 @@ func runOutbox(ctx context.Context, tc client.Client, natsURL, dbName, dbURL, st
 			last = at
 		}
 	}
-	return summarize("courier outbox, "+dbName, lat, last.Sub(start)), nil
+	r := summarize("courier outbox, "+dbName, lat, last.Sub(start))
+	r.Key, r.Cost = "courier-"+dbName, cost
+	return r, nil
 }
 
 const (
@@ -282,12 +293,15 @@ func runBaseline(ctx context.Context, tc client.Client, cfg OutboxConfig) (Resul
 	)
 	start := time.Now()
 	interval := time.Duration(float64(time.Second) / cfg.Rate)
+	ids := make([]string, 0, cfg.Rows)
 	for i := 0; i < cfg.Rows; i++ {
 		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
 			time.Sleep(d)
 		}
 		t0 := time.Now()
-		run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: fmt.Sprintf("bench-baseline-%d-%d", start.UnixNano(), i), TaskQueue: queue}, baselineWorkflow)
+		id := fmt.Sprintf("bench-baseline-%d-%d", start.UnixNano(), i)
+		ids = append(ids, id)
+		run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: queue}, baselineWorkflow)
 		if err != nil {
 			return Result{}, err
 		}
@@ -312,7 +326,13 @@ func runBaseline(ctx context.Context, tc client.Client, cfg OutboxConfig) (Resul
 	if len(errs) > 0 {
 		return Result{}, errors.Join(errs...)
 	}
-	return summarize("bare Temporal, 1 no-op activity", lat, last.Sub(start)), nil
+	cost, err := measureCost(ctx, tc, ids)
+	if err != nil {
+		return Result{}, err
+	}
+	r := summarize("bare Temporal, 1 no-op activity", lat, last.Sub(start))
+	r.Key, r.Cost = "bare", cost
+	return r, nil
 }
 
 func summarize(name string, lat []time.Duration, elapsed time.Duration) Result {

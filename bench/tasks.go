@@ -47,12 +47,14 @@ type TasksConfig struct {
 // TaskResult is one row of the task table.
 type TaskResult struct {
 	Scenario  string
+	Key       string // stable name in --json output: bare, courier-sqlite, courier-postgres
 	N         int
 	Limit     int
 	MaxSeen   int           // most tasks the HTTP task worker held at once
 	Elapsed   time.Duration // from the first push to the last success
 	PerSec    float64       // completed tasks per second over Elapsed
 	P50, P99  time.Duration // from each task's insert (or workflow start) to its first push
+	Max       time.Duration
 	Shares    [5]float64    // percent of the pushes per band while every band had a backlog
 	SharesOf  int           // how many pushes Shares counts
 	Duplicate int           // pushes of a task that had been pushed before (retries)
@@ -60,6 +62,7 @@ type TaskResult struct {
 	Held      time.Duration // mean time the HTTP task worker held a task (push to its report done)
 	SlotsMax  int           // courier only: most slots taken at once in the limiter row
 	SlotsAvg  float64       // courier only: mean slots taken while tasks ran
+	Cost      Cost          // history events and billable actions per task
 }
 
 // slotSamples summarises readings of a queue's in_flight.
@@ -130,6 +133,7 @@ func RunTasks(ctx context.Context, stack Stack, cfg TasksConfig) ([]TaskResult, 
 	}
 	PrintTaskTable(cfg.Out, fmt.Sprintf("tasks: %d per scenario over priorities 1-5, limit %d, %s of work per task (at most %.0f/s), weights %s",
 		cfg.Tasks, cfg.Limit, cfg.Work, float64(cfg.Limit)/cfg.Work.Seconds(), formatShares(weightShares(courier.DefaultQueueWeights))), results)
+	printCost(cfg.Out, costRows(results, func(r TaskResult) (string, Cost) { return r.Scenario, r.Cost }))
 	return results, nil
 }
 
@@ -285,6 +289,14 @@ func runTasks(ctx context.Context, tc client.Client, dbName, dbURL string, cfg T
 	}
 	r := pl.result("courier tasks, "+dbName, cfg, lat, last, backlog)
 	r.SlotsMax, r.SlotsAvg = slots.max, slots.mean()
+	ids := make([]string, cfg.Tasks)
+	for i := range ids {
+		ids[i] = courier.TaskWorkflowID(fmt.Sprintf("%s-%d-%d", dbName, run, i), 1)
+	}
+	r.Key = "courier-" + dbName
+	if r.Cost, err = measureCost(ctx, tc, ids); err != nil {
+		return TaskResult{}, err
+	}
 	return r, nil
 }
 
@@ -417,7 +429,16 @@ func taskBaseline(ctx context.Context, tc client.Client, cfg TasksConfig) (TaskR
 		}
 		lat = append(lat, at.Sub(started[i]))
 	}
-	return pl.result("bare Temporal: workflow + 1 activity, FIFO", cfg, lat, last, backlog), nil
+	r := pl.result("bare Temporal: workflow + 1 activity, FIFO", cfg, lat, last, backlog)
+	ids := make([]string, cfg.Tasks)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("base-%d-%d", run, i)
+	}
+	r.Key = "bare"
+	if r.Cost, err = measureCost(ctx, tc, ids); err != nil {
+		return TaskResult{}, err
+	}
+	return r, nil
 }
 
 // pushLog is what an HTTP task worker saw: each task's first push, the order of the bands, and
@@ -485,7 +506,7 @@ func (l *pushLog) result(name string, cfg TasksConfig, lat []time.Duration, last
 	defer l.mu.Unlock()
 	s := summarize(name, lat, last.Sub(l.start))
 	r := TaskResult{Scenario: name, N: s.N, Limit: cfg.Limit, MaxSeen: l.max, Elapsed: s.Elapsed, PerSec: s.Throughput,
-		P50: s.P50, P99: s.P99, Duplicate: l.duplicate, Backlog: backlog}
+		P50: s.P50, P99: s.P99, Max: s.Max, Duplicate: l.duplicate, Backlog: backlog}
 	if l.ended > 0 {
 		r.Held = l.held / time.Duration(l.ended)
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"sync"
 	"time"
 
@@ -41,11 +42,13 @@ type TimersConfig struct {
 // TimerResult is one scenario's row.
 type TimerResult struct {
 	Scenario      string
+	Key           string // stable name in --json output: bare, courier
 	N             int
 	CreatePerSec  float64
 	P50, P99, Max time.Duration // lateness: arrival minus fire time
 	Early         int
 	HeapMB        float64
+	Cost          Cost // history events and billable actions per timer
 }
 
 // RunTimers creates timers due across a window and measures how late (never early) they
@@ -140,6 +143,15 @@ func RunTimers(ctx context.Context, stack Stack, cfg TimersConfig) ([]TimerResul
 	mu.Lock()
 	res := lateness("courier timers (signed HTTP callback)", arrived, due, createRate)
 	mu.Unlock()
+	res.Key = "courier"
+	ids := make([]string, 0, len(due))
+	for id := range due {
+		ids = append(ids, courier.TimerWorkflowID("bench.timer", id))
+	}
+	sort.Strings(ids)
+	if res.Cost, err = measureCost(ctx, stack.Temporal, ids); err != nil {
+		return nil, err
+	}
 	out := []TimerResult{base, res}
 	fmt.Fprintf(cfg.Out, "\ntimers: %d per scenario, due across %s starting %s after creation began\n\n", cfg.Timers, cfg.Window, cfg.Lead)
 	fmt.Fprintln(cfg.Out, "| scenario | n | created/s | lateness p50 | p99 | max | early | Go heap in use |")
@@ -148,6 +160,7 @@ func RunTimers(ctx context.Context, stack Stack, cfg TimersConfig) ([]TimerResul
 		fmt.Fprintf(cfg.Out, "| %s | %d | %.0f | %s | %s | %s | %d | %.0f MB |\n", t.Scenario, t.N, t.CreatePerSec,
 			t.P50.Round(time.Millisecond), t.P99.Round(time.Millisecond), t.Max.Round(time.Millisecond), t.Early, t.HeapMB)
 	}
+	printCost(cfg.Out, costRows(out, func(r TimerResult) (string, Cost) { return r.Scenario, r.Cost }))
 	return out, nil
 }
 
@@ -226,7 +239,18 @@ func timerBaseline(ctx context.Context, tc client.Client, cfg TimersConfig) (Tim
 			return TimerResult{}, err
 		}
 	}
-	return lateness("bare Temporal: sleep + 1 no-op activity", arrived, due, createRate), nil
+	r := lateness("bare Temporal: sleep + 1 no-op activity", arrived, due, createRate)
+	r.Key = "bare"
+	ids := make([]string, 0, len(due))
+	for id := range due {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var err error
+	if r.Cost, err = measureCost(ctx, tc, ids); err != nil {
+		return TimerResult{}, err
+	}
+	return r, nil
 }
 
 // nopPublisher stands in for the MQ in the timer benchmark, which delivers by HTTP only.

@@ -48,8 +48,12 @@ func runBench(ctx context.Context, args []string) error {
 		fs.StringVar(&kcfg.PostgresURL, "postgres-url", env("COURIER_BENCH_POSTGRES_URL", ""), postgresUsage)
 		fs.DurationVar(&kcfg.Timeout, "timeout", 10*time.Minute, "give up on a scenario after this long")
 	}
+	asJSON := fs.Bool("json", false, "write exactly one JSON object to stdout (the tables go to stderr)")
 	if err := parse(fs, args[1:]); err != nil {
 		return err
+	}
+	if *asJSON {
+		cfg.Out, tcfg.Out, kcfg.Out = os.Stderr, os.Stderr, os.Stderr
 	}
 	dir, err := os.MkdirTemp("", "courier-bench-stack-")
 	if err != nil {
@@ -79,13 +83,21 @@ func runBench(ctx context.Context, args []string) error {
 	stack := bench.Stack{Temporal: tc, NATSURL: ns.URL()}
 	switch args[0] {
 	case "timers":
-		_, err = bench.RunTimers(ctx, stack, tcfg)
-		return err
+		rs, err := bench.RunTimers(ctx, stack, tcfg)
+		return report(*asJSON, err, func() bench.Report { return bench.TimersReport(rs) })
 	case "tasks":
 		kcfg.Namespace = tmp.Namespace()
-		_, err = bench.RunTasks(ctx, stack, kcfg)
+		rs, err := bench.RunTasks(ctx, stack, kcfg)
+		return report(*asJSON, err, func() bench.Report { return bench.TasksReport(rs) })
+	}
+	rs, err := bench.RunOutbox(ctx, stack, cfg)
+	return report(*asJSON, err, func() bench.Report { return bench.OutboxReport(rs) })
+}
+
+// report writes a finished run's JSON object to stdout when asked; a failed run writes none.
+func report(asJSON bool, err error, r func() bench.Report) error {
+	if err != nil || !asJSON {
 		return err
 	}
-	_, err = bench.RunOutbox(ctx, stack, cfg)
-	return err
+	return bench.WriteJSON(os.Stdout, r())
 }
