@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,7 +38,8 @@ func (r *recordingTimers) Create(_ context.Context, req timers.CreateRequest) (t
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.created = append(r.created, req.BizType+"/"+req.BizID)
-	return timers.Timer{BizType: req.BizType, BizID: req.BizID, FireAt: req.FireAt}, true, nil
+	return timers.Timer{BizType: req.BizType, BizID: req.BizID, State: "scheduled", FireAt: req.FireAt,
+		WorkflowID: "timer/" + req.BizType + "/" + req.BizID}, true, nil
 }
 
 func (r *recordingTimers) count() int {
@@ -67,7 +67,7 @@ func setupAdmission(t *testing.T, dialect string, keyRate courier.Rate) *admissi
 		Gatherer:  reg,
 		Admission: metrics.NewAdmission(reg),
 	})
-	srv := httptest.NewServer(h)
+	srv := newServer(t, h)
 	t.Cleanup(srv.Close)
 	f := &fixture{url: srv.URL, st: st}
 	f.admin = newKey(t, st, "admin", courier.ScopeAdmin, &courier.Rate{}) // unlimited: configuration never throttled here

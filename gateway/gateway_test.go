@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"runtime"
 	"strings"
 	"testing"
@@ -54,7 +53,7 @@ func setup(t *testing.T) *fixture {
 			{Name: "mq", Probe: func(context.Context) error { return f.readyErr }},
 		},
 	})
-	srv := httptest.NewServer(h)
+	srv := newServer(t, h)
 	t.Cleanup(srv.Close)
 	f.url = srv.URL
 	return f
@@ -456,7 +455,7 @@ func TestRequestTimeoutIs503(t *testing.T) {
 	st, _ := testenv.Store(t, "sqlite")
 	_, tok, err := st.CreateAPIKey(context.Background(), "p", []courier.Scope{courier.ScopeProducer})
 	require.NoError(t, err)
-	srv := httptest.NewServer(gateway.New(gateway.Config{RequestTimeout: 200 * time.Millisecond},
+	srv := newServer(t, gateway.New(gateway.Config{RequestTimeout: 200 * time.Millisecond},
 		gateway.Deps{Keys: st, Outbox: st, Timers: blockingTimers{}}))
 	t.Cleanup(srv.Close)
 	f := &fixture{url: srv.URL}

@@ -1,0 +1,181 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/courier-oss/courier/gateway"
+)
+
+var (
+	specOnce   sync.Once
+	specDoc    *openapi3.T
+	specRouter routers.Router
+	specErr    error
+)
+
+// openAPISpec loads and validates gateway/openapi.yaml once per test binary.
+func openAPISpec(t *testing.T) (*openapi3.T, routers.Router) {
+	t.Helper()
+	specOnce.Do(func() {
+		raw, err := os.ReadFile("openapi.yaml")
+		if err != nil {
+			specErr = err
+			return
+		}
+		loader := openapi3.NewLoader()
+		if specDoc, specErr = loader.LoadFromData(raw); specErr != nil {
+			return
+		}
+		if specErr = specDoc.Validate(context.Background()); specErr != nil {
+			specErr = fmt.Errorf("openapi.yaml is not a valid OpenAPI document: %w", specErr)
+			return
+		}
+		specRouter, specErr = gorillamux.NewRouter(specDoc)
+	})
+	require.NoError(t, specErr)
+	return specDoc, specRouter
+}
+
+// newServer is httptest.NewServer for the gateway with the OpenAPI document as a referee:
+// every request a test makes and every answer the gateway gives is checked against
+// openapi.yaml, and a mismatch fails the test. A request the document does not allow (the
+// hostile ones tests send on purpose) must be refused with a 4xx; an answer must be a status
+// the operation documents, with a body of the documented schema; an error status the operation
+// does not list must still be the shared Error shape (components/responses/Error).
+func newServer(t *testing.T, h http.Handler) *httptest.Server {
+	t.Helper()
+	doc, router := openAPISpec(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+
+		if err := checkExchange(doc, router, r, body, rec); err != nil {
+			t.Errorf("openapi.yaml: %s %s → %d: %v\nanswer: %.500s", r.Method, r.URL.RequestURI(), rec.Code, err, rec.Body.String())
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// errNoBearer marks a request without the bearer credentials the document asks for.
+var errNoBearer = errors.New("no bearer token")
+
+func checkExchange(doc *openapi3.T, router routers.Router, r *http.Request, body []byte, rec *httptest.ResponseRecorder) error {
+	ctx := context.Background()
+	req := r.Clone(ctx)
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	if len(body) > 0 && req.Header.Get("Content-Type") == "" {
+		// The gateway reads a body sent without a Content-Type as JSON (gateway/bind.go).
+		req.Header.Set("Content-Type", "application/json")
+	}
+	route, params, err := router.FindRoute(req)
+	if err != nil {
+		if rec.Code == http.StatusNotFound || rec.Code == http.StatusMethodNotAllowed {
+			return checkErrorShape(doc, rec)
+		}
+		return fmt.Errorf("answered but not documented: %w", err)
+	}
+	in := &openapi3filter.RequestValidationInput{
+		Request: req, PathParams: params, Route: route,
+		Options: &openapi3filter.Options{
+			AuthenticationFunc: func(_ context.Context, ai *openapi3filter.AuthenticationInput) error {
+				if !strings.HasPrefix(ai.RequestValidationInput.Request.Header.Get("Authorization"), "Bearer ") {
+					return errNoBearer
+				}
+				return nil
+			},
+		},
+	}
+	if reqErr := openapi3filter.ValidateRequest(ctx, in); reqErr != nil && rec.Code < 400 {
+		return fmt.Errorf("the request does not match the document, yet it was accepted: %w", reqErr)
+	}
+	resps := route.Operation.Responses
+	if resps.Status(rec.Code) == nil && resps.Default() == nil {
+		if rec.Code < 400 {
+			return fmt.Errorf("status %d is not documented for %s %s", rec.Code, route.Method, route.Path)
+		}
+		return checkErrorShape(doc, rec)
+	}
+	out := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: in, Status: rec.Code, Header: rec.Header(),
+		Options: &openapi3filter.Options{IncludeResponseStatus: true},
+	}
+	out.SetBodyBytes(rec.Body.Bytes())
+	return openapi3filter.ValidateResponse(ctx, out)
+}
+
+// checkErrorShape checks an error answer against the document's shared Error response.
+func checkErrorShape(doc *openapi3.T, rec *httptest.ResponseRecorder) error {
+	if rec.Code < 400 {
+		return fmt.Errorf("status %d where an error was expected", rec.Code)
+	}
+	if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		return fmt.Errorf("error answered as %q, not JSON", ct)
+	}
+	var v any
+	if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil {
+		return fmt.Errorf("error body is not JSON: %w", err)
+	}
+	schema := doc.Components.Responses["Error"].Value.Content.Get("application/json").Schema.Value
+	return schema.VisitJSON(v)
+}
+
+// The document is valid OpenAPI 3 (kin-openapi's validation, with examples checked).
+func TestOpenAPIDocumentIsValid(t *testing.T) {
+	t.Parallel()
+	doc, _ := openAPISpec(t)
+	require.NoError(t, doc.Validate(t.Context(), openapi3.EnableExamplesValidation()))
+}
+
+// Every route the router serves, with every optional endpoint group enabled, is an operation
+// of the document, and every operation of the document is served.
+func TestOpenAPICoversEveryRoute(t *testing.T) {
+	t.Parallel()
+	doc, _ := openAPISpec(t)
+	e := gateway.New(gateway.Config{}, gateway.Deps{Tasks: newFakeTasks(), Timers: stubTimers{}, Schedules: stubSchedules{},
+		BizTypes: stubBizTypes{}, Gatherer: prometheus.NewRegistry()})
+	param := regexp.MustCompile(`:([a-z_]+)`)
+	var served []string
+	for _, r := range e.Routes() {
+		if !slices.Contains(httpMethods, strings.ToLower(r.Method)) || r.Path == "/*" || strings.HasSuffix(r.Path, "/*") {
+			continue
+		}
+		served = append(served, r.Method+" "+param.ReplaceAllString(r.Path, "{$1}"))
+	}
+	var documented []string
+	for path, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			documented = append(documented, method+" "+path)
+		}
+	}
+	slices.Sort(served)
+	served = slices.Compact(served)
+	require.ElementsMatch(t, documented, served, "served routes (right) and documented operations (left) differ")
+}
