@@ -14,13 +14,14 @@ const (
 // Search attribute names courier sets on its workflows, so operators can find work by its
 // business key in the Temporal UI.
 const (
-	SAKind    = "CourierKind"    // outbox, timer, task
-	SATopic   = "CourierTopic"   // outbox topic
-	SASource  = "CourierSource"  // outbox source database
-	SABizType = "CourierBizType" // timer business type
-	SABizID   = "CourierBizID"   // timer business id
-	SAState   = "CourierState"   // timer state (scheduled, firing, delivered, failed, cancelled) or task status
-	SAFireAt  = "CourierFireAt"  // timer fire time
+	SAKind    = "CourierKind"     // outbox, timer, task
+	SATopic   = "CourierTopic"    // outbox topic
+	SASource  = "CourierSource"   // outbox source database
+	SARecord  = "CourierRecordID" // outbox record id (in its source)
+	SABizType = "CourierBizType"  // timer business type
+	SABizID   = "CourierBizID"    // timer business id
+	SAState   = "CourierState"    // outbox record status (dispatched, sent, dead), timer state (scheduled, firing, delivered, failed, cancelled) or task status
+	SAFireAt  = "CourierFireAt"   // timer fire time
 
 	SATaskID       = "CourierTaskID"       // task id
 	SATaskVersion  = "CourierTaskVersion"  // task version
@@ -33,6 +34,7 @@ var SearchAttributes = map[string]SearchAttributeType{
 	SAKind:    SAKeyword,
 	SATopic:   SAKeyword,
 	SASource:  SAKeyword,
+	SARecord:  SAInt,
 	SABizType: SAKeyword,
 	SABizID:   SAKeyword,
 	SAState:   SAKeyword,

@@ -53,15 +53,19 @@ func TestRecordHistories(t *testing.T) {
 		t.Skip("set COURIER_RECORD_HISTORIES=1 to re-record workflow histories")
 	}
 	dir := filepath.Join("..", "workflows", "testdata", "histories")
+	// The runs record the record's state in CourierState and a dead record's run fails. The
+	// histories recorded before that (sent, retried-then-sent, dead-unknown-topic,
+	// dead-after-budget) are kept beside these and never re-recorded: they are what runs started
+	// by older workers look like.
 	cases := []struct {
 		name     string
 		topic    string
 		failures int
 	}{
-		{"sent", "orders.created", 0},
-		{"retried-then-sent", "orders.created", 2},
-		{"dead-unknown-topic", "nowhere.created", 0},
-		{"dead-after-budget", "orders.created", -1},
+		{"sent-state", "orders.created", 0},
+		{"retried-then-sent-state", "orders.created", 2},
+		{"dead-fails-unknown-topic", "nowhere.created", 0},
+		{"dead-fails-after-budget", "orders.created", -1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -84,7 +88,7 @@ func TestRecordHistories(t *testing.T) {
 			wid := courier.OutboxWorkflowID("", ids[0])
 			require.Eventually(t, func() bool {
 				d, err := s.tc.DescribeWorkflowExecution(ctx, wid, "")
-				return err == nil && d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+				return err == nil && d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 			}, time.Minute, 50*time.Millisecond)
 			hist := &historypb.History{}
 			it := s.tc.GetWorkflowHistory(ctx, wid, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
@@ -95,7 +99,7 @@ func TestRecordHistories(t *testing.T) {
 			}
 			write(t, filepath.Join(dir, "outbox-delivery", c.name+".json"), hist)
 
-			if c.name == "sent" {
+			if c.name == "sent-state" {
 				// A deliberately incompatible history: the recorded run scheduled an activity the
 				// current code never schedules. Replay must reject it.
 				for _, ev := range hist.Events {
@@ -152,17 +156,19 @@ func TestRecordTimerHistories(t *testing.T) {
 
 	closed := func(id string) bool {
 		d, err := s.tc.DescribeWorkflowExecution(ctx, id, "")
-		return err == nil && d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+		return err == nil && d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 	}
 	dir := filepath.Join("..", "workflows", "testdata", "histories", "timer")
+	// A failed delivery's run fails: it is written as delivery-failed.json, beside failed.json,
+	// which a run recorded before that completed and is never re-recorded.
 	for _, c := range []string{"delivered", "rescheduled", "cancelled", "failed"} {
-		typ := "rec.ok"
+		typ, file := "rec.ok", c
 		if c == "failed" {
-			typ = "rec.gone"
+			typ, file = "rec.gone", "delivery-failed"
 		}
 		id := courier.TimerWorkflowID(typ, c)
 		require.Eventually(t, func() bool { return closed(id) }, time.Minute, 50*time.Millisecond, id)
-		write(t, filepath.Join(dir, c+".json"), history(t, s, id, ""))
+		write(t, filepath.Join(dir, file+".json"), history(t, s, id, ""))
 	}
 	var runID, wfID string
 	require.Eventually(t, func() bool {

@@ -22,7 +22,8 @@ import (
 )
 
 // TestRecordTaskHistories records task and sweeper workflow histories from real runs (make
-// record-histories): a success, a failure that goes back to pending for a retry, a failure by
+// record-histories): a success, a failure that goes back to pending for a retry, a failure
+// with the attempts spent (the run fails, "failed"), a failure by
 // heartbeat timeout, a cancel while processing, a push tried again after a 503, a result that
 // arrived before the push was answered, and one sweep. The histories recorded before the push
 // and the wait were split (task/single-push-*.json, task-sweeper/run-shared-queue.json) are
@@ -52,6 +53,8 @@ func TestRecordTaskHistories(t *testing.T) {
 			report(t, token, p, "success", 200, "parsed")
 		case "retried":
 			report(t, token, p, "failure", 503, "try later")
+		case "failed":
+			report(t, token, p, "failure", 422, "unparseable pdf")
 		case "heartbeat-timeout", "cancelled":
 			// silent
 		}
@@ -59,6 +62,7 @@ func TestRecordTaskHistories(t *testing.T) {
 	ts.putQueue("default", map[string]any{"push_url": w.url, "heartbeat_timeout": "1s",
 		"retry": map[string]any{"initial_interval": "1h", "max_interval": "2h", "max_attempts": 3}})
 	ts.putQueue("hold", map[string]any{"push_url": w.url}) // no heartbeat timeout: it waits for the cancel
+	ts.putQueue("once", map[string]any{"push_url": w.url, "retry": map[string]any{"max_attempts": 1}})
 	// A worker that refuses the first try of a push with 503, and one that reports before it
 	// answers the push.
 	var tries sync.Map
@@ -92,11 +96,13 @@ func TestRecordTaskHistories(t *testing.T) {
 		require.Equal(t, http.StatusCreated, ts.insert(id, 1, 2, "default"))
 	}
 	require.Equal(t, http.StatusCreated, ts.insert("cancelled", 1, 2, "hold"))
+	require.Equal(t, http.StatusCreated, ts.insert("failed", 1, 2, "once"))
 	for _, id := range []string{"push-retried", "result-before-push-answered"} {
 		require.Equal(t, http.StatusCreated, ts.insert(id, 1, 2, "odd"))
 	}
 	ts.waitStatus("success", 1, courier.TaskSuccess, time.Minute)
 	ts.waitStatus("retried", 1, courier.TaskPending, time.Minute)
+	ts.waitStatus("failed", 1, courier.TaskFailed, time.Minute)
 	ts.waitStatus("heartbeat-timeout", 1, courier.TaskPending, time.Minute)
 	ts.waitStatus("push-retried", 1, courier.TaskSuccess, time.Minute)
 	ts.waitStatus("result-before-push-answered", 1, courier.TaskSuccess, time.Minute)
@@ -108,7 +114,7 @@ func TestRecordTaskHistories(t *testing.T) {
 		return err == nil && d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 	}
 	dir := filepath.Join("..", "workflows", "testdata", "histories", "task")
-	for _, c := range []string{"success", "retried", "heartbeat-timeout", "cancelled", "push-retried", "result-before-push-answered"} {
+	for _, c := range []string{"success", "retried", "failed", "heartbeat-timeout", "cancelled", "push-retried", "result-before-push-answered"} {
 		id := courier.TaskWorkflowID(c, 1)
 		mu.Lock()
 		run := runs[c]

@@ -303,6 +303,8 @@ func (r *Relay) startOne(ctx context.Context, source string, rec store.ClaimedRe
 			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet("outbox"),
 			temporal.NewSearchAttributeKeyKeyword(courier.SATopic).ValueSet(rec.Topic),
 			temporal.NewSearchAttributeKeyKeyword(courier.SASource).ValueSet(source),
+			temporal.NewSearchAttributeKeyInt64(courier.SARecord).ValueSet(rec.ID),
+			temporal.NewSearchAttributeKeyKeyword(courier.SAState).ValueSet(string(courier.OutboxDispatched)),
 		),
 	}
 	_, err := r.tc.ExecuteWorkflow(ctx, opts, workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{

@@ -238,6 +238,18 @@ func (s *Service) Get(ctx context.Context, bizType, bizID string) (Timer, error)
 		if err := s.tc.GetWorkflow(ctx, id, "").Get(ctx, &st); err != nil {
 			return Timer{}, err
 		}
+	case enumspb.WORKFLOW_EXECUTION_STATUS_FAILED:
+		// A failed delivery ends the run Failed (workflows.ErrTypeTimerFailed), its state in the
+		// failure's details.
+		err := s.tc.GetWorkflow(ctx, id, "").Get(ctx, nil)
+		var app *temporal.ApplicationError
+		if !errors.As(err, &app) || app.Type() != workflows.ErrTypeTimerFailed || app.Details(&st) != nil {
+			st = workflows.TimerState{State: workflows.TimerFailed, LastError: "workflow failed"}
+			if err != nil {
+				st.LastError = "workflow failed: " + err.Error()
+			}
+			st.FireAt = searchTime(d.GetWorkflowExecutionInfo().GetSearchAttributes(), courier.SAFireAt)
+		}
 	default:
 		st.State = workflows.TimerFailed
 		st.LastError = "workflow " + strings.ToLower(d.GetWorkflowExecutionInfo().GetStatus().String())

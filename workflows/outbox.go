@@ -14,6 +14,17 @@ import (
 // OutboxDeliveryName is the registered name of the per-record delivery workflow.
 const OutboxDeliveryName = "outbox-delivery"
 
+// ErrTypeOutboxDead is the failure type of a delivery run whose record went dead: the run ends
+// Failed with the record's last error as the message, after the row has been marked dead (the
+// row stays the source of truth). Its details carry the OutboxDeliveryResult.
+const ErrTypeOutboxDead = "OutboxDead"
+
+// outboxFailsChange guards what runs recorded before it did not do: the record's state is
+// written to the CourierState search attribute, and a dead record's run ends Failed.
+const outboxFailsChange = "outbox-dead-fails"
+
+var saOutboxState = temporal.NewSearchAttributeKeyKeyword(courier.SAState)
+
 // RetryPolicy is a serialisable retry budget with exponential backoff.
 type RetryPolicy struct {
 	InitialInterval time.Duration // first wait; default 1 s
@@ -94,7 +105,8 @@ var markDeadOptions = workflow.ActivityOptions{
 
 // OutboxDelivery publishes one outbox record with retries and backoff, then the record is
 // sent; once the budget is spent (or the failure is permanent) it marks the record dead with
-// its last error.
+// its last error and the run fails with it (ErrTypeOutboxDead), so the Temporal UI lists it
+// under Failures. The record's state (sent, dead) is kept in CourierState.
 func OutboxDelivery(ctx workflow.Context, p OutboxDeliveryParams) (OutboxDeliveryResult, error) {
 	retry := p.Retry.WithDefaults()
 	dctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
@@ -105,6 +117,9 @@ func OutboxDelivery(ctx workflow.Context, p OutboxDeliveryParams) (OutboxDeliver
 	err := workflow.ExecuteActivity(dctx, activities.DeliverOutboxName,
 		activities.DeliverParams{Source: p.Source, ID: p.ID}).Get(ctx, &res)
 	if err == nil {
+		if workflow.GetVersion(ctx, outboxFailsChange, workflow.DefaultVersion, 1) >= 1 {
+			_ = workflow.UpsertTypedSearchAttributes(ctx, saOutboxState.ValueSet(string(courier.OutboxSent)))
+		}
 		return OutboxDeliveryResult{Status: courier.OutboxSent, AlreadySent: res.AlreadySent}, nil
 	}
 	lastErr := rootMessage(err)
@@ -113,7 +128,12 @@ func OutboxDelivery(ctx workflow.Context, p OutboxDeliveryParams) (OutboxDeliver
 		activities.MarkDeadParams{Source: p.Source, ID: p.ID, LastError: lastErr}).Get(ctx, nil); err != nil {
 		return OutboxDeliveryResult{}, err
 	}
-	return OutboxDeliveryResult{Status: courier.OutboxDead, LastError: lastErr}, nil
+	dead := OutboxDeliveryResult{Status: courier.OutboxDead, LastError: lastErr}
+	if workflow.GetVersion(ctx, outboxFailsChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return dead, nil
+	}
+	_ = workflow.UpsertTypedSearchAttributes(ctx, saOutboxState.ValueSet(string(courier.OutboxDead)))
+	return dead, temporal.NewNonRetryableApplicationError(lastErr, ErrTypeOutboxDead, nil, dead)
 }
 
 // rootMessage extracts the activity's own error message from Temporal's wrappers.

@@ -91,9 +91,7 @@ func TestOutboxDeliveryDeadAfterBudget(t *testing.T) {
 		func(_ context.Context, p activities.MarkDeadParams) error { dead = p; return nil }).Once()
 	start := env.Now()
 	env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 9, Retry: budget})
-	require.NoError(t, env.GetWorkflowError())
-	var res workflows.OutboxDeliveryResult
-	require.NoError(t, env.GetWorkflowResult(&res))
+	res := deadResult(t, env)
 	require.Equal(t, courier.OutboxDead, res.Status)
 	require.Equal(t, 5, calls, "exactly MaxAttempts attempts")
 	require.Equal(t, int64(9), dead.ID)
@@ -114,8 +112,7 @@ func TestOutboxDeliveryPermanentFailureIsDeadAtOnce(t *testing.T) {
 		})
 	env.OnActivity(activities.MarkOutboxDeadName, mock.Anything, mock.Anything).Return(nil).Once()
 	env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 3, Retry: budget})
-	var res workflows.OutboxDeliveryResult
-	require.NoError(t, env.GetWorkflowResult(&res))
+	res := deadResult(t, env)
 	require.Equal(t, courier.OutboxDead, res.Status)
 	require.Equal(t, 1, calls)
 	require.Contains(t, res.LastError, "no stream for orders.x")
@@ -136,10 +133,24 @@ func TestOutboxDeliveryMarkDeadIsRetried(t *testing.T) {
 			return nil
 		})
 	env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 3, Retry: budget})
-	var res workflows.OutboxDeliveryResult
-	require.NoError(t, env.GetWorkflowResult(&res))
+	res := deadResult(t, env)
 	require.Equal(t, courier.OutboxDead, res.Status)
 	require.Equal(t, 3, calls)
+}
+
+// deadResult checks that a dead record's run failed (the Temporal UI lists it under Failures)
+// with the record's last error as the message, and returns the result its details carry.
+func deadResult(t *testing.T, env *testsuite.TestWorkflowEnvironment) workflows.OutboxDeliveryResult {
+	t.Helper()
+	require.True(t, env.IsWorkflowCompleted())
+	var app *temporal.ApplicationError
+	require.ErrorAs(t, env.GetWorkflowError(), &app, "a dead record's run fails")
+	require.Equal(t, workflows.ErrTypeOutboxDead, app.Type())
+	require.True(t, app.NonRetryable())
+	var res workflows.OutboxDeliveryResult
+	require.NoError(t, app.Details(&res))
+	require.Equal(t, res.LastError, app.Message(), "the failure message is the reason")
+	return res
 }
 
 func TestRetryPolicyDefaults(t *testing.T) {

@@ -36,6 +36,16 @@ const TaskResultUpdate = "task-result"
 // (a result, a timeout, a refused push or a cancel), or the update names another attempt.
 const ErrTypeAttemptOver = "AttemptOver"
 
+// ErrTypeTaskFailed is the failure type of the run of an attempt that left its task Failed
+// (attempts spent, or the pending timeout): the run ends Failed with the attempt's message, after
+// the row recorded it (the row stays the source of truth), so the Temporal UI lists it under
+// Failures. Its details carry the TaskRunResult.
+const ErrTypeTaskFailed = "TaskFailed"
+
+// taskFailsChange guards an attempt that leaves its task Failed ending its run Failed: runs
+// recorded before it completed.
+const taskFailsChange = "task-failed-fails"
+
 // TaskResultParams is a worker's report of one attempt, as TaskResultUpdate carries it.
 type TaskResultParams struct {
 	Attempt int
@@ -315,7 +325,16 @@ func finishAttempt(ctx workflow.Context, p TaskParams, out activities.TaskOutcom
 	if fin.Applied {
 		_ = workflow.UpsertTypedSearchAttributes(ctx, saTaskState.ValueSet(string(fin.Status)))
 	}
-	return TaskRunResult{Applied: fin.Applied, Status: fin.Status, Outcome: out}, nil
+	res := TaskRunResult{Applied: fin.Applied, Status: fin.Status, Outcome: out}
+	if !fin.Applied || fin.Status != courier.TaskFailed ||
+		workflow.GetVersion(ctx, taskFailsChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return res, nil
+	}
+	msg := out.Message
+	if msg == "" {
+		msg = fmt.Sprintf("task failed: attempt %d ended in %s", p.Attempt, out.Kind)
+	}
+	return res, temporal.NewNonRetryableApplicationError(msg, ErrTypeTaskFailed, nil, res)
 }
 
 func timeoutMessage(to *temporal.TimeoutError, p TaskParams) string {

@@ -130,14 +130,26 @@ func newTaskEnv(t *testing.T,
 	return env
 }
 
-// run executes one attempt and returns its result; the workflow must end without an error.
+// run executes one attempt and returns its result; the workflow must end without an error,
+// unless the attempt left its task Failed: then the run fails with the attempt's message and
+// the result in the details.
 func (e *taskEnv) run(t *testing.T, p workflows.TaskParams) workflows.TaskRunResult {
 	t.Helper()
 	e.ExecuteWorkflow(workflows.TaskName, p)
 	require.True(t, e.IsWorkflowCompleted())
-	require.NoError(t, e.GetWorkflowError())
 	var res workflows.TaskRunResult
-	require.NoError(t, e.GetWorkflowResult(&res))
+	var app *temporal.ApplicationError
+	if errors.As(e.GetWorkflowError(), &app) && app.Type() == workflows.ErrTypeTaskFailed {
+		require.True(t, app.NonRetryable())
+		require.NoError(t, app.Details(&res))
+		require.True(t, res.Applied)
+		require.Equal(t, courier.TaskFailed, res.Status)
+		require.Equal(t, res.Outcome.Message, app.Message(), "the failure message is the reason")
+	} else {
+		require.NoError(t, e.GetWorkflowError())
+		require.NoError(t, e.GetWorkflowResult(&res))
+		require.False(t, res.Applied && res.Status == courier.TaskFailed, "a failed task's run fails")
+	}
 	res.Outcome = noResultIsNil(res.Outcome)
 	return res
 }

@@ -19,6 +19,11 @@ const (
 	UpdateCancel       = "cancel-timer"
 	QueryTimerState    = "timer-state"
 	ErrTypeTimerClosed = "TimerClosed"
+	// ErrTypeTimerFailed is the failure type of a timer run whose delivery failed (its budget
+	// spent, a permanent refusal, an unknown business type): the run ends Failed with the last
+	// error as the message, so the Temporal UI lists it under Failures. Its details carry the
+	// TimerState.
+	ErrTypeTimerFailed = "TimerFailed"
 )
 
 // Timer states.
@@ -64,6 +69,9 @@ const (
 	// timerContinueAsNew guards the continue-as-new path: runs recorded before it replay
 	// without it.
 	timerContinueAsNew = "timer-continue-as-new"
+	// timerFailsChange guards a failed delivery ending the run Failed: runs recorded before it
+	// completed with the failed state as their result.
+	timerFailsChange = "timer-failed-fails"
 )
 
 var (
@@ -83,7 +91,8 @@ var loadBizTypeOptions = workflow.LocalActivityOptions{
 // Timer waits until FireAt (never earlier), accepting reschedules and a cancel as updates so the
 // caller learns the outcome, then delivers once through the business type's queue with its
 // retry budget. A cancel that was accepted wins: the timer never fires after it. Any number of
-// reschedules works: a scheduled timer continues as new when the server suggests it.
+// reschedules works: a scheduled timer continues as new when the server suggests it. A timer
+// whose delivery failed ends Failed (ErrTypeTimerFailed) with its state in the details.
 func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 	st := TimerState{State: TimerScheduled, FireAt: p.FireAt, Version: p.Version}
 	changed := false
@@ -178,7 +187,7 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 	if err := workflow.ExecuteLocalActivity(lctx, activities.LoadBizTypeName, p.BizType).Get(ctx, &cfg); err != nil {
 		st.State, st.LastError = TimerFailed, rootMessage(err)
 		publish()
-		return st, nil
+		return st, timerFailure(ctx, st)
 	}
 	retry := RetryPolicy{InitialInterval: cfg.InitialInterval, BackoffCoef: cfg.Backoff,
 		MaxInterval: cfg.MaxInterval, MaxAttempts: cfg.MaxAttempts}.WithDefaults()
@@ -208,5 +217,21 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 		st.State = TimerDelivered
 	}
 	publish()
-	return st, workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
+	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+		return st, err
+	}
+	if st.State == TimerFailed {
+		return st, timerFailure(ctx, st)
+	}
+	return st, nil
+}
+
+// timerFailure is how a failed timer's run ends: Failed with the last error as the message and
+// the state in the details (timers.Service.Get reads it from there), except in runs recorded
+// before timerFailsChange, which completed with the state as their result.
+func timerFailure(ctx workflow.Context, st TimerState) error {
+	if workflow.GetVersion(ctx, timerFailsChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return nil
+	}
+	return temporal.NewNonRetryableApplicationError(st.LastError, ErrTypeTimerFailed, nil, st)
 }

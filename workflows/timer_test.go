@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
@@ -56,9 +57,20 @@ func newTimerEnv(t *testing.T, deliver func(n int) error) *timerEnv {
 func (e *timerEnv) run(t *testing.T, in time.Duration) workflows.TimerState {
 	e.ExecuteWorkflow(workflows.TimerName, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: e.start.Add(in), Payload: []byte(`{}`)})
 	require.True(t, e.IsWorkflowCompleted())
-	require.NoError(t, e.GetWorkflowError())
 	var st workflows.TimerState
+	// A failed delivery ends the run Failed, with the last error as the message and the state
+	// in the details; every other outcome completes with the state as the result.
+	var app *temporal.ApplicationError
+	if errors.As(e.GetWorkflowError(), &app) && app.Type() == workflows.ErrTypeTimerFailed {
+		require.True(t, app.NonRetryable())
+		require.NoError(t, app.Details(&st))
+		require.Equal(t, workflows.TimerFailed, st.State)
+		require.Equal(t, st.LastError, app.Message(), "the failure message is the reason")
+		return st
+	}
+	require.NoError(t, e.GetWorkflowError())
 	require.NoError(t, e.GetWorkflowResult(&st))
+	require.NotEqual(t, workflows.TimerFailed, st.State, "a failed timer's run fails")
 	return st
 }
 
