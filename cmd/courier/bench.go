@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -23,8 +22,12 @@ import (
 
 // runBench runs a named benchmark against a fresh embedded stack and prints one table.
 func runBench(ctx context.Context, args []string) error {
-	if len(args) == 0 || (args[0] != "outbox" && args[0] != "timers" && args[0] != "tasks") {
-		return fmt.Errorf("usage: courier bench outbox|timers|tasks [flags]")
+	if _, err := pickSubcommand("bench", "benchmark", []subcommand{
+		{"outbox", "outbox commit-to-publish latency and throughput, SQLite and optionally PostgreSQL"},
+		{"timers", "timer fire-time accuracy under load"},
+		{"tasks", "prioritized task dispatch: throughput and priority shares under a concurrency limit"},
+	}, args); err != nil {
+		return err
 	}
 	fs := flag.NewFlagSet("bench "+args[0], flag.ContinueOnError)
 	var cfg bench.OutboxConfig

@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -21,7 +20,7 @@ Usage:
   courier worker    run the Temporal worker and the outbox relay
   courier gateway   run the HTTP gateway
   courier apikey    create or revoke API keys, or set their request rates
-  courier bench     run a benchmark (courier bench outbox -h)
+  courier bench     run a benchmark (courier bench -h lists them)
 
 Every command takes -h for its flags; each flag also reads the environment variable named in
 its help text.
@@ -49,15 +48,20 @@ func main() {
 		err = runAPIKey(ctx, args)
 	case "bench":
 		err = runBench(ctx, args)
-	case "-h", "--help", "help":
+	case "-h", "-help", "--help", "help":
 		fmt.Print(usage)
 		return
 	default:
 		fmt.Fprintf(os.Stderr, "courier: unknown command %q\n\n%s", os.Args[1], usage)
 		os.Exit(2)
 	}
-	if errors.Is(err, flag.ErrHelp) {
+	if errors.Is(err, helpShown) {
 		os.Exit(0)
+	}
+	var ue *usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(os.Stderr, "courier %s: %s\n\n%s", os.Args[1], ue.msg, ue.usage)
+		os.Exit(2)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "courier %s: %v\n", os.Args[1], err)

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"net/http"
-	"os"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -16,11 +15,6 @@ import (
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/worker"
 )
-
-func parse(fs *flag.FlagSet, args []string) error {
-	fs.SetOutput(os.Stderr)
-	return fs.Parse(args)
-}
 
 // runWorker runs the Temporal worker and the relay, with /metrics and /healthz on the HTTP
 // address, until SIGINT/SIGTERM.
@@ -139,10 +133,12 @@ func runMigrate(ctx context.Context, args []string) error {
 
 // runAPIKey creates or revokes API keys, or sets a key's own request rate.
 func runAPIKey(ctx context.Context, args []string) error {
-	const usage = "usage: courier apikey create --name NAME --scopes producer,worker,admin [--rate R --burst B]" +
-		" | courier apikey revoke --id ID | courier apikey set-rate --id ID --rate R|default [--burst B]"
-	if len(args) == 0 || (args[0] != "create" && args[0] != "revoke" && args[0] != "set-rate") {
-		return errors.New(usage)
+	if _, err := pickSubcommand("apikey", "action", []subcommand{
+		{"create", "create a key: --name NAME --scopes producer,worker,admin [--rate R --burst B]; prints it once"},
+		{"revoke", "revoke a key: --id ID"},
+		{"set-rate", "set a key's request rate: --id ID --rate R|default [--burst B]"},
+	}, args); err != nil {
+		return err
 	}
 	fs := flag.NewFlagSet("apikey "+args[0], flag.ContinueOnError)
 	dbURL := fs.String("database-url", env("DATABASE_URL", ""), "postgres://… or sqlite:PATH (DATABASE_URL)")
