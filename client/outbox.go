@@ -140,3 +140,29 @@ func (c *Client) RedriveOutbox(ctx context.Context, source string, id int64) (*O
 	}
 	return &out, nil
 }
+
+// RedriveFilter selects dead records for RedriveDead. Zero fields do not filter.
+type RedriveFilter struct {
+	Source     string     `json:"source,omitempty"`      // outbox source; "": courier's own
+	Topic      string     `json:"topic,omitempty"`       // NATS-style pattern: "orders.*" (one token), "orders.>" (the rest)
+	DeadSince  *time.Time `json:"dead_since,omitempty"`  // went dead at or after
+	DeadBefore *time.Time `json:"dead_before,omitempty"` // went dead before
+	Max        int        `json:"max,omitempty"`         // records to take at most, 1–10000; 0: the gateway's default (1000)
+}
+
+// RedriveResult says what RedriveDead did.
+type RedriveResult struct {
+	Redriven int  `json:"redriven"` // records made pending again
+	Busy     int  `json:"busy"`     // matching records left dead because their last delivery run was still open; call again a second later
+	More     bool `json:"more"`     // matching dead records remain beyond Max; call again for the next ones
+}
+
+// RedriveDead sends the dead records f matches again, in bounded batches (POST
+// /v1/outbox/redrive, scope admin). Safe to retry: a repeat only redrives records still dead.
+func (c *Client) RedriveDead(ctx context.Context, f RedriveFilter) (*RedriveResult, error) {
+	var out RedriveResult
+	if _, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/outbox/redrive", body: f, idempotent: true, out: &out}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

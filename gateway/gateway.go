@@ -24,6 +24,8 @@ type OutboxStore interface {
 	ListOutbox(ctx context.Context, f store.OutboxFilter) ([]courier.OutboxRecord, bool, error)
 	RedriveOutbox(ctx context.Context, id int64) (courier.OutboxRecord, error)
 	EnqueueOutbox(ctx context.Context, m outbox.Message) (courier.OutboxRecord, error)
+	DeadOutbox(ctx context.Context, f store.DeadFilter, limit int) ([]store.DeadRef, error)
+	RedriveDeadOutbox(ctx context.Context, ids []int64) (int64, error)
 }
 
 // RunWaiter waits until no run of a workflow is open (relay.DeliveryRuns): a redrive waits for
@@ -111,6 +113,7 @@ func New(cfg Config, d Deps) *echo.Echo {
 	v1.GET("/outbox", h.listOutbox, producer)
 	v1.GET("/outbox/:id", h.getOutbox, producer)
 	v1.POST("/outbox/:id/redrive", h.redriveOutbox, admin)
+	v1.POST("/outbox/redrive", h.redriveDeadOutbox, admin)
 	if d.BizTypes != nil {
 		v1.GET("/biz-types", h.listBizTypes, admin)
 		v1.GET("/biz-types/:name", h.getBizType, admin)

@@ -2,10 +2,13 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -227,4 +230,158 @@ func (h *handlers) redriveOutbox(c echo.Context) error {
 		h.d.Wake()
 	}
 	return c.JSON(http.StatusAccepted, outboxJSON(src, rec))
+}
+
+// BulkRedriveRequest is the body of POST /v1/outbox/redrive: which dead records to redrive.
+type BulkRedriveRequest struct {
+	Source     string     `json:"source"`      // outbox source; default courier's own
+	Topic      string     `json:"topic"`       // NATS-style pattern: `*` one token, `>` the rest; empty: all
+	DeadSince  *time.Time `json:"dead_since"`  // went dead at or after
+	DeadBefore *time.Time `json:"dead_before"` // went dead before
+	Max        *int       `json:"max"`         // records to take at most; default 1000, 1 to 10000
+}
+
+// BulkRedriveResult says what a bulk redrive did.
+type BulkRedriveResult struct {
+	Redriven int64 `json:"redriven"` // records made pending again
+	Busy     int   `json:"busy"`     // matching records left dead: their last delivery run was still open
+	More     bool  `json:"more"`     // matching dead records remain that this call did not reach
+}
+
+// Bulk redrive bounds.
+const (
+	defaultRedriveMax = 1000
+	maxRedriveMax     = 10000
+	redriveBatch      = 500 // records per statement
+	runCheckParallel  = 8   // delivery runs checked at once
+	runCheckWait      = 200 * time.Millisecond
+)
+
+// redriveDeadOutbox redrives the dead records a filter matches, in batches of at most 500 (one
+// UPDATE each, payloads never read). A record whose last delivery run is still open is skipped
+// and counted busy rather than waited for: a bulk call must not spend seconds per record.
+func (h *handlers) redriveDeadOutbox(c echo.Context) error {
+	var req BulkRedriveRequest
+	if err := bindJSON(c, &req); err != nil {
+		return err
+	}
+	src, st := courier.DefaultSource, h.d.Outbox
+	if req.Source != "" && req.Source != courier.DefaultSource {
+		var ok bool
+		if st, ok = h.d.Sources[req.Source]; !ok {
+			if err := courier.CheckName("source", req.Source); err != nil {
+				return err
+			}
+			return &courier.Error{Code: courier.CodeNotFound, Message: fmt.Sprintf("unknown outbox source %q", req.Source),
+				Details: map[string]any{"field": "source"}}
+		}
+		src = req.Source
+	}
+	f := store.DeadFilter{Topic: req.Topic}
+	if f.Topic != "" {
+		if err := courier.CheckTopicPattern("topic", f.Topic); err != nil {
+			return err
+		}
+	}
+	if req.DeadSince != nil {
+		f.DeadSince = *req.DeadSince
+	}
+	if req.DeadBefore != nil {
+		f.DeadBefore = *req.DeadBefore
+	}
+	if !f.DeadSince.IsZero() && !f.DeadBefore.IsZero() && !f.DeadSince.Before(f.DeadBefore) {
+		return &courier.Error{Code: courier.CodeValidation, Message: "dead_since must be before dead_before",
+			Details: map[string]any{"field": "dead_since"}}
+	}
+	left := defaultRedriveMax
+	if req.Max != nil {
+		left = *req.Max
+		if left < 1 || left > maxRedriveMax {
+			return &courier.Error{Code: courier.CodeValidation, Message: fmt.Sprintf("max must be 1 to %d; got %d", maxRedriveMax, left),
+				Details: map[string]any{"field": "max"}}
+		}
+	}
+	ctx := c.Request().Context()
+	var res BulkRedriveResult
+	for left > 0 {
+		refs, err := st.DeadOutbox(ctx, f, min(left, redriveBatch))
+		if err != nil {
+			return err
+		}
+		if len(refs) == 0 {
+			break
+		}
+		f.AfterID = refs[len(refs)-1].ID
+		left -= len(refs)
+		ids, err := h.closedRuns(ctx, src, refs)
+		if err != nil {
+			return err
+		}
+		res.Busy += len(refs) - len(ids)
+		n, err := st.RedriveDeadOutbox(ctx, ids)
+		if err != nil {
+			return err
+		}
+		res.Redriven += n
+		if left == 0 {
+			rest, err := st.DeadOutbox(ctx, f, 1)
+			if err != nil {
+				return err
+			}
+			res.More = len(rest) > 0
+		}
+	}
+	if res.Redriven > 0 && h.d.Wake != nil {
+		h.d.Wake()
+	}
+	return c.JSON(http.StatusOK, res)
+}
+
+// closedRuns returns the ids of refs whose last delivery run is closed (all of them without
+// Deps.Runs). A run that does not close within a moment is left out: busy.
+func (h *handlers) closedRuns(ctx context.Context, src string, refs []store.DeadRef) ([]int64, error) {
+	if h.d.Runs == nil {
+		ids := make([]int64, len(refs))
+		for i, r := range refs {
+			ids[i] = r.ID
+		}
+		return ids, nil
+	}
+	closed := make([]bool, len(refs))
+	errs := make([]error, len(refs))
+	sem := make(chan struct{}, runCheckParallel)
+	var wg sync.WaitGroup
+	for i, r := range refs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			cctx, cancel := context.WithTimeout(ctx, runCheckWait)
+			defer cancel()
+			err := h.d.Runs.WaitClosed(cctx, courier.OutboxWorkflowID(src, r.ID))
+			switch {
+			case err == nil:
+				closed[i] = true
+			case ctx.Err() != nil:
+				errs[i] = ctx.Err()
+			case errors.Is(err, context.DeadlineExceeded) || courier.ErrorCode(err) == courier.CodeConflict:
+				// still open: busy
+			default:
+				errs[i] = err
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err // the first: the others are most likely the same cause
+		}
+	}
+	var ids []int64
+	for i, r := range refs {
+		if closed[i] {
+			ids = append(ids, r.ID)
+		}
+	}
+	return ids, nil
 }

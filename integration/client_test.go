@@ -170,6 +170,22 @@ func TestClientEveryCall(t *testing.T) {
 		_, err = admin.RedriveOutbox(ctx, "", rec.ID)
 		require.ErrorIs(t, err, cc.ErrConflict, "only dead records are redriven")
 
+		// Bulk: a record dead on a topic without a stream is redriven by pattern.
+		gone, err := producer.Publish(ctx, cc.PublishRequest{Topic: "gone.a", Payload: json.RawMessage(`1`)})
+		require.NoError(t, err)
+		waitFor(t, "the gone.a record is dead", func() bool {
+			got, err := producer.GetOutbox(ctx, "", gone.ID)
+			return err == nil && got.Status == courier.OutboxDead
+		})
+		_, err = producer.RedriveDead(ctx, cc.RedriveFilter{Topic: "gone.*"})
+		require.ErrorIs(t, err, cc.ErrPermissionDenied)
+		waitFor(t, "the bulk redrive takes the record", func() bool {
+			res, err := admin.RedriveDead(ctx, cc.RedriveFilter{Topic: "gone.*", Max: 10})
+			require.NoError(t, err)
+			require.False(t, res.More)
+			return res.Redriven == 1
+		})
+
 		// Pages: one record per page, then every record through the iterator.
 		for i := 0; i < 3; i++ {
 			_, err := producer.Publish(ctx, cc.PublishRequest{Topic: "orders.paged", Payload: json.RawMessage(`1`)})
@@ -567,6 +583,8 @@ func TestClientTypesMatchTheGateway(t *testing.T) {
 		{cc.PublishRequest{}, gateway.PublishRequest{}},
 		{cc.OutboxRecord{}, gateway.OutboxJSON{}},
 		{cc.OutboxPage{}, gateway.OutboxPage{}},
+		{cc.RedriveFilter{}, gateway.BulkRedriveRequest{}},
+		{cc.RedriveResult{}, gateway.BulkRedriveResult{}},
 		{cc.Retry{}, gateway.RetryJSON{}},
 		{cc.BizTypeConfig{}, gateway.BizTypeRequest{}},
 		{cc.BizType{}, gateway.BizTypeJSON{}},

@@ -45,6 +45,7 @@ var routeScope = map[string]courier.Scope{
 	"GET /v1/outbox":              courier.ScopeProducer,
 	"GET /v1/outbox/:id":          courier.ScopeProducer,
 	"POST /v1/outbox/:id/redrive": courier.ScopeAdmin,
+	"POST /v1/outbox/redrive":     courier.ScopeAdmin,
 
 	"GET /v1/biz-types":          courier.ScopeAdmin,
 	"GET /v1/biz-types/:name":    courier.ScopeAdmin,
@@ -79,7 +80,8 @@ var routeScope = map[string]courier.Scope{
 // validBodies are well-formed bodies of each route that takes one; the hostile test mutates
 // them one field at a time.
 var validBodies = map[string][]string{
-	"POST /v1/outbox": {`{"topic":"orders.created","key":"k-1","headers":{"X-Trace":"abc"},"payload":{"n":1}}`},
+	"POST /v1/outbox":         {`{"topic":"orders.created","key":"k-1","headers":{"X-Trace":"abc"},"payload":{"n":1}}`},
+	"POST /v1/outbox/redrive": {`{"topic":"orders.>","dead_since":"2020-01-01T00:00:00Z","dead_before":"2099-01-01T00:00:00Z","max":10}`},
 	"PUT /v1/biz-types/:name": {`{"delivery":"http","callback_url":"https://hooks.example.com/courier","request_timeout":"5s",` +
 		`"retry":{"initial_interval":"1s","backoff":2,"max_interval":"1m","max_attempts":3},"rate_limit_per_second":10}`,
 		`{"delivery":"mq","topic":"orders.due"}`},

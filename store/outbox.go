@@ -278,11 +278,13 @@ func (s *Store) MarkOutboxSent(ctx context.Context, id int64) (bool, error) {
 	return n == 1, err
 }
 
-// MarkOutboxDead marks a record dead with its last error, unless it was sent meanwhile.
+// MarkOutboxDead marks a record dead with its last error, unless it was sent meanwhile. A
+// dead record's next_attempt_at becomes the time it went dead (bulk redrive filters on it).
 func (s *Store) MarkOutboxDead(ctx context.Context, id int64, lastErr string) (bool, error) {
 	res, err := s.db.NewUpdate().Model((*outboxRow)(nil)).
 		Set("status = ?", courier.OutboxDead).
 		Set("last_error = ?", lastErr).
+		Set("next_attempt_at = "+s.nowSQL()).
 		Where("id = ?", id).
 		Where("status IN (?)", bun.List([]courier.OutboxStatus{courier.OutboxPending, courier.OutboxDispatched})).
 		Exec(ctx)
