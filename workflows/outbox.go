@@ -136,11 +136,14 @@ func OutboxDelivery(ctx workflow.Context, p OutboxDeliveryParams) (OutboxDeliver
 	return dead, temporal.NewNonRetryableApplicationError(lastErr, ErrTypeOutboxDead, nil, dead)
 }
 
-// rootMessage extracts the activity's own error message from Temporal's wrappers.
+// rootMessage extracts the activity's own error message from Temporal's wrappers, saying each
+// cause once: an application error's Error() repeats its cause after its type
+// ("mq: no destination … (type: UnknownTopic, retryable: false): mq: no destination …"), so
+// only its message is kept.
 func rootMessage(err error) string {
 	var app *temporal.ApplicationError
 	if errors.As(err, &app) {
-		return app.Error()
+		return app.Message()
 	}
 	var to *temporal.TimeoutError
 	if errors.As(err, &to) {

@@ -108,14 +108,16 @@ func TestOutboxDeliveryPermanentFailureIsDeadAtOnce(t *testing.T) {
 	env.OnActivity(activities.DeliverOutboxName, mock.Anything, mock.Anything).Return(
 		func(context.Context, activities.DeliverParams) (activities.DeliverResult, error) {
 			calls++
-			return activities.DeliverResult{}, temporal.NewNonRetryableApplicationError("no stream for orders.x", activities.ErrTypeUnknownTopic, nil)
+			// As the activity reports it: the publisher's error as the message and the cause.
+			cause := errors.New("mq: no destination for topic orders.x")
+			return activities.DeliverResult{}, temporal.NewNonRetryableApplicationError(cause.Error(), activities.ErrTypeUnknownTopic, cause)
 		})
 	env.OnActivity(activities.MarkOutboxDeadName, mock.Anything, mock.Anything).Return(nil).Once()
 	env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 3, Retry: budget})
 	res := deadResult(t, env)
 	require.Equal(t, courier.OutboxDead, res.Status)
 	require.Equal(t, 1, calls)
-	require.Contains(t, res.LastError, "no stream for orders.x")
+	require.Equal(t, "mq: no destination for topic orders.x", res.LastError, "the reason says its cause once")
 }
 
 // Marking dead is retried until the database answers; the workflow does not give up on it.
