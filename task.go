@@ -251,6 +251,10 @@ type TaskRequest struct {
 	Queue     string
 	Payload   json.RawMessage
 	Overrides TaskOverrides
+	// Trace is the inserting request's W3C trace context, kept with the task so its attempts
+	// join that trace; zero for none. It is not part of the task's content: a repeat with
+	// another trace is still the same request.
+	Trace TraceContext
 }
 
 // Normalize fills defaults and validates; every failure is validation_failed with its field.
@@ -313,6 +317,8 @@ type Task struct {
 	PushedAt      *time.Time
 	FinishedAt    *time.Time
 	RunID         string // the current attempt's Temporal run, recorded by its push (empty before it); a cancel targets exactly this run
+	// Trace is the trace context of the request that inserted (or last replaced) this version.
+	Trace TraceContext
 }
 
 // TaskInsertOutcome says what an insert did.

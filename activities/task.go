@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
@@ -19,6 +20,7 @@ import (
 	"github.com/courier-oss/courier/callback"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/store"
+	"github.com/courier-oss/courier/tracing"
 	"github.com/courier-oss/courier/webhook"
 )
 
@@ -132,6 +134,9 @@ type TaskOutcome struct {
 	StatusCode int
 	Message    string
 	Result     json.RawMessage
+	// Trace is the trace context of the gateway's span of the worker's result call (zero for an
+	// outcome courier decided): the finish links its span to it (docs/tracing.md).
+	Trace courier.TraceContext `json:",omitzero"`
 }
 
 // FinishTaskParams ends one attempt.
@@ -334,6 +339,7 @@ func (a *Tasks) Finish(ctx context.Context, p FinishTaskParams) (FinishTaskResul
 	if string(p.Outcome.Result) == "null" {
 		p.Outcome.Result = nil // no result: stored as NULL, not as the JSON literal
 	}
+	tracing.Link(ctx, p.Outcome.Trace, attribute.String("courier.link", "task result"))
 	fr, err := a.store.FinishTaskAttempt(ctx, p.TaskID, p.Version, p.Attempt, store.AttemptOutcome{
 		Kind: p.Outcome.Kind, StatusCode: p.Outcome.StatusCode, Message: p.Outcome.Message, Result: p.Outcome.Result})
 	if err != nil {

@@ -17,8 +17,11 @@ import (
 	"time"
 
 	"code.dny.dev/ssrf"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/tracing"
 	"github.com/courier-oss/courier/webhook"
 )
 
@@ -218,12 +221,18 @@ func (e *Error) Error() string { return e.Err.Error() }
 func (e *Error) Unwrap() error { return e.Err }
 
 // Send delivers r once. It returns nil on 2xx; otherwise an *Error that says whether a retry
-// makes sense.
-func (c *Client) Send(ctx context.Context, r Request) error {
+// makes sense. The request is a client span under ctx's span and carries its W3C traceparent
+// header (headers are outside the webhook signature, which covers id, timestamp and body).
+func (c *Client) Send(ctx context.Context, r Request) (err error) {
 	u, err := CheckURL(r.URL)
 	if err != nil {
 		return &Error{Err: err}
 	}
+	ctx, span := tracing.Start(ctx, "callback POST", trace.SpanKindClient,
+		attribute.String("http.request.method", http.MethodPost),
+		attribute.String("server.address", u.Hostname()),
+		attribute.String("courier.delivery_id", r.DeliveryID))
+	defer func() { tracing.End(span, err) }()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(r.Body))
 	if err != nil {
 		return &Error{Err: err}
@@ -233,6 +242,7 @@ func (c *Client) Send(ctx context.Context, r Request) error {
 	for k, v := range r.Headers {
 		req.Header.Set(k, v)
 	}
+	tracing.InjectHTTP(ctx, req.Header)
 	at := r.At
 	if at.IsZero() {
 		at = time.Now()
@@ -251,6 +261,7 @@ func (c *Client) Send(ctx context.Context, r Request) error {
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
 	switch {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
 		return nil

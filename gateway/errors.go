@@ -75,7 +75,7 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 			c.Response().Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(ce.RetryAfter.Seconds()))))
 		}
 		if status >= 500 {
-			log.Error("request failed", "method", c.Request().Method, "path", c.Path(), "error", err)
+			log.ErrorContext(c.Request().Context(), "request failed", "method", c.Request().Method, "path", c.Path(), "error", err)
 		}
 		if c.Request().Method == http.MethodHead {
 			_ = c.NoContent(status)

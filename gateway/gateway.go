@@ -95,6 +95,7 @@ func New(cfg Config, d Deps) *echo.Echo {
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = errorHandler(d.Logger)
+	e.Use(traceRequests) // first: its span covers everything else, a recovered panic included
 	e.Use(middleware.Recover())
 	e.Use(deadline(cfg.RequestTimeout))
 	e.Use(wellFormedQuery)

@@ -13,6 +13,7 @@ import (
 	"github.com/uptrace/bun/schema"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/tracing"
 )
 
 // Message is one message to publish: Topic is the broker subject, Key an optional partition or
@@ -39,7 +40,9 @@ type bunFormatter interface {
 
 // Enqueue inserts the messages into the outbox inside tx and returns their ids in order. Call
 // it in the same transaction as the business change; nothing is published unless that
-// transaction commits.
+// transaction commits. When ctx carries an OpenTelemetry span, each row's headers get its
+// traceparent (and tracestate), unless the message sets its own: the delivery continues the
+// producer's trace.
 func Enqueue(ctx context.Context, tx Tx, msgs ...Message) ([]int64, error) {
 	if tx == nil {
 		return nil, errors.New("outbox: nil transaction")
@@ -50,6 +53,7 @@ func Enqueue(ctx context.Context, tx Tx, msgs ...Message) ([]int64, error) {
 		if err := m.Validate(); err != nil {
 			return nil, fmt.Errorf("outbox: message %d: %w", i, err)
 		}
+		m.Headers = traceHeaders(ctx, m.Headers)
 		var headers any
 		if len(m.Headers) > 0 {
 			b, err := json.Marshal(m.Headers)
@@ -66,6 +70,17 @@ func Enqueue(ctx context.Context, tx Tx, msgs ...Message) ([]int64, error) {
 		ids = append(ids, id)
 	}
 	return ids, nil
+}
+
+// traceHeaders adds ctx's W3C trace context to a message's headers (traceparent, tracestate:
+// the relay continues the trace from them, docs/tracing.md). Headers that already carry a
+// traceparent keep it, and a trace context that would take them past the header limits is
+// left out.
+func traceHeaders(ctx context.Context, headers map[string]string) map[string]string {
+	if !tracing.FromHeaders(headers).IsZero() {
+		return headers
+	}
+	return tracing.WithHeaders(ctx, headers)
 }
 
 func insertSQL(questionMarks bool) string {

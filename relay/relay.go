@@ -18,6 +18,7 @@ import (
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/timers"
+	"github.com/courier-oss/courier/tracing"
 	"github.com/courier-oss/courier/workflows"
 )
 
@@ -243,6 +244,8 @@ func (r *Relay) armTimer(ctx context.Context, src Source, id int64) {
 	if err != nil {
 		return
 	}
+	ctx, span := traceRow(ctx, src.Name, id, rec.Topic, tracing.FromHeaders(rec.Headers))
+	defer span.End()
 	var row outbox.TimerRow
 	if err := json.Unmarshal(rec.Payload, &row); err != nil {
 		fail("timer row payload is not valid: " + err.Error())
@@ -255,11 +258,11 @@ func (r *Relay) armTimer(ctx context.Context, src Source, id int64) {
 		return
 	}
 	if err != nil {
-		r.log.Warn("arming a timer failed; retrying after the lease", "source", src.Name, "id", id, "error", err)
+		r.log.WarnContext(ctx, "arming a timer failed; retrying after the lease", "source", src.Name, "id", id, "error", err)
 		return
 	}
 	if _, err := src.Store.MarkOutboxSent(ctx, id); err != nil {
-		r.log.Warn("marking a timer row sent failed", "source", src.Name, "id", id, "error", err)
+		r.log.WarnContext(ctx, "marking a timer row sent failed", "source", src.Name, "id", id, "error", err)
 	}
 }
 
@@ -293,7 +296,9 @@ func (r *Relay) start(ctx context.Context, source string, recs []store.ClaimedRe
 	return failed, fmt.Errorf("%d of %d delivery starts failed; first: %w", len(errs), len(recs), errs[0])
 }
 
-func (r *Relay) startOne(ctx context.Context, source string, rec store.ClaimedRecord) error {
+func (r *Relay) startOne(ctx context.Context, source string, rec store.ClaimedRecord) (err error) {
+	ctx, span := traceRow(ctx, source, rec.ID, rec.Topic, rec.Trace)
+	defer func() { tracing.End(span, err) }()
 	opts := client.StartWorkflowOptions{
 		ID:                       courier.OutboxWorkflowID(source, rec.ID),
 		TaskQueue:                r.cfg.TaskQueue,
@@ -307,7 +312,7 @@ func (r *Relay) startOne(ctx context.Context, source string, rec store.ClaimedRe
 			temporal.NewSearchAttributeKeyKeyword(courier.SAState).ValueSet(string(courier.OutboxDispatched)),
 		),
 	}
-	_, err := r.tc.ExecuteWorkflow(ctx, opts, workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{
+	_, err = r.tc.ExecuteWorkflow(ctx, opts, workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{
 		Source: source, ID: rec.ID, Retry: r.cfg.Retry,
 	})
 	return err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/outbox"
+	"github.com/courier-oss/courier/tracing"
 )
 
 // outboxRow is the bun model of courier_outbox (contract: docs/outbox.md).
@@ -70,6 +71,9 @@ func (r *outboxRow) record() courier.OutboxRecord {
 type ClaimedRecord struct {
 	ID    int64
 	Topic string
+	// Trace is the W3C trace context in the row's headers (traceparent, tracestate), zero when
+	// it has none or its headers do not parse: the delivery continues the producer's trace.
+	Trace courier.TraceContext
 }
 
 // ClaimOutbox claims up to limit due rows in one short transaction and returns them. A due row
@@ -89,7 +93,7 @@ func (s *Store) ClaimOutbox(ctx context.Context, limit int, lease time.Duration)
 		with, in = "WITH picked AS MATERIALIZED ("+pick+" FOR UPDATE SKIP LOCKED) ", "id IN (SELECT id FROM picked)"
 	}
 	q := with + "UPDATE courier_outbox SET status = 'dispatched', next_attempt_at = " + s.nowPlusSQL(lease) +
-		" WHERE " + in + " RETURNING id, topic"
+		" WHERE " + in + " RETURNING id, topic, headers"
 	var recs []ClaimedRecord
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		rows, err := tx.QueryContext(ctx, q, limit)
@@ -98,10 +102,14 @@ func (s *Store) ClaimOutbox(ctx context.Context, limit int, lease time.Duration)
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var r ClaimedRecord
-			if err := rows.Scan(&r.ID, &r.Topic); err != nil {
+			var (
+				r       ClaimedRecord
+				headers sql.NullString
+			)
+			if err := rows.Scan(&r.ID, &r.Topic, &headers); err != nil {
 				return err
 			}
+			r.Trace = traceOf(headers.String)
 			recs = append(recs, r)
 		}
 		return rows.Err()
@@ -111,6 +119,19 @@ func (s *Store) ClaimOutbox(ctx context.Context, limit int, lease time.Duration)
 	}
 	sort.Slice(recs, func(i, j int) bool { return recs[i].ID < recs[j].ID })
 	return recs, nil
+}
+
+// traceOf reads the trace context from a row's headers JSON. Names match in any case; headers
+// that are not a JSON object of strings have none (such a row goes dead on delivery anyway).
+func traceOf(headers string) courier.TraceContext {
+	if headers == "" {
+		return courier.TraceContext{}
+	}
+	var h map[string]string
+	if json.Unmarshal([]byte(headers), &h) != nil {
+		return courier.TraceContext{}
+	}
+	return tracing.FromHeaders(h)
 }
 
 // ReleaseOutbox hands claimed rows whose delivery could not be started back to pending, due

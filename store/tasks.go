@@ -58,6 +58,8 @@ type taskRow struct {
 	PushedAt      bun.NullTime `bun:"pushed_at"`
 	DeadlineAt    bun.NullTime `bun:"deadline_at"`
 	RunID         *string      `bun:"run_id"`
+	TraceParent   *string      `bun:"traceparent"`
+	TraceState    *string      `bun:"tracestate"`
 	FinishedAt    bun.NullTime `bun:"finished_at"`
 	CreatedAt     time.Time    `bun:"created_at"`
 	UpdatedAt     time.Time    `bun:"updated_at"`
@@ -69,6 +71,14 @@ func nullTime(t bun.NullTime) *time.Time {
 	}
 	u := t.UTC()
 	return &u
+}
+
+// nullString stores "" as NULL.
+func nullString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 func (r *taskRow) task() (courier.Task, error) {
@@ -85,6 +95,12 @@ func (r *taskRow) task() (courier.Task, error) {
 	}
 	if r.RunID != nil {
 		t.RunID = *r.RunID
+	}
+	if r.TraceParent != nil {
+		t.Trace.Parent = *r.TraceParent
+	}
+	if r.TraceState != nil {
+		t.Trace.State = *r.TraceState
 	}
 	if err := json.Unmarshal([]byte(r.Overrides), &t.Overrides); err != nil {
 		return t, fmt.Errorf("task %s/%d: overrides are not valid JSON: %w", r.TaskID, r.Version, err)
@@ -280,6 +296,7 @@ func (s *Store) InsertTask(ctx context.Context, r courier.TaskRequest) (courier.
 			// never match; attempt_base restarts the retry budget.
 			_, err = tx.NewUpdate().Model((*taskRow)(nil)).
 				Set("queue = ?, priority = ?, payload = ?, overrides = ?", r.Queue, r.Priority, string(r.Payload), string(overrides)).
+				Set("traceparent = ?, tracestate = ?", nullString(r.Trace.Parent), nullString(r.Trace.State)).
 				Set("status = 'pending', attempt_base = attempt, result = NULL, status_code = 0, message = ''").
 				Set("next_attempt_at = "+s.nowSQL()).Set("expires_at = "+pendingExpiry).
 				Set("claimed_at = NULL, pushed_at = NULL, deadline_at = NULL, run_id = NULL, finished_at = NULL").Set("updated_at = "+s.nowSQL()).
@@ -298,9 +315,10 @@ func (s *Store) InsertTask(ctx context.Context, r courier.TaskRequest) (courier.
 				}
 			}
 			_, err = tx.NewRaw("INSERT INTO courier_tasks (task_id, version, queue, priority, status, payload, overrides, "+
-				"next_attempt_at, expires_at, created_at, updated_at) VALUES (?, ?, ?, ?, 'pending', ?, ?, "+
+				"traceparent, tracestate, next_attempt_at, expires_at, created_at, updated_at) VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, "+
 				s.nowSQL()+", "+pendingExpiry+", "+s.nowSQL()+", "+s.nowSQL()+")",
-				r.TaskID, r.Version, r.Queue, r.Priority, string(r.Payload), string(overrides)).Exec(ctx)
+				r.TaskID, r.Version, r.Queue, r.Priority, string(r.Payload), string(overrides),
+				nullString(r.Trace.Parent), nullString(r.Trace.State)).Exec(ctx)
 			outcome = courier.TaskCreated
 		}
 		if err != nil {
@@ -386,6 +404,7 @@ type ClaimedTask struct {
 	HeartbeatTimeout  time.Duration
 	PushTimeout       time.Duration // one try of the push (the queue's push_timeout)
 	CreatedAt         time.Time
+	Trace             courier.TraceContext // the inserting request's trace: the attempt joins it
 }
 
 // BandCounts are ready tasks per priority band (index 0 is priority 1), each capped at the
@@ -449,7 +468,7 @@ func (s *Store) ClaimTasks(ctx context.Context, queue string, max int, choose fu
 				eff := t.Overrides.Apply(q)
 				out = append(out, ClaimedTask{TaskID: t.TaskID, Version: t.Version, Attempt: t.Attempt, Priority: t.Priority,
 					Queue: queue, ProcessingTimeout: eff.ProcessingTimeout, HeartbeatTimeout: eff.HeartbeatTimeout, PushTimeout: eff.PushTimeout,
-					CreatedAt: t.CreatedAt})
+					CreatedAt: t.CreatedAt, Trace: t.Trace})
 			}
 		}
 		if len(out) == 0 {
@@ -493,7 +512,7 @@ func (s *Store) claimedTasks(ctx context.Context, rows []taskRow) ([]ClaimedTask
 		eff := t.Overrides.Apply(q)
 		out = append(out, ClaimedTask{TaskID: t.TaskID, Version: t.Version, Attempt: t.Attempt, Priority: t.Priority,
 			Queue: t.Queue, ProcessingTimeout: eff.ProcessingTimeout, HeartbeatTimeout: eff.HeartbeatTimeout, PushTimeout: eff.PushTimeout,
-			CreatedAt: t.CreatedAt})
+			CreatedAt: t.CreatedAt, Trace: t.Trace})
 	}
 	return out, nil
 }

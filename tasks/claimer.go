@@ -18,6 +18,7 @@ import (
 	"github.com/courier-oss/courier/dispatch"
 	"github.com/courier-oss/courier/internal/pglisten"
 	"github.com/courier-oss/courier/store"
+	"github.com/courier-oss/courier/tracing"
 	"github.com/courier-oss/courier/workflows"
 )
 
@@ -238,13 +239,19 @@ func RestartAttempt(ctx context.Context, tc client.Client, taskQueue string, t s
 	return startRun(ctx, tc, taskQueue, t, enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING)
 }
 
-func startRun(ctx context.Context, tc client.Client, taskQueue string, t store.ClaimedTask, conflict enumspb.WorkflowIdConflictPolicy) error {
-	_, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+func startRun(ctx context.Context, tc client.Client, taskQueue string, t store.ClaimedTask, conflict enumspb.WorkflowIdConflictPolicy) (err error) {
+	ctx, span := traceAttempt(ctx, t)
+	defer func() { tracing.End(span, err) }()
+	memo := map[string]any{attemptMemo: t.Attempt}
+	if !t.Trace.IsZero() {
+		memo[memoTraceParent] = t.Trace.Parent
+	}
+	_, err = tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       courier.TaskWorkflowID(t.TaskID, t.Version),
 		TaskQueue:                taskQueue,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowIDConflictPolicy: conflict,
-		Memo:                     map[string]any{attemptMemo: t.Attempt},
+		Memo:                     memo,
 		TypedSearchAttributes: temporal.NewSearchAttributes(
 			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet("task"),
 			temporal.NewSearchAttributeKeyKeyword(courier.SATaskID).ValueSet(t.TaskID),

@@ -20,6 +20,7 @@ import (
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities"
 	"github.com/courier-oss/courier/store"
+	"github.com/courier-oss/courier/tracing"
 	"github.com/courier-oss/courier/workflows"
 )
 
@@ -60,8 +61,13 @@ func NewService(s Store, tc client.Client, namespace string, wake func(), log *s
 	return &Service{store: s, tc: tc, namespace: namespace, wake: wake, log: log}
 }
 
-// Insert applies the version rules (see store.InsertTask) and wakes the claimers.
+// Insert applies the version rules (see store.InsertTask) and wakes the claimers. A request
+// without a trace context gets ctx's (the gateway's span of the insert), so the task's attempts
+// join the producer's trace.
 func (s *Service) Insert(ctx context.Context, r courier.TaskRequest) (courier.Task, courier.TaskInsertOutcome, error) {
+	if r.Trace.IsZero() {
+		r.Trace = tracing.FromContext(ctx)
+	}
 	t, out, err := s.store.InsertTask(ctx, r)
 	if err == nil && out != courier.TaskExisting {
 		s.wake()
@@ -99,7 +105,7 @@ func (s *Service) Cancel(ctx context.Context, taskID string, version int64) (cou
 		if err != nil && !errors.As(err, &nf) {
 			// The row is cancelled and the slot free; the attempt ends by its own timeout and
 			// its outcome is then refused. Log, do not fail the request.
-			s.log.Warn("cancel task workflow", "task_id", taskID, "version", version, "error", err)
+			s.log.WarnContext(ctx, "cancel task workflow", "task_id", taskID, "version", version, "error", err)
 		}
 	}
 	return t, nil
@@ -157,7 +163,8 @@ func (s *Service) Report(ctx context.Context, taskID string, version int64, r co
 	if err != nil {
 		return err
 	}
-	out := activities.TaskOutcome{Kind: string(r.Status), StatusCode: r.StatusCode, Message: r.Message, Result: r.Result}
+	out := activities.TaskOutcome{Kind: string(r.Status), StatusCode: r.StatusCode, Message: r.Message, Result: r.Result,
+		Trace: tracing.FromContext(ctx)}
 	id := courier.TaskWorkflowID(taskID, version)
 	err = s.tc.CompleteActivityByID(ctx, s.namespace, id, t.RunID, courier.TaskAttemptActivityID(r.Attempt), out, nil)
 	var nf *serviceerror.NotFound

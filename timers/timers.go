@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/tracing"
 	"github.com/courier-oss/courier/workflows"
 )
 
@@ -109,7 +110,11 @@ func requestHash(fireAt time.Time, delay *time.Duration, payload []byte) string 
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-const memoHash = "request_hash"
+const (
+	memoHash = "request_hash"
+	// memoTraceParent is the creating request's W3C traceparent, for finding the timer's trace.
+	memoTraceParent = "traceparent"
+)
 
 // Create arms a timer. The same request again returns the existing timer (created=false); a
 // different request for the same (biz_type, biz_id) is a conflict, also after it fired.
@@ -155,12 +160,18 @@ func (s *Service) Create(ctx context.Context, r CreateRequest) (Timer, bool, err
 		hash = requestHash(fireAt, nil, r.Payload)
 	}
 	id := courier.TimerWorkflowID(r.BizType, r.BizID)
+	memo := map[string]any{memoHash: hash}
+	if tc := tracing.FromContext(ctx); !tc.IsZero() {
+		// The run itself continues the trace through Temporal's tracing interceptor (the
+		// workflow's header); the memo shows the trace in the Temporal UI.
+		memo[memoTraceParent] = tc.Parent
+	}
 	_, err := s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                                       id,
 		TaskQueue:                                s.taskQueue,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
-		Memo:                                     map[string]any{memoHash: hash},
+		Memo:                                     memo,
 		TypedSearchAttributes: temporal.NewSearchAttributes(
 			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet("timer"),
 			temporal.NewSearchAttributeKeyKeyword(courier.SABizType).ValueSet(r.BizType),

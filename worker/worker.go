@@ -115,6 +115,7 @@ func New(cfg Config, d Deps) (*Worker, error) {
 	if d.Logger == nil {
 		d.Logger = slog.Default()
 	}
+	d.Publisher = mq.Traced(d.Publisher) // a span per publish; the message carries its traceparent
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 10 * time.Second
 	}

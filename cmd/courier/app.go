@@ -18,6 +18,7 @@ import (
 	tallyprom "github.com/uber-go/tally/v4/prometheus"
 	"go.temporal.io/sdk/client"
 	sdktally "go.temporal.io/sdk/contrib/tally"
+	"go.temporal.io/sdk/interceptor"
 	sdklog "go.temporal.io/sdk/log"
 
 	"github.com/courier-oss/courier"
@@ -43,6 +44,9 @@ type app struct {
 	pub      *mq.NATS
 	closers  []io.Closer
 	dev      bool // courier dev: timer callbacks may reach loopback
+	// interceptors go on the Temporal client: Temporal's tracing interceptor when tracing is
+	// on (startTracing).
+	interceptors []interceptor.ClientInterceptor
 }
 
 func newRegistry() *prometheus.Registry {
@@ -92,6 +96,9 @@ func pgDSN(u string) string {
 // connect opens the databases, Temporal and NATS, in that order; migrate applies migrations
 // first (dev mode).
 func (a *app) connect(ctx context.Context, migrate bool) error {
+	if err := a.startTracing(ctx); err != nil {
+		return err
+	}
 	if err := a.openDB(ctx, migrate); err != nil {
 		return err
 	}
@@ -126,6 +133,7 @@ func (a *app) dialTemporal(ctx context.Context) error {
 		Logger:            sdklog.NewStructuredLogger(a.log.With("component", "temporal-sdk")),
 		MetricsHandler:    sdktally.NewMetricsHandler(scope),
 		ConnectionOptions: client.ConnectionOptions{TLS: tlsCfg},
+		Interceptors:      a.interceptors,
 	})
 	if err != nil {
 		return fmt.Errorf("connect to Temporal at %s: %w", a.cfg.Temporal.Address, err)
