@@ -84,6 +84,9 @@ type TimerArmer interface {
 // Relay moves committed outbox rows into delivery workflows.
 type Relay struct {
 	timers  TimerArmer // nil: timer rows fail as dead ("timers are not enabled")
+	// tasks inserts task rows (nil: they fail as dead); wakeTasks nudges the claimers.
+	tasks     TaskInserter
+	wakeTasks func()
 	tc      client.Client
 	cfg     Config
 	sources []Source
@@ -194,6 +197,10 @@ func (r *Relay) ClaimOnce(ctx context.Context, src Source) (int, error) {
 	for _, rec := range claimed {
 		if rec.Topic == outbox.TimerTopic {
 			r.armTimer(ctx, src, rec.ID)
+			continue
+		}
+		if rec.Topic == outbox.TaskTopic {
+			r.insertTask(ctx, src, rec.ID)
 			continue
 		}
 		recs = append(recs, rec)

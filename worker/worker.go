@@ -149,6 +149,9 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		ccfg := cfg.Tasks.Claimer
 		ccfg.TaskQueue = queue
 		w.claim = tasks.NewClaimer(d.Tasks, d.Temporal, ccfg, d.Logger)
+		if ins, ok := d.Tasks.(relay.TaskInserter); ok { // courier's store is: rows of outbox.InsertTask
+			w.relay.SetTasks(ins, w.claim.Wake)
+		}
 		acts := activities.NewTasks(d.Tasks, cfg.Tasks.PublicURL, cfg.AllowLoopbackCallbacks, d.TaskMetrics, w.claim.Wake)
 		acts.SetWorkflows(d.Temporal)
 		// Runs recorded before the task queues were split schedule these on the workflows'
