@@ -20,23 +20,36 @@ type PublishRequest struct {
 	Headers map[string]string `json:"headers,omitempty"` // optional; no Nats-* or Courier-* names
 }
 
-// OutboxRecord is an outbox record as the API shows it. Payload is the stored bytes (left out
-// of lists unless OutboxQuery.IncludePayload); PayloadBytes is always set.
+// OutboxRecord is an outbox record as the API shows it. Payload is the payload as it was posted:
+// the JSON value when PayloadEncoding is "json", a base64 string of the bytes when it is
+// "base64" (PayloadData decodes either); lists leave it out unless OutboxQuery.IncludePayload.
+// PayloadBytes is always set.
 type OutboxRecord struct {
-	Source        string               `json:"source"`
-	ID            int64                `json:"id"`
-	Topic         string               `json:"topic"`
-	Key           string               `json:"key,omitempty"`
-	Payload       []byte               `json:"payload,omitempty"`
-	PayloadBytes  int                  `json:"payload_bytes"`
-	Headers       map[string]string    `json:"headers,omitempty"`
-	Status        courier.OutboxStatus `json:"status"` // pending, dispatched, sent, dead
-	Attempts      int                  `json:"attempts"`
-	NextAttemptAt time.Time            `json:"next_attempt_at"`
-	CreatedAt     time.Time            `json:"created_at"`
-	SentAt        *time.Time           `json:"sent_at,omitempty"`
-	LastError     string               `json:"last_error,omitempty"`
-	WorkflowID    string               `json:"workflow_id"`
+	Source          string               `json:"source"`
+	ID              int64                `json:"id"`
+	Topic           string               `json:"topic"`
+	Key             string               `json:"key,omitempty"`
+	Payload         json.RawMessage      `json:"payload,omitempty"`
+	PayloadEncoding string               `json:"payload_encoding,omitempty"` // json or base64
+	PayloadBytes    int                  `json:"payload_bytes"`
+	Headers         map[string]string    `json:"headers,omitempty"`
+	Status          courier.OutboxStatus `json:"status"` // pending, dispatched, sent, dead
+	Attempts        int                  `json:"attempts"`
+	NextAttemptAt   time.Time            `json:"next_attempt_at"`
+	CreatedAt       time.Time            `json:"created_at"`
+	SentAt          *time.Time           `json:"sent_at,omitempty"`
+	LastError       string               `json:"last_error,omitempty"`
+	WorkflowID      string               `json:"workflow_id"`
+}
+
+// PayloadData returns the payload's bytes as stored: the JSON itself, or the decoded base64.
+func (r OutboxRecord) PayloadData() ([]byte, error) {
+	if r.PayloadEncoding != "base64" {
+		return r.Payload, nil
+	}
+	var b []byte
+	err := json.Unmarshal(r.Payload, &b)
+	return b, err
 }
 
 // OutboxQuery selects records for ListOutbox. Zero fields do not filter.

@@ -411,10 +411,13 @@ func TestOutboxListPages(t *testing.T) {
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(&p))
 		bytes := 0
 		for _, it := range p.Items {
-			require.Equal(t, big, it.Payload)
+			require.Equal(t, "base64", it.PayloadEncoding, "500 KB of 'x' are not JSON")
+			var got []byte
+			require.NoError(t, json.Unmarshal(it.Payload, &got))
+			require.True(t, string(big) == string(got), "record %d's payload comes back whole", it.ID)
 			require.False(t, seen[it.ID], "record %d on two pages", it.ID)
 			seen[it.ID] = true
-			bytes += len(it.Payload)
+			bytes += len(got)
 		}
 		require.LessOrEqual(t, bytes, store.DefaultPayloadBudget, "a page's payloads stay within the budget")
 		if p.NextPageToken == "" {
@@ -464,4 +467,45 @@ func TestRequestTimeoutIs503(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 	require.Equal(t, courier.CodeUnavailable, eb.Error.Code)
 	require.Less(t, time.Since(start), 10*time.Second)
+}
+
+// A payload comes back as it was posted: JSON as the JSON value itself, not base64; bytes that
+// are not JSON, or that a producer wrote with a non-JSON Content-Type, as a base64 string, each
+// saying which in payload_encoding.
+func TestPayloadsAsPosted(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	resp, _ := f.do(t, "POST", "/v1/outbox", f.producer, "application/json",
+		strings.NewReader(`{"topic":"orders.created","payload":{"order":1,"lines":["a","b"]}}`))
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	var posted gateway.OutboxJSON
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&posted))
+
+	binary, err := f.st.EnqueueOutbox(ctx, outbox.Message{Topic: "files.stored", Payload: []byte{0xff, 0x00, 0x01}})
+	require.NoError(t, err)
+	typed, err := f.st.EnqueueOutbox(ctx, outbox.Message{Topic: "files.stored", Payload: []byte(`{"a":1}`),
+		Headers: map[string]string{"Content-Type": "application/octet-stream"}})
+	require.NoError(t, err)
+
+	for _, c := range []struct {
+		id       int64
+		encoding string
+		payload  string
+	}{
+		{posted.ID, "json", `{"order":1,"lines":["a","b"]}`},
+		{binary.ID, "base64", `"/wAB"`},
+		{typed.ID, "base64", `"eyJhIjoxfQ=="`},
+	} {
+		resp, _ := f.do(t, "GET", fmt.Sprintf("/v1/outbox/%d", c.id), f.producer, "", nil)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		var raw map[string]json.RawMessage
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&raw))
+		require.JSONEq(t, c.payload, string(raw["payload"]), "record %d", c.id)
+		require.JSONEq(t, `"`+c.encoding+`"`, string(raw["payload_encoding"]), "record %d", c.id)
+	}
+	resp, _ = f.do(t, "GET", "/v1/outbox?include_payload=true", f.producer, "", nil)
+	var page gateway.OutboxPage
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&page))
+	require.Len(t, page.Items, 3)
+	require.JSONEq(t, `{"order":1,"lines":["a","b"]}`, string(page.Items[0].Payload), "lists show payloads the same way")
 }

@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mime"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,29 +24,61 @@ import (
 // base64-encoded; lists leave it out unless asked (include_payload=true), PayloadBytes is
 // always there.
 type OutboxJSON struct {
-	Source        string            `json:"source"`
-	ID            int64             `json:"id"`
-	Topic         string            `json:"topic"`
-	Key           string            `json:"key,omitempty"`
-	Payload       []byte            `json:"payload,omitempty"`
-	PayloadBytes  int               `json:"payload_bytes"`
-	Headers       map[string]string `json:"headers,omitempty"`
-	Status        string            `json:"status"`
-	Attempts      int               `json:"attempts"`
-	NextAttemptAt time.Time         `json:"next_attempt_at"`
-	CreatedAt     time.Time         `json:"created_at"`
-	SentAt        *time.Time        `json:"sent_at,omitempty"`
-	LastError     string            `json:"last_error,omitempty"`
-	WorkflowID    string            `json:"workflow_id"`
+	Source string `json:"source"`
+	ID     int64  `json:"id"`
+	Topic  string `json:"topic"`
+	Key    string `json:"key,omitempty"`
+	// Payload is the payload as it was posted: the JSON value itself when the bytes are JSON
+	// (PayloadEncoding "json"), else a base64 string of them ("base64"). Lists leave it out
+	// unless include_payload=true.
+	Payload         json.RawMessage   `json:"payload,omitempty"`
+	PayloadEncoding string            `json:"payload_encoding,omitempty"`
+	PayloadBytes    int               `json:"payload_bytes"`
+	Headers         map[string]string `json:"headers,omitempty"`
+	Status          string            `json:"status"`
+	Attempts        int               `json:"attempts"`
+	NextAttemptAt   time.Time         `json:"next_attempt_at"`
+	CreatedAt       time.Time         `json:"created_at"`
+	SentAt          *time.Time        `json:"sent_at,omitempty"`
+	LastError       string            `json:"last_error,omitempty"`
+	WorkflowID      string            `json:"workflow_id"`
 }
 
 func outboxJSON(source string, r courier.OutboxRecord) OutboxJSON {
+	payload, encoding := payloadJSON(r.Payload, r.Headers)
 	return OutboxJSON{
-		Source: source, ID: r.ID, Topic: r.Topic, Key: r.Key, Payload: r.Payload, PayloadBytes: r.PayloadBytes,
+		Source: source, ID: r.ID, Topic: r.Topic, Key: r.Key, Payload: payload, PayloadEncoding: encoding, PayloadBytes: r.PayloadBytes,
 		Headers: r.Headers, Status: string(r.Status), Attempts: r.Attempts, NextAttemptAt: r.NextAttemptAt,
 		CreatedAt: r.CreatedAt, SentAt: r.SentAt, LastError: r.LastError,
 		WorkflowID: courier.OutboxWorkflowID(source, r.ID),
 	}
+}
+
+// payloadJSON shows a payload as it was posted: JSON bytes as the JSON value (a payload posted
+// through POST /v1/outbox always is), anything else as a base64 string. Bytes a producer wrote
+// with an explicit non-JSON Content-Type header keep that type and show as base64 even when
+// they happen to parse as JSON.
+func payloadJSON(p []byte, headers map[string]string) (json.RawMessage, string) {
+	if p == nil {
+		return nil, ""
+	}
+	if json.Valid(p) && jsonContentType(headers) {
+		return json.RawMessage(p), "json"
+	}
+	b, _ := json.Marshal(p) // a []byte marshals as a base64 string
+	return b, "base64"
+}
+
+// jsonContentType reports whether headers declare no content type or a JSON one.
+func jsonContentType(headers map[string]string) bool {
+	for name, v := range headers {
+		if !strings.EqualFold(name, "Content-Type") {
+			continue
+		}
+		mt, _, err := mime.ParseMediaType(v)
+		return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
+	}
+	return true
 }
 
 // OutboxPage is one page of records; pass NextPageToken as page_token for the next page (it is
