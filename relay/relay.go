@@ -83,15 +83,15 @@ type TimerArmer interface {
 
 // Relay moves committed outbox rows into delivery workflows.
 type Relay struct {
-	timers  TimerArmer // nil: timer rows fail as dead ("timers are not enabled")
+	timers TimerArmer // nil: timer rows fail as dead ("timers are not enabled")
 	// tasks inserts task rows (nil: they fail as dead); wakeTasks nudges the claimers.
 	tasks     TaskInserter
 	wakeTasks func()
-	tc      client.Client
-	cfg     Config
-	sources []Source
-	log     *slog.Logger
-	wakes   []chan struct{} // one per source, so a nudge reaches each loop exactly once
+	tc        client.Client
+	cfg       Config
+	sources   []Source
+	log       *slog.Logger
+	wakes     []chan struct{} // one per source, so a nudge reaches each loop exactly once
 }
 
 // New builds a relay over the sources.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/outbox"
+	"github.com/courier-oss/courier/tracing"
 )
 
 // TaskInserter inserts tasks for rows on outbox.TaskTopic with the version rules (courier's
@@ -42,11 +43,14 @@ func (r *Relay) insertTask(ctx context.Context, src Source, id int64) {
 	if err != nil {
 		return
 	}
+	ctx, span := traceRow(ctx, src.Name, id, rec.Topic, tracing.FromHeaders(rec.Headers))
+	defer span.End()
 	req, err := outbox.ParseTaskRow(rec.Payload)
 	if err != nil {
 		fail(err.Error())
 		return
 	}
+	req.Trace = tracing.FromHeaders(rec.Headers) // the task's attempts join the producer's trace
 	if rec.Attempts > 0 {
 		if t, err := r.tasks.GetTask(ctx, req.TaskID, req.Version); err == nil && sameTask(t, req) {
 			r.markSent(ctx, src, id)
