@@ -284,8 +284,7 @@ func TestTaskWorkerMaxConcurrent(t *testing.T) {
 	ctx := t.Context()
 	var running, most atomic.Int32
 	release := make(chan struct{})
-	var rig *twRig
-	rig = newTWRig(t, ts, nil, 1, func(ctx context.Context, task *taskworker.Task) (json.RawMessage, error) {
+	rig := newTWRig(t, ts, nil, 1, func(ctx context.Context, task *taskworker.Task) (json.RawMessage, error) {
 		n := running.Add(1)
 		defer running.Add(-1)
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {

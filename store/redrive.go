@@ -76,7 +76,7 @@ func (s *Store) RedriveDeadOutbox(ctx context.Context, ids []int64) (int64, erro
 	res, err := s.db.NewUpdate().Model((*outboxRow)(nil)).
 		Set("status = ?", courier.OutboxPending).
 		Set("next_attempt_at = "+s.nowSQL()).
-		Where("id IN (?)", bun.In(ids)).
+		Where("id IN (?)", bun.List(ids)).
 		Where("status = ?", courier.OutboxDead).
 		Exec(ctx)
 	if err != nil {
