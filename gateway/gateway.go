@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -38,6 +39,9 @@ type RunWaiter interface {
 type Check struct {
 	Name  string
 	Probe func(ctx context.Context) error
+	// Optional checks are reported ("down") without making the gateway unready: one message
+	// broker that is down delays only its own records.
+	Optional bool
 }
 
 // Deps are the gateway's collaborators.
@@ -211,13 +215,24 @@ func (h *handlers) readyz(c echo.Context) error {
 	defer cancel()
 	out := map[string]string{}
 	ready := true
-	for _, chk := range h.d.Checks {
-		if err := chk.Probe(ctx); err != nil {
+	// All at once: one dependency that hangs must not spend the others' time.
+	errs := make([]error, len(h.d.Checks))
+	var wg sync.WaitGroup
+	for i, chk := range h.d.Checks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = chk.Probe(ctx)
+		}()
+	}
+	wg.Wait()
+	for i, chk := range h.d.Checks {
+		if err := errs[i]; err != nil {
 			// Anyone may call /readyz: say which dependency is down, keep the error (which
 			// may name hosts and users) for the log.
 			h.d.Logger.Warn("readiness check failed", "dependency", chk.Name, "error", err)
 			out[chk.Name] = "down"
-			ready = false
+			ready = ready && chk.Optional
 			continue
 		}
 		out[chk.Name] = "ok"

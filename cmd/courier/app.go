@@ -41,7 +41,7 @@ type app struct {
 	store    *store.Store
 	sources  []relay.Source
 	temporal client.Client
-	pub      *mq.NATS
+	pub      *mq.Router // every configured broker, topics routed by pattern
 	closers  []io.Closer
 	dev      bool // courier dev: timer callbacks may reach loopback
 	// interceptors go on the Temporal client: Temporal's tracing interceptor when tracing is
@@ -93,8 +93,8 @@ func pgDSN(u string) string {
 	return ""
 }
 
-// connect opens the databases, Temporal and NATS, in that order; migrate applies migrations
-// first (dev mode).
+// connect opens the databases, Temporal and the brokers, in that order; migrate applies
+// migrations first (dev mode). The brokers' health is checked until ctx ends.
 func (a *app) connect(ctx context.Context, migrate bool) error {
 	if err := a.startTracing(ctx); err != nil {
 		return err
@@ -105,7 +105,11 @@ func (a *app) connect(ctx context.Context, migrate bool) error {
 	if err := a.dialTemporal(ctx); err != nil {
 		return err
 	}
-	return a.dialNATS()
+	if err := a.dialBrokers(); err != nil {
+		return err
+	}
+	go a.pub.Watch(ctx, a.cfg.Brokers.CheckInterval, 3*time.Second)
+	return nil
 }
 
 // dialTemporal connects to Temporal with the SDK's metrics exported to the registry.
@@ -142,13 +146,51 @@ func (a *app) dialTemporal(ctx context.Context) error {
 	return nil
 }
 
-func (a *app) dialNATS() error {
-	pub, err := mq.DialNATS(a.cfg.NATSURL, "courier")
+// dialBrokers connects to every configured broker and routes topics to them.
+func (a *app) dialBrokers() error {
+	var brokers []mq.Broker
+	closeAll := func() {
+		for _, b := range brokers {
+			_ = b.Publisher.Close()
+		}
+	}
+	for _, spec := range a.cfg.brokerSpecs() {
+		pub, err := mq.DialNamed(spec.URL, mq.DefaultClientName)
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("broker %q: %w", spec.Name, err)
+		}
+		brokers = append(brokers, mq.Broker{Name: spec.Name, Addr: mq.RedactURL(spec.URL), Publisher: pub})
+	}
+	names := make([]string, len(brokers))
+	for i, b := range brokers {
+		names[i] = b.Name
+	}
+	r, err := mq.NewRouter(mq.RouterConfig{
+		Brokers:     brokers,
+		Routes:      a.cfg.Brokers.Routes,
+		Default:     a.cfg.Brokers.Default,
+		MaxInFlight: a.cfg.Brokers.MaxInFlight,
+		Observer:    metrics.NewBrokers(a.reg, names),
+		Logger:      a.log,
+	})
 	if err != nil {
+		closeAll()
 		return err
 	}
-	a.pub = pub
+	a.pub = r
 	return nil
+}
+
+// brokerChecks probes each broker for /readyz as "mq:<name>". They are optional: a broker
+// that is down delays only its own records, so it does not take the gateway out of service.
+func (a *app) brokerChecks() []gateway.Check {
+	var out []gateway.Check
+	for _, name := range a.pub.Names() {
+		out = append(out, gateway.Check{Name: "mq:" + name, Optional: true,
+			Probe: func(ctx context.Context) error { return a.pub.PingBroker(ctx, name) }})
+	}
+	return out
 }
 
 func (a *app) newWorker() (*worker.Worker, error) {
@@ -210,14 +252,13 @@ func (a *app) newGateway(wake, wakeTasks func()) http.Handler {
 		Secrets:   a.store,
 		Timers:    svc,
 		Schedules: svc,
-		Checks: []gateway.Check{
+		Checks: append([]gateway.Check{
 			{Name: "database", Probe: a.store.Ping},
 			{Name: "temporal", Probe: func(ctx context.Context) error {
 				_, err := a.temporal.CheckHealth(ctx, &client.CheckHealthRequest{})
 				return err
 			}},
-			{Name: "mq", Probe: a.pub.Ping},
-		},
+		}, a.brokerChecks()...),
 		Gatherer:  a.reg,
 		Admission: metrics.NewAdmission(a.reg),
 		Wake:      wake,

@@ -44,7 +44,8 @@ type OutboxConfig struct {
 type Config struct {
 	Temporal        TemporalConfig
 	DatabaseURL     string        // DATABASE_URL
-	NATSURL         string        // NATS_URL; default nats://127.0.0.1:4222
+	NATSURL         string        // NATS_URL: the broker named "default" (nats://127.0.0.1:4222 when no broker is named)
+	Brokers         BrokersConfig // COURIER_BROKERS, COURIER_ROUTES, COURIER_DEFAULT_BROKER: brokers.go
 	HTTPAddr        string        // COURIER_HTTP_ADDR; gateway (or worker metrics) listen address
 	LogLevel        string        // COURIER_LOG_LEVEL; default info
 	ShutdownTimeout time.Duration // COURIER_SHUTDOWN_TIMEOUT; default 10s
@@ -153,7 +154,7 @@ func (c *Config) bind(fs *flag.FlagSet, defaultHTTP string) {
 	fs.StringVar(&c.Temporal.TLSCA, "temporal-tls-ca", env("TEMPORAL_TLS_CA", ""), "CA bundle to verify Temporal (TEMPORAL_TLS_CA)")
 	fs.StringVar(&c.Temporal.TLSServerName, "temporal-tls-server-name", env("TEMPORAL_TLS_SERVER_NAME", ""), "TLS server name override (TEMPORAL_TLS_SERVER_NAME)")
 	fs.StringVar(&c.DatabaseURL, "database-url", env("DATABASE_URL", ""), "postgres://… or sqlite:PATH (DATABASE_URL)")
-	fs.StringVar(&c.NATSURL, "nats-url", env("NATS_URL", "nats://127.0.0.1:4222"), "NATS server URL (NATS_URL)")
+	fs.StringVar(&c.NATSURL, "nats-url", env("NATS_URL", ""), "NATS server URL, the broker named default (NATS_URL; "+DefaultNATSURL+" when COURIER_BROKERS names no broker)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", env("COURIER_HTTP_ADDR", defaultHTTP), "HTTP listen address (COURIER_HTTP_ADDR)")
 	c.bindRuntime(fs)
 }
@@ -194,6 +195,7 @@ func (c *Config) bindRuntime(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Tasks.PollInterval, "task-poll", envDur("COURIER_TASK_POLL", time.Second), "fallback task claim poll interval (COURIER_TASK_POLL)")
 	fs.DurationVar(&c.Tasks.SweepEvery, "task-sweep-every", envDur("COURIER_TASK_SWEEP_EVERY", time.Minute), "task sweeper schedule interval (COURIER_TASK_SWEEP_EVERY)")
 	fs.IntVar(&c.Tasks.PushSlots, "task-push-slots", envInt("COURIER_TASK_PUSH_SLOTS", 200), "task pushes this worker runs at once, on the push task queue; a push holds its slot until the worker answers or the queue's push_timeout passes (COURIER_TASK_PUSH_SLOTS)")
+	c.bindBrokers(fs)
 	fs.IntVar(&c.Tasks.FinishSlots, "task-finish-slots", envInt("COURIER_TASK_FINISH_SLOTS", 100), "task result waits, finishes and sweeps this worker runs at once, on the finish task queue (COURIER_TASK_FINISH_SLOTS)")
 	c.envErrs, pendingEnvErrs = append(c.envErrs, pendingEnvErrs...), nil
 }
@@ -228,6 +230,9 @@ func (c *Config) Validate(needDB bool) error {
 		return errors.New("request timeout must be from 1s to 10m")
 	case c.MaxBodyBytes < 1024 || c.MaxBodyBytes > 2<<20:
 		return errors.New("max body bytes must be from 1 KiB to 2 MiB (Temporal rejects payloads over 2 MB)")
+	}
+	if err := c.validateBrokers(); err != nil {
+		return err
 	}
 	if err := courier.CheckRate("COURIER_KEY_RATE_LIMIT", "COURIER_KEY_RATE_BURST", c.KeyRate); err != nil {
 		var ce *courier.Error

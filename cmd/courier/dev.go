@@ -17,6 +17,7 @@ import (
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/devstack"
 	"github.com/courier-oss/courier/devstack/embeddednats"
+	"github.com/courier-oss/courier/mq"
 	"github.com/courier-oss/courier/worker"
 )
 
@@ -119,7 +120,7 @@ courier dev is up (%.1fs)
   gateway      %s   (OpenAPI: %s/openapi.yaml, metrics: %s/metrics)
   Temporal UI  %s   (namespace %s)
   Temporal     %s
-  NATS         %s
+  NATS         %s   (broker "default")%s
   database     %s
   data dir     %s
   API key      %s   (admin; kept in %s)
@@ -127,7 +128,7 @@ courier dev is up (%.1fs)
 Try:  curl -H "Authorization: Bearer %s" %s/v1/outbox
 Stop with Ctrl-C.
 `, time.Since(start).Seconds(), gw, gw, gw, tmp.UIURL(), tmp.Namespace(), tmp.Address(), nats.URL(),
-		cfg.DatabaseURL, dev.DataDir, token, filepath.Join(dev.DataDir, "dev-api-key"), token, gw)
+		extraBrokers(cfg), cfg.DatabaseURL, dev.DataDir, token, filepath.Join(dev.DataDir, "dev-api-key"), token, gw)
 
 	select {
 	case <-ctx.Done():
@@ -159,4 +160,17 @@ func devAPIKey(ctx context.Context, a *app, path string) (string, error) {
 		return "", err
 	}
 	return token, nil
+}
+
+// extraBrokers lists the brokers --broker adds to the embedded NATS, and the routes, for the
+// start banner.
+func extraBrokers(cfg Config) string {
+	var b strings.Builder
+	for _, spec := range cfg.Brokers.List {
+		fmt.Fprintf(&b, "\n  broker       %s = %s", spec.Name, mq.RedactURL(spec.URL))
+	}
+	if len(cfg.Brokers.Routes) > 0 {
+		fmt.Fprintf(&b, "\n  routes       %s", cfg.Brokers.Routes.String())
+	}
+	return b.String()
 }
