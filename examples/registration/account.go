@@ -19,10 +19,18 @@ import (
 	"github.com/courier-oss/courier/schema"
 )
 
-// TopicUserRegistered is the outbox topic (and NATS subject) of a registration.
-const TopicUserRegistered = "user.registered"
+// The outbox topics of a registration: one record per reward, so that courier can route each
+// to the cluster its consumer reads (COURIER_ROUTES="points.>=points,coupons.>=coupons": points
+// on RabbitMQ, coupons on NATS) and one cluster being down never holds up the other reward.
+const (
+	TopicCoupons = "coupons.user.registered"
+	TopicPoints  = "points.user.registered"
+)
 
-// UserRegistered is the payload of a user.registered message.
+// RegistrationTopics are the topics every registration writes a record to, in this order.
+var RegistrationTopics = []string{TopicCoupons, TopicPoints}
+
+// UserRegistered is the payload of a registration's messages.
 type UserRegistered struct {
 	UserID       int64     `json:"user_id"`
 	Email        string    `json:"email"`
@@ -69,8 +77,8 @@ func SetupAccount(ctx context.Context, db *bun.DB) error {
 	return nil
 }
 
-// Account is the account service: a producer that writes users and their user.registered
-// events to its own database, atomically.
+// Account is the account service: a producer that writes users and their registration events
+// to its own database, atomically.
 type Account struct {
 	DB  *bun.DB
 	Log *slog.Logger
@@ -84,11 +92,11 @@ type RegisterRequest struct {
 	Name  string `json:"name"`
 }
 
-// RegisterResponse is the 201 body of POST /register: the user plus the id of the outbox row
-// that carries the event (courier delivers it as workflow outbox/<source>/<outbox_id>).
+// RegisterResponse is the 201 body of POST /register: the user plus the ids of the outbox rows
+// that carry its events, by topic (courier delivers each as workflow outbox/<source>/<id>).
 type RegisterResponse struct {
 	User
-	OutboxID int64 `json:"outbox_id"`
+	OutboxIDs map[string]int64 `json:"outbox_ids"`
 }
 
 // ErrEmailTaken reports a registration for an email that already has a user.
@@ -145,20 +153,20 @@ func (a *Account) handleRegister(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "registration failed")
 		return
 	}
-	a.logger().Info("user registered", "user_id", resp.ID, "email", resp.Email, "outbox_id", resp.OutboxID)
+	a.logger().Info("user registered", "user_id", resp.ID, "email", resp.Email, "outbox_ids", resp.OutboxIDs)
 	writeJSON(w, http.StatusCreated, resp)
 }
 
-// Register inserts the user and its user.registered outbox row in one transaction. If the
-// email is taken it returns ErrEmailTaken and nothing is written: the transaction rolls back,
-// so no event exists for a user that does not.
+// Register inserts the user and one outbox row per registration topic in one transaction. If
+// the email is taken it returns ErrEmailTaken and nothing is written: the transaction rolls
+// back, so no event exists for a user that does not.
 func (a *Account) Register(ctx context.Context, req RegisterRequest) (RegisterResponse, error) {
 	now := time.Now
 	if a.Now != nil {
 		now = a.Now
 	}
 	u := User{Email: req.Email, Name: req.Name, RegisteredAt: now().UTC().Truncate(time.Microsecond)}
-	var outboxID int64
+	outboxIDs := map[string]int64{}
 	err := a.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		// ON CONFLICT DO NOTHING instead of catching a driver-specific unique violation: no
 		// row back means the email is taken, on SQLite and PostgreSQL alike.
@@ -176,21 +184,23 @@ func (a *Account) Register(ctx context.Context, req RegisterRequest) (RegisterRe
 		if err != nil {
 			return err
 		}
-		ids, err := outbox.Enqueue(ctx, tx, outbox.Message{
-			Topic:   TopicUserRegistered,
-			Key:     strconv.FormatInt(u.ID, 10),
-			Payload: payload,
-		})
+		msgs := make([]outbox.Message, len(RegistrationTopics))
+		for i, topic := range RegistrationTopics {
+			msgs[i] = outbox.Message{Topic: topic, Key: strconv.FormatInt(u.ID, 10), Payload: payload}
+		}
+		ids, err := outbox.Enqueue(ctx, tx, msgs...)
 		if err != nil {
 			return err
 		}
-		outboxID = ids[0]
+		for i, id := range ids {
+			outboxIDs[RegistrationTopics[i]] = id
+		}
 		return nil
 	})
 	if err != nil {
 		return RegisterResponse{}, err
 	}
-	return RegisterResponse{User: u, OutboxID: outboxID}, nil
+	return RegisterResponse{User: u, OutboxIDs: outboxIDs}, nil
 }
 
 func (a *Account) logger() *slog.Logger {

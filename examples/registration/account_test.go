@@ -99,33 +99,37 @@ func TestRegisterWritesUserAndOutboxRowInOneTransaction(t *testing.T) {
 	require.Equal(t, 1, count(t, db, `SELECT count(*) FROM users`))
 	require.Equal(t, 1, count(t, db, `SELECT count(*) FROM users WHERE id = ? AND email = ?`, userID, "ada@example.com"))
 	rows := outboxRows(t, db)
-	require.Len(t, rows, 1)
-	row := rows[0]
-	require.Equal(t, int64(body["outbox_id"].(float64)), row.ID, "the response names the outbox row")
-	require.Equal(t, TopicUserRegistered, row.Topic)
-	require.Equal(t, strconv.FormatInt(userID, 10), row.Key, "key is the user id")
-	require.Equal(t, "pending", row.Status)
-	var ev UserRegistered
-	require.NoError(t, json.Unmarshal(row.Payload, &ev))
-	require.Equal(t, userID, ev.UserID)
-	require.Equal(t, "ada@example.com", ev.Email)
-	require.False(t, ev.RegisteredAt.IsZero(), "payload carries registered_at")
-	require.Contains(t, string(row.Payload), `"email":"ada@example.com"`)
+	require.Len(t, rows, 2, "one row per reward topic")
+	ids := body["outbox_ids"].(map[string]any)
+	for i, topic := range []string{TopicCoupons, TopicPoints} {
+		row := rows[i]
+		require.Equal(t, int64(ids[topic].(float64)), row.ID, "the response names the outbox rows by topic")
+		require.Equal(t, topic, row.Topic)
+		require.Equal(t, strconv.FormatInt(userID, 10), row.Key, "key is the user id")
+		require.Equal(t, "pending", row.Status)
+		var ev UserRegistered
+		require.NoError(t, json.Unmarshal(row.Payload, &ev))
+		require.Equal(t, userID, ev.UserID)
+		require.Equal(t, "ada@example.com", ev.Email)
+		require.False(t, ev.RegisteredAt.IsZero(), "payload carries registered_at")
+		require.Contains(t, string(row.Payload), `"email":"ada@example.com"`)
+	}
 
 	// The same email again (different case): 409, and neither a user nor an outbox row.
 	status, body = post(t, srv, `{"email":"ADA@example.com","name":"Ada again"}`)
 	require.Equal(t, http.StatusConflict, status)
 	require.NotEmpty(t, body["error"])
 	require.Equal(t, 1, count(t, db, `SELECT count(*) FROM users`))
-	require.Len(t, outboxRows(t, db), 1, "a rejected registration must not leave an event behind")
+	require.Len(t, outboxRows(t, db), 2, "a rejected registration must not leave an event behind")
 
 	// A different user gets its own row with its own key.
 	status, body = post(t, srv, `{"email":"grace@example.com","name":"Grace"}`)
 	require.Equal(t, http.StatusCreated, status, body)
 	rows = outboxRows(t, db)
-	require.Len(t, rows, 2)
-	require.Equal(t, strconv.FormatInt(int64(body["id"].(float64)), 10), rows[1].Key)
-	require.NotEqual(t, rows[0].Key, rows[1].Key)
+	require.Len(t, rows, 4)
+	require.Equal(t, strconv.FormatInt(int64(body["id"].(float64)), 10), rows[2].Key)
+	require.Equal(t, rows[2].Key, rows[3].Key)
+	require.NotEqual(t, rows[0].Key, rows[2].Key)
 }
 
 func TestRegisterRejectsBadRequestsWithoutWriting(t *testing.T) {

@@ -37,30 +37,36 @@ func startJetStream(t *testing.T) (string, jetstream.JetStream) {
 	return srv.URL(), js
 }
 
-// publish sends a user.registered message the way courier does: Nats-Msg-Id for the broker's
-// deduplication and, unless courierID is empty, Courier-Message-Id.
-func publish(t *testing.T, js jetstream.JetStream, natsMsgID, courierID string, userID int64) *jetstream.PubAck {
+// publish sends a registration to both reward topics the way courier does: Nats-Msg-Id for
+// the broker's deduplication (suffixed by the topic: one stream holds both) and, unless
+// courierID is empty, Courier-Message-Id. It returns each consumer's last stream sequence.
+func publish(t *testing.T, js jetstream.JetStream, natsMsgID, courierID string, userID int64) map[string]uint64 {
 	t.Helper()
 	payload, err := json.Marshal(UserRegistered{UserID: userID, Email: "user@example.com", RegisteredAt: time.Now().UTC()})
 	require.NoError(t, err)
-	msg := nats.NewMsg(TopicUserRegistered)
-	msg.Data = payload
-	if courierID != "" {
-		msg.Header.Set(mq.HeaderMessageID, courierID)
+	seqs := map[string]uint64{}
+	for _, r := range []Reward{CouponReward, PointsReward} {
+		msg := nats.NewMsg(r.Topic)
+		msg.Data = payload
+		if courierID != "" {
+			msg.Header.Set(mq.HeaderMessageID, courierID)
+		}
+		msg.Header.Set(mq.HeaderKey, "ignored-by-consumers")
+		ack, err := js.PublishMsg(context.Background(), msg, jetstream.WithMsgID(natsMsgID+"@"+r.Topic))
+		require.NoError(t, err)
+		require.False(t, ack.Duplicate, "the broker must accept %s: the test is about what it cannot dedupe", natsMsgID)
+		seqs[r.Consumer] = ack.Sequence
 	}
-	msg.Header.Set(mq.HeaderKey, "ignored-by-consumers")
-	ack, err := js.PublishMsg(context.Background(), msg, jetstream.WithMsgID(natsMsgID))
-	require.NoError(t, err)
-	require.False(t, ack.Duplicate, "the broker must accept %s: the test is about what it cannot dedupe", natsMsgID)
-	return ack
+	return seqs
 }
 
-// settled reports whether every named consumer has been delivered everything up to lastSeq
-// and has nothing waiting for an ack (including messages naked for redelivery).
-func settled(t *testing.T, js jetstream.JetStream, lastSeq uint64, consumers ...string) bool {
+// settled reports whether every named consumer has been delivered everything up to its last
+// sequence and has nothing waiting for an ack (including messages naked for redelivery).
+func settled(t *testing.T, js jetstream.JetStream, lastSeqs map[string]uint64, consumers ...string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	for _, name := range consumers {
+		lastSeq := lastSeqs[name]
 		c, err := js.Consumer(ctx, StreamName, name)
 		if err != nil {
 			return false // not created yet
@@ -135,9 +141,9 @@ func TestConsumersGrantEachRewardExactlyOnce(t *testing.T) {
 	publish(t, js, "outbox-1-republished", "registration/1", 1) // the same record again
 	publish(t, js, "outbox-2", "registration/2", 1)             // another event for user 1
 	publish(t, js, "outbox-3", "registration/3", 2)             // user 2 registered
-	last := publish(t, js, "plain-3", "", 3)                    // no Courier-Message-Id: falls back to Nats-Msg-Id
+	last := publish(t, js, "plain-3", "", 3)                    // no Courier-Message-Id: falls back to Nats-Msg-Id (plain-3@<topic>)
 
-	require.Eventually(t, func() bool { return settled(t, js, last.Sequence, "coupon", "points") },
+	require.Eventually(t, func() bool { return settled(t, js, last, "coupon", "points") },
 		10*time.Second, 20*time.Millisecond, "consumers did not process every message")
 
 	st, err := store.Open(ctx, dbURL)
@@ -151,7 +157,7 @@ func TestConsumersGrantEachRewardExactlyOnce(t *testing.T) {
 	for i, want := range []struct {
 		user int64
 		msg  string
-	}{{1, "registration/1"}, {2, "registration/3"}, {3, "plain-3"}} {
+	}{{1, "registration/1"}, {2, "registration/3"}, {3, "plain-3@" + TopicCoupons}} {
 		require.Equal(t, want.user, coupons[i].UserID)
 		require.Equal(t, want.msg, coupons[i].MessageID)
 		require.True(t, strings.HasPrefix(coupons[i].Code, "WELCOME-"), coupons[i].Code)
@@ -165,9 +171,9 @@ func TestConsumersGrantEachRewardExactlyOnce(t *testing.T) {
 	}
 
 	var want []processedRow
-	for _, consumer := range []string{"coupon", "points"} {
-		for _, id := range []string{"plain-3", "registration/1", "registration/2", "registration/3"} {
-			want = append(want, processedRow{consumer, id})
+	for _, r := range []Reward{CouponReward, PointsReward} {
+		for _, id := range []string{"plain-3@" + r.Topic, "registration/1", "registration/2", "registration/3"} {
+			want = append(want, processedRow{r.Consumer, id})
 		}
 	}
 	require.Equal(t, want, processed(t, db), "one processed_messages row per (consumer, message id)")
@@ -240,7 +246,7 @@ func TestConsumerRedeliversAfterFailureAndGrantsOnce(t *testing.T) {
 		mu.Lock()
 		n := len(deliveries)
 		mu.Unlock()
-		return n == 3 && settled(t, js, last.Sequence, "coupon", "points")
+		return n == 3 && settled(t, js, last, "coupon", "points")
 	}, 10*time.Second, 20*time.Millisecond, "the failed message was not redelivered and processed")
 
 	mu.Lock()
@@ -289,9 +295,9 @@ func TestConsumerTerminatesInvalidPayload(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(stopConsumer)
 
-	ack, err := js.Publish(ctx, TopicUserRegistered, []byte(`{"email":"x@example.com"}`), jetstream.WithMsgID("bad-1"))
+	ack, err := js.Publish(ctx, TopicCoupons, []byte(`{"email":"x@example.com"}`), jetstream.WithMsgID("bad-1"))
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return settled(t, js, ack.Sequence, "coupon") }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return settled(t, js, map[string]uint64{"coupon": ack.Sequence}, "coupon") }, 10*time.Second, 20*time.Millisecond)
 	var d Delivery
 	select {
 	case d = <-got:

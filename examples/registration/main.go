@@ -6,27 +6,32 @@
 //
 //	registration account   --db sqlite:/tmp/registration.db --http 127.0.0.1:8090
 //	registration consumers --nats nats://127.0.0.1:4322 --db sqlite:/tmp/rewards.db
+//	                       [--points-broker amqp://guest:guest@127.0.0.1:5672/] [--coupons-broker …]
 //	registration coupon    …   (only the coupon consumer)
 //	registration points    …   (only the points consumer)
 //	registration all       --nats … --db sqlite:…   (account and both consumers in one process)
 //	registration rewards   --db sqlite:/tmp/rewards.db   (print the granted coupons and points)
 //
 // The account service (account.go) is a producer with a transactional outbox: POST /register
-// inserts the user row and a courier_outbox row (topic user.registered, key = user id) in ONE
-// database transaction, so the event exists if and only if the user does. It never talks to
-// the broker; courier relays the outbox row to NATS JetStream with Nats-Msg-Id = the outbox id
-// (JetStream drops re-publishes inside the stream's duplicate window) and the header
-// Courier-Message-Id (registration/<id> for a producer database registered as source
-// "registration").
+// inserts the user row and one courier_outbox row per reward (topics coupons.user.registered
+// and points.user.registered, key = user id) in ONE database transaction, so the events exist
+// if and only if the user does. It never talks to a broker; courier relays each row to the
+// broker its topic is routed to — one NATS for both, or (COURIER_ROUTES) points to RabbitMQ
+// and coupons to NATS — with the header Courier-Message-Id = registration/<outbox id> (for a
+// producer database registered as source "registration"), also the NATS Nats-Msg-Id and the
+// AMQP message_id.
 //
-// The consumers (rewards.go) read the REGISTRATION stream through durable pull consumers
-// named coupon and points. Delivery is at least once, so each handler makes its effect
+// The consumers (rewards.go, rabbit.go) read their reward's topic: from the REGISTRATION
+// stream through durable pull consumers named coupon and points, or from a RabbitMQ quorum
+// queue (registration.points) bound to courier's exchange. Delivery is at least once, so each
+// handler makes its effect
 // idempotent: in one transaction it records (consumer, message id) in processed_messages,
 // whose primary key rejects a second copy, and only for a new message inserts the reward into
 // a table with a unique user_id. The message is acknowledged only after that transaction
 // commits; a failure rolls everything back and the message is redelivered after a delay.
 //
-// Flags fall back to environment variables: REGISTRATION_DB, NATS_URL and REGISTRATION_HTTP.
+// Flags fall back to environment variables: REGISTRATION_DB, NATS_URL, REGISTRATION_HTTP,
+// REGISTRATION_POINTS_BROKER and REGISTRATION_COUPONS_BROKER.
 // SIGINT or SIGTERM stops every role cleanly. See README.md for a walk-through with courier dev.
 package main
 
@@ -41,6 +46,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -49,6 +56,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/uptrace/bun"
 
+	"github.com/courier-oss/courier/mq"
 	"github.com/courier-oss/courier/store"
 )
 
@@ -64,15 +72,20 @@ const usage = `registration: courier's "user registered → coupon and points" e
 
 Usage:
   registration account   [--db URL] [--http ADDR]   the account service (POST /register)
-  registration consumers [--db URL] [--nats URL]    the coupon and points consumers
-  registration coupon    [--db URL] [--nats URL]    only the coupon consumer
-  registration points    [--db URL] [--nats URL]    only the points consumer
-  registration all       [--db URL] [--nats URL] [--http ADDR]
+  registration consumers [--db URL] [--nats URL] [--points-broker URL] [--coupons-broker URL]
+                                                    the coupon and points consumers
+  registration coupon    [--db URL] [--nats URL] [--coupons-broker URL]
+                                                    only the coupon consumer
+  registration points    [--db URL] [--nats URL] [--points-broker URL]
+                                                    only the points consumer
+  registration all       [--db URL] [--nats URL] [--points-broker URL] [--coupons-broker URL] [--http ADDR]
                                                     account and both consumers in one process
   registration rewards   [--db URL]                 print the granted coupons and points
 
---db takes sqlite:PATH or postgres://…; flags default to REGISTRATION_DB, NATS_URL and
-REGISTRATION_HTTP when those are set.
+--db takes sqlite:PATH or postgres://…. A reward reads from --nats unless its own broker is
+given: nats://… (JetStream) or amqp://user:pass@host:5672/[?exchange=name] (RabbitMQ, the same
+URL courier publishes to). Flags default to REGISTRATION_DB, NATS_URL, REGISTRATION_HTTP,
+REGISTRATION_POINTS_BROKER and REGISTRATION_COUPONS_BROKER when those are set.
 `
 
 func main() {
@@ -90,9 +103,18 @@ func main() {
 
 // options are the flags shared by the subcommands.
 type options struct {
-	db   string
-	nats string
-	http string
+	db      string
+	nats    string
+	http    string
+	brokers map[string]*string // by reward consumer: its own broker URL ("" = nats)
+}
+
+// brokerFor is the broker a reward reads from.
+func (o options) brokerFor(r Reward) string {
+	if b := o.brokers[r.Consumer]; b != nil && *b != "" {
+		return *b
+	}
+	return o.nats
 }
 
 // run dispatches to a subcommand and returns when it finishes or ctx is cancelled.
@@ -113,10 +135,10 @@ func run(ctx context.Context, args []string, stdout io.Writer, log *slog.Logger)
 	case "account":
 		fs.StringVar(&opts.http, "http", env("REGISTRATION_HTTP", defaultHTTP), "HTTP listen address (REGISTRATION_HTTP)")
 	case "consumers", "coupon", "points":
-		fs.StringVar(&opts.nats, "nats", env("NATS_URL", defaultNATS), "NATS server URL (NATS_URL)")
+		opts.bindBrokers(fs, cmd)
 	case "all":
 		fs.StringVar(&opts.http, "http", env("REGISTRATION_HTTP", defaultHTTP), "HTTP listen address (REGISTRATION_HTTP)")
-		fs.StringVar(&opts.nats, "nats", env("NATS_URL", defaultNATS), "NATS server URL (NATS_URL)")
+		opts.bindBrokers(fs, cmd)
 	case "rewards":
 	default:
 		return fmt.Errorf("unknown command %q\n\n%s", cmd, usage)
@@ -139,11 +161,11 @@ func run(ctx context.Context, args []string, stdout io.Writer, log *slog.Logger)
 	case "account":
 		return runAccount(ctx, db, opts.http, log)
 	case "consumers":
-		return runConsumers(ctx, db, opts.nats, []Reward{CouponReward, PointsReward}, log)
+		return runConsumers(ctx, db, opts, []Reward{CouponReward, PointsReward}, log)
 	case "coupon":
-		return runConsumers(ctx, db, opts.nats, []Reward{CouponReward}, log)
+		return runConsumers(ctx, db, opts, []Reward{CouponReward}, log)
 	case "points":
-		return runConsumers(ctx, db, opts.nats, []Reward{PointsReward}, log)
+		return runConsumers(ctx, db, opts, []Reward{PointsReward}, log)
 	case "all":
 		return runAll(ctx, db, opts, log)
 	default: // rewards
@@ -184,43 +206,94 @@ func serveHTTP(ctx context.Context, addr string, h http.Handler, log *slog.Logge
 	return nil
 }
 
-// runConsumers runs one durable consumer per reward until ctx is cancelled.
-func runConsumers(ctx context.Context, db *bun.DB, natsURL string, rewards []Reward, log *slog.Logger) error {
+// bindBrokers registers --nats and each reward's own broker flag for cmd.
+func (o *options) bindBrokers(fs *flag.FlagSet, cmd string) {
+	fs.StringVar(&o.nats, "nats", env("NATS_URL", defaultNATS), "NATS server URL, for every reward without its own broker (NATS_URL)")
+	o.brokers = map[string]*string{}
+	for _, r := range []Reward{CouponReward, PointsReward} {
+		if cmd != "consumers" && cmd != "all" && cmd != r.Consumer {
+			continue
+		}
+		name := map[string]string{"coupon": "coupons", "points": "points"}[r.Consumer]
+		envName := "REGISTRATION_" + strings.ToUpper(name) + "_BROKER"
+		o.brokers[r.Consumer] = fs.String(name+"-broker", env(envName, ""),
+			"the "+r.Consumer+" consumer's broker: nats://… or amqp://…[?exchange=name] (default --nats; "+envName+")")
+	}
+}
+
+// runConsumers runs one consumer per reward, each on its broker, until ctx is cancelled.
+func runConsumers(ctx context.Context, db *bun.DB, opts options, rewards []Reward, log *slog.Logger) error {
 	if err := SetupRewards(ctx, db); err != nil {
 		return err
 	}
-	nc, err := nats.Connect(natsURL,
-		nats.Name("registration-consumers"),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(500*time.Millisecond),
+	ctx, cancel := context.WithCancel(ctx)
+	var (
+		stops  []func()     // JetStream consumers
+		conns  []*nats.Conn // closed after their consumers stopped
+		rabbit sync.WaitGroup
 	)
-	if err != nil {
-		return fmt.Errorf("connect to NATS at %s: %w", natsURL, err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	if _, err := EnsureStream(ctx, js); err != nil {
-		return err
-	}
-	var stops []func()
 	defer func() {
+		cancel()
 		for _, stop := range stops {
 			stop()
 		}
+		rabbit.Wait() // each finishes the message in hand
+		for _, nc := range conns {
+			nc.Close()
+		}
 	}()
+	errc := make(chan error, len(rewards))
+	js := map[string]jetstream.JetStream{} // one connection per NATS URL
 	for _, r := range rewards {
 		h := &Handler{DB: db, Reward: r, Log: log}
-		stop, err := StartConsumer(ctx, js, h)
+		url := opts.brokerFor(r)
+		switch scheme, _, _ := strings.Cut(url, "://"); scheme {
+		case "amqp", "amqps":
+			c := &RabbitConsumer{URL: url, Handler: h}
+			if _, _, err := rabbitTarget(url); err != nil {
+				return err
+			}
+			rabbit.Add(1)
+			go func() {
+				defer rabbit.Done()
+				errc <- c.Run(ctx)
+			}()
+		case "nats":
+			if js[url] == nil {
+				nc, err := nats.Connect(url,
+					nats.Name("registration-consumers"),
+					nats.MaxReconnects(-1),
+					nats.ReconnectWait(500*time.Millisecond),
+				)
+				if err != nil {
+					return fmt.Errorf("connect to NATS at %s: %w", url, err)
+				}
+				conns = append(conns, nc)
+				if js[url], err = jetstream.New(nc); err != nil {
+					return err
+				}
+				if _, err := EnsureStream(ctx, js[url]); err != nil {
+					return err
+				}
+			}
+			stop, err := StartConsumer(ctx, js[url], h)
+			if err != nil {
+				return err
+			}
+			stops = append(stops, stop)
+			log.Info("consumer started", "consumer", r.Consumer, "stream", StreamName, "subject", r.Topic, "nats", url)
+		default:
+			return fmt.Errorf("%s consumer: broker URL %q: want nats:// or amqp://", r.Consumer, mq.RedactURL(url))
+		}
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-errc: // a RabbitMQ consumer only returns early on a bad URL
 		if err != nil {
 			return err
 		}
-		stops = append(stops, stop)
-		log.Info("consumer started", "consumer", r.Consumer, "stream", StreamName, "subject", TopicUserRegistered, "nats", natsURL)
+		<-ctx.Done()
 	}
-	<-ctx.Done()
 	log.Info("stopping consumers")
 	return nil
 }
@@ -230,7 +303,7 @@ func runAll(ctx context.Context, db *bun.DB, opts options, log *slog.Logger) err
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 2)
-	go func() { errc <- runConsumers(ctx, db, opts.nats, []Reward{CouponReward, PointsReward}, log) }()
+	go func() { errc <- runConsumers(ctx, db, opts, []Reward{CouponReward, PointsReward}, log) }()
 	go func() { errc <- runAccount(ctx, db, opts.http, log) }()
 	first := <-errc
 	cancel() // one part stopped (or failed): stop the other

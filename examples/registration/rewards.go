@@ -79,20 +79,22 @@ func SetupRewards(ctx context.Context, db *bun.DB) error {
 	return nil
 }
 
-// Reward is one consumer of user.registered: its durable consumer name (also its name in
-// processed_messages) and how it grants its reward inside the handler's transaction.
+// Reward is one consumer of registrations: its durable consumer name (also its name in
+// processed_messages and in its RabbitMQ queue's name), the topic it reads, and how it grants
+// its reward inside the handler's transaction.
 type Reward struct {
 	Consumer string
+	Topic    string
 	// Grant inserts the reward for the user unless one exists and reports whether it did,
 	// with a short description for the log.
 	Grant func(ctx context.Context, tx bun.Tx, ev UserRegistered, messageID string) (granted bool, detail string, err error)
 }
 
 // CouponReward grants a welcome coupon with a random code.
-var CouponReward = Reward{Consumer: "coupon", Grant: grantCoupon}
+var CouponReward = Reward{Consumer: "coupon", Topic: TopicCoupons, Grant: grantCoupon}
 
 // PointsReward grants PointsAmount points.
-var PointsReward = Reward{Consumer: "points", Grant: grantPoints}
+var PointsReward = Reward{Consumer: "points", Topic: TopicPoints, Grant: grantPoints}
 
 func grantCoupon(ctx context.Context, tx bun.Tx, ev UserRegistered, messageID string) (bool, string, error) {
 	var b [4]byte
@@ -144,23 +146,26 @@ type Delivery struct {
 	Consumer  string
 	MessageID string
 	UserID    int64
-	Attempt   uint64 // JetStream's delivery count, 1 for the first delivery
+	Attempt   uint64 // the broker's delivery count, 1 for the first delivery
 	Outcome   Outcome
 	Err       error
 }
 
-// Handler processes user.registered messages for one reward with an exactly-once effect.
+// Handler processes registration messages for one reward with an exactly-once effect, from
+// NATS JetStream (Handle) or RabbitMQ (HandleAMQP).
 type Handler struct {
 	DB     *bun.DB
 	Reward Reward
 	Log    *slog.Logger
-	// NakDelay is the redelivery delay after a failure; 0 means DefaultNakDelay.
+	// NakDelay is the redelivery delay after a failure; 0 means DefaultNakDelay. (RabbitMQ has
+	// no delayed requeue: its consumer waits this long before it requeues.)
 	NakDelay time.Duration
 	// BeforeCommit, if set, runs inside the transaction after a new message was recorded and
 	// the reward granted (or found), just before commit. An error rolls the transaction back
 	// and the message is redelivered. Tests use it to inject failures.
 	BeforeCommit func(ctx context.Context, messageID string) error
-	// Observe, if set, is told about every delivery after it was acked, naked or terminated.
+	// Observe, if set, is told about every delivery after it was acked, naked or terminated
+	// (requeued or rejected on RabbitMQ).
 	Observe func(Delivery)
 }
 
@@ -180,27 +185,62 @@ func MessageID(msg jetstream.Msg) string {
 	return ""
 }
 
-// Handle processes one message: it records the message id and grants the reward in one
-// transaction, and acknowledges the message only after that transaction committed. A failure
-// naks the message with a delay, so the broker redelivers it.
+// Incoming is one delivered message, whatever the broker: its idempotency key, its body and
+// the broker's delivery count.
+type Incoming struct {
+	MessageID string
+	Data      []byte
+	Attempt   uint64
+}
+
+// Handle processes one JetStream message (process) and then acknowledges it, naks it with a
+// delay (the broker redelivers it) or terminates it, by the outcome.
 func (h *Handler) Handle(ctx context.Context, msg jetstream.Msg) Delivery {
-	d := Delivery{Consumer: h.Reward.Consumer, MessageID: MessageID(msg)}
+	in := Incoming{MessageID: MessageID(msg), Data: msg.Data()}
 	if md, err := msg.Metadata(); err == nil {
-		d.Attempt = md.NumDelivered
+		in.Attempt = md.NumDelivered
 	}
+	d := h.process(ctx, in)
+	log := h.logger().With("consumer", d.Consumer, "message_id", d.MessageID)
+	switch d.Outcome {
+	case Rejected:
+		if err := msg.TermWithReason("invalid registration payload"); err != nil {
+			log.Warn("term failed", "err", err)
+		}
+	case Retry:
+		if err := msg.NakWithDelay(h.nakDelay()); err != nil {
+			log.Warn("nak failed; the message is redelivered after the ack wait", "err", err)
+		}
+	default:
+		// Committed: acknowledge. If the ack is lost the message comes back and is a Duplicate.
+		if err := msg.DoubleAck(ctx); err != nil {
+			log.Warn("ack failed; the redelivery will be skipped as a duplicate", "err", err)
+		}
+	}
+	h.observe(d)
+	return d
+}
+
+func (h *Handler) nakDelay() time.Duration {
+	if h.NakDelay > 0 {
+		return h.NakDelay
+	}
+	return DefaultNakDelay
+}
+
+// process records the message id and grants the reward in one transaction; the caller
+// acknowledges the message only after that transaction committed.
+func (h *Handler) process(ctx context.Context, in Incoming) Delivery {
+	d := Delivery{Consumer: h.Reward.Consumer, MessageID: in.MessageID, Attempt: in.Attempt}
 	log := h.logger().With("consumer", d.Consumer, "message_id", d.MessageID, "attempt", d.Attempt)
 
 	var ev UserRegistered
-	if err := json.Unmarshal(msg.Data(), &ev); err != nil || ev.UserID <= 0 || d.MessageID == "" {
+	if err := json.Unmarshal(in.Data, &ev); err != nil || ev.UserID <= 0 || d.MessageID == "" {
 		if err == nil {
 			err = errors.New("payload has no user_id or message has no id")
 		}
 		d.Outcome, d.Err = Rejected, err
 		log.Error("message rejected: cannot be processed", "err", err)
-		if err := msg.TermWithReason("invalid user.registered payload"); err != nil {
-			log.Warn("term failed", "err", err)
-		}
-		h.observe(d)
 		return d
 	}
 	d.UserID = ev.UserID
@@ -239,18 +279,9 @@ func (h *Handler) Handle(ctx context.Context, msg jetstream.Msg) Delivery {
 	})
 	if err != nil {
 		d.Outcome, d.Err = Retry, err
-		delay := h.NakDelay
-		if delay <= 0 {
-			delay = DefaultNakDelay
-		}
-		log.Warn("processing failed, rolled back; will be redelivered", "delay", delay, "err", err)
-		if err := msg.NakWithDelay(delay); err != nil {
-			log.Warn("nak failed; the message is redelivered after the ack wait", "err", err)
-		}
-		h.observe(d)
+		log.Warn("processing failed, rolled back; will be redelivered", "delay", h.nakDelay(), "err", err)
 		return d
 	}
-
 	switch d.Outcome {
 	case Granted:
 		log.Info("granted "+h.Reward.Consumer, "detail", detail)
@@ -259,11 +290,6 @@ func (h *Handler) Handle(ctx context.Context, msg jetstream.Msg) Delivery {
 	case Duplicate:
 		log.Info("skipped duplicate message")
 	}
-	// Committed: acknowledge. If the ack is lost the message comes back and is a Duplicate.
-	if err := msg.DoubleAck(ctx); err != nil {
-		log.Warn("ack failed; the redelivery will be skipped as a duplicate", "err", err)
-	}
-	h.observe(d)
 	return d
 }
 
@@ -280,12 +306,14 @@ func (h *Handler) logger() *slog.Logger {
 	return slog.Default()
 }
 
-// EnsureStream creates or updates the REGISTRATION stream capturing user.registered.
+// EnsureStream creates or updates the REGISTRATION stream capturing the registration topics
+// (both, so that one NATS can serve both rewards; with points on RabbitMQ its subject simply
+// stays empty here).
 func EnsureStream(ctx context.Context, js jetstream.JetStream) (jetstream.Stream, error) {
 	s, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        StreamName,
-		Description: "courier registration example: user.registered events",
-		Subjects:    []string{TopicUserRegistered},
+		Description: "courier registration example: registration events",
+		Subjects:    RegistrationTopics,
 		Storage:     jetstream.FileStorage,
 		Duplicates:  DuplicateWindow,
 	})
@@ -295,12 +323,12 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream) (jetstream.Stream
 	return s, nil
 }
 
-// ConsumerConfig is the durable pull consumer of one reward.
-func ConsumerConfig(name string) jetstream.ConsumerConfig {
+// ConsumerConfig is the durable pull consumer of one reward, reading its topic.
+func ConsumerConfig(r Reward) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
-		Durable:       name,
-		Description:   "courier registration example: " + name + " reward",
-		FilterSubject: TopicUserRegistered,
+		Durable:       r.Consumer,
+		Description:   "courier registration example: " + r.Consumer + " reward",
+		FilterSubject: r.Topic,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       AckWait,
@@ -312,7 +340,7 @@ func ConsumerConfig(name string) jetstream.ConsumerConfig {
 // messages. The returned stop function stops fetching, waits for the message in hand to
 // finish, and is safe to call more than once.
 func StartConsumer(ctx context.Context, js jetstream.JetStream, h *Handler) (stop func(), err error) {
-	cons, err := js.CreateOrUpdateConsumer(ctx, StreamName, ConsumerConfig(h.Reward.Consumer))
+	cons, err := js.CreateOrUpdateConsumer(ctx, StreamName, ConsumerConfig(h.Reward))
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s: %w", h.Reward.Consumer, err)
 	}
