@@ -27,9 +27,6 @@ func (s OutboxStatus) Valid() bool {
 	return false
 }
 
-// OutboxTable is the name of the outbox table in courier's database and in producers' databases.
-const OutboxTable = "courier_outbox"
-
 // OutboxRecord is one row of the outbox table (see docs/outbox.md for the contract).
 type OutboxRecord struct {
 	ID            int64

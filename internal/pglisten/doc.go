@@ -1,0 +1,2 @@
+// Package pglisten turns PostgreSQL LISTEN/NOTIFY into wake-ups for polling loops.
+package pglisten
