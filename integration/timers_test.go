@@ -83,14 +83,22 @@ func TestTimersEndToEnd(t *testing.T) {
 	const n = 500
 	base := time.Now().Add(10 * time.Second)
 	fireAt := map[string]time.Time{}
-	for i := 0; i < n; i++ {
-		id := fmt.Sprintf("o-%d", i)
-		at := base.Add(time.Duration(i%20) * 100 * time.Millisecond) // 500 due within two seconds
+	create := func(id string, at time.Time) {
+		t.Helper()
 		fireAt[id] = at
 		status, tm := call("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": id, "fire_at": at, "payload": map[string]string{"order": id}})
 		require.Equal(t, http.StatusCreated, status, id)
 		require.Equal(t, "scheduled", tm.State)
 	}
+	for i := 0; i < n; i++ {
+		if i == 1 || i == 2 {
+			continue // armed last, so they are still ahead of their time however long this takes
+		}
+		create(fmt.Sprintf("o-%d", i), base.Add(time.Duration(i%20)*100*time.Millisecond)) // 500 due within two seconds
+	}
+	soon := time.Now().Add(5 * time.Second)
+	create("o-1", soon)
+	create("o-2", soon.Add(100*time.Millisecond))
 	// The same request again is the same timer; a different one is a conflict.
 	status, _ := call("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": "o-0", "fire_at": fireAt["o-0"], "payload": map[string]string{"order": "o-0"}})
 	require.Equal(t, http.StatusOK, status)
@@ -99,7 +107,7 @@ func TestTimersEndToEnd(t *testing.T) {
 	status, _ = call("POST", "/v1/timers", map[string]any{"biz_type": "nope", "biz_id": "x", "delay": "1s"})
 	require.Equal(t, http.StatusUnprocessableEntity, status)
 
-	// Cancel one just before its fire time; move another two seconds later.
+	// Cancel one a few seconds before its fire time; move another two seconds later.
 	status, tm := call("DELETE", "/v1/timers/order.close/o-1", nil)
 	require.Equal(t, http.StatusOK, status)
 	require.Equal(t, "cancelled", tm.State)
