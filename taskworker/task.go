@@ -41,6 +41,10 @@ type Task struct {
 	DeliveryID       string        // the push's webhook-id (task/<id>/<version>/<attempt>); "" if unsigned
 	ResultURL        string        // where the result goes, as the push named it (informational)
 	HeartbeatURL     string        // where heartbeats go, as the push named it (informational)
+	// Traceparent and Tracestate are the push's W3C trace context: the handler's context
+	// carries it as the remote parent, so spans the handler starts (and the result call, with
+	// an OpenTelemetry-instrumented http.Client) join the task's trace.
+	Traceparent, Tracestate string
 
 	mu      sync.Mutex
 	message string

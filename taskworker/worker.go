@@ -16,6 +16,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/client"
 	"github.com/courier-oss/courier/webhook"
@@ -177,6 +179,7 @@ func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t.DeliveryID = r.Header.Get(webhook.HeaderID)
+	t.Traceparent, t.Tracestate = r.Header.Get("traceparent"), r.Header.Get("tracestate")
 	dup := replay
 	if !replay {
 		dup, err = w.start(t)
@@ -216,6 +219,7 @@ func (w *Worker) start(t *Task) (duplicate bool, err error) {
 	ctx, cancel := context.WithCancelCause(w.base)
 	ctx, cancelDeadline := context.WithDeadlineCause(ctx, t.Deadline, ErrDeadline)
 	ctx = context.WithValue(ctx, taskKey{}, t)
+	ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": t.Traceparent, "tracestate": t.Tracestate})
 	j := &job{attempt: t.Attempt, cancel: cancel}
 	w.running[key] = j
 	w.active++

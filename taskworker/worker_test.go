@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/client"
@@ -528,4 +529,30 @@ func TestShutdown(t *testing.T) {
 	rep = r2.waitReports(t, "result", 1)[0]
 	require.Equal(t, courier.TaskResult{Attempt: 4, Status: courier.ResultFailure, StatusCode: 503,
 		Message: "the worker shut down before the work finished"}, rep.Result)
+}
+
+// The push's W3C trace context becomes the handler's remote parent span, so the handler's own
+// spans (and an instrumented result call) join the task's trace.
+func TestHandlerContextCarriesThePushTrace(t *testing.T) {
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	got := make(chan trace.SpanContext, 1)
+	r := newRig(t, func(ctx context.Context, task *taskworker.Task) (json.RawMessage, error) {
+		got <- trace.SpanContextFromContext(ctx)
+		return nil, nil
+	}, nil)
+	p := pushOf("t-trace", 1, `1`, "", soon())
+	body, err := json.Marshal(p)
+	require.NoError(t, err)
+	s, err := webhook.NewSigner(r.secret)
+	require.NoError(t, err)
+	h := http.Header{}
+	require.NoError(t, s.Sign(h, "task/t-trace/1/1", time.Now(), body))
+	h.Set("traceparent", tp)
+	code, _, out := r.send(t, body, h)
+	require.Equal(t, http.StatusAccepted, code, out)
+	sc := <-got
+	require.True(t, sc.IsRemote())
+	require.Equal(t, "4bf92f3577b34da6a3ce929d0e0e4736", sc.TraceID().String())
+	require.Equal(t, "00f067aa0ba902b7", sc.SpanID().String())
+	r.waitIdle(t)
 }
