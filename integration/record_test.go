@@ -56,7 +56,9 @@ func TestRecordHistories(t *testing.T) {
 	// The runs record the record's state in CourierState and a dead record's run fails. The
 	// histories recorded before that (sent, retried-then-sent, dead-unknown-topic,
 	// dead-after-budget) are kept beside these and never re-recorded: they are what runs started
-	// by older workers look like.
+	// by older workers look like. So are the *-state and dead-fails-* ones, recorded before the
+	// relay started runs with workflows.OutboxDeliveryV: record only the -v1 cases
+	// (-run 'TestRecordHistories/v1').
 	cases := []struct {
 		name     string
 		topic    string
@@ -66,6 +68,9 @@ func TestRecordHistories(t *testing.T) {
 		{"retried-then-sent-state", "orders.created", 2},
 		{"dead-fails-unknown-topic", "nowhere.created", 0},
 		{"dead-fails-after-budget", "orders.created", -1},
+		// Runs the relay starts with workflows.OutboxDeliveryV: no version marker, no "sent".
+		{"sent-v1", "orders.created", 0},
+		{"dead-v1-unknown-topic", "nowhere.created", 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -111,6 +116,17 @@ func TestRecordHistories(t *testing.T) {
 			}
 		})
 	}
+}
+
+// writeNew writes a history only where none was recorded: a recorded history is what runs of
+// its time look like, and replaying it is the point.
+func writeNew(t *testing.T, path string, hist *historypb.History) {
+	t.Helper()
+	if _, err := os.Stat(path); err == nil {
+		t.Logf("kept %s", path)
+		return
+	}
+	write(t, path, hist)
 }
 
 func write(t *testing.T, path string, hist *historypb.History) {
@@ -160,7 +176,10 @@ func TestRecordTimerHistories(t *testing.T) {
 	}
 	dir := filepath.Join("..", "workflows", "testdata", "histories", "timer")
 	// A failed delivery's run fails: it is written as delivery-failed.json, beside failed.json,
-	// which a run recorded before that completed and is never re-recorded.
+	// which a run recorded before that completed and is never re-recorded. Since the timer
+	// service starts runs with workflows.TimerV these are written as <case>-v1.json, beside the
+	// ones recorded before it (kept, never re-recorded); schedule runs do not carry it, so
+	// schedule-run.json is written only when missing.
 	for _, c := range []string{"delivered", "rescheduled", "cancelled", "failed"} {
 		typ, file := "rec.ok", c
 		if c == "failed" {
@@ -168,7 +187,7 @@ func TestRecordTimerHistories(t *testing.T) {
 		}
 		id := courier.TimerWorkflowID(typ, c)
 		require.Eventually(t, func() bool { return closed(id) }, time.Minute, 50*time.Millisecond, id)
-		write(t, filepath.Join(dir, file+".json"), history(t, s, id, ""))
+		write(t, filepath.Join(dir, file+"-v1.json"), history(t, s, id, ""))
 	}
 	var runID, wfID string
 	require.Eventually(t, func() bool {
@@ -184,13 +203,14 @@ func TestRecordTimerHistories(t *testing.T) {
 		runID = desc.Info.RecentActions[0].StartWorkflowResult.FirstExecutionRunID
 		return closed(wfID)
 	}, time.Minute, 100*time.Millisecond)
-	write(t, filepath.Join(dir, "schedule-run.json"), history(t, s, wfID, runID))
+	writeNew(t, filepath.Join(dir, "schedule-run.json"), history(t, s, wfID, runID))
 }
 
 // TestRecordTimerContinuedHistories records a timer that continued as new (make
 // record-histories): the server's update limit is lowered so a run hands over after ten
 // reschedules. It writes the run that handed over and the run that was then cancelled, beside
-// the timer histories recorded before timers continued as new.
+// the timer histories recorded before timers continued as new, as <name>-v1.json since runs
+// carry workflows.TimerV.
 func TestRecordTimerContinuedHistories(t *testing.T) {
 	if os.Getenv("COURIER_RECORD_HISTORIES") == "" {
 		t.Skip("set COURIER_RECORD_HISTORIES=1 to re-record workflow histories")
@@ -219,8 +239,8 @@ func TestRecordTimerContinuedHistories(t *testing.T) {
 	handedOver := history(t, s, id, first)
 	require.Equal(t, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW, handedOver.Events[len(handedOver.Events)-1].GetEventType())
 	dir := filepath.Join("..", "workflows", "testdata", "histories", "timer")
-	write(t, filepath.Join(dir, "continued-as-new.json"), handedOver)
-	write(t, filepath.Join(dir, "continued-then-cancelled.json"), history(t, s, id, ""))
+	write(t, filepath.Join(dir, "continued-as-new-v1.json"), handedOver)
+	write(t, filepath.Join(dir, "continued-then-cancelled-v1.json"), history(t, s, id, ""))
 }
 
 func history(t *testing.T, s *stack, id, runID string) *historypb.History {

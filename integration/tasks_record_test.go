@@ -28,7 +28,9 @@ import (
 // arrived before the push was answered, and one sweep. The histories recorded before the push
 // and the wait were split (task/single-push-*.json, task-sweeper/run-shared-queue.json) are
 // kept beside them and never re-recorded: they are what runs started by older workers look
-// like.
+// like. So are success.json … result-before-push-answered.json, recorded before the claimer
+// started attempts with workflows.TaskV (they ask workflow.GetVersion): these runs write
+// <case>-v1.json, and the sweeper's run.json only when it is missing.
 func TestRecordTaskHistories(t *testing.T) {
 	if os.Getenv("COURIER_RECORD_HISTORIES") == "" {
 		t.Skip("set COURIER_RECORD_HISTORIES=1 to re-record workflow histories")
@@ -121,7 +123,7 @@ func TestRecordTaskHistories(t *testing.T) {
 		mu.Unlock()
 		require.NotEmpty(t, run, c)
 		require.Eventually(t, func() bool { return closed(id, run) }, time.Minute, 50*time.Millisecond, id)
-		write(t, filepath.Join(dir, c+".json"), history(t, ts.stack, id, run))
+		write(t, filepath.Join(dir, c+"-v1.json"), history(t, ts.stack, id, run))
 	}
 
 	h := ts.tc.ScheduleClient().GetHandle(ctx, tasks.SweeperScheduleID)
@@ -136,5 +138,5 @@ func TestRecordTaskHistories(t *testing.T) {
 		runID = desc.Info.RecentActions[0].StartWorkflowResult.FirstExecutionRunID
 		return closed(wfID, runID)
 	}, time.Minute, 100*time.Millisecond)
-	write(t, filepath.Join("..", "workflows", "testdata", "histories", "task-sweeper", "run.json"), history(t, ts.stack, wfID, runID))
+	writeNew(t, filepath.Join("..", "workflows", "testdata", "histories", "task-sweeper", "run.json"), history(t, ts.stack, wfID, runID))
 }

@@ -261,7 +261,8 @@ func startRun(ctx context.Context, tc client.Client, taskQueue string, t store.C
 			temporal.NewSearchAttributeKeyKeyword(courier.SAState).ValueSet(string(courier.TaskProcessing)),
 		),
 	}, workflows.TaskName, workflows.TaskParams{TaskID: t.TaskID, Version: t.Version, Attempt: t.Attempt, Queue: t.Queue,
-		Priority: t.Priority, ProcessingTimeout: t.ProcessingTimeout, HeartbeatTimeout: t.HeartbeatTimeout, PushTimeout: t.PushTimeout})
+		Priority: t.Priority, ProcessingTimeout: t.ProcessingTimeout, HeartbeatTimeout: t.HeartbeatTimeout, PushTimeout: t.PushTimeout,
+		V: workflows.TaskV})
 	return err
 }
 

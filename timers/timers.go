@@ -179,7 +179,8 @@ func (s *Service) Create(ctx context.Context, r CreateRequest) (Timer, bool, err
 			temporal.NewSearchAttributeKeyKeyword(courier.SAState).ValueSet(workflows.TimerScheduled),
 			temporal.NewSearchAttributeKeyTime(courier.SAFireAt).ValueSet(fireAt),
 		),
-	}, workflows.TimerName, workflows.TimerParams{BizType: r.BizType, BizID: r.BizID, FireAt: fireAt, Payload: r.Payload})
+	}, workflows.TimerName, workflows.TimerParams{BizType: r.BizType, BizID: r.BizID, FireAt: fireAt, Payload: r.Payload,
+		V: workflows.TimerV})
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &already) {
 		existing, herr := s.memoHash(ctx, id)

@@ -23,6 +23,13 @@ const ErrTypeOutboxDead = "OutboxDead"
 // written to the CourierState search attribute, and a dead record's run ends Failed.
 const outboxFailsChange = "outbox-dead-fails"
 
+// OutboxDeliveryV is the delivery code version the relay starts new runs with
+// (OutboxDeliveryParams.V). A run that carries it in its input, which is in its history, needs
+// no workflow.GetVersion marker (an event and a search attribute upsert each) and does not
+// upsert CourierState=sent: a Completed run is a sent record. Runs started by older relays
+// have V = 0 and replay the guarded path.
+const OutboxDeliveryV = 1
+
 var saOutboxState = temporal.NewSearchAttributeKeyKeyword(courier.SAState)
 
 // RetryPolicy is a serialisable retry budget with exponential backoff.
@@ -83,6 +90,9 @@ type OutboxDeliveryParams struct {
 	Source string
 	ID     int64
 	Retry  RetryPolicy
+	// V is the code version the run was started for: OutboxDeliveryV from the relay, 0 in
+	// runs started before it existed (they take the path guarded by outboxFailsChange).
+	V int `json:",omitempty"`
 }
 
 // OutboxDeliveryResult is the delivery workflow's outcome.
@@ -106,8 +116,14 @@ var markDeadOptions = workflow.ActivityOptions{
 // OutboxDelivery publishes one outbox record with retries and backoff, then the record is
 // sent; once the budget is spent (or the failure is permanent) it marks the record dead with
 // its last error and the run fails with it (ErrTypeOutboxDead), so the Temporal UI lists it
-// under Failures. The record's state (sent, dead) is kept in CourierState.
+// under Failures. A dead record's state is kept in CourierState; a sent one's run completes
+// (runs started before OutboxDeliveryV also write "sent" there).
 func OutboxDelivery(ctx workflow.Context, p OutboxDeliveryParams) (OutboxDeliveryResult, error) {
+	// fails says whether this run writes its state and fails when the record goes dead: always
+	// from OutboxDeliveryV, and behind outboxFailsChange in runs started before it.
+	fails := func() bool {
+		return p.V >= OutboxDeliveryV || workflow.GetVersion(ctx, outboxFailsChange, workflow.DefaultVersion, 1) >= 1
+	}
 	retry := p.Retry.WithDefaults()
 	dctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: retry.AttemptTimeout,
@@ -117,7 +133,7 @@ func OutboxDelivery(ctx workflow.Context, p OutboxDeliveryParams) (OutboxDeliver
 	err := workflow.ExecuteActivity(dctx, activities.DeliverOutboxName,
 		activities.DeliverParams{Source: p.Source, ID: p.ID}).Get(ctx, &res)
 	if err == nil {
-		if workflow.GetVersion(ctx, outboxFailsChange, workflow.DefaultVersion, 1) >= 1 {
+		if p.V < OutboxDeliveryV && fails() {
 			_ = workflow.UpsertTypedSearchAttributes(ctx, saOutboxState.ValueSet(string(courier.OutboxSent)))
 		}
 		return OutboxDeliveryResult{Status: courier.OutboxSent, AlreadySent: res.AlreadySent}, nil
@@ -129,7 +145,7 @@ func OutboxDelivery(ctx workflow.Context, p OutboxDeliveryParams) (OutboxDeliver
 		return OutboxDeliveryResult{}, err
 	}
 	dead := OutboxDeliveryResult{Status: courier.OutboxDead, LastError: lastErr}
-	if workflow.GetVersion(ctx, outboxFailsChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if !fails() {
 		return dead, nil
 	}
 	_ = workflow.UpsertTypedSearchAttributes(ctx, saOutboxState.ValueSet(string(courier.OutboxDead)))

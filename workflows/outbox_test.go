@@ -161,3 +161,43 @@ func TestRetryPolicyDefaults(t *testing.T) {
 	require.Equal(t, int32(3), custom.MaxAttempts)
 	require.Equal(t, time.Second, custom.InitialInterval)
 }
+
+// A run the relay started with OutboxDeliveryV writes no state for a sent record (its run
+// completes) and still writes "dead" for a dead one; runs without it (started by older
+// relays) also write "sent".
+func TestOutboxDeliveryStateUpserts(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		v    int
+		fail bool
+		want []string
+	}{
+		{"sent", workflows.OutboxDeliveryV, false, nil},
+		{"dead", workflows.OutboxDeliveryV, true, []string{string(courier.OutboxDead)}},
+		{"sent before V", 0, false, []string{string(courier.OutboxSent)}},
+		{"dead before V", 0, true, []string{string(courier.OutboxDead)}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			env := newEnv(t)
+			var states []string
+			env.OnUpsertTypedSearchAttributes(mock.Anything).Run(func(args mock.Arguments) {
+				v, ok := args.Get(0).(temporal.SearchAttributes).GetKeyword(stateKey)
+				require.True(t, ok)
+				states = append(states, v)
+			}).Maybe()
+			var err error
+			if c.fail {
+				err = temporal.NewNonRetryableApplicationError("x", activities.ErrTypeUnknownTopic, nil)
+			}
+			env.OnActivity(activities.DeliverOutboxName, mock.Anything, mock.Anything).Return(activities.DeliverResult{}, err)
+			env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 3, Retry: budget, V: c.v})
+			require.True(t, env.IsWorkflowCompleted())
+			if c.fail {
+				require.Equal(t, courier.OutboxDead, deadResult(t, env).Status)
+			} else {
+				require.NoError(t, env.GetWorkflowError())
+			}
+			require.Equal(t, c.want, states)
+		})
+	}
+}

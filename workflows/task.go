@@ -63,6 +63,9 @@ type TaskParams struct {
 	ProcessingTimeout time.Duration // the push and the wait for the result
 	HeartbeatTimeout  time.Duration // 0: off; the wait alone carries it
 	PushTimeout       time.Duration // one try of the push; 0: courier.DefaultPushTimeout
+	// V is the code version the attempt was started for: TaskV from the claimer, 0 in
+	// attempts started before it existed (they ask splitPushChange and taskFailsChange).
+	V int `json:",omitempty"`
 }
 
 // TaskRunResult is how one attempt's workflow ended.
@@ -92,6 +95,13 @@ var (
 // which stayed open until the result, into a push that ends when the worker answers and a
 // wait for the result. Runs recorded before it replay the single push (taskSinglePush).
 const splitPushChange = "split-push"
+
+// TaskV is the task code version the claimer starts new attempts with (TaskParams.V). An
+// attempt that carries it in its input, which is in its history, runs the split push and ends
+// Failed when it leaves its task Failed without asking workflow.GetVersion (each first call
+// records a marker and upserts a search attribute). Attempts started by older claimers have
+// V = 0 and replay the guarded paths.
+const TaskV = 1
 
 // pushRetry tries a push again within its attempt when a try failed on the way (no
 // connection, no answer within the push timeout, 429 or 5xx), after the worker's Retry-After
@@ -131,7 +141,7 @@ const defaultProcessingTimeout = 10 * time.Minute
 // the API already cancelled the row and freed its slot (a cancel from the Temporal UI or CLI
 // relies on it).
 func Task(ctx workflow.Context, p TaskParams) (TaskRunResult, error) {
-	if workflow.GetVersion(ctx, splitPushChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if p.V < TaskV && workflow.GetVersion(ctx, splitPushChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return taskSinglePush(ctx, p)
 	}
 	out, stale, err := pushAndWait(ctx, p)
@@ -327,7 +337,7 @@ func finishAttempt(ctx workflow.Context, p TaskParams, out activities.TaskOutcom
 	}
 	res := TaskRunResult{Applied: fin.Applied, Status: fin.Status, Outcome: out}
 	if !fin.Applied || fin.Status != courier.TaskFailed ||
-		workflow.GetVersion(ctx, taskFailsChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		(p.V < TaskV && workflow.GetVersion(ctx, taskFailsChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion) {
 		return res, nil
 	}
 	msg := out.Message

@@ -44,7 +44,18 @@ type TimerParams struct {
 	// Version is the state version a continued run starts from (0 for a new timer), so
 	// versions keep rising across runs.
 	Version int
+	// V is the code version the run was started for: TimerV from the timer service and from
+	// continue-as-new, 0 in runs started before it existed (and by schedules created before
+	// it).
+	V int `json:",omitempty"`
 }
+
+// TimerV is the timer code version new runs are started with (TimerParams.V). A run that
+// carries it in its input, which is in its history, fails a failed delivery and may continue
+// as new without asking workflow.GetVersion (each first call records a marker and upserts a
+// search attribute). Runs with V = 0 replay as they were recorded. The upserts stay as they
+// are: a V run that an older worker ran would not replay without them.
+const TimerV = 1
 
 // TimerState is what the state query, the updates and the workflow result report.
 type TimerState struct {
@@ -145,7 +156,7 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 		if updates == 0 || (updates < timerUpdatesPerRun && !workflow.GetInfo(ctx).GetContinueAsNewSuggested()) {
 			return false
 		}
-		return workflow.GetVersion(ctx, timerContinueAsNew, workflow.DefaultVersion, 1) >= 1
+		return p.V >= TimerV || workflow.GetVersion(ctx, timerContinueAsNew, workflow.DefaultVersion, 1) >= 1
 	}
 
 	for st.State == TimerScheduled {
@@ -161,7 +172,7 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 			}
 			if st.State == TimerScheduled {
 				return st, workflow.NewContinueAsNewError(ctx, TimerName, TimerParams{
-					BizType: p.BizType, BizID: p.BizID, FireAt: st.FireAt, Payload: p.Payload, Version: st.Version})
+					BizType: p.BizType, BizID: p.BizID, FireAt: st.FireAt, Payload: p.Payload, Version: st.Version, V: TimerV})
 			}
 			break
 		}
@@ -187,7 +198,7 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 	if err := workflow.ExecuteLocalActivity(lctx, activities.LoadBizTypeName, p.BizType).Get(ctx, &cfg); err != nil {
 		st.State, st.LastError = TimerFailed, rootMessage(err)
 		publish()
-		return st, timerFailure(ctx, st)
+		return st, timerFailure(ctx, p, st)
 	}
 	retry := RetryPolicy{InitialInterval: cfg.InitialInterval, BackoffCoef: cfg.Backoff,
 		MaxInterval: cfg.MaxInterval, MaxAttempts: cfg.MaxAttempts}.WithDefaults()
@@ -221,7 +232,7 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 		return st, err
 	}
 	if st.State == TimerFailed {
-		return st, timerFailure(ctx, st)
+		return st, timerFailure(ctx, p, st)
 	}
 	return st, nil
 }
@@ -229,8 +240,8 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 // timerFailure is how a failed timer's run ends: Failed with the last error as the message and
 // the state in the details (timers.Service.Get reads it from there), except in runs recorded
 // before timerFailsChange, which completed with the state as their result.
-func timerFailure(ctx workflow.Context, st TimerState) error {
-	if workflow.GetVersion(ctx, timerFailsChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+func timerFailure(ctx workflow.Context, p TimerParams, st TimerState) error {
+	if p.V < TimerV && workflow.GetVersion(ctx, timerFailsChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return nil
 	}
 	return temporal.NewNonRetryableApplicationError(st.LastError, ErrTypeTimerFailed, nil, st)
