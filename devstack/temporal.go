@@ -93,6 +93,12 @@ type Config struct {
 	// DynamicConfig holds extra Temporal dynamic config values keyed by
 	// setting name (e.g. "limit.maxIDLength"); they override devstack's own.
 	DynamicConfig map[string]any
+	// Durable makes SQLite sync its write-ahead log on every commit
+	// (synchronous=FULL), so a write the server has acknowledged survives a
+	// power cut or an OS crash as well. The default, false, syncs only at
+	// checkpoints (synchronous=NORMAL): a process crash (SIGKILL) still loses
+	// nothing, a power cut or kernel panic can lose the last commits.
+	Durable bool
 }
 
 // Temporal is a running in-process Temporal server (and Web UI).
@@ -293,13 +299,9 @@ func prepareDatabase(cfg Config) (*config.SQL, error) {
 	}
 	dbPath := filepath.Join(dataDir, dbFileName)
 	sqlCfg := &config.SQL{
-		PluginName:   sqliteplugin.PluginName,
-		DatabaseName: dbPath,
-		ConnectAttributes: map[string]string{
-			"mode":         "rwc",
-			"journal_mode": "wal",
-			"busy_timeout": "10000",
-		},
+		PluginName:        sqliteplugin.PluginName,
+		DatabaseName:      dbPath,
+		ConnectAttributes: sqliteAttributes(cfg.Durable),
 	}
 
 	if fi, err := os.Stat(dbPath); errors.Is(err, os.ErrNotExist) || (err == nil && fi.Size() == 0) {
@@ -327,6 +329,25 @@ func prepareDatabase(cfg Config) (*config.SQL, error) {
 		return nil, fmt.Errorf("temporal: creating namespace %q: %w", cfg.Namespace, err)
 	}
 	return sqlCfg, nil
+}
+
+// sqliteAttributes are the SQLite plugin's connect attributes: URI parameters
+// ("mode") and, for every other key, a pragma run on each new connection.
+// With WAL, synchronous=NORMAL syncs the log at checkpoints instead of at
+// every commit; a commit is still atomic and survives the process dying, but
+// the last ones can be lost if the machine loses power (see
+// docs/deployment.md). Durable restores FULL.
+func sqliteAttributes(durable bool) map[string]string {
+	sync := "NORMAL"
+	if durable {
+		sync = "FULL"
+	}
+	return map[string]string{
+		"mode":         "rwc",
+		"journal_mode": "wal",
+		"synchronous":  sync,
+		"busy_timeout": "10000",
+	}
 }
 
 func newServer(cfg Config, sqlCfg *config.SQL, logLevel *slog.LevelVar, frontendAddr, httpAddr string, grpcPorts map[primitives.ServiceName]int) (temporal.Server, error) {

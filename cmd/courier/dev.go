@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -29,6 +30,36 @@ type DevConfig struct {
 	TemporalPort int    // COURIER_TEMPORAL_PORT; default 7233
 	UIPort       int    // COURIER_UI_PORT; default 8233
 	NATSPort     int    // COURIER_NATS_PORT; default 4322 (never 4222, so a local NATS keeps its port)
+	// Durable makes the embedded Temporal server sync SQLite on every commit
+	// (synchronous=FULL) so acknowledged writes survive a power cut too;
+	// COURIER_DEV_DURABLE; default false (synchronous=NORMAL: survives a crash of
+	// the process, not of the machine). See docs/deployment.md.
+	Durable bool
+}
+
+// bind registers `courier dev`'s own flags.
+func (d *DevConfig) bind(fs *flag.FlagSet) {
+	fs.StringVar(&d.DataDir, "data-dir", env("COURIER_DATA_DIR", ".courier"), "where Temporal, NATS and the SQLite database keep their data (COURIER_DATA_DIR)")
+	fs.StringVar(&d.Host, "host", env("COURIER_DEV_HOST", "127.0.0.1"), "address every embedded server listens on (COURIER_DEV_HOST)")
+	fs.IntVar(&d.HTTPPort, "http-port", envInt("COURIER_HTTP_PORT", 8080), "gateway port (COURIER_HTTP_PORT)")
+	fs.IntVar(&d.TemporalPort, "temporal-port", envInt("COURIER_TEMPORAL_PORT", 7233), "Temporal frontend gRPC port (COURIER_TEMPORAL_PORT)")
+	fs.IntVar(&d.UIPort, "ui-port", envInt("COURIER_UI_PORT", 8233), "Temporal Web UI port (COURIER_UI_PORT)")
+	fs.IntVar(&d.NATSPort, "nats-port", envInt("COURIER_NATS_PORT", 4322), "embedded NATS port (COURIER_NATS_PORT)")
+	fs.BoolVar(&d.Durable, "durable", envBool("COURIER_DEV_DURABLE", false), "sync Temporal's SQLite on every commit, so acknowledged work survives a power cut too; slower (COURIER_DEV_DURABLE)")
+}
+
+// temporal is the embedded Temporal server's configuration.
+func (d DevConfig) temporal(namespace string, sas map[string]enumspb.IndexedValueType, log *slog.Logger) devstack.Config {
+	return devstack.Config{
+		DataDir:          d.DataDir,
+		Host:             d.Host,
+		TemporalPort:     d.TemporalPort,
+		UIPort:           d.UIPort,
+		Namespace:        namespace,
+		SearchAttributes: sas,
+		Logger:           log,
+		Durable:          d.Durable,
+	}
 }
 
 func runDev(ctx context.Context, args []string) error {
@@ -37,12 +68,7 @@ func runDev(ctx context.Context, args []string) error {
 		dev DevConfig
 	)
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
-	fs.StringVar(&dev.DataDir, "data-dir", env("COURIER_DATA_DIR", ".courier"), "where Temporal, NATS and the SQLite database keep their data (COURIER_DATA_DIR)")
-	fs.StringVar(&dev.Host, "host", env("COURIER_DEV_HOST", "127.0.0.1"), "address every embedded server listens on (COURIER_DEV_HOST)")
-	fs.IntVar(&dev.HTTPPort, "http-port", envInt("COURIER_HTTP_PORT", 8080), "gateway port (COURIER_HTTP_PORT)")
-	fs.IntVar(&dev.TemporalPort, "temporal-port", envInt("COURIER_TEMPORAL_PORT", 7233), "Temporal frontend gRPC port (COURIER_TEMPORAL_PORT)")
-	fs.IntVar(&dev.UIPort, "ui-port", envInt("COURIER_UI_PORT", 8233), "Temporal Web UI port (COURIER_UI_PORT)")
-	fs.IntVar(&dev.NATSPort, "nats-port", envInt("COURIER_NATS_PORT", 4322), "embedded NATS port (COURIER_NATS_PORT)")
+	dev.bind(fs)
 	cfg.bindRuntime(fs)
 	cfg.Temporal.Namespace = "courier"
 	if err := parse(fs, args); err != nil {
@@ -73,15 +99,7 @@ func runDev(ctx context.Context, args []string) error {
 	for name, typ := range courier.SearchAttributes {
 		sas[name] = worker.IndexedValueType(typ)
 	}
-	tmp, err := devstack.StartTemporal(ctx, devstack.Config{
-		DataDir:          dev.DataDir,
-		Host:             dev.Host,
-		TemporalPort:     dev.TemporalPort,
-		UIPort:           dev.UIPort,
-		Namespace:        cfg.Temporal.Namespace,
-		SearchAttributes: sas,
-		Logger:           log.With("component", "temporal-server"),
-	})
+	tmp, err := devstack.StartTemporal(ctx, dev.temporal(cfg.Temporal.Namespace, sas, log.With("component", "temporal-server")))
 	if err != nil {
 		return err
 	}
