@@ -54,19 +54,7 @@ func TestDevSurvivesSIGKILLUnderMixedLoad(t *testing.T) {
 	gw := fmt.Sprintf("http://127.0.0.1:%d", ports["http"])
 	start := func() *devProc {
 		p := startDev(t, args...)
-		require.Eventually(t, func() bool {
-			select {
-			case err := <-p.done:
-				t.Fatalf("courier dev exited early: %v\n%s", err, p.out)
-			default:
-			}
-			resp, err := http.Get(gw + "/readyz")
-			if err != nil {
-				return false
-			}
-			resp.Body.Close()
-			return resp.StatusCode == 200
-		}, 3*time.Minute, 100*time.Millisecond)
+		p.waitAnswers(t, gw+"/readyz")
 		return p
 	}
 	kill := func(p *devProc) {

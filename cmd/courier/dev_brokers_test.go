@@ -52,19 +52,7 @@ func TestDevTakesExtraBrokers(t *testing.T) {
 		Checks map[string]string `json:"checks"`
 	}
 	var ready readiness
-	require.Eventually(t, func() bool {
-		select {
-		case err := <-p.done:
-			t.Fatalf("courier dev exited early: %v\n%s", err, p.out)
-		default:
-		}
-		resp, err := http.Get(gw + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	}, 3*time.Minute, 100*time.Millisecond)
+	p.waitAnswers(t, gw+"/readyz")
 	require.Equal(t, 200, httpJSON(t, "GET", gw+"/readyz", "", nil, &ready))
 	require.Equal(t, "ok", ready.Checks["mq:default"])
 	require.Equal(t, "ok", ready.Checks["mq:extra"])

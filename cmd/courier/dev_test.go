@@ -85,6 +85,31 @@ func startDev(t *testing.T, args ...string) *devProc {
 	return p
 }
 
+// waitAnswers waits until url answers 200, and fails at once if courier dev exits first.
+func (p *devProc) waitAnswers(t *testing.T, url string) {
+	t.Helper()
+	exited := false
+	var exitErr error
+	require.Eventually(t, func() bool {
+		select {
+		case exitErr = <-p.done:
+			p.done <- exitErr // the cleanup waits on it too
+			exited = true
+			return true
+		default:
+		}
+		resp, err := http.Get(url)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	}, 3*time.Minute, 100*time.Millisecond, "%s answers 200", url)
+	if exited {
+		t.Fatalf("courier dev exited early: %v\n%s", exitErr, p.out)
+	}
+}
+
 func freePort(t *testing.T) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -126,21 +151,7 @@ func TestDevRunsStopsAndRestartsWithoutLoss(t *testing.T) {
 	args := []string{"--data-dir", dir, "--http-port", strconv.Itoa(ports["http"]), "--temporal-port", strconv.Itoa(ports["temporal"]),
 		"--ui-port", strconv.Itoa(ports["ui"]), "--nats-port", strconv.Itoa(ports["nats"]), "--shutdown-timeout", "5s"}
 	gw := fmt.Sprintf("http://127.0.0.1:%d", ports["http"])
-	waitUp := func(p *devProc) {
-		require.Eventually(t, func() bool {
-			select {
-			case err := <-p.done:
-				t.Fatalf("courier dev exited early: %v\n%s", err, p.out)
-			default:
-			}
-			resp, err := http.Get(gw + "/healthz")
-			if err != nil {
-				return false
-			}
-			resp.Body.Close()
-			return resp.StatusCode == 200
-		}, 3*time.Minute, 100*time.Millisecond)
-	}
+	waitUp := func(p *devProc) { p.waitAnswers(t, gw+"/healthz") }
 
 	p := startDev(t, args...)
 	waitUp(p)
