@@ -111,7 +111,12 @@ func newTaskStackRecovering(t *testing.T, dialect string, recoverAfter time.Dura
 // newTaskStackTuned lets tune change the workers' configuration before they start.
 func newTaskStackTuned(t *testing.T, dialect string, recoverAfter time.Duration, tune func(*worker.Config)) *taskStack {
 	t.Helper()
-	s := newStack(t, dialect)
+	return taskStackOn(t, newStack(t, dialect), recoverAfter, tune)
+}
+
+// taskStackOn adds a task worker, the task gateway and keys of each scope to a stack.
+func taskStackOn(t *testing.T, s *stack, recoverAfter time.Duration, tune func(*worker.Config)) *taskStack {
+	t.Helper()
 	ctx := context.Background()
 	ts := &taskStack{stack: s, recoverAfter: recoverAfter, tune: tune}
 	// The gateway's address goes into every push, so it listens before the worker starts.

@@ -6,13 +6,13 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 	"go.opentelemetry.io/otel"
@@ -29,7 +29,6 @@ import (
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/store"
-	"github.com/courier-oss/courier/tasks"
 	"github.com/courier-oss/courier/tracing"
 	"github.com/courier-oss/courier/tracing/otelsetup"
 	"github.com/courier-oss/courier/webhook"
@@ -169,13 +168,9 @@ func requireTrace(t *testing.T, exp *traceExporter, id trace.TraceID, chains ...
 		}
 		return len(disconnected(spans)) == 0
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			require.FailNow(t, "the trace is not one connected trace with the expected spans",
-				"spans: %s\nwithout their parent: %v", spanNames(spans), disconnected(spans))
-		}
-		time.Sleep(50 * time.Millisecond) // spans are exported as they end; poll for them
+	if !assert.Eventually(t, ok, 20*time.Second, 50*time.Millisecond) { // spans are exported as they end
+		require.FailNow(t, "the trace is not one connected trace with the expected spans",
+			"spans: %s\nwithout their parent: %v", spanNames(spans), disconnected(spans))
 	}
 	return ends
 }
@@ -335,22 +330,7 @@ func TestTraceTaskInsertToResult(t *testing.T) {
 	for _, d := range testenv.Dialects {
 		t.Run(d, func(t *testing.T) {
 			s, exp := tracedStack(t, d)
-			ts := &taskStack{stack: s, recoverAfter: 5 * time.Second}
-			var h http.Handler
-			srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { h.ServeHTTP(rw, r) }))
-			t.Cleanup(srv.Close)
-			ts.gw = srv.URL
-			ts.w = ts.startTaskWorker()
-			ts.svc = tasks.NewService(s.store, s.tc, s.ts.GetDefaultNamespace(), ts.w.WakeTasks, quiet)
-			h = gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store, Tasks: ts.svc, Logger: quiet})
-			for _, k := range []struct {
-				dst   *string
-				scope courier.Scope
-			}{{&ts.admin, courier.ScopeAdmin}, {&ts.producer, courier.ScopeProducer}, {&ts.worker, courier.ScopeWorker}} {
-				_, token, err := s.store.CreateAPIKey(t.Context(), "test-"+string(k.scope), []courier.Scope{k.scope})
-				require.NoError(t, err)
-				*k.dst = token
-			}
+			ts := taskStackOn(t, s, 5*time.Second, nil)
 
 			// The task worker continues the push's trace in its own span and reports within it.
 			type pushed struct{ traceparent, heartbeat, result int }

@@ -134,7 +134,7 @@ func TestDevSurvivesSIGKILLUnderMixedLoad(t *testing.T) {
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
-			time.Sleep(300 * time.Millisecond)
+			time.Sleep(300 * time.Millisecond) // the work itself: it keeps tasks at the worker long enough to count concurrency
 			l.mu.Lock()
 			if l.working[push.TaskID]--; l.working[push.TaskID] == 0 {
 				delete(l.working, push.TaskID)
@@ -235,8 +235,7 @@ func TestDevSurvivesSIGKILLUnderMixedLoad(t *testing.T) {
 		require.Eventually(t, func() bool { o, tm, tk := acknowledged(); return o >= o0+20 && tm >= 20*round && tk >= 20*round },
 			2*time.Minute, 50*time.Millisecond, "load is acknowledged before kill %d", round)
 		kill(p)
-		time.Sleep(500 * time.Millisecond) // requests meet a dead gateway for a moment
-		p = start()
+		p = start() // requests meet a dead gateway until the new process answers
 	}
 	o0, _, _ := acknowledged()
 	require.Eventually(t, func() bool { o, _, _ := acknowledged(); return o >= o0+10 }, 2*time.Minute, 50*time.Millisecond, "load after the last restart")
