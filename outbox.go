@@ -49,6 +49,15 @@ type OutboxRecord struct {
 // DefaultSource names courier's own database among the outbox sources.
 const DefaultSource = "default"
 
+// OutboxBatchWorkflowID is the workflow ID of a batch delivery (outbox batch mode):
+// outbox-batch/<source>/<first id>-<last id>.
+func OutboxBatchWorkflowID(source string, first, last int64) string {
+	if source == "" {
+		source = DefaultSource
+	}
+	return "outbox-batch/" + source + "/" + strconv.FormatInt(first, 10) + "-" + strconv.FormatInt(last, 10)
+}
+
 // OutboxWorkflowID is the deterministic workflow ID of a record's delivery: outbox/<id> for
 // courier's own database, outbox/<source>/<id> for a producer's database.
 func OutboxWorkflowID(source string, id int64) string {

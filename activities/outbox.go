@@ -38,6 +38,10 @@ type OutboxStore interface {
 	RecordOutboxAttempt(ctx context.Context, id int64, lastErr string, retryIn time.Duration) error
 	MarkOutboxSent(ctx context.Context, id int64) (bool, error)
 	MarkOutboxDead(ctx context.Context, id int64, lastErr string) (bool, error)
+	// The batch mode's statements (outbox_batch.go).
+	LoadOutboxBatch(ctx context.Context, ids []int64) ([]courier.OutboxRecord, error)
+	MarkOutboxSentBatch(ctx context.Context, ids []int64) (int64, error)
+	HandOutboxToRecord(ctx context.Context, id int64, lastErr string, retryIn time.Duration) (bool, error)
 }
 
 // Outbox delivers outbox records to the message queue.

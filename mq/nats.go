@@ -43,7 +43,7 @@ func dialNATS(url string, name string, lazy bool) (*NATS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mq: connect to NATS at %s: %w", RedactURL(url), err)
 	}
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(asyncMaxPending))
 	if err != nil {
 		nc.Close()
 		return nil, err
@@ -51,17 +51,73 @@ func dialNATS(url string, name string, lazy bool) (*NATS, error) {
 	return &NATS{nc: nc, js: js, closed: closed}, nil
 }
 
+// asyncMaxPending bounds the asynchronous publishes awaiting acknowledgement on one
+// connection (PublishBatch); a batch past it waits for room.
+const asyncMaxPending = 16384
+
 // Conn exposes the connection (for tests and examples that also consume).
 func (n *NATS) Conn() *nats.Conn { return n.nc }
 
 // Publish publishes m and waits for the stream's acknowledgement.
 func (n *NATS) Publish(ctx context.Context, m Message) error {
+	msg, err := n.message(m)
+	if err != nil {
+		return err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+	}
+	_, err = n.js.PublishMsg(ctx, msg, jetstream.WithMsgID(m.ID))
+	return n.publishError(ctx, m.Topic, err)
+}
+
+// PublishBatch publishes every message asynchronously (all acknowledgements in flight at once)
+// and waits for each acknowledgement, so a batch costs about one round trip to the stream
+// rather than one per message. Each message's outcome is reported as Publish would.
+func (n *NATS) PublishBatch(ctx context.Context, msgs []Message) []error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+	}
+	errs := make([]error, len(msgs))
+	acks := make([]jetstream.PubAckFuture, len(msgs))
+	for i, m := range msgs {
+		msg, err := n.message(m)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		acks[i], errs[i] = n.js.PublishMsgAsync(msg, jetstream.WithMsgID(m.ID))
+		if errs[i] != nil {
+			errs[i] = fmt.Errorf("mq: publish to %q: %w", m.Topic, errs[i])
+		}
+	}
+	for i, ack := range acks {
+		if ack == nil {
+			continue
+		}
+		select {
+		case <-ack.Ok():
+		case err := <-ack.Err():
+			errs[i] = n.publishError(ctx, msgs[i].Topic, err)
+		case <-ctx.Done():
+			errs[i] = fmt.Errorf("mq: publish to %q: no acknowledgement: %w", msgs[i].Topic, ctx.Err())
+		}
+	}
+	return errs
+}
+
+// message checks m against courier's message rule and builds its NATS message.
+func (n *NATS) message(m Message) (*nats.Msg, error) {
 	if err := courier.CheckMessage(m.Topic, m.Key, m.Headers); err != nil {
-		return fmt.Errorf("%w: %v", ErrRefused, err)
+		return nil, fmt.Errorf("%w: %v", ErrRefused, err)
 	}
 	if n.nc.IsClosed() || n.nc.IsDraining() {
 		// A publish sent while draining would still be stored, with no one left to read the ack.
-		return errors.New("mq: the NATS publisher is closed")
+		return nil, errors.New("mq: the NATS publisher is closed")
 	}
 	msg := nats.NewMsg(m.Topic)
 	msg.Data = m.Payload
@@ -72,22 +128,22 @@ func (n *NATS) Publish(ctx context.Context, m Message) error {
 	if m.Key != "" {
 		msg.Header.Set(HeaderKey, m.Key)
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-	}
-	_, err := n.js.PublishMsg(ctx, msg, jetstream.WithMsgID(m.ID))
+	return msg, nil
+}
+
+// publishError turns a publish's error into courier's: a subject no stream captures is
+// ErrUnknownTopic (permanent); anything else is retryable.
+func (n *NATS) publishError(ctx context.Context, topic string, err error) error {
 	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
 		// No answer can also mean JetStream is briefly unavailable (a restart, a leader
 		// election): only a confirmed missing stream is permanent.
-		if _, lerr := n.js.StreamNameBySubject(ctx, m.Topic); errors.Is(lerr, jetstream.ErrStreamNotFound) {
-			return fmt.Errorf("%w %q: no JetStream stream captures this subject", ErrUnknownTopic, m.Topic)
+		if _, lerr := n.js.StreamNameBySubject(ctx, topic); errors.Is(lerr, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("%w %q: no JetStream stream captures this subject", ErrUnknownTopic, topic)
 		}
-		return fmt.Errorf("mq: publish to %q: no stream answered (retrying): %w", m.Topic, err)
+		return fmt.Errorf("mq: publish to %q: no stream answered (retrying): %w", topic, err)
 	}
 	if err != nil {
-		return fmt.Errorf("mq: publish to %q: %w", m.Topic, err)
+		return fmt.Errorf("mq: publish to %q: %w", topic, err)
 	}
 	return nil
 }

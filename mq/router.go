@@ -306,6 +306,72 @@ func (r *Router) Publish(ctx context.Context, m Message) error {
 }
 
 func (r *Router) publish(ctx context.Context, b *routedBroker, m Message) error {
+	var err error
+	if serr := r.inFlight(ctx, b, func(pctx context.Context) {
+		err = abandoned(ctx, pctx, b.Publisher.Publish(pctx, m))
+	}); serr != nil {
+		return serr
+	}
+	return err
+}
+
+// PublishBatch sends each message to its topic's broker and returns one error per message, in
+// order (nil: acked), with the same failures as Publish. The messages for one broker go out
+// together (mq.PublishAll) and take one of its in-flight slots, so a batch never holds more of
+// a broker's slots than a single publish.
+func (r *Router) PublishBatch(ctx context.Context, msgs []Message) []error {
+	errs := make([]error, len(msgs))
+	groups := map[*routedBroker][]int{}
+	var order []*routedBroker
+	for i, m := range msgs {
+		b, err := r.route(m.Topic)
+		if err != nil {
+			if r.obs != nil {
+				r.obs.Unroutable()
+			}
+			errs[i] = err
+			continue
+		}
+		if _, seen := groups[b]; !seen {
+			order = append(order, b)
+		}
+		groups[b] = append(groups[b], i)
+	}
+	var wg sync.WaitGroup
+	for _, b := range order {
+		idx := groups[b]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			group := make([]Message, len(idx))
+			for j, i := range idx {
+				group[j] = msgs[i]
+			}
+			start := time.Now()
+			serr := r.inFlight(ctx, b, func(pctx context.Context) {
+				for j, err := range PublishAll(pctx, b.Publisher, group) {
+					errs[idx[j]] = abandoned(ctx, pctx, err)
+				}
+			})
+			for _, i := range idx {
+				if serr != nil {
+					errs[i] = serr
+				}
+				if r.obs != nil {
+					r.obs.Published(b.Name, time.Since(start), errs[i])
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// inFlight runs fn with one of b's in-flight slots, under a context that a failed health check
+// cancels, so a hung publish gives its slot (and its caller's activity slot) back at once. It
+// fails without running fn when b's last health check failed (ErrBrokerDown) or all its slots
+// are taken (ErrBrokerBusy); both are retryable.
+func (r *Router) inFlight(ctx context.Context, b *routedBroker, fn func(pctx context.Context)) error {
 	if down, lastErr := b.isDown(); down {
 		return fmt.Errorf("%w: %q failed its last health check (%v); retrying later", ErrBrokerDown, b.Name, lastErr)
 	}
@@ -316,8 +382,6 @@ func (r *Router) publish(ctx context.Context, b *routedBroker, m Message) error 
 			ErrBrokerBusy, b.Name, cap(b.slots))
 	}
 	defer func() { <-b.slots }()
-	// The publish is cancelled if a health check finds the broker down meanwhile, so a hung
-	// publish gives its slot (and its caller's activity slot) back at once.
 	pctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	p := &inflightPub{cancel: cancel}
@@ -331,7 +395,13 @@ func (r *Router) publish(ctx context.Context, b *routedBroker, m Message) error 
 			r.obs.InFlight(b.Name, n)
 		}
 	}()
-	err := b.Publisher.Publish(pctx, m)
+	fn(pctx)
+	return nil
+}
+
+// abandoned says why a publish failed when a health check cancelled it (pctx's cause), rather
+// than the adapter's bare "context canceled".
+func abandoned(ctx, pctx context.Context, err error) error {
 	if err != nil && ctx.Err() == nil {
 		if cause := context.Cause(pctx); errors.Is(cause, ErrBrokerDown) {
 			return fmt.Errorf("%w (publish abandoned): %v", cause, err)

@@ -376,3 +376,36 @@ func (o *countingObserver) BrokerUp(broker string, up bool) {
 }
 
 func (o *countingObserver) Unroutable() { o.inc("unroutable") }
+
+// A batch goes to each message's broker, one in-flight slot per broker: an unroutable message
+// and a busy broker fail only their own messages, and the others are delivered.
+func TestRouterPublishBatch(t *testing.T) {
+	a, b, c := newFake(), newFake(), newFake()
+	c.set(true, nil)
+	r := newRouter(t, mq.RouterConfig{
+		Brokers:     []mq.Broker{{Name: "a", Publisher: a}, {Name: "b", Publisher: b}, {Name: "c", Publisher: c}},
+		Routes:      []mq.Route{{Pattern: "a.>", Broker: "a"}, {Pattern: "b.>", Broker: "b"}, {Pattern: "c.>", Broker: "c"}},
+		Default:     mq.NoDefaultBroker,
+		MaxInFlight: 1,
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	hung := make(chan error, 1)
+	go func() { hung <- r.Publish(ctx, mq.Message{ID: "hold", Topic: "c.x"}) }()
+	<-c.entered // broker c's only slot is taken
+
+	msgs := []mq.Message{{ID: "1", Topic: "a.x"}, {ID: "2", Topic: "b.x"}, {ID: "3", Topic: "nowhere"},
+		{ID: "4", Topic: "a.y"}, {ID: "5", Topic: "c.y"}, {ID: "6", Topic: "b.y"}}
+	errs := r.PublishBatch(t.Context(), msgs)
+	require.Len(t, errs, len(msgs))
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	require.ErrorIs(t, errs[2], mq.ErrUnknownTopic, "no route is permanent")
+	require.NoError(t, errs[3])
+	require.ErrorIs(t, errs[4], mq.ErrBrokerBusy, "the busy broker fails only its own message")
+	require.NoError(t, errs[5])
+	require.ElementsMatch(t, []string{"1", "4"}, a.ids())
+	require.ElementsMatch(t, []string{"2", "6"}, b.ids())
+	cancel()
+	require.ErrorIs(t, <-hung, context.Canceled)
+}

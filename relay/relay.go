@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -45,6 +46,62 @@ type Config struct {
 	// SentRetention is how long sent rows are kept before the relay deletes them in bounded
 	// batches; default 7 days; negative keeps them forever.
 	SentRetention time.Duration
+	// Batch opts sources and topics into the batch mode (docs/outbox.md, "Batch mode"); its
+	// zero value batches nothing: one delivery workflow per record.
+	Batch BatchConfig
+}
+
+// BatchConfig says which records the relay delivers in batches: one workflow per claimed batch
+// instead of one per record.
+type BatchConfig struct {
+	Sources []string // every record of these sources
+	Topics  []string // records whose topic matches one of these patterns (courier.MatchTopic)
+	// Max is the most records one claim takes, and so one batch holds, from a source that
+	// batches; default 1,000.
+	Max int
+	// Linger is the least time between two batch workflows of one source: records committed
+	// meanwhile wait and go out together, so a steady trickle costs one workflow per Linger
+	// rather than one per claim. Default 20 ms.
+	Linger time.Duration
+}
+
+// Batch mode defaults (BatchConfig).
+const (
+	DefaultBatchMax    = 1000
+	DefaultBatchLinger = 20 * time.Millisecond
+)
+
+// Check refuses topic patterns that break the topic rule.
+func (b BatchConfig) Check() error {
+	for _, p := range b.Topics {
+		if err := courier.CheckTopicPattern("batch topic pattern", p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// on reports whether source batches any records.
+func (b BatchConfig) on(source string) bool {
+	return len(b.Topics) > 0 || slices.Contains(b.Sources, source)
+}
+
+// batches reports whether rec from source goes out in a batch: the source or its topic opted in,
+// and it has had no attempt yet (a record that failed in a batch, or was redriven, gets a
+// delivery of its own).
+func (b BatchConfig) batches(source string, rec store.ClaimedRecord) bool {
+	if rec.Attempts > 0 {
+		return false
+	}
+	if slices.Contains(b.Sources, source) {
+		return true
+	}
+	for _, p := range b.Topics {
+		if courier.MatchTopic(p, rec.Topic) {
+			return true
+		}
+	}
+	return false
 }
 
 // DefaultTaskQueue is where delivery workflows run unless configured otherwise.
@@ -71,6 +128,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SentRetention == 0 {
 		c.SentRetention = 7 * 24 * time.Hour
+	}
+	if c.Batch.Max <= 0 {
+		c.Batch.Max = DefaultBatchMax
+	}
+	if c.Batch.Linger <= 0 {
+		c.Batch.Linger = DefaultBatchLinger
 	}
 	c.Retry = c.Retry.WithDefaults()
 	return c
@@ -144,12 +207,24 @@ func (r *Relay) runSource(ctx context.Context, src Source, wake <-chan struct{})
 	defer ticker.Stop()
 	cleanup := time.NewTicker(cleanupEvery)
 	defer cleanup.Stop()
+	var lastBatch time.Time
 	for {
+		if r.cfg.Batch.on(src.Name) {
+			// Records committed during the linger go out in the same batch.
+			if wait := r.cfg.Batch.Linger - time.Since(lastBatch); wait > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+			}
+			lastBatch = time.Now()
+		}
 		n, err := r.ClaimOnce(ctx, src)
 		if err != nil && ctx.Err() == nil {
 			r.log.Warn("outbox claim failed", "source", src.Name, "error", err)
 		}
-		if err == nil && n == r.cfg.BatchSize {
+		if err == nil && n == r.claimLimit(src) {
 			continue // more may be waiting
 		}
 		select {
@@ -189,12 +264,16 @@ func (r *Relay) deleteSent(ctx context.Context, src Source) {
 // ClaimOnce claims one batch from src and starts its deliveries; it returns how many rows it
 // claimed. Rows whose start failed go back to pending shortly after.
 func (r *Relay) ClaimOnce(ctx context.Context, src Source) (int, error) {
-	claimed, err := src.Store.ClaimOutbox(ctx, r.cfg.BatchSize, r.cfg.Lease)
+	claimed, err := src.Store.ClaimOutbox(ctx, r.claimLimit(src), r.cfg.Lease)
 	if err != nil || len(claimed) == 0 {
 		return 0, err
 	}
-	recs := claimed[:0:0]
+	recs, batch := claimed[:0:0], claimed[:0:0]
 	for _, rec := range claimed {
+		if r.cfg.Batch.batches(src.Name, rec) && rec.Topic != outbox.TimerTopic && rec.Topic != outbox.TaskTopic {
+			batch = append(batch, rec)
+			continue
+		}
 		if rec.Topic == outbox.TimerTopic {
 			r.armTimer(ctx, src, rec.ID)
 			continue
@@ -205,10 +284,19 @@ func (r *Relay) ClaimOnce(ctx context.Context, src Source) (int, error) {
 		}
 		recs = append(recs, rec)
 	}
+	failed, err := r.start(ctx, src.Name, recs)
+	if len(batch) > 0 {
+		if berr := r.startBatch(ctx, src.Name, batch); berr != nil {
+			err = errors.Join(err, berr)
+			for _, rec := range batch {
+				failed = append(failed, rec.ID)
+			}
+		}
+		recs = append(recs, batch...) // every record whose delivery was to start
+	}
 	if len(recs) == 0 {
 		return len(claimed), nil
 	}
-	failed, err := r.start(ctx, src.Name, recs)
 	bg := context.WithoutCancel(ctx)
 	if len(failed) > 0 {
 		if rerr := src.Store.ReleaseOutbox(bg, failed, r.cfg.PollInterval); rerr != nil {
@@ -231,6 +319,39 @@ func (r *Relay) ClaimOnce(ctx context.Context, src Source) (int, error) {
 		}
 	}
 	return len(claimed), err
+}
+
+// claimLimit is how many rows one claim from src takes.
+func (r *Relay) claimLimit(src Source) int {
+	if r.cfg.Batch.on(src.Name) {
+		return max(r.cfg.BatchSize, r.cfg.Batch.Max)
+	}
+	return r.cfg.BatchSize
+}
+
+// startBatch starts one batch workflow for the records. Its id names the source and the batch's
+// first and last record, so a start repeated for the same claim finds the same run.
+func (r *Relay) startBatch(ctx context.Context, source string, recs []store.ClaimedRecord) error {
+	ids := make([]int64, len(recs))
+	for i, rec := range recs {
+		ids[i] = rec.ID
+	}
+	opts := client.StartWorkflowOptions{
+		ID:                       courier.OutboxBatchWorkflowID(source, ids[0], ids[len(ids)-1]),
+		TaskQueue:                r.cfg.TaskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		EnableEagerStart:         true,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet("outbox-batch"),
+			temporal.NewSearchAttributeKeyKeyword(courier.SASource).ValueSet(source),
+			temporal.NewSearchAttributeKeyInt64(courier.SARecord).ValueSet(ids[0]),
+		),
+	}
+	_, err := r.tc.ExecuteWorkflow(ctx, opts, workflows.OutboxBatchName, workflows.OutboxBatchParams{
+		Source: source, IDs: ids, Retry: r.cfg.Retry, V: workflows.OutboxBatchV,
+	})
+	return err
 }
 
 // armTimer turns a committed timer row into its timer. Creating is idempotent, so a row that

@@ -71,6 +71,9 @@ func (r *outboxRow) record() courier.OutboxRecord {
 type ClaimedRecord struct {
 	ID    int64
 	Topic string
+	// Attempts counts the row's delivery attempts so far: the relay batches only rows that have
+	// had none (a row that failed in a batch, or was redriven, gets a delivery of its own).
+	Attempts int
 	// Trace is the W3C trace context in the row's headers (traceparent, tracestate), zero when
 	// it has none or its headers do not parse: the delivery continues the producer's trace.
 	Trace courier.TraceContext
@@ -93,7 +96,7 @@ func (s *Store) ClaimOutbox(ctx context.Context, limit int, lease time.Duration)
 		with, in = "WITH picked AS MATERIALIZED ("+pick+" FOR UPDATE SKIP LOCKED) ", "id IN (SELECT id FROM picked)"
 	}
 	q := with + "UPDATE courier_outbox SET status = 'dispatched', next_attempt_at = " + s.nowPlusSQL(lease) +
-		" WHERE " + in + " RETURNING id, topic, headers"
+		" WHERE " + in + " RETURNING id, topic, headers, attempts"
 	var recs []ClaimedRecord
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		rows, err := tx.QueryContext(ctx, q, limit)
@@ -106,7 +109,7 @@ func (s *Store) ClaimOutbox(ctx context.Context, limit int, lease time.Duration)
 				r       ClaimedRecord
 				headers sql.NullString
 			)
-			if err := rows.Scan(&r.ID, &r.Topic, &headers); err != nil {
+			if err := rows.Scan(&r.ID, &r.Topic, &headers, &r.Attempts); err != nil {
 				return err
 			}
 			r.Trace = traceOf(headers.String)

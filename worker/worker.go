@@ -212,6 +212,8 @@ func Register(r sdkworker.Registry, outbox *activities.Outbox) {
 	if outbox != nil {
 		r.RegisterActivityWithOptions(outbox.Deliver, activity.RegisterOptions{Name: activities.DeliverOutboxName})
 		r.RegisterActivityWithOptions(outbox.MarkDead, activity.RegisterOptions{Name: activities.MarkOutboxDeadName})
+		r.RegisterActivityWithOptions(outbox.PublishBatch, activity.RegisterOptions{Name: activities.PublishOutboxBatchName})
+		r.RegisterActivityWithOptions(outbox.HandBatch, activity.RegisterOptions{Name: activities.HandOutboxBatchName})
 	}
 }
 

@@ -11,6 +11,7 @@ type WorkflowRegistrar interface {
 // tests share this one list, so a replayed history always meets the code that runs.
 func Register(r WorkflowRegistrar) {
 	r.RegisterWorkflowWithOptions(OutboxDelivery, workflow.RegisterOptions{Name: OutboxDeliveryName})
+	r.RegisterWorkflowWithOptions(OutboxBatch, workflow.RegisterOptions{Name: OutboxBatchName})
 	r.RegisterWorkflowWithOptions(Timer, workflow.RegisterOptions{Name: TimerName})
 	r.RegisterWorkflowWithOptions(Task, workflow.RegisterOptions{Name: TaskName})
 	r.RegisterWorkflowWithOptions(TaskSweeper, workflow.RegisterOptions{Name: TaskSweeperName})

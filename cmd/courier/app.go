@@ -201,6 +201,7 @@ func (a *app) newWorker() (*worker.Worker, error) {
 			Lease:         a.cfg.Outbox.Lease,
 			SentRetention: a.cfg.Outbox.Retention,
 			Retry:         a.cfg.Outbox.Retry,
+			Batch:         a.cfg.Outbox.Batch,
 		},
 		ShutdownTimeout:        a.cfg.ShutdownTimeout,
 		AllowLoopbackCallbacks: a.dev,

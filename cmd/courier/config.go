@@ -14,6 +14,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/gateway"
+	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/tracing"
 	"github.com/courier-oss/courier/workflows"
 )
@@ -37,6 +38,7 @@ type OutboxConfig struct {
 	Lease        time.Duration // COURIER_OUTBOX_LEASE; default 30s
 	Retention    time.Duration // COURIER_OUTBOX_RETENTION: how long sent rows are kept; default 168h
 	Retry        workflows.RetryPolicy
+	Batch        relay.BatchConfig // COURIER_OUTBOX_BATCH_*: outbox_batch.go
 }
 
 // Config is the configuration shared by worker, gateway and dev. Each field names its
@@ -196,6 +198,7 @@ func (c *Config) bindRuntime(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Tasks.SweepEvery, "task-sweep-every", envDur("COURIER_TASK_SWEEP_EVERY", time.Minute), "task sweeper schedule interval (COURIER_TASK_SWEEP_EVERY)")
 	fs.IntVar(&c.Tasks.PushSlots, "task-push-slots", envInt("COURIER_TASK_PUSH_SLOTS", 200), "task pushes this worker runs at once, on the push task queue; a push holds its slot until the worker answers or the queue's push_timeout passes (COURIER_TASK_PUSH_SLOTS)")
 	c.bindBrokers(fs)
+	c.bindOutboxBatch(fs)
 	fs.IntVar(&c.Tasks.FinishSlots, "task-finish-slots", envInt("COURIER_TASK_FINISH_SLOTS", 100), "task result waits, finishes and sweeps this worker runs at once, on the finish task queue (COURIER_TASK_FINISH_SLOTS)")
 	c.envErrs, pendingEnvErrs = append(c.envErrs, pendingEnvErrs...), nil
 }
@@ -232,6 +235,9 @@ func (c *Config) Validate(needDB bool) error {
 		return errors.New("max body bytes must be from 1 KiB to 2 MiB (Temporal rejects payloads over 2 MB)")
 	}
 	if err := c.validateBrokers(); err != nil {
+		return err
+	}
+	if err := c.validateOutboxBatch(); err != nil {
 		return err
 	}
 	if err := courier.CheckRate("COURIER_KEY_RATE_LIMIT", "COURIER_KEY_RATE_BURST", c.KeyRate); err != nil {

@@ -77,6 +77,7 @@ func Run(t *testing.T, h Harness) {
 		{"UnknownTopicIsPermanent", unknownTopic},
 		{"RefusedNeverLeaves", refused},
 		{"ConcurrentPublishes", concurrent},
+		{"BatchPublishReportsEachMessage", batch},
 		{"UnreachableIsRetryableAndRecovers", unreachable},
 		{"CloseIsClean", closeIsClean},
 	} {
@@ -233,6 +234,45 @@ func refused(t *testing.T, h Harness) {
 		require.NotErrorIs(t, err, mq.ErrUnknownTopic, m.ID)
 	}
 	require.Empty(t, h.Read(t, topic), "nothing refused reached the broker")
+}
+
+// A batch through mq.PublishAll (the adapter's PublishBatch where it has one) reports each
+// message on its own: the good ones are held once each, with their ids, even when others in the
+// same batch are refused or have no destination; publishing the batch again (a retried batch
+// activity) stores no duplicate where the broker deduplicates by message id.
+func batch(t *testing.T, h Harness) {
+	pub := newPublisher(t, h)
+	topic, missing := Topic("batch"), Topic("batch-missing")
+	h.CreateTopic(t, topic)
+	var msgs []mq.Message
+	var want []string
+	for i := range 200 {
+		m := mq.Message{ID: fmt.Sprintf("batch-%03d", i), Topic: topic, Key: "k", Payload: fmt.Appendf(nil, `{"n":%d}`, i)}
+		switch i {
+		case 10:
+			m.Topic = "$JS.API.STREAM.PURGE.X"
+		case 20:
+			m.Topic = missing
+		default:
+			want = append(want, m.ID)
+		}
+		msgs = append(msgs, m)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), opTimeout)
+	defer cancel()
+	errs := mq.PublishAll(ctx, pub, msgs)
+	require.Len(t, errs, len(msgs))
+	for i, err := range errs {
+		switch i {
+		case 10:
+			require.ErrorIs(t, err, mq.ErrRefused, "the control subject is refused")
+		case 20:
+			require.ErrorIs(t, err, mq.ErrUnknownTopic, "the topic without a destination")
+		default:
+			require.NoError(t, err, msgs[i].ID)
+		}
+	}
+	require.ElementsMatch(t, want, ids(h.Read(t, topic)), "every good message is held once, whatever the others did")
 }
 
 // Publishes from many goroutines are all acknowledged and all held, each once, and each

@@ -1,0 +1,50 @@
+package workflows
+
+import (
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/courier-oss/courier/activities"
+)
+
+// OutboxBatchName is the registered name of the batch delivery workflow (outbox batch mode).
+const OutboxBatchName = "outbox-batch"
+
+// OutboxBatchV is the batch workflow's code version; the relay starts runs with it
+// (OutboxBatchParams.V), so a later change can tell old runs from new ones by their input.
+const OutboxBatchV = 1
+
+// OutboxBatchParams is the batch workflow's input: the claimed records' ids; their payloads stay
+// in the database.
+type OutboxBatchParams struct {
+	Source string
+	IDs    []int64
+	Retry  RetryPolicy // the publish activity's budget; the per-record deliveries keep their own
+	V      int         `json:",omitempty"`
+}
+
+// OutboxBatch publishes a claimed batch of records in one activity (see
+// activities.Outbox.PublishBatch): the published records are sent, and each one that failed has
+// left the batch for a delivery of its own, so retries, dead-lettering and redrive stay
+// per record. If the activity itself gives up (the database was unreachable through the whole
+// budget), every record still unsent is handed to a delivery of its own, so a batch never
+// strands a record.
+func OutboxBatch(ctx workflow.Context, p OutboxBatchParams) (activities.BatchResult, error) {
+	retry := p.Retry.WithDefaults()
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: retry.AttemptTimeout,
+		RetryPolicy:         retry.temporal(),
+	})
+	var res activities.BatchResult
+	err := workflow.ExecuteActivity(actx, activities.PublishOutboxBatchName,
+		activities.BatchParams{Source: p.Source, IDs: p.IDs}).Get(ctx, &res)
+	if err == nil {
+		return res, nil
+	}
+	hctx := workflow.WithActivityOptions(ctx, markDeadOptions)
+	if herr := workflow.ExecuteActivity(hctx, activities.HandOutboxBatchName, activities.HandParams{
+		Source: p.Source, IDs: p.IDs, LastError: "batch delivery gave up: " + rootMessage(err),
+	}).Get(ctx, nil); herr != nil {
+		return activities.BatchResult{}, herr
+	}
+	return activities.BatchResult{Handed: p.IDs}, nil
+}
