@@ -59,7 +59,7 @@ func TestOutboxBatchModeEndToEnd(t *testing.T) {
 						// Two thirds orders, the rest users and billing (no stream).
 						tp := topics[0]
 						if n%3 == 1 {
-							tp = topics[1 + n%2]
+							tp = topics[1+n%2]
 						}
 						msgs[i] = outbox.Message{Topic: tp, Key: fmt.Sprint(n), Payload: fmt.Appendf(nil, `{"n":%d}`, n)}
 					}
