@@ -89,7 +89,7 @@ func (s *Store) FinishTaskAttempt(ctx context.Context, taskID string, version in
 		if _, err := upd.Exec(ctx); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, "UPDATE courier_task_queues SET in_flight = in_flight - 1 WHERE name = ?", t.Queue); err != nil {
+		if err := s.releaseSlot(ctx, tx, t.Queue); err != nil {
 			return err
 		}
 		fr.Applied = true
@@ -100,7 +100,7 @@ func (s *Store) FinishTaskAttempt(ctx context.Context, taskID string, version in
 			}
 			fr.NextAttemptAt = next.NextAttemptAt.UTC()
 		}
-		return s.notifyTasks(ctx, tx, t.Queue)
+		return nil
 	})
 	return fr, err
 }
@@ -134,10 +134,7 @@ func (s *Store) CancelTask(ctx context.Context, taskID string, version int64) (c
 			return err
 		}
 		if wasProcessing {
-			if _, err := tx.ExecContext(ctx, "UPDATE courier_task_queues SET in_flight = in_flight - 1 WHERE name = ?", t.Queue); err != nil {
-				return err
-			}
-			if err := s.notifyTasks(ctx, tx, t.Queue); err != nil {
+			if err := s.releaseSlot(ctx, tx, t.Queue); err != nil {
 				return err
 			}
 		}
@@ -145,4 +142,15 @@ func (s *Store) CancelTask(ctx context.Context, taskID string, version int64) (c
 		return err
 	})
 	return out, wasProcessing, err
+}
+
+// releaseSlot gives back the Processing slot a task held on its queue's limiter and wakes the
+// claimers (at commit) to take it. Every path that moves a task out of Processing calls it in
+// the transaction that changes the task's status, so in_flight always counts the rows in
+// Processing.
+func (s *Store) releaseSlot(ctx context.Context, tx bun.Tx, queue string) error {
+	if _, err := tx.ExecContext(ctx, "UPDATE courier_task_queues SET in_flight = in_flight - 1 WHERE name = ?", queue); err != nil {
+		return err
+	}
+	return s.notifyTasks(ctx, tx, queue)
 }
