@@ -158,22 +158,37 @@ func (s *Store) MarkTaskPushed(ctx context.Context, taskID string, version int64
 	if runID != "" {
 		run = runID
 	}
-	res, err := s.db.NewUpdate().Model((*taskRow)(nil)).Set("pushed_at = "+s.nowSQL()).
-		Set("deadline_at = "+s.nowPlusSQL(processingTimeout)).Set("run_id = ?", run).
-		Where("task_id = ? AND version = ? AND attempt = ? AND status = 'processing'", taskID, version, attempt).Exec(ctx)
+	var (
+		out PushTarget
+		ok  bool
+	)
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		out, ok = PushTarget{}, false
+		// RETURNING reads the row as this update left it, in the same statement.
+		var rows []taskRow
+		err := tx.NewUpdate().Model((*taskRow)(nil)).Set("pushed_at = "+s.nowSQL()).
+			Set("deadline_at = "+s.nowPlusSQL(processingTimeout)).Set("run_id = ?", run).
+			Where("task_id = ? AND version = ? AND attempt = ? AND status = 'processing'", taskID, version, attempt).
+			Returning("*").Scan(ctx, &rows)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if len(rows) == 0 {
+			return nil
+		}
+		t, err := rows[0].task()
+		if err != nil {
+			return err
+		}
+		q, err := s.getQueue(ctx, tx, t.Queue, false)
+		if err != nil {
+			return err
+		}
+		out, ok = PushTarget{Task: t, Queue: t.Overrides.Apply(q)}, true
+		return nil
+	})
 	if err != nil {
 		return PushTarget{}, false, err
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return PushTarget{}, false, nil
-	}
-	t, err := s.GetTask(ctx, taskID, version)
-	if err != nil {
-		return PushTarget{}, false, err
-	}
-	q, err := s.GetQueue(ctx, t.Queue)
-	if err != nil {
-		return PushTarget{}, false, err
-	}
-	return PushTarget{Task: t, Queue: t.Overrides.Apply(q)}, true, nil
+	return out, ok, nil
 }
