@@ -12,8 +12,11 @@ import (
 )
 
 // PutQueue creates or replaces a queue's configuration (after WithDefaults and Validate) and
-// reports whether it was created. The limiter count is kept.
+// reports whether it was created. The limiter count is kept. A queue put with nil Secrets keeps
+// the signing secrets stored, read and rewritten in the same transaction, so changing a limit
+// never turns off push signing by accident; an empty, non-nil Secrets removes them.
 func (s *Store) PutQueue(ctx context.Context, q courier.Queue) (courier.Queue, bool, error) {
+	keepSecrets := q.Secrets == nil
 	q = q.WithDefaults()
 	if err := q.Validate(); err != nil {
 		return courier.Queue{}, false, err
@@ -33,6 +36,16 @@ func (s *Store) PutQueue(ctx context.Context, q courier.Queue) (courier.Queue, b
 		}
 		n, _ := res.RowsAffected()
 		created = n == 1
+		if !created && keepSecrets {
+			stored, err := s.getQueue(ctx, tx, q.Name, true)
+			if err != nil {
+				return err
+			}
+			q.Secrets = stored.Secrets
+			if cfg, err = json.Marshal(q); err != nil {
+				return err
+			}
+		}
 		if !created {
 			_, err = tx.NewUpdate().Model((*queueRow)(nil)).Set("config = ?", string(cfg)).
 				Set("concurrency_limit = ?", q.ConcurrencyLimit).Set("updated_at = "+s.nowSQL()).
