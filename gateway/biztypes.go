@@ -175,16 +175,13 @@ func errorField(err error) string {
 	return field
 }
 
-// checkSecrets refuses signing secrets the signer could not use, before anything is stored (a
-// bad secret would otherwise fail every delivery later).
+// checkSecrets refuses signing secrets the signer could not use (courier.CheckSigningSecret),
+// before anything is stored.
 func checkSecrets(secrets []string) error {
-	if len(secrets) == 0 {
-		return nil
-	}
-	if _, err := webhook.NewSigner(secrets...); err != nil {
-		return &courier.Error{Code: courier.CodeValidation,
-			Message: "secrets must be whsec_ followed by base64 of at least 16 random bytes",
-			Details: map[string]any{"field": "secrets"}}
+	for _, s := range secrets {
+		if err := courier.CheckSigningSecret("secrets", s); err != nil {
+			return err
+		}
 	}
 	return nil
 }
