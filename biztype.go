@@ -2,7 +2,6 @@ package courier
 
 import (
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -88,8 +87,8 @@ func (b BizType) Validate() error {
 			return bad("secrets", "an http business type needs one or two signing secrets")
 		}
 		for _, s := range b.Secrets {
-			if !strings.HasPrefix(s, "whsec_") {
-				return bad("secrets", "signing secrets start with whsec_")
+			if err := CheckSigningSecret("secrets", s); err != nil {
+				return err
 			}
 		}
 	}

@@ -3,7 +3,6 @@ package courier
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -196,8 +195,8 @@ func (q Queue) Validate() error {
 		return badField("secrets", "at most two signing secrets (during a rotation)")
 	}
 	for _, s := range q.Secrets {
-		if !strings.HasPrefix(s, "whsec_") {
-			return badField("secrets", "signing secrets start with whsec_")
+		if err := CheckSigningSecret("secrets", s); err != nil {
+			return err
 		}
 	}
 	return nil

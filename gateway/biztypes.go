@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -107,21 +108,17 @@ func (h *handlers) putBizType(c echo.Context) error {
 	if b.RetryMax, err = parseDur("retry.max_interval", req.Retry.MaxInterval); err != nil {
 		return err
 	}
+	// The store keeps the stored secrets when an http type names none; one that has none to
+	// keep fails on the secrets field and gets a generated secret, shown once.
 	generated := ""
-	if b.Delivery == courier.DeliveryHTTP && len(b.Secrets) == 0 {
-		// Replacing a type without naming secrets keeps the ones it has: a PUT must not rotate
-		// the signing secret behind the receiver's back.
-		if old, err := h.d.BizTypes.GetBizType(c.Request().Context(), name); err == nil {
-			b.Secrets = old.Secrets
-		}
-	}
-	if b.Delivery == courier.DeliveryHTTP && len(b.Secrets) == 0 {
+	stored, created, err := h.d.BizTypes.PutBizType(c.Request().Context(), b)
+	if b.Delivery == courier.DeliveryHTTP && len(b.Secrets) == 0 && errorField(err) == "secrets" {
 		if generated, err = webhook.GenerateSecret(); err != nil {
 			return err
 		}
 		b.Secrets = []string{generated}
+		stored, created, err = h.d.BizTypes.PutBizType(c.Request().Context(), b)
 	}
-	stored, created, err := h.d.BizTypes.PutBizType(c.Request().Context(), b)
 	if err != nil {
 		return err
 	}
@@ -168,16 +165,23 @@ func (h *handlers) deleteBizType(c echo.Context) error {
 	return c.NoContent(http.StatusNoContent)
 }
 
-// checkSecrets refuses signing secrets the signer could not use, before anything is stored (a
-// bad secret would otherwise fail every delivery later).
-func checkSecrets(secrets []string) error {
-	if len(secrets) == 0 {
-		return nil
+// errorField is the field a validation error names, or "".
+func errorField(err error) string {
+	var e *courier.Error
+	if !errors.As(err, &e) || e.Code != courier.CodeValidation {
+		return ""
 	}
-	if _, err := webhook.NewSigner(secrets...); err != nil {
-		return &courier.Error{Code: courier.CodeValidation,
-			Message: "secrets must be whsec_ followed by base64 of at least 16 random bytes",
-			Details: map[string]any{"field": "secrets"}}
+	field, _ := e.Details["field"].(string)
+	return field
+}
+
+// checkSecrets refuses signing secrets the signer could not use (courier.CheckSigningSecret),
+// before anything is stored.
+func checkSecrets(secrets []string) error {
+	for _, s := range secrets {
+		if err := courier.CheckSigningSecret("secrets", s); err != nil {
+			return err
+		}
 	}
 	return nil
 }

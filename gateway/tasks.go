@@ -293,6 +293,7 @@ func (h *handlers) putQueue(c echo.Context) error {
 	if err := checkSecrets(req.Secrets); err != nil {
 		return err
 	}
+	// Secrets left out (nil) keep the ones stored, in the store's transaction; [] removes them.
 	q := courier.Queue{Name: name, PushURL: req.PushURL, Secrets: req.Secrets, AllowPrivate: req.AllowPrivate,
 		ConcurrencyLimit: req.ConcurrencyLimit, Retry: courier.TaskRetry{MaxAttempts: req.Retry.MaxAttempts, Backoff: req.Retry.Backoff},
 		InsertRate: req.InsertRate, InsertBurst: req.InsertBurst, MaxPending: req.MaxPending}
@@ -326,15 +327,6 @@ func (h *handlers) putQueue(c echo.Context) error {
 			return err
 		}
 		*f.dst = d
-	}
-	if req.Secrets == nil {
-		// A PUT that leaves secrets out keeps the ones stored, so changing a limit never
-		// turns off push signing by accident; send [] to remove them.
-		old, err := h.d.Tasks.GetQueue(c.Request().Context(), name)
-		if err != nil && courier.ErrorCode(err) != courier.CodeNotFound {
-			return err
-		}
-		q.Secrets = old.Secrets
 	}
 	out, created, err := h.d.Tasks.PutQueue(c.Request().Context(), q)
 	if err != nil {

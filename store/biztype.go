@@ -48,28 +48,54 @@ func (r *bizTypeRow) bizType() (courier.BizType, error) {
 }
 
 // PutBizType creates or replaces a business type (after WithDefaults and Validate) and reports
-// whether it was created.
+// whether it was created. An http type put without secrets keeps the signing secrets stored,
+// read and rewritten in the same transaction: a PUT must not rotate the signing secret behind
+// the receiver's back. With none stored it fails validation on the secrets field.
 func (s *Store) PutBizType(ctx context.Context, b courier.BizType) (courier.BizType, bool, error) {
 	b = b.WithDefaults()
-	if err := b.Validate(); err != nil {
-		return courier.BizType{}, false, err
-	}
-	secrets, err := json.Marshal(b.Secrets)
-	if err != nil {
-		return courier.BizType{}, false, err
-	}
-	if b.Secrets == nil {
-		secrets = []byte("[]")
-	}
-	row := bizTypeRow{
-		Name: b.Name, Delivery: b.Delivery, CallbackURL: b.CallbackURL, Secrets: string(secrets), Topic: b.Topic,
-		RequestTimeout: b.RequestTimeout.Milliseconds(), RetryInitial: b.RetryInitial.Milliseconds(),
-		RetryBackoff: b.RetryBackoff, RetryMax: b.RetryMax.Milliseconds(), MaxAttempts: b.MaxAttempts,
-		RateLimit: b.RateLimit, AllowPrivate: b.AllowPrivate, InsertRate: b.InsertRate, InsertBurst: b.InsertBurst,
+	keepSecrets := b.Delivery == courier.DeliveryHTTP && len(b.Secrets) == 0
+	if !keepSecrets {
+		if err := b.Validate(); err != nil {
+			return courier.BizType{}, false, err
+		}
 	}
 	var created bool
 	var out courier.BizType
-	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if keepSecrets {
+			var stored bizTypeRow
+			sel := tx.NewSelect().Model(&stored).Where("name = ?", b.Name)
+			if s.pg {
+				sel = sel.For("UPDATE")
+			}
+			err := sel.Scan(ctx)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+			if err == nil {
+				kept, err := stored.bizType()
+				if err != nil {
+					return err
+				}
+				b.Secrets = kept.Secrets
+			}
+			if err := b.Validate(); err != nil {
+				return err
+			}
+		}
+		secrets, err := json.Marshal(b.Secrets)
+		if err != nil {
+			return err
+		}
+		if b.Secrets == nil {
+			secrets = []byte("[]")
+		}
+		row := bizTypeRow{
+			Name: b.Name, Delivery: b.Delivery, CallbackURL: b.CallbackURL, Secrets: string(secrets), Topic: b.Topic,
+			RequestTimeout: b.RequestTimeout.Milliseconds(), RetryInitial: b.RetryInitial.Milliseconds(),
+			RetryBackoff: b.RetryBackoff, RetryMax: b.RetryMax.Milliseconds(), MaxAttempts: b.MaxAttempts,
+			RateLimit: b.RateLimit, AllowPrivate: b.AllowPrivate, InsertRate: b.InsertRate, InsertBurst: b.InsertBurst,
+		}
 		n, err := tx.NewSelect().Model((*bizTypeRow)(nil)).Where("name = ?", b.Name).Count(ctx)
 		if err != nil {
 			return err

@@ -51,3 +51,39 @@ func TestBizTypes(t *testing.T) {
 		require.Equal(t, courier.CodeNotFound, courier.ErrorCode(s.DeleteBizType(ctx, "coupon.expiry")))
 	})
 }
+
+func TestBizTypePutKeepsSecretsUnlessGiven(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		first, second := "whsec_Zmlyc3RmaXJzdGZpcnN0Zmlyc3Q=", "whsec_c2Vjb25kc2Vjb25kc2Vjb25k"
+		b := courier.BizType{Name: "order.close", Delivery: courier.DeliveryHTTP, CallbackURL: "https://orders.example/cb",
+			Secrets: []string{first}}
+		_, _, err := s.PutBizType(ctx, b)
+		require.NoError(t, err)
+
+		b.Secrets, b.MaxAttempts = nil, 3
+		got, created, err := s.PutBizType(ctx, b)
+		require.NoError(t, err)
+		require.False(t, created)
+		require.Equal(t, 3, got.MaxAttempts, "the rest is replaced")
+		require.Equal(t, []string{first}, got.Secrets, "a PUT without secrets keeps the stored ones")
+		stored, err := s.GetBizType(ctx, "order.close")
+		require.NoError(t, err)
+		require.Equal(t, []string{first}, stored.Secrets)
+
+		b.Secrets = []string{second, first}
+		got, _, err = s.PutBizType(ctx, b)
+		require.NoError(t, err)
+		require.Equal(t, []string{second, first}, got.Secrets, "a PUT with secrets replaces them")
+		b.Secrets = []string{second}
+		got, _, err = s.PutBizType(ctx, b)
+		require.NoError(t, err)
+		require.Equal(t, []string{second}, got.Secrets, "and ends a rotation")
+
+		_, _, err = s.PutBizType(ctx, courier.BizType{Name: "fresh", Delivery: courier.DeliveryHTTP, CallbackURL: "https://orders.example/cb"})
+		require.Equal(t, courier.CodeValidation, courier.ErrorCode(err), "nothing stored to keep")
+		var e *courier.Error
+		require.ErrorAs(t, err, &e)
+		require.Equal(t, "secrets", e.Details["field"])
+	})
+}

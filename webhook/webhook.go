@@ -17,6 +17,8 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/courier-oss/courier"
 )
 
 // Header names (Standard Webhooks).
@@ -30,7 +32,7 @@ const (
 const Tolerance = 5 * time.Minute
 
 // SecretPrefix starts every courier signing secret.
-const SecretPrefix = "whsec_"
+const SecretPrefix = courier.SigningSecretPrefix
 
 // Errors a Verifier returns.
 var (
@@ -55,12 +57,9 @@ func parseSecrets(secrets []string) ([]*standardwebhooks.Webhook, error) {
 	}
 	out := make([]*standardwebhooks.Webhook, 0, len(secrets))
 	for i, s := range secrets {
-		if !strings.HasPrefix(s, SecretPrefix) {
-			return nil, fmt.Errorf("webhook: secret %d must start with %q", i, SecretPrefix)
-		}
-		raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, SecretPrefix))
-		if err != nil || len(raw) < 16 {
-			return nil, fmt.Errorf("webhook: secret %d is not base64 of at least 16 bytes", i)
+		raw, err := courier.SigningKey(s)
+		if err != nil {
+			return nil, fmt.Errorf("webhook: secret %d %w", i, err)
 		}
 		wh, err := standardwebhooks.NewWebhookRaw(raw)
 		if err != nil {

@@ -1,0 +1,194 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/courier-oss/courier"
+)
+
+// ClaimedTask is what a claimer needs to start one attempt's workflow.
+type ClaimedTask struct {
+	TaskID            string
+	Version           int64
+	Attempt           int
+	Priority          int
+	Queue             string
+	ProcessingTimeout time.Duration
+	HeartbeatTimeout  time.Duration
+	PushTimeout       time.Duration // one try of the push (the queue's push_timeout)
+	CreatedAt         time.Time
+	Trace             courier.TraceContext // the inserting request's trace: the attempt joins it
+}
+
+// BandCounts are ready tasks per priority band (index 0 is priority 1), each capped at the
+// number of free slots.
+type BandCounts [5]int
+
+// notExpiredSQL keeps pending tasks past their pending timeout out of claims: the sweeper fails
+// them.
+func (s *Store) notExpiredSQL() string {
+	return " AND (expires_at IS NULL OR expires_at > " + s.nowSQL() + ")"
+}
+
+// ClaimTasks moves up to max ready tasks of a queue to Processing in one transaction that
+// locks the queue's limiter row: free slots are the limit minus in_flight, choose splits them
+// across the bands that have ready tasks, each band's share is taken by higher version then
+// oldest, and in_flight grows by the number taken. The count and the statuses change
+// together, so the limit is exact.
+func (s *Store) ClaimTasks(ctx context.Context, queue string, max int, choose func(ready BandCounts, slots int) BandCounts) ([]ClaimedTask, error) {
+	var out []ClaimedTask
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		out = out[:0]
+		q, err := s.getQueue(ctx, tx, queue, true)
+		if err != nil {
+			return err
+		}
+		slots := q.ConcurrencyLimit - q.InFlight
+		if max > 0 && slots > max {
+			slots = max
+		}
+		if slots <= 0 {
+			return nil
+		}
+		var ready BandCounts
+		total := 0
+		for b := 1; b <= 5; b++ {
+			var n int
+			if err := tx.NewRaw("SELECT count(*) FROM (SELECT 1 FROM courier_tasks WHERE queue = ? AND status = 'pending' "+
+				"AND priority = ? AND next_attempt_at <= "+s.nowSQL()+s.notExpiredSQL()+" LIMIT ?) AS r", queue, b, slots).Scan(ctx, &n); err != nil {
+				return err
+			}
+			ready[b-1] = n
+			total += n
+		}
+		if total == 0 {
+			return nil
+		}
+		take := choose(ready, slots)
+		for b := 1; b <= 5; b++ {
+			if take[b-1] <= 0 {
+				continue
+			}
+			with, in := s.picked("SELECT task_id, version FROM courier_tasks WHERE queue = ? AND status = 'pending' " +
+				"AND priority = ? AND next_attempt_at <= " + s.nowSQL() + s.notExpiredSQL() +
+				" ORDER BY version DESC, created_at ASC, task_id ASC LIMIT ?")
+			var rows []taskRow
+			err := tx.NewRaw(with+"UPDATE courier_tasks SET status = 'processing', attempt = attempt + 1, claimed_at = "+s.nowSQL()+
+				", pushed_at = NULL, deadline_at = NULL, run_id = NULL, updated_at = "+s.nowSQL()+" WHERE "+in+" AND status = 'pending' RETURNING *",
+				queue, b, take[b-1]).Scan(ctx, &rows)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+			for i := range rows {
+				t, err := rows[i].task()
+				if err != nil {
+					return err
+				}
+				eff := t.Overrides.Apply(q)
+				out = append(out, ClaimedTask{TaskID: t.TaskID, Version: t.Version, Attempt: t.Attempt, Priority: t.Priority,
+					Queue: queue, ProcessingTimeout: eff.ProcessingTimeout, HeartbeatTimeout: eff.HeartbeatTimeout, PushTimeout: eff.PushTimeout,
+					CreatedAt: t.CreatedAt, Trace: t.Trace})
+			}
+		}
+		if len(out) == 0 {
+			return nil
+		}
+		_, err = tx.ExecContext(ctx, "UPDATE courier_task_queues SET in_flight = in_flight + ? WHERE name = ?", len(out), queue)
+		return err
+	})
+	return out, err
+}
+
+// UnpushedTasks returns tasks in Processing whose attempt has not reached its push within
+// olderThan of being claimed: a claimer crashed between the claim and the workflow start, or
+// the start failed. Starting their workflows again is idempotent.
+func (s *Store) UnpushedTasks(ctx context.Context, olderThan time.Duration, limit int) ([]ClaimedTask, error) {
+	var rows []taskRow
+	err := s.db.NewSelect().Model(&rows).Where("status = 'processing' AND pushed_at IS NULL AND claimed_at < " + s.nowPlusSQL(-olderThan)).
+		Order("claimed_at ASC").Limit(int64(limit)).Scan(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.claimedTasks(ctx, rows)
+}
+
+// claimedTasks turns rows in Processing into ClaimedTasks with their effective timeouts.
+func (s *Store) claimedTasks(ctx context.Context, rows []taskRow) ([]ClaimedTask, error) {
+	queues := map[string]courier.Queue{}
+	var out []ClaimedTask
+	for i := range rows {
+		t, err := rows[i].task()
+		if err != nil {
+			return nil, err
+		}
+		q, ok := queues[t.Queue]
+		if !ok {
+			if q, err = s.GetQueue(ctx, t.Queue); err != nil {
+				return nil, err
+			}
+			queues[t.Queue] = q
+		}
+		eff := t.Overrides.Apply(q)
+		out = append(out, ClaimedTask{TaskID: t.TaskID, Version: t.Version, Attempt: t.Attempt, Priority: t.Priority,
+			Queue: t.Queue, ProcessingTimeout: eff.ProcessingTimeout, HeartbeatTimeout: eff.HeartbeatTimeout, PushTimeout: eff.PushTimeout,
+			CreatedAt: t.CreatedAt, Trace: t.Trace})
+	}
+	return out, nil
+}
+
+// PushTarget is a task attempt with where to push it.
+type PushTarget struct {
+	Task  courier.Task
+	Queue courier.Queue
+}
+
+// MarkTaskPushed records that an attempt is about to be pushed, its deadline (now plus the
+// processing time Temporal still allows it) and the workflow run it belongs to, if the task is
+// still in Processing on that attempt; ok is false otherwise (the attempt is stale: cancelled,
+// or an earlier run of the workflow already finished it). The run id is written in the same
+// guarded update, so a cancel that commits after it knows exactly which run to cancel, and one
+// that commits before it needs none (this push then finds the row cancelled).
+func (s *Store) MarkTaskPushed(ctx context.Context, taskID string, version int64, attempt int, processingTimeout time.Duration, runID string) (PushTarget, bool, error) {
+	var run any
+	if runID != "" {
+		run = runID
+	}
+	var (
+		out PushTarget
+		ok  bool
+	)
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		out, ok = PushTarget{}, false
+		// RETURNING reads the row as this update left it, in the same statement.
+		var rows []taskRow
+		err := tx.NewUpdate().Model((*taskRow)(nil)).Set("pushed_at = "+s.nowSQL()).
+			Set("deadline_at = "+s.nowPlusSQL(processingTimeout)).Set("run_id = ?", run).
+			Where("task_id = ? AND version = ? AND attempt = ? AND status = 'processing'", taskID, version, attempt).
+			Returning("*").Scan(ctx, &rows)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if len(rows) == 0 {
+			return nil
+		}
+		t, err := rows[0].task()
+		if err != nil {
+			return err
+		}
+		q, err := s.getQueue(ctx, tx, t.Queue, false)
+		if err != nil {
+			return err
+		}
+		out, ok = PushTarget{Task: t, Queue: t.Overrides.Apply(q)}, true
+		return nil
+	})
+	if err != nil {
+		return PushTarget{}, false, err
+	}
+	return out, ok, nil
+}

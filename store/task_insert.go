@@ -1,0 +1,134 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/uptrace/bun"
+
+	"github.com/courier-oss/courier"
+)
+
+// InsertTask applies the version rules in one transaction that holds the task_id's head row:
+//   - a version below the highest accepted one → conflict, with current_version;
+//   - the same version in processing or success → the existing task, unchanged;
+//   - the same version pending with the same content → the existing task, unchanged;
+//   - the same version pending (different content), failed, stopped or cancelled → replaced
+//     by the request and pending again;
+//   - a new version → created; lower versions still pending become superseded.
+func (s *Store) InsertTask(ctx context.Context, r courier.TaskRequest) (courier.Task, courier.TaskInsertOutcome, error) {
+	if err := r.Normalize(); err != nil {
+		return courier.Task{}, "", err
+	}
+	overrides, err := json.Marshal(r.Overrides)
+	if err != nil {
+		return courier.Task{}, "", err
+	}
+	var (
+		out     courier.Task
+		outcome courier.TaskInsertOutcome
+	)
+	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		q, err := s.getQueue(ctx, tx, r.Queue, false)
+		if courier.ErrorCode(err) == courier.CodeNotFound {
+			return &courier.Error{Code: courier.CodeValidation, Message: fmt.Sprintf("queue %q does not exist", r.Queue),
+				Details: map[string]any{"field": "queue"}}
+		}
+		if err != nil {
+			return err
+		}
+		q = r.Overrides.Apply(q)
+		if q.HeartbeatTimeout > q.ProcessingTimeout {
+			return &courier.Error{Code: courier.CodeValidation, Message: "heartbeat_timeout must not exceed the processing_timeout",
+				Details: map[string]any{"field": "overrides.heartbeat_timeout"}}
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO courier_task_heads (task_id, max_version) VALUES (?, 0) ON CONFLICT (task_id) DO NOTHING", r.TaskID); err != nil {
+			return err
+		}
+		var head int64
+		if err := tx.NewRaw("SELECT max_version FROM courier_task_heads WHERE task_id = ?"+s.forUpdate(), r.TaskID).Scan(ctx, &head); err != nil {
+			return err
+		}
+		if r.Version < head {
+			return &courier.Error{Code: courier.CodeConflict,
+				Message: fmt.Sprintf("task %q already has version %d; version %d is stale", r.TaskID, head, r.Version),
+				Details: map[string]any{"current_version": head}}
+		}
+		var cur taskRow
+		sel := tx.NewSelect().Model(&cur).Where("task_id = ? AND version = ?", r.TaskID, r.Version)
+		if s.pg {
+			// Waits for a claim of this row in flight, so a replace never rewrites a task a
+			// claimer has just moved to Processing.
+			sel = sel.For("UPDATE")
+		}
+		err = sel.Scan(ctx)
+		exists := err == nil
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		pendingExpiry := s.nowPlusSQL(q.PendingTimeout)
+		switch {
+		case exists && (cur.Status == string(courier.TaskProcessing) || cur.Status == string(courier.TaskSuccess)):
+			outcome = courier.TaskExisting
+		case exists && cur.Status == string(courier.TaskPending) && cur.Queue == r.Queue && cur.Priority == r.Priority &&
+			cur.Overrides == string(overrides) && jsonEqual(cur.Payload, r.Payload):
+			outcome = courier.TaskExisting
+		case exists:
+			// pending with new content, failed, stopped or cancelled: the request replaces it.
+			// The attempt number keeps counting, so a late result from an earlier life can
+			// never match; attempt_base restarts the retry budget.
+			_, err = tx.NewUpdate().Model((*taskRow)(nil)).
+				Set("queue = ?, priority = ?, payload = ?, overrides = ?", r.Queue, r.Priority, string(r.Payload), string(overrides)).
+				Set("traceparent = ?, tracestate = ?", nullString(r.Trace.Parent), nullString(r.Trace.State)).
+				Set("status = 'pending', attempt_base = attempt, result = NULL, status_code = 0, message = ''").
+				Set("next_attempt_at = "+s.nowSQL()).Set("expires_at = "+pendingExpiry).
+				Set("claimed_at = NULL, pushed_at = NULL, deadline_at = NULL, run_id = NULL, finished_at = NULL").Set("updated_at = "+s.nowSQL()).
+				Where("task_id = ? AND version = ?", r.TaskID, r.Version).Exec(ctx)
+			outcome = courier.TaskReplaced
+		default:
+			if r.Version > head {
+				if _, err := tx.ExecContext(ctx, "UPDATE courier_task_heads SET max_version = ? WHERE task_id = ?", r.Version, r.TaskID); err != nil {
+					return err
+				}
+				if _, err := tx.NewUpdate().Model((*taskRow)(nil)).
+					Set("status = 'superseded'").Set("message = ?", fmt.Sprintf("superseded by version %d", r.Version)).
+					Set("finished_at = "+s.nowSQL()).Set("updated_at = "+s.nowSQL()).
+					Where("task_id = ? AND version < ? AND status = 'pending'", r.TaskID, r.Version).Exec(ctx); err != nil {
+					return err
+				}
+			}
+			_, err = tx.NewRaw("INSERT INTO courier_tasks (task_id, version, queue, priority, status, payload, overrides, "+
+				"traceparent, tracestate, next_attempt_at, expires_at, created_at, updated_at) VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, "+
+				s.nowSQL()+", "+pendingExpiry+", "+s.nowSQL()+", "+s.nowSQL()+")",
+				r.TaskID, r.Version, r.Queue, r.Priority, string(r.Payload), string(overrides),
+				nullString(r.Trace.Parent), nullString(r.Trace.State)).Exec(ctx)
+			outcome = courier.TaskCreated
+		}
+		if err != nil {
+			return err
+		}
+		if outcome != courier.TaskExisting {
+			if err := s.admitPending(ctx, tx, q, r.TaskID); err != nil { // backlog budget (store/admission.go)
+				return err
+			}
+			if err := s.notifyTasks(ctx, tx, r.Queue); err != nil {
+				return err
+			}
+		}
+		out, err = s.getTask(ctx, tx, r.TaskID, r.Version, false)
+		return err
+	})
+	return out, outcome, err
+}
+
+func jsonEqual(stored string, req json.RawMessage) bool {
+	var a, b bytes.Buffer
+	if json.Compact(&a, []byte(stored)) != nil || json.Compact(&b, req) != nil {
+		return false
+	}
+	return bytes.Equal(a.Bytes(), b.Bytes())
+}

@@ -1,0 +1,138 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+
+	"github.com/uptrace/bun"
+
+	"github.com/courier-oss/courier"
+)
+
+// PutQueue creates or replaces a queue's configuration (after WithDefaults and Validate) and
+// reports whether it was created. The limiter count is kept. A queue put with nil Secrets keeps
+// the signing secrets stored, read and rewritten in the same transaction, so changing a limit
+// never turns off push signing by accident; an empty, non-nil Secrets removes them.
+func (s *Store) PutQueue(ctx context.Context, q courier.Queue) (courier.Queue, bool, error) {
+	keepSecrets := q.Secrets == nil
+	q = q.WithDefaults()
+	if err := q.Validate(); err != nil {
+		return courier.Queue{}, false, err
+	}
+	cfg, err := json.Marshal(q)
+	if err != nil {
+		return courier.Queue{}, false, err
+	}
+	var created bool
+	var out courier.Queue
+	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		// Insert-if-absent first, so two PUTs creating one queue never collide.
+		res, err := tx.NewInsert().Model(&queueRow{Name: q.Name, Config: string(cfg), ConcurrencyLimit: q.ConcurrencyLimit}).
+			ExcludeColumn("in_flight", "created_at", "updated_at").On("CONFLICT (name) DO NOTHING").Exec(ctx)
+		if err != nil {
+			return err
+		}
+		n, _ := res.RowsAffected()
+		created = n == 1
+		if !created && keepSecrets {
+			stored, err := s.getQueue(ctx, tx, q.Name, true)
+			if err != nil {
+				return err
+			}
+			q.Secrets = stored.Secrets
+			if cfg, err = json.Marshal(q); err != nil {
+				return err
+			}
+		}
+		if !created {
+			_, err = tx.NewUpdate().Model((*queueRow)(nil)).Set("config = ?", string(cfg)).
+				Set("concurrency_limit = ?", q.ConcurrencyLimit).Set("updated_at = "+s.nowSQL()).
+				Where("name = ?", q.Name).Exec(ctx)
+		}
+		if err != nil {
+			return err
+		}
+		if err := s.notifyTasks(ctx, tx, q.Name); err != nil { // a raised limit frees slots now
+			return err
+		}
+		out, err = s.getQueue(ctx, tx, q.Name, false)
+		return err
+	})
+	return out, created, err
+}
+
+func (s *Store) getQueue(ctx context.Context, db bun.IDB, name string, lock bool) (courier.Queue, error) {
+	var row queueRow
+	q := db.NewSelect().Model(&row).Where("name = ?", name)
+	if lock && s.pg {
+		q = q.For("UPDATE")
+	}
+	err := q.Scan(ctx)
+	if errors.Is(err, sql.ErrNoRows) {
+		return courier.Queue{}, courier.Errorf(courier.CodeNotFound, "queue %q not found", name)
+	}
+	if err != nil {
+		return courier.Queue{}, err
+	}
+	return row.queue()
+}
+
+// GetQueue returns one queue with its defaults applied, or not_found.
+func (s *Store) GetQueue(ctx context.Context, name string) (courier.Queue, error) {
+	return s.getQueue(ctx, s.db, name, false)
+}
+
+// ListQueues returns every queue by name.
+func (s *Store) ListQueues(ctx context.Context) ([]courier.Queue, error) {
+	var rows []queueRow
+	if err := s.db.NewSelect().Model(&rows).Order("name ASC").Scan(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]courier.Queue, 0, len(rows))
+	for i := range rows {
+		q, err := rows[i].queue()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, q)
+	}
+	return out, nil
+}
+
+// TaskStats are task counts for the metrics collector.
+type TaskStats struct {
+	ByQueueStatus map[string]map[courier.TaskStatus]int64
+	InFlight      map[string]int64
+	Limit         map[string]int64
+}
+
+// TaskStats counts tasks by queue and status, and reads every queue's slots.
+func (s *Store) TaskStats(ctx context.Context) (TaskStats, error) {
+	st := TaskStats{ByQueueStatus: map[string]map[courier.TaskStatus]int64{}, InFlight: map[string]int64{}, Limit: map[string]int64{}}
+	var rows []struct {
+		Queue  string `bun:"queue"`
+		Status string `bun:"status"`
+		N      int64  `bun:"n"`
+	}
+	if err := s.db.NewRaw("SELECT queue, status, count(*) AS n FROM courier_tasks GROUP BY queue, status").Scan(ctx, &rows); err != nil {
+		return st, err
+	}
+	var queues []queueRow
+	if err := s.db.NewSelect().Model(&queues).Scan(ctx); err != nil {
+		return st, err
+	}
+	for _, q := range queues {
+		st.ByQueueStatus[q.Name] = map[courier.TaskStatus]int64{}
+		st.InFlight[q.Name] = int64(q.InFlight)
+		st.Limit[q.Name] = int64(q.ConcurrencyLimit)
+	}
+	for _, r := range rows {
+		if st.ByQueueStatus[r.Queue] == nil {
+			st.ByQueueStatus[r.Queue] = map[courier.TaskStatus]int64{}
+		}
+		st.ByQueueStatus[r.Queue][courier.TaskStatus(r.Status)] = r.N
+	}
+	return st, nil
+}
