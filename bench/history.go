@@ -3,10 +3,14 @@ package bench
 import (
 	"context"
 	"fmt"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+
+	"github.com/courier-oss/courier"
 )
 
 // Cost is what the items of a scenario cost the engine, read back from their histories: events
@@ -96,4 +100,39 @@ func actionsOf(ev *historypb.HistoryEvent) int {
 		return int(max(1, ev.GetActivityTaskStartedEventAttributes().GetAttempt()))
 	}
 	return 0
+}
+
+// batchCost is what the batch mode costs per record: the batch workflows of source, found by
+// their search attributes, their mean cost read from a sample, times their number, over the
+// records they carried.
+func batchCost(ctx context.Context, tc client.Client, source string, records int) (Cost, error) {
+	// Visibility trails the runs by a moment: let the last batches' records reach it.
+	select {
+	case <-ctx.Done():
+		return Cost{}, ctx.Err()
+	case <-time.After(2 * time.Second):
+	}
+	query := fmt.Sprintf("%s = 'outbox-batch' AND %s = '%s'", courier.SAKind, courier.SASource, source)
+	var ids []string
+	var token []byte
+	for {
+		resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token})
+		if err != nil {
+			return Cost{}, fmt.Errorf("list batch workflows: %w", err)
+		}
+		for _, e := range resp.GetExecutions() {
+			ids = append(ids, e.GetExecution().GetWorkflowId())
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			break
+		}
+	}
+	c, err := measureCost(ctx, tc, ids)
+	if err != nil || records == 0 {
+		return c, err
+	}
+	per := float64(len(ids)) / float64(records)
+	c.Events *= per
+	c.Actions *= per
+	return c, nil
 }

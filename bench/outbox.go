@@ -37,6 +37,12 @@ type OutboxConfig struct {
 	PostgresURL string        // also run against this PostgreSQL database when set
 	Timeout     time.Duration // per scenario; default 10 min
 	Out         io.Writer     // where the table goes; default stdout
+	// BatchRows and BatchRate size the batch-mode scenarios (courier-batch-sqlite,
+	// courier-batch-postgres); BatchRows 0 skips them. Their rows are committed every 10 ms, as
+	// many per transaction as the rate asks (at least one), so the producer side keeps up with
+	// rates far above one transaction per row.
+	BatchRows int
+	BatchRate float64 // default 1,000 rows/s
 }
 
 // Result is one row of the table.
@@ -87,11 +93,24 @@ func RunOutbox(ctx context.Context, stack Stack, cfg OutboxConfig) ([]Result, er
 	}
 	results = append(results, base)
 
+	if cfg.BatchRate <= 0 {
+		cfg.BatchRate = 1000
+	}
 	i := 0
 	err = forEachDatabase(ctx, dir, cfg.PostgresURL, func(name, url string) error {
-		r, err := runOutbox(ctx, tc, stack.NATSURL, name, url, fmt.Sprintf("BENCH%d", i), cfg, quiet)
+		r, err := runOutbox(ctx, tc, stack.NATSURL, name, url, fmt.Sprintf("BENCH%d", i), cfg, false, quiet)
 		if err != nil {
 			return fmt.Errorf("outbox on %s: %w", name, err)
+		}
+		i++
+		results = append(results, r)
+		if cfg.BatchRows <= 0 {
+			return nil
+		}
+		// The same database again, with a source of its own (the per-record rows are sent).
+		r, err = runOutbox(ctx, tc, stack.NATSURL, name, url, fmt.Sprintf("BENCH%d", i), cfg, true, quiet)
+		if err != nil {
+			return fmt.Errorf("outbox batch mode on %s: %w", name, err)
 		}
 		i++
 		results = append(results, r)
@@ -100,7 +119,11 @@ func RunOutbox(ctx context.Context, stack Stack, cfg OutboxConfig) ([]Result, er
 	if err != nil {
 		return results, err
 	}
-	PrintTable(cfg.Out, fmt.Sprintf("outbox: %d rows per scenario, target %.0f commits/s, one row per transaction", cfg.Rows, cfg.Rate), results)
+	title := fmt.Sprintf("outbox: %d rows per scenario, target %.0f commits/s, one row per transaction", cfg.Rows, cfg.Rate)
+	if cfg.BatchRows > 0 {
+		title += fmt.Sprintf("; batch mode: %d rows at %.0f rows/s, committed every 10 ms", cfg.BatchRows, cfg.BatchRate)
+	}
+	PrintTable(cfg.Out, title, results)
 	printCost(cfg.Out, costRows(results, func(r Result) (string, Cost) { return r.Scenario, r.Cost }))
 	return results, nil
 }
@@ -121,7 +144,11 @@ func forEachDatabase(ctx context.Context, dir, pgURL string, fn func(name, url s
 
 // runOutbox commits rows at the target rate and times each from its commit to its arrival at
 // a JetStream consumer.
-func runOutbox(ctx context.Context, tc client.Client, natsURL, dbName, dbURL, streamName string, cfg OutboxConfig, log *slog.Logger) (Result, error) {
+func runOutbox(ctx context.Context, tc client.Client, natsURL, dbName, dbURL, streamName string, cfg OutboxConfig, batch bool, log *slog.Logger) (Result, error) {
+	rows, rate, key, scenario := cfg.Rows, cfg.Rate, "courier-"+dbName, "courier outbox, "+dbName
+	if batch {
+		rows, rate, key, scenario = cfg.BatchRows, cfg.BatchRate, "courier-batch-"+dbName, "courier outbox batch mode, "+dbName
+	}
 	st, err := store.Open(ctx, dbURL)
 	if err != nil {
 		return Result{}, err
@@ -139,7 +166,7 @@ func runOutbox(ctx context.Context, tc client.Client, natsURL, dbName, dbURL, st
 	if err != nil {
 		return Result{}, err
 	}
-	subject := "bench." + dbName
+	subject := "bench." + key
 	stream, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: streamName, Subjects: []string{subject}, Storage: jetstream.FileStorage})
 	if err != nil {
 		return Result{}, err
@@ -149,8 +176,12 @@ func runOutbox(ctx context.Context, tc client.Client, natsURL, dbName, dbURL, st
 		return Result{}, err
 	}
 	defer pub.Close()
-	source := "bench-" + dbName
-	w, err := worker.New(worker.Config{Relay: relay.Config{TaskQueue: "bench-" + dbName, PollInterval: 100 * time.Millisecond}}, worker.Deps{
+	source := "bench-" + key
+	rcfg := relay.Config{TaskQueue: "bench-" + key, PollInterval: 100 * time.Millisecond}
+	if batch {
+		rcfg.Batch = relay.BatchConfig{Sources: []string{source}}
+	}
+	w, err := worker.New(worker.Config{Relay: rcfg}, worker.Deps{
 		Temporal: tc, Publisher: pub, Logger: log,
 		// A source name per scenario keeps workflow ids apart from earlier scenarios on the
 		// same server (outbox/<source>/<id>).
@@ -166,9 +197,9 @@ func runOutbox(ctx context.Context, tc client.Client, natsURL, dbName, dbURL, st
 
 	var (
 		mu          sync.Mutex
-		workflowIDs = make([]string, 0, cfg.Rows)
-		committed   = make(map[string]time.Time, cfg.Rows)
-		arrived     = make(map[string]time.Time, cfg.Rows)
+		workflowIDs = make([]string, 0, rows)
+		committed   = make(map[string]time.Time, rows)
+		arrived     = make(map[string]time.Time, rows)
 		done        = make(chan struct{})
 	)
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
@@ -182,7 +213,7 @@ func runOutbox(ctx context.Context, tc client.Client, natsURL, dbName, dbURL, st
 		id := m.Headers().Get(mq.HeaderMessageID)
 		if _, dup := arrived[id]; !dup {
 			arrived[id] = now
-			if len(arrived) == cfg.Rows {
+			if len(arrived) == rows {
 				close(done)
 			}
 		}
@@ -192,18 +223,36 @@ func runOutbox(ctx context.Context, tc client.Client, natsURL, dbName, dbURL, st
 	}
 	defer cc.Stop()
 
+	// The batch scenario reuses the per-record scenario's database: count only its own rows.
+	before, err := st.OutboxStats(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	sentBefore := before.ByStatus[courier.OutboxSent]
+
+	// One row per transaction at the rate; in batch mode a transaction every 10 ms with as
+	// many rows as the rate asks.
+	perTx, interval := 1, time.Duration(float64(time.Second)/rate)
+	if batch {
+		perTx = max(1, int(rate/100))
+		interval = time.Duration(float64(time.Second) * float64(perTx) / rate)
+	}
 	start := time.Now()
-	interval := time.Duration(float64(time.Second) / cfg.Rate)
 	payload := []byte(`{"bench":true}`)
-	for i := 0; i < cfg.Rows; i++ {
-		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+	msgs := make([]outbox.Message, perTx)
+	for i := range msgs {
+		msgs[i] = outbox.Message{Topic: subject, Payload: payload}
+	}
+	for i, tick := 0, 0; i < rows; tick++ {
+		if d := time.Until(start.Add(time.Duration(tick) * interval)); d > 0 {
 			time.Sleep(d)
 		}
+		n := min(perTx, rows-i)
 		tx, err := st.DB().BeginTx(ctx, nil)
 		if err != nil {
 			return Result{}, err
 		}
-		ids, err := outbox.Enqueue(ctx, tx, outbox.Message{Topic: subject, Payload: payload})
+		ids, err := outbox.Enqueue(ctx, tx, msgs[:n]...)
 		if err != nil {
 			_ = tx.Rollback()
 			return Result{}, err
@@ -211,10 +260,16 @@ func runOutbox(ctx context.Context, tc client.Client, natsURL, dbName, dbURL, st
 		if err := tx.Commit(); err != nil {
 			return Result{}, err
 		}
+		at := time.Now()
 		mu.Lock()
-		committed[courier.OutboxMessageID(source, ids[0])] = time.Now()
+		for _, id := range ids {
+			committed[courier.OutboxMessageID(source, id)] = at
+		}
 		mu.Unlock()
-		workflowIDs = append(workflowIDs, courier.OutboxWorkflowID(source, ids[0]))
+		if !batch {
+			workflowIDs = append(workflowIDs, courier.OutboxWorkflowID(source, ids[0]))
+		}
+		i += n
 	}
 	select {
 	case <-done:
@@ -222,7 +277,8 @@ func runOutbox(ctx context.Context, tc client.Client, natsURL, dbName, dbURL, st
 		mu.Lock()
 		n := len(arrived)
 		mu.Unlock()
-		return Result{}, fmt.Errorf("only %d of %d rows arrived within %s", n, cfg.Rows, cfg.Timeout)
+		stats, _ := st.OutboxStats(ctx)
+		return Result{}, fmt.Errorf("only %d of %d rows arrived within %s (rows by status: %v)", n, rows, cfg.Timeout, stats.ByStatus)
 	case <-ctx.Done():
 		return Result{}, ctx.Err()
 	}
@@ -232,7 +288,7 @@ func runOutbox(ctx context.Context, tc client.Client, natsURL, dbName, dbURL, st
 		if err != nil {
 			return Result{}, err
 		}
-		if st.ByStatus[courier.OutboxSent] == int64(cfg.Rows) {
+		if st.ByStatus[courier.OutboxSent] == sentBefore+int64(rows) {
 			break
 		}
 		select {
@@ -241,7 +297,12 @@ func runOutbox(ctx context.Context, tc client.Client, natsURL, dbName, dbURL, st
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	cost, err := measureCost(ctx, tc, workflowIDs)
+	var cost Cost
+	if batch {
+		cost, err = batchCost(ctx, tc, source, rows)
+	} else {
+		cost, err = measureCost(ctx, tc, workflowIDs)
+	}
 	if err != nil {
 		return Result{}, err
 	}
@@ -259,8 +320,8 @@ func runOutbox(ctx context.Context, tc client.Client, natsURL, dbName, dbURL, st
 			last = at
 		}
 	}
-	r := summarize("courier outbox, "+dbName, lat, last.Sub(start))
-	r.Key, r.Cost = "courier-"+dbName, cost
+	r := summarize(scenario, lat, last.Sub(start))
+	r.Key, r.Cost = key, cost
 	return r, nil
 }
 

@@ -15,7 +15,8 @@ type Report struct {
 }
 
 // ReportRow is one scenario. Scenario names are stable: bare, courier-sqlite,
-// courier-postgres (outbox, tasks) and bare, courier (timers).
+// courier-postgres (outbox, tasks), courier-batch-sqlite, courier-batch-postgres (outbox batch
+// mode) and bare, courier (timers).
 type ReportRow struct {
 	Scenario       string  `json:"scenario"`
 	N              int     `json:"n"`

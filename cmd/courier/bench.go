@@ -38,6 +38,8 @@ func runBench(ctx context.Context, args []string) error {
 	case "outbox":
 		fs.IntVar(&cfg.Rows, "rows", 2000, "rows committed per scenario")
 		fs.Float64Var(&cfg.Rate, "rate", 200, "target commits per second")
+		fs.IntVar(&cfg.BatchRows, "batch-rows", 20000, "rows per batch-mode scenario (courier-batch-*); 0 skips them")
+		fs.Float64Var(&cfg.BatchRate, "batch-rate", 1000, "target rows per second in the batch-mode scenarios, committed every 10 ms")
 		fs.StringVar(&cfg.PostgresURL, "postgres-url", env("COURIER_BENCH_POSTGRES_URL", ""), postgresUsage)
 		fs.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "give up on a scenario after this long")
 	case "timers":

@@ -38,7 +38,8 @@ type crashLoad struct {
 	finished map[string]bool      // tasks whose result courier accepted
 }
 
-// courier dev is SIGKILLed twice in the middle of mixed load (outbox publishes, timers, tasks)
+// courier dev is SIGKILLed twice in the middle of mixed load (outbox publishes, half of them in
+// the batch mode, timers, tasks)
 // and restarted on the same data dir each time. Everything it acknowledged is delivered: every
 // record reaches the stream, every timer fires once its time has come and never before, every
 // task finishes; no task slot stays taken, and the workers never see more tasks at once than the
@@ -50,7 +51,9 @@ func TestDevSurvivesSIGKILLUnderMixedLoad(t *testing.T) {
 	dir := t.TempDir()
 	ports := map[string]int{"http": freePort(t), "temporal": freePort(t), "ui": freePort(t), "nats": freePort(t)}
 	args := []string{"--data-dir", dir, "--http-port", strconv.Itoa(ports["http"]), "--temporal-port", strconv.Itoa(ports["temporal"]),
-		"--ui-port", strconv.Itoa(ports["ui"]), "--nats-port", strconv.Itoa(ports["nats"]), "--shutdown-timeout", "5s"}
+		"--ui-port", strconv.Itoa(ports["ui"]), "--nats-port", strconv.Itoa(ports["nats"]), "--shutdown-timeout", "5s",
+		// Half the records go out in the outbox batch mode, so kills land in batches too.
+		"--outbox-batch-topics", "crash.batched"}
 	gw := fmt.Sprintf("http://127.0.0.1:%d", ports["http"])
 	start := func() *devProc {
 		p := startDev(t, args...)
@@ -198,7 +201,11 @@ func TestDevSurvivesSIGKILLUnderMixedLoad(t *testing.T) {
 			var rec struct {
 				ID int64 `json:"id"`
 			}
-			if send("POST", "/v1/outbox", map[string]any{"topic": "crash.created", "payload": map[string]int{"i": i}}, &rec) {
+			topic := "crash.created"
+			if i%2 == 1 {
+				topic = "crash.batched"
+			}
+			if send("POST", "/v1/outbox", map[string]any{"topic": topic, "payload": map[string]int{"i": i}}, &rec) {
 				l.mu.Lock()
 				l.outbox[rec.ID] = true
 				l.mu.Unlock()
