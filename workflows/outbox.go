@@ -8,7 +8,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/activities/contract"
 )
 
 // OutboxDeliveryName is the registered name of the per-record delivery workflow.
@@ -80,7 +80,7 @@ func (r RetryPolicy) temporal() *temporal.RetryPolicy {
 		MaximumInterval:    r.MaxInterval,
 		MaximumAttempts:    r.MaxAttempts,
 		NonRetryableErrorTypes: []string{
-			activities.ErrTypeUnknownTopic, activities.ErrTypeOutboxNotFound, activities.ErrTypeUnknownSource,
+			contract.ErrTypeUnknownTopic, contract.ErrTypeOutboxNotFound, contract.ErrTypeUnknownSource,
 		},
 	}
 }
@@ -129,9 +129,9 @@ func OutboxDelivery(ctx workflow.Context, p OutboxDeliveryParams) (OutboxDeliver
 		StartToCloseTimeout: retry.AttemptTimeout,
 		RetryPolicy:         retry.temporal(),
 	})
-	var res activities.DeliverResult
-	err := workflow.ExecuteActivity(dctx, activities.DeliverOutboxName,
-		activities.DeliverParams{Source: p.Source, ID: p.ID}).Get(ctx, &res)
+	var res contract.DeliverResult
+	err := workflow.ExecuteActivity(dctx, contract.DeliverOutboxName,
+		contract.DeliverParams{Source: p.Source, ID: p.ID}).Get(ctx, &res)
 	if err == nil {
 		if p.V < OutboxDeliveryV && fails() {
 			_ = workflow.UpsertTypedSearchAttributes(ctx, saOutboxState.ValueSet(string(courier.OutboxSent)))
@@ -140,8 +140,8 @@ func OutboxDelivery(ctx workflow.Context, p OutboxDeliveryParams) (OutboxDeliver
 	}
 	lastErr := rootMessage(err)
 	mctx := workflow.WithActivityOptions(ctx, markDeadOptions)
-	if err := workflow.ExecuteActivity(mctx, activities.MarkOutboxDeadName,
-		activities.MarkDeadParams{Source: p.Source, ID: p.ID, LastError: lastErr}).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(mctx, contract.MarkOutboxDeadName,
+		contract.MarkDeadParams{Source: p.Source, ID: p.ID, LastError: lastErr}).Get(ctx, nil); err != nil {
 		return OutboxDeliveryResult{}, err
 	}
 	dead := OutboxDeliveryResult{Status: courier.OutboxDead, LastError: lastErr}

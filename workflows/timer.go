@@ -9,7 +9,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/activities/contract"
 )
 
 // Names of the timer workflow and its messages (stable; never the Go names).
@@ -95,7 +95,7 @@ var loadBizTypeOptions = workflow.LocalActivityOptions{
 	StartToCloseTimeout: 10 * time.Second,
 	RetryPolicy: &temporal.RetryPolicy{
 		InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: time.Minute,
-		NonRetryableErrorTypes: []string{activities.ErrTypeUnknownBizType},
+		NonRetryableErrorTypes: []string{contract.ErrTypeUnknownBizType},
 	},
 }
 
@@ -193,9 +193,9 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 
 	st.State = TimerFiring
 	publish()
-	var cfg activities.BizTypeDelivery
+	var cfg contract.BizTypeDelivery
 	lctx := workflow.WithLocalActivityOptions(ctx, loadBizTypeOptions)
-	if err := workflow.ExecuteLocalActivity(lctx, activities.LoadBizTypeName, p.BizType).Get(ctx, &cfg); err != nil {
+	if err := workflow.ExecuteLocalActivity(lctx, contract.LoadBizTypeName, p.BizType).Get(ctx, &cfg); err != nil {
 		st.State, st.LastError = TimerFailed, rootMessage(err)
 		publish()
 		return st, timerFailure(ctx, p, st)
@@ -214,11 +214,11 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 			BackoffCoefficient:     retry.BackoffCoef,
 			MaximumInterval:        retry.MaxInterval,
 			MaximumAttempts:        retry.MaxAttempts,
-			NonRetryableErrorTypes: []string{activities.ErrTypePermanentDelivery, activities.ErrTypeUnknownBizType},
+			NonRetryableErrorTypes: []string{contract.ErrTypePermanentDelivery, contract.ErrTypeUnknownBizType},
 		},
 	})
 	info := workflow.GetInfo(ctx)
-	err := workflow.ExecuteActivity(dctx, activities.DeliverTimerName, activities.DeliverTimerParams{
+	err := workflow.ExecuteActivity(dctx, contract.DeliverTimerName, contract.DeliverTimerParams{
 		BizType: p.BizType, BizID: p.BizID, DeliveryID: info.WorkflowExecution.RunID,
 		FireAt: st.FireAt, Payload: p.Payload,
 	}).Get(ctx, &st.Attempts)

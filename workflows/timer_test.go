@@ -14,11 +14,11 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/workflows"
 )
 
-var bizCfg = activities.BizTypeDelivery{
+var bizCfg = contract.BizTypeDelivery{
 	TaskQueue: "courier-biz-orders", InitialInterval: 10 * time.Second, Backoff: 1, MaxInterval: 10 * time.Second, MaxAttempts: 3,
 }
 
@@ -34,13 +34,13 @@ func newTimerEnv(t *testing.T, deliver func(n int) error) *timerEnv {
 	var s testsuite.WorkflowTestSuite
 	env := &timerEnv{TestWorkflowEnvironment: s.NewTestWorkflowEnvironment()}
 	env.RegisterWorkflowWithOptions(workflows.Timer, workflow.RegisterOptions{Name: workflows.TimerName})
-	env.RegisterActivityWithOptions(func(context.Context, string) (activities.BizTypeDelivery, error) { return bizCfg, nil },
-		activity.RegisterOptions{Name: activities.LoadBizTypeName})
-	env.RegisterActivityWithOptions(func(context.Context, activities.DeliverTimerParams) (int, error) { return 0, nil },
-		activity.RegisterOptions{Name: activities.DeliverTimerName})
+	env.RegisterActivityWithOptions(func(context.Context, string) (contract.BizTypeDelivery, error) { return bizCfg, nil },
+		activity.RegisterOptions{Name: contract.LoadBizTypeName})
+	env.RegisterActivityWithOptions(func(context.Context, contract.DeliverTimerParams) (int, error) { return 0, nil },
+		activity.RegisterOptions{Name: contract.DeliverTimerName})
 	n := 0
-	env.OnActivity(activities.DeliverTimerName, mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, p activities.DeliverTimerParams) (int, error) {
+	env.OnActivity(contract.DeliverTimerName, mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, p contract.DeliverTimerParams) (int, error) {
 			n++
 			env.delivered = append(env.delivered, env.Now())
 			if deliver != nil {
@@ -269,7 +269,7 @@ func normalize(p workflows.TimerParams) workflows.TimerParams {
 // marker.
 func TestTimerVFailsWithoutVersionMarker(t *testing.T) {
 	env := newTimerEnv(t, func(int) error {
-		return temporal.NewNonRetryableApplicationError("gone", activities.ErrTypePermanentDelivery, nil)
+		return temporal.NewNonRetryableApplicationError("gone", contract.ErrTypePermanentDelivery, nil)
 	})
 	env.OnGetVersion(mock.Anything, workflow.DefaultVersion, 1).Run(func(args mock.Arguments) {
 		t.Errorf("GetVersion(%v) in a TimerV run", args.Get(0))
