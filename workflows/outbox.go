@@ -32,17 +32,6 @@ const OutboxDeliveryV = 1
 
 var saOutboxState = temporal.NewSearchAttributeKeyKeyword(courier.SAState)
 
-// RetryPolicy is a serialisable retry budget with exponential backoff.
-type RetryPolicy struct {
-	InitialInterval time.Duration // first wait; default 1 s
-	BackoffCoef     float64       // growth per attempt; default 2
-	MaxInterval     time.Duration // cap on one wait; default 5 min
-	MaxAttempts     int32         // attempts in all, including the first; default 20
-	// AttemptTimeout bounds one attempt (load, publish, mark sent); after a worker crash the
-	// attempt is retried elsewhere once it passes. Default 30 s.
-	AttemptTimeout time.Duration
-}
-
 // DefaultOutboxRetry is the outbox delivery budget when the worker's config sets none: 20
 // attempts from 1 s doubling to a 5 min cap, about an hour in all.
 var DefaultOutboxRetry = RetryPolicy{
@@ -73,17 +62,8 @@ func (r RetryPolicy) WithDefaults() RetryPolicy {
 	return r
 }
 
-func (r RetryPolicy) temporal() *temporal.RetryPolicy {
-	return &temporal.RetryPolicy{
-		InitialInterval:    r.InitialInterval,
-		BackoffCoefficient: r.BackoffCoef,
-		MaximumInterval:    r.MaxInterval,
-		MaximumAttempts:    r.MaxAttempts,
-		NonRetryableErrorTypes: []string{
-			contract.ErrTypeUnknownTopic, contract.ErrTypeOutboxNotFound, contract.ErrTypeUnknownSource,
-		},
-	}
-}
+// outboxNonRetryable are the delivery's error types that no retry can fix.
+var outboxNonRetryable = []string{contract.ErrTypeUnknownTopic, contract.ErrTypeOutboxNotFound, contract.ErrTypeUnknownSource}
 
 // OutboxDeliveryParams is the delivery workflow's input. The payload stays in the database.
 type OutboxDeliveryParams struct {
@@ -106,11 +86,7 @@ type OutboxDeliveryResult struct {
 // not stay in limbo.
 var markDeadOptions = workflow.ActivityOptions{
 	StartToCloseTimeout: 30 * time.Second,
-	RetryPolicy: &temporal.RetryPolicy{
-		InitialInterval:    time.Second,
-		BackoffCoefficient: 2,
-		MaximumInterval:    time.Minute,
-	},
+	RetryPolicy:         untilDone.Temporal(),
 }
 
 // OutboxDelivery publishes one outbox record with retries and backoff, then the record is
@@ -127,7 +103,7 @@ func OutboxDelivery(ctx workflow.Context, p OutboxDeliveryParams) (OutboxDeliver
 	retry := p.Retry.WithDefaults()
 	dctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: retry.AttemptTimeout,
-		RetryPolicy:         retry.temporal(),
+		RetryPolicy:         retry.Temporal(outboxNonRetryable...),
 	})
 	var res contract.DeliverResult
 	err := workflow.ExecuteActivity(dctx, contract.DeliverOutboxName,

@@ -72,11 +72,7 @@ type TaskRunResult struct {
 // taken because a write failed once.
 var finishOptions = workflow.ActivityOptions{
 	StartToCloseTimeout: 30 * time.Second,
-	RetryPolicy: &temporal.RetryPolicy{
-		InitialInterval:    time.Second,
-		BackoffCoefficient: 2,
-		MaximumInterval:    time.Minute,
-	},
+	RetryPolicy:         untilDone.Temporal(),
 }
 
 var (
@@ -99,22 +95,15 @@ const TaskV = 1
 // connection, no answer within the push timeout, 429 or 5xx), after the worker's Retry-After
 // when it sent one; the push's schedule-to-close timeout keeps every try before the processing
 // deadline. A refused push (4xx, blocked address) or a stale attempt is not retried.
-var pushRetry = temporal.RetryPolicy{
-	InitialInterval:        time.Second,
-	BackoffCoefficient:     2,
-	MaximumInterval:        30 * time.Second,
-	MaximumAttempts:        courier.PushTries,
-	NonRetryableErrorTypes: []string{contract.ErrTypePushFailed, contract.ErrTypeTaskStale},
-}
+var pushRetry = RetryPolicy{InitialInterval: time.Second, BackoffCoef: 2, MaxInterval: 30 * time.Second, MaxAttempts: courier.PushTries}
+
+// pushNonRetryable are the push's error types that no retry can fix.
+var pushNonRetryable = []string{contract.ErrTypePushFailed, contract.ErrTypeTaskStale}
 
 // pushTryMargin is what a push try's start-to-close timeout allows beyond the push timeout, so
 // the HTTP client's own timeout (which classifies the try) fires first and the database write
 // before the request fits.
 const pushTryMargin = 10 * time.Second
-
-// waitOnce: the wait for a result is never retried; a failed or timed-out attempt goes back
-// through the queue's retry policy.
-var waitOnce = temporal.RetryPolicy{MaximumAttempts: 1}
 
 // defaultProcessingTimeout applies to runs started without one (courier.Queue's default).
 const defaultProcessingTimeout = 10 * time.Minute
@@ -190,12 +179,11 @@ func pushAndWait(ctx workflow.Context, p TaskParams) (out courier.AttemptOutcome
 	early := func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) }
 
 	pctx, cancelPush := workflow.WithCancel(ctx)
-	retry := pushRetry
 	pctx = workflow.WithActivityOptions(pctx, workflow.ActivityOptions{
 		TaskQueue:              contract.TaskPushQueue(queue),
 		ScheduleToCloseTimeout: processing,
 		StartToCloseTimeout:    pushTimeout + pushTryMargin,
-		RetryPolicy:            &retry,
+		RetryPolicy:            pushRetry.Temporal(pushNonRetryable...),
 	})
 	push := workflow.ExecuteActivity(pctx, contract.SendPushName, contract.PushTaskParams{TaskID: p.TaskID, Version: p.Version,
 		Attempt: p.Attempt, ProcessingTimeout: processing, HeartbeatTimeout: p.HeartbeatTimeout, Deadline: deadline, PushTimeout: pushTimeout})
@@ -244,7 +232,7 @@ func pushAndWait(ctx workflow.Context, p TaskParams) (out courier.AttemptOutcome
 		ScheduleToCloseTimeout: remaining,
 		StartToCloseTimeout:    remaining,
 		HeartbeatTimeout:       p.HeartbeatTimeout,
-		RetryPolicy:            &waitOnce,
+		RetryPolicy:            once.Temporal(), // a failed or timed-out attempt goes back through the queue's retry policy
 	})
 	wait := workflow.ExecuteActivity(wctx, contract.AwaitResultName,
 		contract.AwaitResultParams{TaskID: p.TaskID, Version: p.Version, Attempt: p.Attempt})
@@ -291,7 +279,7 @@ func taskSinglePush(ctx workflow.Context, p TaskParams) (TaskRunResult, error) {
 		ActivityID:          courier.TaskAttemptActivityID(p.Attempt),
 		StartToCloseTimeout: p.ProcessingTimeout,
 		HeartbeatTimeout:    p.HeartbeatTimeout,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1}, // retries go back through the queue
+		RetryPolicy:         once.Temporal(), // retries go back through the queue
 	})
 	var out courier.AttemptOutcome
 	err := workflow.ExecuteActivity(pctx, contract.PushTaskName,
@@ -348,6 +336,10 @@ func timeoutMessage(to *temporal.TimeoutError, p TaskParams) string {
 	}
 }
 
+// sweepRetry tries a failed sweep twice more, 5 s apart at first; the next scheduled sweep
+// picks up whatever is left after that.
+var sweepRetry = RetryPolicy{InitialInterval: 5 * time.Second, MaxAttempts: 3}
+
 // TaskSweeper runs one sweep of the task lifecycle. A Temporal Schedule starts it, with
 // overlaps skipped, so exactly one runs at a time across the fleet.
 func TaskSweeper(ctx workflow.Context, p contract.SweepParams) (contract.SweepResult, error) {
@@ -355,7 +347,7 @@ func TaskSweeper(ctx workflow.Context, p contract.SweepParams) (contract.SweepRe
 		TaskQueue:           contract.TaskFinishQueue(workflow.GetInfo(ctx).TaskQueueName),
 		StartToCloseTimeout: 10 * time.Minute,
 		HeartbeatTimeout:    time.Minute,
-		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 5 * time.Second, MaximumAttempts: 3},
+		RetryPolicy:         sweepRetry.Temporal(),
 	})
 	var res contract.SweepResult
 	err := workflow.ExecuteActivity(actx, contract.SweepTasksName, p).Get(ctx, &res)

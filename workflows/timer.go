@@ -93,11 +93,11 @@ var (
 // loadBizTypeOptions reads the type's delivery settings; a local activity, quick and retried.
 var loadBizTypeOptions = workflow.LocalActivityOptions{
 	StartToCloseTimeout: 10 * time.Second,
-	RetryPolicy: &temporal.RetryPolicy{
-		InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: time.Minute,
-		NonRetryableErrorTypes: []string{contract.ErrTypeUnknownBizType},
-	},
+	RetryPolicy:         untilDone.Temporal(contract.ErrTypeUnknownBizType),
 }
+
+// timerDeliveryNonRetryable are the delivery's error types that no retry can fix.
+var timerDeliveryNonRetryable = []string{contract.ErrTypePermanentDelivery, contract.ErrTypeUnknownBizType}
 
 // Timer waits until FireAt (never earlier), accepting reschedules and a cancel as updates so the
 // caller learns the outcome, then delivers once through the business type's queue with its
@@ -209,13 +209,7 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 	dctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:           cfg.TaskQueue,
 		StartToCloseTimeout: timeout + 5*time.Second,
-		RetryPolicy: &temporal.RetryPolicy{
-			InitialInterval:        retry.InitialInterval,
-			BackoffCoefficient:     retry.BackoffCoef,
-			MaximumInterval:        retry.MaxInterval,
-			MaximumAttempts:        retry.MaxAttempts,
-			NonRetryableErrorTypes: []string{contract.ErrTypePermanentDelivery, contract.ErrTypeUnknownBizType},
-		},
+		RetryPolicy:         retry.Temporal(timerDeliveryNonRetryable...),
 	})
 	info := workflow.GetInfo(ctx)
 	err := workflow.ExecuteActivity(dctx, contract.DeliverTimerName, contract.DeliverTimerParams{
