@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -31,7 +32,7 @@ func (r RetryPolicy) Temporal(nonRetryable ...string) *temporal.RetryPolicy {
 		BackoffCoefficient:     r.BackoffCoef,
 		MaximumInterval:        r.MaxInterval,
 		MaximumAttempts:        r.MaxAttempts,
-		NonRetryableErrorTypes: nonRetryable,
+		NonRetryableErrorTypes: slices.Clone(nonRetryable), // the callers' lists stay theirs
 	}
 }
 
