@@ -330,29 +330,50 @@ const (
 	TaskExisting TaskInsertOutcome = "existing" // processing or success: returned unchanged (200)
 )
 
-// How an attempt ended: the worker's report, or courier's classification of a timeout or a
-// cancel. The store records these strings and the workflow and metrics use them.
+// OutcomeKind is how an attempt ended: the worker's report (success or failure) or courier's
+// classification of a timeout or a cancel. The store decides the task's next status from it,
+// and the workflow, the metrics and the API carry the same values.
+type OutcomeKind string
+
+// Attempt outcome kinds. Their values are in recorded workflow histories and in the API's
+// result body ("status"): they never change.
 const (
-	AttemptSuccess   = "success"
-	AttemptFailure   = "failure"
-	AttemptTimeout   = "timeout"
-	AttemptCancelled = "cancelled"
+	OutcomeSuccess   OutcomeKind = "success"   // the worker reported success
+	OutcomeFailure   OutcomeKind = "failure"   // the worker reported failure, or the push failed
+	OutcomeTimeout   OutcomeKind = "timeout"   // no result within the processing or heartbeat timeout
+	OutcomeCancelled OutcomeKind = "cancelled" // the attempt was cancelled
 )
 
-// TaskResultStatus is what a worker reports.
-type TaskResultStatus string
+// Reportable says whether a worker may report this kind: only success and failure; timeouts
+// and cancels are courier's to decide.
+func (k OutcomeKind) Reportable() bool { return k == OutcomeSuccess || k == OutcomeFailure }
 
-// Worker-reported outcomes.
-const (
-	ResultSuccess TaskResultStatus = AttemptSuccess
-	ResultFailure TaskResultStatus = AttemptFailure
-)
+// AttemptOutcome is how one attempt ended, the one type from the worker's report through the
+// workflow to the store. Workflow histories hold it as JSON with these Go field names (no
+// tags), so the fields keep their names.
+type AttemptOutcome struct {
+	Kind       OutcomeKind
+	StatusCode int
+	Message    string
+	Result     json.RawMessage
+	// Trace is the trace context of the gateway's span of the worker's result call (zero for an
+	// outcome courier decided): the finish links its span to it (docs/tracing.md).
+	Trace TraceContext `json:",omitzero"`
+}
 
-// TaskResult is a worker's report for one attempt.
+// TaskResult is a worker's report for one attempt as the API's result endpoint takes it: the
+// attempt it names and its outcome in the API's field names. Outcome turns it into the
+// AttemptOutcome the rest of courier uses.
 type TaskResult struct {
-	Attempt    int              `json:"attempt"`
-	Status     TaskResultStatus `json:"status"`
-	StatusCode int              `json:"status_code"`
-	Message    string           `json:"message"`
-	Result     json.RawMessage  `json:"result,omitempty"`
+	Attempt    int             `json:"attempt"`
+	Status     OutcomeKind     `json:"status"` // OutcomeSuccess or OutcomeFailure (Reportable)
+	StatusCode int             `json:"status_code"`
+	Message    string          `json:"message"`
+	Result     json.RawMessage `json:"result,omitempty"`
+}
+
+// Outcome is the report as the attempt's outcome, tagged with the trace context of the call
+// that carried it (zero for none).
+func (r TaskResult) Outcome(trace TraceContext) AttemptOutcome {
+	return AttemptOutcome{Kind: r.Status, StatusCode: r.StatusCode, Message: r.Message, Result: r.Result, Trace: trace}
 }

@@ -11,25 +11,9 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/mq"
-)
-
-// Registered activity names (stable; never the Go method names).
-const (
-	DeliverOutboxName  = "outbox-deliver"
-	MarkOutboxDeadName = "outbox-mark-dead"
-)
-
-// Non-retryable error types raised by the outbox activities.
-const (
-	ErrTypeUnknownTopic   = "UnknownTopic"
-	ErrTypeOutboxNotFound = "OutboxNotFound"
-	ErrTypeUnknownSource  = "UnknownSource"
-	// ErrTypeRefusedMessage marks a row that breaks courier's message rule (a broker control
-	// subject such as $JS.API.…, a reply subject, a reserved header, unreadable headers): it
-	// is dead at once and never reaches the broker.
-	ErrTypeRefusedMessage = "RefusedMessage"
 )
 
 // OutboxStore is what the outbox activities need from a database holding an outbox table.
@@ -58,24 +42,6 @@ func NewOutbox(sources map[string]OutboxStore, pub mq.Publisher, m *metrics.Outb
 	return &Outbox{sources: sources, pub: pub, metrics: m, now: time.Now}
 }
 
-// DeliverParams names the record to deliver.
-type DeliverParams struct {
-	Source string
-	ID     int64
-}
-
-// DeliverResult says what Deliver did.
-type DeliverResult struct {
-	AlreadySent bool // the record was already sent (a repeated delivery): nothing was published
-}
-
-// MarkDeadParams names the record to mark dead and why.
-type MarkDeadParams struct {
-	Source    string
-	ID        int64
-	LastError string
-}
-
 func (a *Outbox) store(source string) (OutboxStore, error) {
 	if source == "" {
 		source = courier.DefaultSource
@@ -83,7 +49,7 @@ func (a *Outbox) store(source string) (OutboxStore, error) {
 	st, ok := a.sources[source]
 	if !ok {
 		return nil, temporal.NewNonRetryableApplicationError(
-			fmt.Sprintf("outbox source %q is not configured on this worker", source), ErrTypeUnknownSource, nil)
+			fmt.Sprintf("outbox source %q is not configured on this worker", source), contract.ErrTypeUnknownSource, nil)
 	}
 	return st, nil
 }
@@ -91,23 +57,23 @@ func (a *Outbox) store(source string) (OutboxStore, error) {
 // Deliver publishes one record (message id = outbox id) and marks it sent. A record that is
 // already sent is not published again. A failed attempt is counted on the row with its error
 // before the error is returned for Temporal to retry.
-func (a *Outbox) Deliver(ctx context.Context, p DeliverParams) (DeliverResult, error) {
+func (a *Outbox) Deliver(ctx context.Context, p contract.DeliverParams) (contract.DeliverResult, error) {
 	st, err := a.store(p.Source)
 	if err != nil {
-		return DeliverResult{}, err
+		return contract.DeliverResult{}, err
 	}
 	rec, err := st.GetOutbox(ctx, p.ID)
 	if courier.ErrorCode(err) == courier.CodeNotFound {
-		return DeliverResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeOutboxNotFound, err)
+		return contract.DeliverResult{}, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrTypeOutboxNotFound, err)
 	}
 	if err != nil {
-		return DeliverResult{}, fmt.Errorf("load outbox %d: %w", p.ID, err)
+		return contract.DeliverResult{}, fmt.Errorf("load outbox %d: %w", p.ID, err)
 	}
 	if rec.Status == courier.OutboxSent {
-		return DeliverResult{AlreadySent: true}, nil
+		return contract.DeliverResult{AlreadySent: true}, nil
 	}
 	if err := refuse(rec); err != nil {
-		return DeliverResult{}, err
+		return contract.DeliverResult{}, err
 	}
 	source := p.Source
 	if source == "" {
@@ -128,24 +94,24 @@ func (a *Outbox) Deliver(ctx context.Context, p DeliverParams) (DeliverResult, e
 			activity.GetLogger(ctx).Warn("could not record failed attempt", "id", rec.ID, "error", rerr)
 		}
 		if errors.Is(perr, mq.ErrUnknownTopic) {
-			return DeliverResult{}, temporal.NewNonRetryableApplicationError(perr.Error(), ErrTypeUnknownTopic, perr)
+			return contract.DeliverResult{}, temporal.NewNonRetryableApplicationError(perr.Error(), contract.ErrTypeUnknownTopic, perr)
 		}
 		if errors.Is(perr, mq.ErrRefused) {
-			return DeliverResult{}, temporal.NewNonRetryableApplicationError(perr.Error(), ErrTypeRefusedMessage, perr)
+			return contract.DeliverResult{}, temporal.NewNonRetryableApplicationError(perr.Error(), contract.ErrTypeRefusedMessage, perr)
 		}
-		return DeliverResult{}, perr
+		return contract.DeliverResult{}, perr
 	}
 	sent, err := st.MarkOutboxSent(ctx, rec.ID)
 	if err != nil {
 		// Published but not marked: the retry publishes again with the same message id, which
 		// the broker drops as a duplicate.
-		return DeliverResult{}, fmt.Errorf("mark outbox %d sent: %w", rec.ID, err)
+		return contract.DeliverResult{}, fmt.Errorf("mark outbox %d sent: %w", rec.ID, err)
 	}
 	if a.metrics != nil && sent {
 		a.metrics.Published.WithLabelValues(source, rec.Topic).Inc()
 		a.metrics.Latency.Observe(a.now().Sub(rec.CreatedAt).Seconds())
 	}
-	return DeliverResult{AlreadySent: !sent}, nil
+	return contract.DeliverResult{AlreadySent: !sent}, nil
 }
 
 // refuse returns a non-retryable error for a row that must never reach the broker: rows written
@@ -165,11 +131,11 @@ func refuse(rec courier.OutboxRecord) error {
 	if msg == "" {
 		return nil
 	}
-	return temporal.NewNonRetryableApplicationError("refused, never published: "+msg, ErrTypeRefusedMessage, nil)
+	return temporal.NewNonRetryableApplicationError("refused, never published: "+msg, contract.ErrTypeRefusedMessage, nil)
 }
 
 // MarkDead marks a record dead with its last error once its retry budget is spent.
-func (a *Outbox) MarkDead(ctx context.Context, p MarkDeadParams) error {
+func (a *Outbox) MarkDead(ctx context.Context, p contract.MarkDeadParams) error {
 	st, err := a.store(p.Source)
 	if err != nil {
 		return err

@@ -10,38 +10,13 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/mq"
-)
-
-// Registered names of the batch mode's activities (stable).
-const (
-	PublishOutboxBatchName = "outbox-publish-batch"
-	HandOutboxBatchName    = "outbox-hand-batch"
 )
 
 // HandOverDelay is how long a record taken out of its batch waits before the relay starts its
 // own delivery: the first retry's backoff.
 const HandOverDelay = time.Second
-
-// BatchParams names the records of one batch.
-type BatchParams struct {
-	Source string
-	IDs    []int64
-}
-
-// BatchResult says what became of a batch's records.
-type BatchResult struct {
-	Sent    int     // published and marked sent by this attempt
-	Skipped int     // already sent or dead (a repeated batch), or gone
-	Handed  []int64 // failed and handed to deliveries of their own
-}
-
-// HandParams hands a batch's records to deliveries of their own, with the reason.
-type HandParams struct {
-	Source    string
-	IDs       []int64
-	LastError string
-}
 
 // PublishBatch publishes a batch of records at once (message id = outbox id, so the broker
 // drops what an earlier attempt of the same batch already stored) and marks the published ones
@@ -49,10 +24,10 @@ type HandParams struct {
 // batch: its attempt is counted with its error and it is pending again, and the relay starts a
 // delivery of its own for it, with the per-record retries, dead-lettering and redrive. The
 // activity itself fails (and is retried) only when the database does.
-func (a *Outbox) PublishBatch(ctx context.Context, p BatchParams) (BatchResult, error) {
+func (a *Outbox) PublishBatch(ctx context.Context, p contract.BatchParams) (contract.BatchResult, error) {
 	st, err := a.store(p.Source)
 	if err != nil {
-		return BatchResult{}, err
+		return contract.BatchResult{}, err
 	}
 	source := p.Source
 	if source == "" {
@@ -60,10 +35,10 @@ func (a *Outbox) PublishBatch(ctx context.Context, p BatchParams) (BatchResult, 
 	}
 	recs, err := st.LoadOutboxBatch(ctx, p.IDs)
 	if err != nil {
-		return BatchResult{}, fmt.Errorf("load outbox batch: %w", err)
+		return contract.BatchResult{}, fmt.Errorf("load outbox batch: %w", err)
 	}
 	var (
-		res     = BatchResult{Skipped: len(p.IDs) - len(recs)}
+		res     = contract.BatchResult{Skipped: len(p.IDs) - len(recs)}
 		pending []courier.OutboxRecord
 		handed  = map[int64]string{}
 	)
@@ -101,7 +76,7 @@ func (a *Outbox) PublishBatch(ctx context.Context, p BatchParams) (BatchResult, 
 	// same message ids, which the broker drops as duplicates.
 	n, err := st.MarkOutboxSentBatch(ctx, published)
 	if err != nil {
-		return BatchResult{}, fmt.Errorf("mark outbox batch sent: %w", err)
+		return contract.BatchResult{}, fmt.Errorf("mark outbox batch sent: %w", err)
 	}
 	res.Sent = int(n)
 	res.Skipped += len(published) - int(n)
@@ -129,7 +104,7 @@ func (a *Outbox) PublishBatch(ctx context.Context, p BatchParams) (BatchResult, 
 	if len(herrs) > 0 {
 		// The published rows are marked; the retry publishes the failed ones again, or hands
 		// them over once the database answers.
-		return BatchResult{}, fmt.Errorf("hand %d failed records to their own deliveries: %w", len(herrs), errors.Join(herrs...))
+		return contract.BatchResult{}, fmt.Errorf("hand %d failed records to their own deliveries: %w", len(herrs), errors.Join(herrs...))
 	}
 	if len(res.Handed) > 0 {
 		activity.GetLogger(ctx).Info("records left their batch for deliveries of their own", "source", source, "ids", res.Handed)
@@ -139,7 +114,7 @@ func (a *Outbox) PublishBatch(ctx context.Context, p BatchParams) (BatchResult, 
 
 // HandBatch hands every unsent record of a batch whose delivery gave up to a delivery of its
 // own, so a batch never strands its records.
-func (a *Outbox) HandBatch(ctx context.Context, p HandParams) error {
+func (a *Outbox) HandBatch(ctx context.Context, p contract.HandParams) error {
 	st, err := a.store(p.Source)
 	if err != nil {
 		return err

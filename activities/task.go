@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/callback"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/store"
@@ -24,62 +25,10 @@ import (
 	"github.com/courier-oss/courier/webhook"
 )
 
-// Registered names of the task activities.
-const (
-	// PushTaskName pushes and then stays open until the result completes it: the one activity
-	// of an attempt in runs recorded before the push and the wait were split. It stays
-	// registered, on the workflows' own task queue, for those runs.
-	PushTaskName = "task-push"
-	// SendPushName pushes one attempt to its worker and ends when the worker has answered.
-	SendPushName = "task-send-push"
-	// AwaitResultName waits for the worker's result: the gateway completes it by its id
-	// (courier.TaskAttemptActivityID) and records the worker's heartbeats on it. It alone carries
-	// the processing deadline and the heartbeat timeout.
-	AwaitResultName = "task-await-result"
-	FinishTaskName  = "task-finish"
-	SweepTasksName  = "task-sweep"
-)
-
-// TaskPushQueue is the Temporal task queue of the pushes of the task workflows that run on
-// workflowQueue: courier-task-push beside the default courier-outbox, <queue>-task-push beside
-// any other. Pushes wait on workers' endpoints for up to their push timeout, so they get their
-// own queue and slots: a push endpoint that never answers holds push slots only.
-func TaskPushQueue(workflowQueue string) string { return taskQueueBeside(workflowQueue, "task-push") }
-
-// TaskFinishQueue is the Temporal task queue of the waits for results, the finishes (which
-// release slots) and the sweeps of the task workflows that run on workflowQueue:
-// courier-task-finish beside the default courier-outbox, <queue>-task-finish beside any other.
-func TaskFinishQueue(workflowQueue string) string {
-	return taskQueueBeside(workflowQueue, "task-finish")
-}
-
-// defaultWorkflowQueue is relay.DefaultTaskQueue (the worker package checks they agree).
-const defaultWorkflowQueue = "courier-outbox"
-
-func taskQueueBeside(workflowQueue, kind string) string {
-	if workflowQueue == defaultWorkflowQueue || workflowQueue == "" {
-		return "courier-" + kind
-	}
-	return workflowQueue + "-" + kind
-}
-
-// ErrTypeTaskStale marks an attempt whose task has moved on (cancelled, or already finished by
-// an earlier run): the workflow ends without touching the row.
-const ErrTypeTaskStale = "TaskStale"
-
-// ErrTypePushFailed marks a push the worker did not accept and that trying again cannot help
-// (a 4xx answer, a refused address, no push_url): never retried within the attempt.
-const ErrTypePushFailed = "PushFailed"
-
-// ErrTypePushUnanswered marks a try of a push that failed on the way (no connection, no answer
-// within the push timeout, 429 or 5xx): tried again within the attempt by the push's retry
-// policy, after the worker's Retry-After when it sent one.
-const ErrTypePushUnanswered = "PushUnanswered"
-
 // TaskStore is what the task activities need from the database.
 type TaskStore interface {
 	MarkTaskPushed(ctx context.Context, taskID string, version int64, attempt int, processingTimeout time.Duration, runID string) (store.PushTarget, bool, error)
-	FinishTaskAttempt(ctx context.Context, taskID string, version int64, attempt int, o store.AttemptOutcome) (store.FinishResult, error)
+	FinishTaskAttempt(ctx context.Context, taskID string, version int64, attempt int, o courier.AttemptOutcome) (store.FinishResult, error)
 	ListQueues(ctx context.Context) ([]courier.Queue, error)
 	ExpirePendingTasks(ctx context.Context, limit int) (int64, error)
 	StopSucceededTasks(ctx context.Context, queue string, retention time.Duration, limit int) (int64, error)
@@ -96,63 +45,6 @@ type WorkflowDescriber interface {
 // OverdueGrace is how long past its processing timeout an attempt may stay in Processing
 // before the sweeper checks its workflow.
 const OverdueGrace = 2 * time.Minute
-
-// PushTaskParams names one attempt; the payload stays in the database. The timeouts are the
-// ones Temporal enforces on this attempt (fixed at the claim), so the push tells the worker
-// exactly those.
-type PushTaskParams struct {
-	TaskID            string
-	Version           int64
-	Attempt           int
-	ProcessingTimeout time.Duration
-	HeartbeatTimeout  time.Duration
-	// Deadline is when the processing timeout runs out, fixed by the workflow before the first
-	// try so every try tells the worker the same; zero (PushTaskName): the activity's start
-	// plus the processing timeout.
-	Deadline time.Time
-	// PushTimeout bounds one try's HTTP request; zero: courier.DefaultPushTimeout.
-	PushTimeout time.Duration
-}
-
-// SendPushResult is an accepted push.
-type SendPushResult struct {
-	Try int32 // the try the worker accepted (1 unless earlier ones failed on the way)
-}
-
-// AwaitResultParams name the attempt whose result the wait is for (shown in the history).
-type AwaitResultParams struct {
-	TaskID  string
-	Version int64
-	Attempt int
-}
-
-// TaskOutcome is how an attempt ended: the worker's report (through the gateway's result
-// callback, which completes the push activity by id) or the workflow's classification of a
-// timeout, a refused push or a cancellation.
-type TaskOutcome struct {
-	Kind       string // store.OutcomeSuccess, OutcomeFailure, OutcomeTimeout, OutcomeCancelled
-	StatusCode int
-	Message    string
-	Result     json.RawMessage
-	// Trace is the trace context of the gateway's span of the worker's result call (zero for an
-	// outcome courier decided): the finish links its span to it (docs/tracing.md).
-	Trace courier.TraceContext `json:",omitzero"`
-}
-
-// FinishTaskParams ends one attempt.
-type FinishTaskParams struct {
-	TaskID  string
-	Version int64
-	Attempt int
-	Outcome TaskOutcome
-}
-
-// FinishTaskResult is what finishing did.
-type FinishTaskResult struct {
-	Applied       bool
-	Status        courier.TaskStatus
-	NextAttemptAt time.Time
-}
 
 // TaskPush is the JSON body courier POSTs to a queue's push_url.
 type TaskPush struct {
@@ -206,7 +98,7 @@ type pushRequest struct {
 // preparePush marks the attempt pushed (guarded by "Processing on this attempt", recording the
 // run and the deadline) and builds its request. Its errors are final for the attempt: a stale
 // attempt, a queue without a push_url, a database that stayed down.
-func (a *Tasks) preparePush(ctx context.Context, p PushTaskParams, start time.Time, runID string) (pushRequest, error) {
+func (a *Tasks) preparePush(ctx context.Context, p contract.PushTaskParams, start time.Time, runID string) (pushRequest, error) {
 	var (
 		target store.PushTarget
 		ok     bool
@@ -229,10 +121,10 @@ func (a *Tasks) preparePush(ctx context.Context, p PushTaskParams, start time.Ti
 		}
 	}
 	if err != nil {
-		return pushRequest{}, temporal.NewNonRetryableApplicationError("mark pushed: "+err.Error(), ErrTypePushFailed, err)
+		return pushRequest{}, temporal.NewNonRetryableApplicationError("mark pushed: "+err.Error(), contract.ErrTypePushFailed, err)
 	}
 	if !ok {
-		return pushRequest{}, temporal.NewNonRetryableApplicationError("task is no longer processing this attempt", ErrTypeTaskStale, nil)
+		return pushRequest{}, temporal.NewNonRetryableApplicationError("task is no longer processing this attempt", contract.ErrTypeTaskStale, nil)
 	}
 	t, q := target.Task, target.Queue
 	if p.ProcessingTimeout > 0 {
@@ -241,7 +133,7 @@ func (a *Tasks) preparePush(ctx context.Context, p PushTaskParams, start time.Ti
 		deadline = start.Add(q.ProcessingTimeout)
 	}
 	if q.PushURL == "" {
-		return pushRequest{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("queue %q has no push_url", q.Name), ErrTypePushFailed, nil)
+		return pushRequest{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("queue %q has no push_url", q.Name), contract.ErrTypePushFailed, nil)
 	}
 	push := TaskPush{TaskID: t.TaskID, TaskVersion: t.Version, Attempt: p.Attempt, Priority: t.Priority, Queue: t.Queue,
 		Payload: t.Payload, Deadline: deadline.UTC(),
@@ -251,12 +143,12 @@ func (a *Tasks) preparePush(ctx context.Context, p PushTaskParams, start time.Ti
 	}
 	body, err := json.Marshal(push)
 	if err != nil {
-		return pushRequest{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypePushFailed, err)
+		return pushRequest{}, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrTypePushFailed, err)
 	}
 	var signer *webhook.Signer
 	if len(q.Secrets) > 0 {
 		if signer, err = webhook.NewSigner(q.Secrets...); err != nil {
-			return pushRequest{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypePushFailed, err)
+			return pushRequest{}, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrTypePushFailed, err)
 		}
 	}
 	// Every try of one attempt carries the same webhook-id: a worker that got a try whose
@@ -281,11 +173,11 @@ func (a *Tasks) observePushed(t courier.Task, attempt int) {
 // connection, no answer within the push timeout, 429 or 5xx) is a retryable error that the
 // workflow's push policy tries again within the attempt, after the worker's Retry-After when it
 // sent one; a 4xx answer or a refused address fails the attempt at once.
-func (a *Tasks) SendPush(ctx context.Context, p PushTaskParams) (SendPushResult, error) {
+func (a *Tasks) SendPush(ctx context.Context, p contract.PushTaskParams) (contract.SendPushResult, error) {
 	info := activity.GetInfo(ctx)
 	pr, err := a.preparePush(ctx, p, info.StartedTime, info.WorkflowExecution.RunID)
 	if err != nil {
-		return SendPushResult{}, err
+		return contract.SendPushResult{}, err
 	}
 	timeout := p.PushTimeout
 	if timeout <= 0 {
@@ -296,14 +188,14 @@ func (a *Tasks) SendPush(ctx context.Context, p PushTaskParams) (SendPushResult,
 	switch {
 	case err == nil:
 		a.observePushed(pr.target.Task, p.Attempt)
-		return SendPushResult{Try: info.Attempt}, nil
+		return contract.SendPushResult{Try: info.Attempt}, nil
 	case ctx.Err() != nil:
-		return SendPushResult{}, ctx.Err() // the activity's own timeout or a cancel: Temporal classifies it
+		return contract.SendPushResult{}, ctx.Err() // the activity's own timeout or a cancel: Temporal classifies it
 	case errors.As(err, &ce) && ce.Retryable:
-		return SendPushResult{}, temporal.NewApplicationErrorWithOptions("push: "+err.Error(), ErrTypePushUnanswered,
+		return contract.SendPushResult{}, temporal.NewApplicationErrorWithOptions("push: "+err.Error(), contract.ErrTypePushUnanswered,
 			temporal.ApplicationErrorOptions{Cause: err, NextRetryDelay: ce.RetryAfter})
 	default:
-		return SendPushResult{}, temporal.NewNonRetryableApplicationError("push: "+err.Error(), ErrTypePushFailed, err)
+		return contract.SendPushResult{}, temporal.NewNonRetryableApplicationError("push: "+err.Error(), contract.ErrTypePushFailed, err)
 	}
 }
 
@@ -311,8 +203,8 @@ func (a *Tasks) SendPush(ctx context.Context, p PushTaskParams) (SendPushResult,
 // the gateway completes it by its id (courier.TaskAttemptActivityID) with the worker's report,
 // or records the worker's heartbeats on it. It does no I/O, so it holds its slot for an
 // instant.
-func (a *Tasks) AwaitResult(context.Context, AwaitResultParams) (TaskOutcome, error) {
-	return TaskOutcome{}, activity.ErrResultPending
+func (a *Tasks) AwaitResult(context.Context, contract.AwaitResultParams) (courier.AttemptOutcome, error) {
+	return courier.AttemptOutcome{}, activity.ErrResultPending
 }
 
 // Push sends one attempt to the queue's worker endpoint and leaves the activity open: the
@@ -320,65 +212,49 @@ func (a *Tasks) AwaitResult(context.Context, AwaitResultParams) (TaskOutcome, er
 // (courier.TaskAttemptActivityID). A worker that does not accept the push (non-2xx, refused
 // address, no answer) fails the attempt. It serves runs recorded before the push and the wait
 // were split (PushTaskName); newer runs use SendPush and AwaitResult.
-func (a *Tasks) Push(ctx context.Context, p PushTaskParams) (TaskOutcome, error) {
+func (a *Tasks) Push(ctx context.Context, p contract.PushTaskParams) (courier.AttemptOutcome, error) {
 	info := activity.GetInfo(ctx)
 	pr, err := a.preparePush(ctx, p, info.StartedTime, info.WorkflowExecution.RunID)
 	if err != nil {
-		return TaskOutcome{}, err
+		return courier.AttemptOutcome{}, err
 	}
 	if err := a.client(pr.target.Queue, courier.DefaultPushTimeout).Send(ctx, pr.req); err != nil {
-		return TaskOutcome{}, temporal.NewNonRetryableApplicationError("push: "+err.Error(), ErrTypePushFailed, err)
+		return courier.AttemptOutcome{}, temporal.NewNonRetryableApplicationError("push: "+err.Error(), contract.ErrTypePushFailed, err)
 	}
 	a.observePushed(pr.target.Task, p.Attempt)
-	return TaskOutcome{}, activity.ErrResultPending
+	return courier.AttemptOutcome{}, activity.ErrResultPending
 }
 
 // Finish ends an attempt in the database (status, result and the slot in one transaction)
 // and wakes the claimers.
-func (a *Tasks) Finish(ctx context.Context, p FinishTaskParams) (FinishTaskResult, error) {
+func (a *Tasks) Finish(ctx context.Context, p contract.FinishTaskParams) (contract.FinishTaskResult, error) {
 	if string(p.Outcome.Result) == "null" {
 		p.Outcome.Result = nil // no result: stored as NULL, not as the JSON literal
 	}
 	tracing.Link(ctx, p.Outcome.Trace, attribute.String("courier.link", "task result"))
-	fr, err := a.store.FinishTaskAttempt(ctx, p.TaskID, p.Version, p.Attempt, store.AttemptOutcome{
-		Kind: p.Outcome.Kind, StatusCode: p.Outcome.StatusCode, Message: p.Outcome.Message, Result: p.Outcome.Result})
+	fr, err := a.store.FinishTaskAttempt(ctx, p.TaskID, p.Version, p.Attempt, p.Outcome)
 	if err != nil {
-		return FinishTaskResult{}, err
+		return contract.FinishTaskResult{}, err
 	}
 	if fr.Applied {
 		if a.metrics != nil {
-			a.metrics.Results.WithLabelValues(fr.Queue, p.Outcome.Kind).Inc()
+			a.metrics.Results.WithLabelValues(fr.Queue, string(p.Outcome.Kind)).Inc()
 		}
 		a.wake()
 	}
-	return FinishTaskResult{Applied: fr.Applied, Status: fr.Status, NextAttemptAt: fr.NextAttemptAt}, nil
-}
-
-// SweepParams bound one sweep.
-type SweepParams struct {
-	BatchSize  int // rows per statement; default 500
-	MaxBatches int // statements per step and queue; default 20
-}
-
-// SweepResult counts what one sweep changed.
-type SweepResult struct {
-	Expired        int64 // pending past their pending timeout → failed
-	Stopped        int64 // successes past retention → stopped
-	Purged         int64 // finished rows past the purge age → deleted
-	Orphaned       int   // attempts in Processing whose workflow had ended → finished as timed out
-	LimiterRepairs int   // queues whose in_flight did not match their rows
+	return contract.FinishTaskResult{Applied: fr.Applied, Status: fr.Status, NextAttemptAt: fr.NextAttemptAt}, nil
 }
 
 // Sweep runs the lifecycle steps in bounded batches, then checks every queue's limiter count
 // against its rows and repairs any mismatch.
-func (a *Tasks) Sweep(ctx context.Context, p SweepParams) (SweepResult, error) {
+func (a *Tasks) Sweep(ctx context.Context, p contract.SweepParams) (contract.SweepResult, error) {
 	if p.BatchSize <= 0 {
 		p.BatchSize = 500
 	}
 	if p.MaxBatches <= 0 {
 		p.MaxBatches = 20
 	}
-	var res SweepResult
+	var res contract.SweepResult
 	batches := func(step func() (int64, error)) (int64, error) {
 		var total int64
 		for i := 0; i < p.MaxBatches; i++ {
@@ -452,7 +328,7 @@ func (a *Tasks) finishOrphans(ctx context.Context, limit int) (int, error) {
 		case d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
 			continue
 		}
-		fr, err := a.store.FinishTaskAttempt(ctx, t.TaskID, t.Version, t.Attempt, store.AttemptOutcome{Kind: store.OutcomeTimeout,
+		fr, err := a.store.FinishTaskAttempt(ctx, t.TaskID, t.Version, t.Attempt, courier.AttemptOutcome{Kind: courier.OutcomeTimeout,
 			Message: "processing timeout: the attempt's workflow ended without recording a result"})
 		if err != nil {
 			return n, err
@@ -461,7 +337,7 @@ func (a *Tasks) finishOrphans(ctx context.Context, limit int) (int, error) {
 			n++
 			activity.GetLogger(ctx).Warn("finished an orphaned task attempt", "task_id", t.TaskID, "version", t.Version, "attempt", t.Attempt)
 			if a.metrics != nil {
-				a.metrics.Results.WithLabelValues(t.Queue, store.OutcomeTimeout).Inc()
+				a.metrics.Results.WithLabelValues(t.Queue, string(courier.OutcomeTimeout)).Inc()
 			}
 		}
 		activity.RecordHeartbeat(ctx, n)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/webhook"
 )
@@ -79,7 +80,7 @@ func pushQueue(url string) courier.Queue {
 	return courier.Queue{Name: "parse", PushURL: url, Secrets: []string{secret}}.WithDefaults()
 }
 
-var pushParams = activities.PushTaskParams{TaskID: "doc-1", Version: 2, Attempt: 3, ProcessingTimeout: 10 * time.Minute,
+var pushParams = contract.PushTaskParams{TaskID: "doc-1", Version: 2, Attempt: 3, ProcessingTimeout: 10 * time.Minute,
 	HeartbeatTimeout: 30 * time.Second, PushTimeout: 5 * time.Second}
 
 func runActivity(t *testing.T, fn any, p any) (converter.EncodedValue, error) {
@@ -103,7 +104,7 @@ func TestSendPushEndsWhenTheWorkerAccepts(t *testing.T) {
 	v, err := runActivity(t, a.SendPush, p)
 
 	require.NoError(t, err)
-	var res activities.SendPushResult
+	var res contract.SendPushResult
 	require.NoError(t, v.Get(&res))
 	require.Equal(t, int32(1), res.Try)
 	require.Len(t, ep.pushes, 1)
@@ -133,13 +134,13 @@ func TestSendPushClassifiesRefusals(t *testing.T) {
 		"429 with Retry-After": {answer: func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Retry-After", "7")
 			w.WriteHeader(http.StatusTooManyRequests)
-		}, errType: activities.ErrTypePushUnanswered, retryable: true, after: 7 * time.Second},
+		}, errType: contract.ErrTypePushUnanswered, retryable: true, after: 7 * time.Second},
 		"503": {answer: func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) },
-			errType: activities.ErrTypePushUnanswered, retryable: true},
+			errType: contract.ErrTypePushUnanswered, retryable: true},
 		"no answer within the push timeout": {answer: func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() },
-			errType: activities.ErrTypePushUnanswered, retryable: true},
+			errType: contract.ErrTypePushUnanswered, retryable: true},
 		"422": {answer: func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusUnprocessableEntity) },
-			errType: activities.ErrTypePushFailed},
+			errType: contract.ErrTypePushFailed},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ep := startPushEndpoint(t, tc.answer)
@@ -167,7 +168,7 @@ func TestSendPushOfAStaleAttemptSendsNothing(t *testing.T) {
 	_, err := runActivity(t, a.SendPush, pushParams)
 
 	ae := appErr(t, err)
-	require.Equal(t, activities.ErrTypeTaskStale, ae.Type())
+	require.Equal(t, contract.ErrTypeTaskStale, ae.Type())
 	require.True(t, ae.NonRetryable())
 	require.Empty(t, ep.pushes)
 }
@@ -176,7 +177,7 @@ func TestSendPushOfAStaleAttemptSendsNothing(t *testing.T) {
 func TestAwaitResultStaysOpen(t *testing.T) {
 	a := activities.NewTasks(&pushStore{}, "http://courier.example", true, nil, nil)
 
-	_, err := runActivity(t, a.AwaitResult, activities.AwaitResultParams{TaskID: "doc-1", Version: 2, Attempt: 3})
+	_, err := runActivity(t, a.AwaitResult, contract.AwaitResultParams{TaskID: "doc-1", Version: 2, Attempt: 3})
 
 	require.ErrorIs(t, err, activity.ErrResultPending)
 }
@@ -187,7 +188,7 @@ func TestLegacyPushStaysOpenForTheResult(t *testing.T) {
 	ep := startPushEndpoint(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	st := &pushStore{queue: pushQueue(ep.url)}
 	a := activities.NewTasks(st, "http://courier.example", true, nil, nil)
-	p := activities.PushTaskParams{TaskID: "doc-1", Version: 2, Attempt: 3, ProcessingTimeout: 10 * time.Minute}
+	p := contract.PushTaskParams{TaskID: "doc-1", Version: 2, Attempt: 3, ProcessingTimeout: 10 * time.Minute}
 	before := time.Now()
 
 	_, err := runActivity(t, a.Push, p)

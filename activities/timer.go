@@ -11,41 +11,11 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/callback"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/mq"
 	"github.com/courier-oss/courier/webhook"
-)
-
-// Registered names of the timer activities.
-const (
-	LoadBizTypeName  = "timer-load-biz-type"
-	DeliverTimerName = "timer-deliver"
-)
-
-// BizTypeDelivery is how a business type's timers are delivered, read at fire time.
-type BizTypeDelivery struct {
-	TaskQueue       string // the type's own queue: one slow type never delays another
-	InitialInterval time.Duration
-	Backoff         float64
-	MaxInterval     time.Duration
-	MaxAttempts     int32
-	RequestTimeout  time.Duration // one attempt's bound
-}
-
-// DeliverTimerParams is the delivery activity's input.
-type DeliverTimerParams struct {
-	BizType    string
-	BizID      string
-	DeliveryID string // the same for every attempt: receivers deduplicate on it
-	FireAt     time.Time
-	Payload    []byte
-}
-
-// Non-retryable error types of the timer activities.
-const (
-	ErrTypeUnknownBizType    = "UnknownBizType"
-	ErrTypePermanentDelivery = "PermanentDelivery"
 )
 
 // BizTypeStore is what the timer activities need from the database.
@@ -87,18 +57,18 @@ func (a *Timers) record(bizType string, err error) {
 func (a *Timers) bizType(ctx context.Context, name string) (courier.BizType, error) {
 	b, err := a.types.GetBizType(ctx, name)
 	if courier.ErrorCode(err) == courier.CodeNotFound {
-		return b, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeUnknownBizType, err)
+		return b, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrTypeUnknownBizType, err)
 	}
 	return b, err
 }
 
 // LoadBizType returns the delivery settings the timer workflow schedules its delivery with.
-func (a *Timers) LoadBizType(ctx context.Context, name string) (BizTypeDelivery, error) {
+func (a *Timers) LoadBizType(ctx context.Context, name string) (contract.BizTypeDelivery, error) {
 	b, err := a.bizType(ctx, name)
 	if err != nil {
-		return BizTypeDelivery{}, err
+		return contract.BizTypeDelivery{}, err
 	}
-	return BizTypeDelivery{
+	return contract.BizTypeDelivery{
 		TaskQueue:       courier.BizTypeTaskQueue(b.Name),
 		InitialInterval: b.RetryInitial, Backoff: b.RetryBackoff, MaxInterval: b.RetryMax,
 		MaxAttempts: int32(b.MaxAttempts), RequestTimeout: b.RequestTimeout,
@@ -118,7 +88,7 @@ type TimerCallback struct {
 // Deliver sends one fired timer and returns the attempt number that succeeded. 429, 5xx and
 // timeouts are retried by the workflow's policy (a Retry-After sets the next delay); other
 // statuses and refused targets fail at once.
-func (a *Timers) Deliver(ctx context.Context, p DeliverTimerParams) (n int, err error) {
+func (a *Timers) Deliver(ctx context.Context, p contract.DeliverTimerParams) (n int, err error) {
 	attempt := activity.GetInfo(ctx).Attempt
 	if attempt == 1 && a.metrics != nil && !p.FireAt.IsZero() {
 		a.metrics.Lateness.Observe(time.Since(p.FireAt).Seconds())
@@ -135,32 +105,32 @@ func (a *Timers) Deliver(ctx context.Context, p DeliverTimerParams) (n int, err 
 	body, err := json.Marshal(TimerCallback{DeliveryID: p.DeliveryID, BizType: p.BizType, BizID: p.BizID,
 		FireAt: p.FireAt.UTC(), Attempt: attempt, Payload: payload})
 	if err != nil {
-		return 0, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypePermanentDelivery, err)
+		return 0, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrTypePermanentDelivery, err)
 	}
 	switch b.Delivery {
 	case courier.DeliveryMQ:
 		err := a.pub.Publish(ctx, mq.Message{ID: courier.TimerWorkflowID(p.BizType, p.BizID) + "/" + p.DeliveryID,
 			Topic: b.Topic, Key: p.BizID, Payload: body})
 		if errors.Is(err, mq.ErrUnknownTopic) || errors.Is(err, mq.ErrRefused) {
-			return 0, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypePermanentDelivery, err)
+			return 0, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrTypePermanentDelivery, err)
 		}
 		return int(attempt), err
 	case courier.DeliveryHTTP:
 		signer, err := webhook.NewSigner(b.Secrets...)
 		if err != nil {
-			return 0, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypePermanentDelivery, err)
+			return 0, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrTypePermanentDelivery, err)
 		}
 		client := a.clients.Client(callback.Options{AllowPrivate: b.AllowPrivate, AllowLoopback: a.allowLoopback, Timeout: b.RequestTimeout})
 		err = client.Send(ctx, callback.Request{URL: b.CallbackURL, DeliveryID: p.DeliveryID, Body: body, Signer: signer})
 		var ce *callback.Error
 		if errors.As(err, &ce) {
 			if !ce.Retryable {
-				return 0, temporal.NewNonRetryableApplicationError(ce.Error(), ErrTypePermanentDelivery, err)
+				return 0, temporal.NewNonRetryableApplicationError(ce.Error(), contract.ErrTypePermanentDelivery, err)
 			}
-			return 0, temporal.NewApplicationErrorWithOptions(ce.Error(), "RetryableDelivery",
+			return 0, temporal.NewApplicationErrorWithOptions(ce.Error(), contract.ErrTypeRetryableDelivery,
 				temporal.ApplicationErrorOptions{NextRetryDelay: ce.RetryAfter, Cause: err})
 		}
 		return int(attempt), err
 	}
-	return 0, temporal.NewNonRetryableApplicationError(fmt.Sprintf("unknown delivery %q", b.Delivery), ErrTypePermanentDelivery, nil)
+	return 0, temporal.NewNonRetryableApplicationError(fmt.Sprintf("unknown delivery %q", b.Delivery), contract.ErrTypePermanentDelivery, nil)
 }

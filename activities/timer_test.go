@@ -18,6 +18,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/devstack/embeddednats"
 	"github.com/courier-oss/courier/mq"
 	"github.com/courier-oss/courier/webhook"
@@ -32,7 +33,7 @@ func (b bizTypes) GetBizType(_ context.Context, name string) (courier.BizType, e
 	return courier.BizType{}, courier.Errorf(courier.CodeNotFound, "business type %q not found", name)
 }
 
-func deliver(t *testing.T, a *activities.Timers, p activities.DeliverTimerParams) (int, error) {
+func deliver(t *testing.T, a *activities.Timers, p contract.DeliverTimerParams) (int, error) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestActivityEnvironment()
 	env.RegisterActivity(a.Deliver)
@@ -72,7 +73,7 @@ func TestTimerDeliverHTTP(t *testing.T) {
 	defer srv.Close()
 	types := bizTypes{"order.close": {Name: "order.close", Delivery: courier.DeliveryHTTP, CallbackURL: srv.URL, Secrets: []string{secret}}}
 	dev := activities.NewTimers(types, nil, true, nil)
-	p := activities.DeliverTimerParams{BizType: "order.close", BizID: "o-1", DeliveryID: "run-1",
+	p := contract.DeliverTimerParams{BizType: "order.close", BizID: "o-1", DeliveryID: "run-1",
 		FireAt: time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC), Payload: []byte(`{"order":"o-1"}`)}
 
 	n, err := deliver(t, dev, p)
@@ -96,18 +97,18 @@ func TestTimerDeliverHTTP(t *testing.T) {
 	_, err = deliver(t, dev, withID(p, "run-4"))
 	ae = appErr(t, err)
 	require.True(t, ae.NonRetryable(), "other 4xx fail at once")
-	require.Equal(t, activities.ErrTypePermanentDelivery, ae.Type())
+	require.Equal(t, contract.ErrTypePermanentDelivery, ae.Type())
 
 	// Outside dev mode the same loopback target is refused, permanently.
 	prod := activities.NewTimers(types, nil, false, nil)
 	_, err = deliver(t, prod, withID(p, "run-5"))
 	require.True(t, appErr(t, err).NonRetryable())
 
-	_, err = deliver(t, dev, activities.DeliverTimerParams{BizType: "nope", BizID: "x", DeliveryID: "d"})
-	require.Equal(t, activities.ErrTypeUnknownBizType, appErr(t, err).Type())
+	_, err = deliver(t, dev, contract.DeliverTimerParams{BizType: "nope", BizID: "x", DeliveryID: "d"})
+	require.Equal(t, contract.ErrTypeUnknownBizType, appErr(t, err).Type())
 }
 
-func withID(p activities.DeliverTimerParams, id string) activities.DeliverTimerParams {
+func withID(p contract.DeliverTimerParams, id string) contract.DeliverTimerParams {
 	p.DeliveryID = id
 	return p
 }
@@ -127,7 +128,7 @@ func TestTimerDeliverMQ(t *testing.T) {
 		"lost":          {Name: "lost", Delivery: courier.DeliveryMQ, Topic: "nowhere.at.all"},
 	}
 	a := activities.NewTimers(types, pub, false, nil)
-	_, err = deliver(t, a, activities.DeliverTimerParams{BizType: "coupon.expiry", BizID: "c-9", DeliveryID: "run-1", Payload: []byte(`{"coupon":"c-9"}`)})
+	_, err = deliver(t, a, contract.DeliverTimerParams{BizType: "coupon.expiry", BizID: "c-9", DeliveryID: "run-1", Payload: []byte(`{"coupon":"c-9"}`)})
 	require.NoError(t, err)
 	msg, err := st.GetMsg(context.Background(), 1)
 	require.NoError(t, err)
@@ -136,6 +137,6 @@ func TestTimerDeliverMQ(t *testing.T) {
 	require.NoError(t, json.Unmarshal(msg.Data, &body))
 	require.JSONEq(t, `{"coupon":"c-9"}`, string(body.Payload))
 
-	_, err = deliver(t, a, activities.DeliverTimerParams{BizType: "lost", BizID: "x", DeliveryID: "r"})
+	_, err = deliver(t, a, contract.DeliverTimerParams{BizType: "lost", BizID: "x", DeliveryID: "r"})
 	require.True(t, appErr(t, err).NonRetryable(), "a topic without a stream fails at once")
 }

@@ -303,7 +303,7 @@ func runTasks(ctx context.Context, tc client.Client, dbName, dbURL string, cfg T
 // postResult reports success the way a task worker does: to the push's result URL, with a
 // worker-scope key, naming the attempt.
 func postResult(ctx context.Context, hc *http.Client, token string, p activities.TaskPush) error {
-	body, err := json.Marshal(courier.TaskResult{Attempt: p.Attempt, Status: courier.ResultSuccess, StatusCode: 200, Message: "done"})
+	body, err := json.Marshal(courier.TaskResult{Attempt: p.Attempt, Status: courier.OutcomeSuccess, StatusCode: 200, Message: "done"})
 	if err != nil {
 		return err
 	}

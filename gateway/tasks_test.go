@@ -533,7 +533,7 @@ func TestTaskResultAndHeartbeat(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, st, "%+v", eb)
 	require.Equal(t, gateway.ReportAccepted{TaskID: "t-1", TaskVersion: 1, Attempt: 2, Accepted: true}, acc)
 	require.Equal(t, fakeCall{"Report", "t-1", 1}, f.svc.lastCall())
-	require.Equal(t, courier.TaskResult{Attempt: 2, Status: courier.ResultSuccess, StatusCode: 200, Message: "ok",
+	require.Equal(t, courier.TaskResult{Attempt: 2, Status: courier.OutcomeSuccess, StatusCode: 200, Message: "ok",
 		Result: json.RawMessage(`{"n":1}`)}, f.svc.reports[0])
 
 	st, eb = f.call(t, "POST", "/v1/tasks/t-1/versions/1/result", f.admin, `{"attempt":2,"status":"failure"}`, &acc)

@@ -394,7 +394,7 @@ func TestClientEveryCall(t *testing.T) {
 		require.True(t, acc.Accepted)
 		_, err = wk.Heartbeat(ctx, "doc 1", 1, p.Attempt+1, nil)
 		require.ErrorIs(t, err, cc.ErrConflict, "another attempt")
-		acc, err = wk.ReportResult(ctx, "doc 1", 1, courier.TaskResult{Attempt: p.Attempt, Status: courier.ResultSuccess,
+		acc, err = wk.ReportResult(ctx, "doc 1", 1, courier.TaskResult{Attempt: p.Attempt, Status: courier.OutcomeSuccess,
 			StatusCode: 200, Message: "1 page", Result: json.RawMessage(`{"pages":1}`)})
 		require.NoError(t, err)
 		require.True(t, acc.Accepted)
@@ -406,7 +406,7 @@ func TestClientEveryCall(t *testing.T) {
 		require.NoError(t, err)
 		require.JSONEq(t, `{"pages":1}`, string(got1.Result))
 		require.Equal(t, "1 page", got1.Message)
-		_, err = wk.ReportResult(ctx, "doc 1", 1, courier.TaskResult{Attempt: p.Attempt, Status: courier.ResultSuccess})
+		_, err = wk.ReportResult(ctx, "doc 1", 1, courier.TaskResult{Attempt: p.Attempt, Status: courier.OutcomeSuccess})
 		require.ErrorIs(t, err, cc.ErrConflict, "the attempt has its outcome")
 		_, err = producer.CancelTask(ctx, "doc 1", 1)
 		require.ErrorIs(t, err, cc.ErrConflict, "a finished task cannot be cancelled")

@@ -149,25 +149,25 @@ func TestFailedWorkToFailedWorkflows(t *testing.T) {
 	require.Contains(t, msg, "410")
 	tm, err := s.timers.Get(ctx, "order.close", "o-41")
 	require.NoError(t, err)
-	require.Equal(t, workflows.TimerFailed, tm.State)
+	require.Equal(t, courier.TimerFailed, tm.State)
 	require.Equal(t, msg, tm.LastError)
 	require.False(t, tm.FireAt.IsZero())
 	code, got, _ := s.timerAPI(s.timers).timer(http.MethodGet, "/v1/timers/order.close/o-41", nil)
 	require.Equal(t, http.StatusOK, code)
-	require.Equal(t, workflows.TimerFailed, got.State)
+	require.Equal(t, courier.TimerFailed, got.State)
 	require.Equal(t, msg, got.LastError)
 	code, _, eb := s.timerAPI(s.timers).timer(http.MethodDelete, "/v1/timers/order.close/o-41", nil)
 	require.Equal(t, http.StatusConflict, code, "a failed timer cannot be cancelled")
-	require.Equal(t, workflows.TimerFailed, eb.Error.Details["state"])
+	require.Equal(t, string(courier.TimerFailed), eb.Error.Details["state"])
 	require.Eventually(t, func() bool {
-		list, _, err := s.timers.List(ctx, "order.close", workflows.TimerFailed, 10, nil)
+		list, _, err := s.timers.List(ctx, "order.close", string(courier.TimerFailed), 10, nil)
 		return err == nil && len(list) == 1 && list[0].BizID == "o-41"
 	}, 10*time.Second, 100*time.Millisecond)
 
 	// The scheduled timer is untouched and still answers.
 	tm, err = s.timers.Get(ctx, "order.close", "o-42")
 	require.NoError(t, err)
-	require.Equal(t, workflows.TimerScheduled, tm.State)
+	require.Equal(t, courier.TimerScheduled, tm.State)
 }
 
 // Every query docs/operations.md offers parses and finds the workflows it promises.

@@ -88,7 +88,7 @@ func TestTimersEndToEnd(t *testing.T) {
 		fireAt[id] = at
 		status, tm := call("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": id, "fire_at": at, "payload": map[string]string{"order": id}})
 		require.Equal(t, http.StatusCreated, status, id)
-		require.Equal(t, "scheduled", tm.State)
+		require.Equal(t, courier.TimerScheduled, tm.State)
 	}
 	for i := 0; i < n; i++ {
 		if i == 1 || i == 2 {
@@ -110,7 +110,7 @@ func TestTimersEndToEnd(t *testing.T) {
 	// Cancel one a few seconds before its fire time; move another two seconds later.
 	status, tm := call("DELETE", "/v1/timers/order.close/o-1", nil)
 	require.Equal(t, http.StatusOK, status)
-	require.Equal(t, "cancelled", tm.State)
+	require.Equal(t, courier.TimerCancelled, tm.State)
 	later := fireAt["o-2"].Add(2 * time.Second)
 	status, tm = call("PATCH", "/v1/timers/order.close/o-2", map[string]any{"fire_at": later})
 	require.Equal(t, http.StatusOK, status)
@@ -137,7 +137,7 @@ func TestTimersEndToEnd(t *testing.T) {
 
 	status, tm = call("GET", "/v1/timers/order.close/o-3", nil)
 	require.Equal(t, http.StatusOK, status)
-	require.Equal(t, "delivered", tm.State)
+	require.Equal(t, courier.TimerDelivered, tm.State)
 	require.Equal(t, 1, tm.Attempts)
 	status, _ = call("PATCH", "/v1/timers/order.close/o-3", map[string]any{"delay": "1h"})
 	require.Equal(t, http.StatusConflict, status, "a delivered timer cannot be rescheduled")
@@ -299,7 +299,7 @@ func TestTimerNonASCIIIDs(t *testing.T) {
 	status, tm, eb = api.timer("GET", path, nil)
 	require.Equal(t, http.StatusOK, status, eb)
 	require.Equal(t, id, tm.BizID)
-	require.Equal(t, "scheduled", tm.State)
+	require.Equal(t, courier.TimerScheduled, tm.State)
 	later := time.Now().Add(2 * time.Hour).UTC().Truncate(time.Millisecond)
 	status, tm, eb = api.timer("PATCH", path, map[string]any{"fire_at": later})
 	require.Equal(t, http.StatusOK, status, eb)
@@ -319,7 +319,7 @@ func TestTimerNonASCIIIDs(t *testing.T) {
 
 	status, tm, eb = api.timer("DELETE", path, nil)
 	require.Equal(t, http.StatusOK, status, eb)
-	require.Equal(t, "cancelled", tm.State)
+	require.Equal(t, courier.TimerCancelled, tm.State)
 
 	// Spaces, '%', '?', '#', '+' and CJK survive paths, Temporal ids and the callback.
 	const odd = "订单 100% ?#+ ✓"
@@ -328,7 +328,7 @@ func TestTimerNonASCIIIDs(t *testing.T) {
 	require.Eventually(t, func() bool { return rcv.count(odd) == 1 }, time.Minute, 50*time.Millisecond, "delivered with its real biz_id")
 	status, tm, eb = api.timer("GET", "/v1/timers/order.close/"+url.PathEscape(odd), nil)
 	require.Equal(t, http.StatusOK, status, eb)
-	require.Equal(t, "delivered", tm.State)
+	require.Equal(t, courier.TimerDelivered, tm.State)
 
 	for name, c := range map[string]struct {
 		method, path string
@@ -398,10 +398,10 @@ func TestTimerCancelPercentEncodedID(t *testing.T) {
 	status, tm, eb := api.timer("DELETE", "/v1/timers/t/order%3A42", nil)
 	require.Equal(t, http.StatusOK, status, eb)
 	require.Equal(t, "order:42", tm.BizID)
-	require.Equal(t, "cancelled", tm.State)
+	require.Equal(t, courier.TimerCancelled, tm.State)
 	status, tm, eb = api.timer("GET", "/v1/timers/t/order:42", nil)
 	require.Equal(t, http.StatusOK, status, eb)
-	require.Equal(t, "cancelled", tm.State)
+	require.Equal(t, courier.TimerCancelled, tm.State)
 	require.Never(t, func() bool { return rcv.count("order:42") > 0 }, time.Until(fireAt)+2*time.Second, 100*time.Millisecond,
 		"the cancelled timer never fires")
 }
@@ -477,7 +477,7 @@ func TestTimerCreateWithDelayIsIdempotent(t *testing.T) {
 	for _, delay := range []string{"30m", "1800s"} {
 		status, again, eb := api.timer("POST", "/v1/timers", body(delay, map[string]string{"order": "d-1"}))
 		require.Equal(t, http.StatusOK, status, "delay %s: %v", delay, eb)
-		require.Equal(t, "scheduled", again.State)
+		require.Equal(t, courier.TimerScheduled, again.State)
 		require.True(t, first.FireAt.Equal(again.FireAt), "the existing timer keeps its fire time: %s, then %s", first.FireAt, again.FireAt)
 		require.Equal(t, first.WorkflowID, again.WorkflowID)
 	}
@@ -530,7 +530,7 @@ func TestTimerManyReschedulesThenCancel(t *testing.T) {
 		if i%7 == 0 {
 			status, tm, eb = api.timer("GET", path, nil)
 			require.Equal(t, http.StatusOK, status, "get after %d: %v", i, eb)
-			require.Equal(t, "scheduled", tm.State)
+			require.Equal(t, courier.TimerScheduled, tm.State)
 			require.Equal(t, i, tm.Version, "Get reads the current run")
 			require.True(t, at.Equal(tm.FireAt), "get after %d", i)
 		}
@@ -548,13 +548,13 @@ func TestTimerManyReschedulesThenCancel(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, eb)
 	status, tm, eb := api.timer("DELETE", path, nil)
 	require.Equal(t, http.StatusOK, status, eb)
-	require.Equal(t, "cancelled", tm.State)
+	require.Equal(t, courier.TimerCancelled, tm.State)
 	require.Equal(t, n+2, tm.Version)
 	require.Never(t, func() bool { return rcv.count(id) > 0 }, time.Until(fireAt)+2*time.Second, 100*time.Millisecond,
 		"the cancelled timer never fires")
 	status, tm, eb = api.timer("GET", path, nil)
 	require.Equal(t, http.StatusOK, status, eb)
-	require.Equal(t, "cancelled", tm.State)
+	require.Equal(t, courier.TimerCancelled, tm.State)
 	require.Equal(t, n+2, tm.Version)
 
 	// The list shows the timer once (not once per run), and a repeat of the original create is
@@ -566,7 +566,7 @@ func TestTimerManyReschedulesThenCancel(t *testing.T) {
 	}, 30*time.Second, 100*time.Millisecond, "one list entry, cancelled")
 	status, tm, eb = api.timer("POST", "/v1/timers", create)
 	require.Equal(t, http.StatusOK, status, eb)
-	require.Equal(t, "cancelled", tm.State)
+	require.Equal(t, courier.TimerCancelled, tm.State)
 }
 
 // With no worker running, a reschedule, a cancel or a Get of a scheduled timer is answered 503
@@ -599,11 +599,11 @@ func TestTimerUpdatesWithoutWorker(t *testing.T) {
 	for i := range 3 {
 		status, tm, eb := api.timer("DELETE", "/v1/timers/order.close/w-1", nil)
 		require.Equal(t, http.StatusOK, status, "cancel %d: %v", i, eb)
-		require.Equal(t, "cancelled", tm.State, "cancel %d", i)
+		require.Equal(t, courier.TimerCancelled, tm.State, "cancel %d", i)
 	}
 	status, tm, eb := api.timer("GET", "/v1/timers/order.close/w-1", nil)
 	require.Equal(t, http.StatusOK, status, eb)
-	require.Equal(t, "cancelled", tm.State)
+	require.Equal(t, courier.TimerCancelled, tm.State)
 
 	status, _, eb = api.timer("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": "w-2", "delay": "0s"})
 	require.Equal(t, http.StatusCreated, status, eb)

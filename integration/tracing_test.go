@@ -25,6 +25,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/outbox"
@@ -239,7 +240,7 @@ func TestTraceOutboxProducerToPublish(t *testing.T) {
 			msg := s.waitMessage("TRACED")
 			ends := requireTrace(t, exp, traceID, []string{"producer tx", "outbox relay",
 				"StartWorkflow:" + workflows.OutboxDeliveryName, "RunWorkflow:" + workflows.OutboxDeliveryName,
-				"StartActivity:" + activities.DeliverOutboxName, "RunActivity:" + activities.DeliverOutboxName,
+				"StartActivity:" + contract.DeliverOutboxName, "RunActivity:" + contract.DeliverOutboxName,
 				"publish traced.created"})
 			publish := ends[0]
 			got := tracing.SpanContext(courier.TraceContext{Parent: msg.Headers().Get(courier.HeaderTraceParent)})
@@ -311,7 +312,7 @@ func TestTraceTimerCreateToCallback(t *testing.T) {
 			require.NoError(t, cb.verified, "the signature verifies with the traceparent header added")
 			ends := requireTrace(t, exp, traceID, []string{"client create timer", "POST /v1/timers",
 				"StartWorkflow:" + workflows.TimerName, "RunWorkflow:" + workflows.TimerName,
-				"StartActivity:" + activities.DeliverTimerName, "RunActivity:" + activities.DeliverTimerName,
+				"StartActivity:" + contract.DeliverTimerName, "RunActivity:" + contract.DeliverTimerName,
 				"callback POST"})
 			sc := tracing.SpanContext(courier.TraceContext{Parent: cb.traceparent})
 			require.True(t, sc.IsValid(), "the callback has no traceparent")
@@ -381,12 +382,12 @@ func TestTraceTaskInsertToResult(t *testing.T) {
 
 			attempt := []string{"client insert task", "POST /v1/tasks", "task claim",
 				"StartWorkflow:" + workflows.TaskName, "RunWorkflow:" + workflows.TaskName}
-			push := append(append([]string(nil), attempt...), "StartActivity:"+activities.SendPushName, "RunActivity:"+activities.SendPushName,
+			push := append(append([]string(nil), attempt...), "StartActivity:"+contract.SendPushName, "RunActivity:"+contract.SendPushName,
 				"callback POST", "worker processes task")
 			ends := requireTrace(t, exp, traceID,
 				append(append([]string(nil), push...), "POST /v1/tasks/:task_id/versions/:version/result"),
 				append(append([]string(nil), push...), "POST /v1/tasks/:task_id/versions/:version/heartbeat"),
-				append(append([]string(nil), attempt...), "StartActivity:"+activities.FinishTaskName, "RunActivity:"+activities.FinishTaskName),
+				append(append([]string(nil), attempt...), "StartActivity:"+contract.FinishTaskName, "RunActivity:"+contract.FinishTaskName),
 			)
 			result, finish := ends[0], ends[2]
 			require.Len(t, finish.Links, 1, "the finish links to the worker's result call")

@@ -2,29 +2,12 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/uptrace/bun"
 
 	"github.com/courier-oss/courier"
-)
-
-// AttemptOutcome is how one attempt ended.
-type AttemptOutcome struct {
-	Kind       string // success, failure, timeout, cancelled
-	StatusCode int
-	Message    string
-	Result     json.RawMessage
-}
-
-// Attempt outcome kinds (one definition: courier.Attempt*).
-const (
-	OutcomeSuccess   = courier.AttemptSuccess
-	OutcomeFailure   = courier.AttemptFailure
-	OutcomeTimeout   = courier.AttemptTimeout
-	OutcomeCancelled = courier.AttemptCancelled
 )
 
 // FinishResult is what finishing an attempt did.
@@ -39,7 +22,7 @@ type FinishResult struct {
 // task in Processing on this attempt): success → Success; failure or timeout → Pending again
 // with next_attempt_at after the queue's backoff, or Failed once the attempts are spent;
 // cancelled → Cancelled. The queue's slot is released in the same transaction.
-func (s *Store) FinishTaskAttempt(ctx context.Context, taskID string, version int64, attempt int, o AttemptOutcome) (FinishResult, error) {
+func (s *Store) FinishTaskAttempt(ctx context.Context, taskID string, version int64, attempt int, o courier.AttemptOutcome) (FinishResult, error) {
 	var fr FinishResult
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		fr = FinishResult{}
@@ -66,13 +49,13 @@ func (s *Store) FinishTaskAttempt(ctx context.Context, taskID string, version in
 		upd := tx.NewUpdate().Model((*taskRow)(nil)).Set("status_code = ?, message = ?", o.StatusCode, o.Message).
 			Set("updated_at = "+s.nowSQL()).Where("task_id = ? AND version = ?", taskID, version)
 		switch o.Kind {
-		case OutcomeSuccess:
+		case courier.OutcomeSuccess:
 			fr.Status = courier.TaskSuccess
 			upd = upd.Set("status = 'success', result = ?", result).Set("finished_at = " + s.nowSQL())
-		case OutcomeCancelled:
+		case courier.OutcomeCancelled:
 			fr.Status = courier.TaskCancelled
 			upd = upd.Set("status = 'cancelled'").Set("finished_at = " + s.nowSQL())
-		case OutcomeFailure, OutcomeTimeout:
+		case courier.OutcomeFailure, courier.OutcomeTimeout:
 			used := t.Attempts
 			if used < q.Retry.MaxAttempts {
 				delay := q.Retry.Delay(used)

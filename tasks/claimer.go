@@ -14,7 +14,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/dispatch"
 	"github.com/courier-oss/courier/internal/pglisten"
 	"github.com/courier-oss/courier/store"
@@ -282,7 +282,7 @@ func EnsureSweeper(ctx context.Context, tc client.Client, taskQueue string, ever
 		Action: &client.ScheduleWorkflowAction{
 			ID:        SweeperScheduleID,
 			Workflow:  workflows.TaskSweeperName,
-			Args:      []any{activities.SweepParams{}},
+			Args:      []any{contract.SweepParams{}},
 			TaskQueue: taskQueue,
 		},
 	})

@@ -15,7 +15,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/tracing"
 	"github.com/courier-oss/courier/workflows"
@@ -147,7 +147,7 @@ func notRunning(err error, attempt int) error {
 // or for an attempt that has already ended is a conflict and changes nothing.
 func (s *Service) Report(ctx context.Context, taskID string, version int64, r courier.TaskResult) error {
 	switch {
-	case r.Status != courier.ResultSuccess && r.Status != courier.ResultFailure:
+	case !r.Status.Reportable():
 		return validation("status", `status must be "success" or "failure"`)
 	case r.StatusCode < 0 || r.StatusCode > 999:
 		return validation("status_code", "status_code must be from 0 to 999")
@@ -160,8 +160,7 @@ func (s *Service) Report(ctx context.Context, taskID string, version int64, r co
 	if err != nil {
 		return err
 	}
-	out := activities.TaskOutcome{Kind: string(r.Status), StatusCode: r.StatusCode, Message: r.Message, Result: r.Result,
-		Trace: tracing.FromContext(ctx)}
+	out := r.Outcome(tracing.FromContext(ctx))
 	id := courier.TaskWorkflowID(taskID, version)
 	err = s.tc.CompleteActivityByID(ctx, s.namespace, id, t.RunID, courier.TaskAttemptActivityID(r.Attempt), out, nil)
 	var nf *serviceerror.NotFound
@@ -234,7 +233,7 @@ func (s *Service) beforeWait(ctx context.Context, id, runID string) bool {
 		return false
 	}
 	for _, a := range d.GetPendingActivities() {
-		if a.GetActivityType().GetName() == activities.FinishTaskName {
+		if a.GetActivityType().GetName() == contract.FinishTaskName {
 			return false
 		}
 	}

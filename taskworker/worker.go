@@ -306,13 +306,13 @@ func (w *Worker) process(ctx context.Context, cancel context.CancelCauseFunc, t 
 	res := courier.TaskResult{Attempt: t.Attempt}
 	switch {
 	case err == nil && len(result) > 0 && !json.Valid(result):
-		res.Status, res.StatusCode, res.Message = courier.ResultFailure, http.StatusInternalServerError, "the handler's result is not JSON"
+		res.Status, res.StatusCode, res.Message = courier.OutcomeFailure, http.StatusInternalServerError, "the handler's result is not JSON"
 	case err == nil:
-		res.Status, res.StatusCode, res.Message, res.Result = courier.ResultSuccess, http.StatusOK, t.Message(), result
+		res.Status, res.StatusCode, res.Message, res.Result = courier.OutcomeSuccess, http.StatusOK, t.Message(), result
 	case errors.Is(cause, ErrShutdown):
-		res.Status, res.StatusCode, res.Message = courier.ResultFailure, http.StatusServiceUnavailable, "the worker shut down before the work finished"
+		res.Status, res.StatusCode, res.Message = courier.OutcomeFailure, http.StatusServiceUnavailable, "the worker shut down before the work finished"
 	default:
-		res.Status, res.StatusCode, res.Message = courier.ResultFailure, http.StatusInternalServerError, err.Error()
+		res.Status, res.StatusCode, res.Message = courier.OutcomeFailure, http.StatusInternalServerError, err.Error()
 		var f *Failure
 		if errors.As(err, &f) {
 			res.StatusCode = f.StatusCode

@@ -210,7 +210,7 @@ func TestSuccessIsReported(t *testing.T) {
 	require.Equal(t, "Bearer "+workerKey, rep.Auth)
 	require.Equal(t, "t-ok", rep.TaskID)
 	require.Equal(t, "1", rep.Version)
-	require.Equal(t, courier.TaskResult{Attempt: 3, Status: courier.ResultSuccess, StatusCode: 200, Message: `did "x"`,
+	require.Equal(t, courier.TaskResult{Attempt: 3, Status: courier.OutcomeSuccess, StatusCode: 200, Message: `did "x"`,
 		Result: json.RawMessage(`{"ok":true}`)}, rep.Result)
 	r.waitIdle(t)
 }
@@ -254,7 +254,7 @@ func TestErrorsAndPanicsAreFailures(t *testing.T) {
 			}
 			return false
 		}, 5*time.Second, 5*time.Millisecond)
-		require.Equal(t, courier.ResultFailure, rep.Result.Status, tc.payload)
+		require.Equal(t, courier.OutcomeFailure, rep.Result.Status, tc.payload)
 		require.Equal(t, tc.code, rep.Result.StatusCode, tc.payload)
 		require.Equal(t, tc.msg, rep.Result.Message, tc.payload)
 	}
@@ -514,7 +514,7 @@ func TestShutdown(t *testing.T) {
 	close(release)
 	require.NoError(t, <-done)
 	rep := r.waitReports(t, "result", 1)[0]
-	require.Equal(t, courier.ResultSuccess, rep.Result.Status, "work that finishes within the drain reports its success")
+	require.Equal(t, courier.OutcomeSuccess, rep.Result.Status, "work that finishes within the drain reports its success")
 
 	r2 := newRig(t, func(ctx context.Context, _ *taskworker.Task) (json.RawMessage, error) {
 		<-ctx.Done()
@@ -527,7 +527,7 @@ func TestShutdown(t *testing.T) {
 	require.ErrorIs(t, r2.w.Shutdown(ctx), context.Canceled)
 	require.Zero(t, r2.w.Running())
 	rep = r2.waitReports(t, "result", 1)[0]
-	require.Equal(t, courier.TaskResult{Attempt: 4, Status: courier.ResultFailure, StatusCode: 503,
+	require.Equal(t, courier.TaskResult{Attempt: 4, Status: courier.OutcomeFailure, StatusCode: 503,
 		Message: "the worker shut down before the work finished"}, rep.Result)
 }
 

@@ -68,15 +68,15 @@ func New(tc client.Client, namespace string, types BizTypes, taskQueue string) *
 
 // Timer is a timer as the API shows it.
 type Timer struct {
-	BizType    string          `json:"biz_type"`
-	BizID      string          `json:"biz_id"`
-	State      string          `json:"state"`
-	FireAt     time.Time       `json:"fire_at"`
-	Attempts   int             `json:"attempts"`
-	LastError  string          `json:"last_error,omitempty"`
-	Version    int             `json:"version"`
-	WorkflowID string          `json:"workflow_id"`
-	Payload    json.RawMessage `json:"payload,omitempty"`
+	BizType    string             `json:"biz_type"`
+	BizID      string             `json:"biz_id"`
+	State      courier.TimerState `json:"state"`
+	FireAt     time.Time          `json:"fire_at"`
+	Attempts   int                `json:"attempts"`
+	LastError  string             `json:"last_error,omitempty"`
+	Version    int                `json:"version"`
+	WorkflowID string             `json:"workflow_id"`
+	Payload    json.RawMessage    `json:"payload,omitempty"`
 }
 
 // CreateRequest arms a timer at FireAt, or Delay after the service accepts the request.
@@ -176,7 +176,7 @@ func (s *Service) Create(ctx context.Context, r CreateRequest) (Timer, bool, err
 			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet("timer"),
 			temporal.NewSearchAttributeKeyKeyword(courier.SABizType).ValueSet(r.BizType),
 			temporal.NewSearchAttributeKeyKeyword(courier.SABizID).ValueSet(r.BizID),
-			temporal.NewSearchAttributeKeyKeyword(courier.SAState).ValueSet(workflows.TimerScheduled),
+			temporal.NewSearchAttributeKeyKeyword(courier.SAState).ValueSet(string(courier.TimerScheduled)),
 			temporal.NewSearchAttributeKeyTime(courier.SAFireAt).ValueSet(fireAt),
 		),
 	}, workflows.TimerName, workflows.TimerParams{BizType: r.BizType, BizID: r.BizID, FireAt: fireAt, Payload: r.Payload,
@@ -198,7 +198,7 @@ func (s *Service) Create(ctx context.Context, r CreateRequest) (Timer, bool, err
 	if err != nil {
 		return Timer{}, false, fmt.Errorf("start timer: %w", err)
 	}
-	return Timer{BizType: r.BizType, BizID: r.BizID, State: workflows.TimerScheduled, FireAt: fireAt,
+	return Timer{BizType: r.BizType, BizID: r.BizID, State: courier.TimerScheduled, FireAt: fireAt,
 		WorkflowID: id, Payload: r.Payload}, true, nil
 }
 
@@ -256,14 +256,14 @@ func (s *Service) Get(ctx context.Context, bizType, bizID string) (Timer, error)
 		err := s.tc.GetWorkflow(ctx, id, "").Get(ctx, nil)
 		var app *temporal.ApplicationError
 		if !errors.As(err, &app) || app.Type() != workflows.ErrTypeTimerFailed || app.Details(&st) != nil {
-			st = workflows.TimerState{State: workflows.TimerFailed, LastError: "workflow failed"}
+			st = workflows.TimerState{State: courier.TimerFailed, LastError: "workflow failed"}
 			if err != nil {
 				st.LastError = "workflow failed: " + err.Error()
 			}
 			st.FireAt = searchTime(d.GetWorkflowExecutionInfo().GetSearchAttributes(), courier.SAFireAt)
 		}
 	default:
-		st.State = workflows.TimerFailed
+		st.State = courier.TimerFailed
 		st.LastError = "workflow " + strings.ToLower(d.GetWorkflowExecutionInfo().GetStatus().String())
 		st.FireAt = searchTime(d.GetWorkflowExecutionInfo().GetSearchAttributes(), courier.SAFireAt)
 	}
@@ -311,7 +311,7 @@ func (s *Service) update(ctx context.Context, bizType, bizID, name string, args 
 		if gerr != nil {
 			return Timer{}, gerr
 		}
-		if name == workflows.UpdateCancel && t.State == workflows.TimerCancelled {
+		if name == workflows.UpdateCancel && t.State == courier.TimerCancelled {
 			return t, nil
 		}
 		return Timer{}, &courier.Error{Code: courier.CodeConflict,
@@ -363,9 +363,7 @@ func (s *Service) List(ctx context.Context, bizType, state string, pageSize int,
 		q += fmt.Sprintf(" AND %s = '%s'", courier.SABizType, bizType)
 	}
 	if state != "" {
-		switch state {
-		case workflows.TimerScheduled, workflows.TimerFiring, workflows.TimerDelivered, workflows.TimerFailed, workflows.TimerCancelled:
-		default:
+		if !courier.TimerState(state).Valid() {
 			return nil, nil, courier.Errorf(courier.CodeInvalid, "state must be scheduled, firing, delivered, failed or cancelled")
 		}
 		q += fmt.Sprintf(" AND %s = '%s'", courier.SAState, state)
@@ -384,7 +382,7 @@ func (s *Service) List(ctx context.Context, bizType, state string, pageSize int,
 		sa := e.GetSearchAttributes()
 		out = append(out, Timer{
 			BizType: searchString(sa, courier.SABizType), BizID: searchString(sa, courier.SABizID),
-			State: searchString(sa, courier.SAState), FireAt: searchTime(sa, courier.SAFireAt),
+			State: courier.TimerState(searchString(sa, courier.SAState)), FireAt: searchTime(sa, courier.SAFireAt),
 			WorkflowID: e.GetExecution().GetWorkflowId(),
 		})
 	}
@@ -410,7 +408,7 @@ func searchTime(sa *commonpb.SearchAttributes, name string) time.Time {
 // CountByState counts timers in each state (for metrics).
 func (s *Service) CountByState(ctx context.Context) (map[string]int64, error) {
 	out := map[string]int64{}
-	for _, st := range []string{workflows.TimerScheduled, workflows.TimerFiring, workflows.TimerDelivered, workflows.TimerFailed, workflows.TimerCancelled} {
+	for _, st := range courier.TimerStates {
 		resp, err := s.tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{
 			Namespace: s.namespace,
 			Query:     fmt.Sprintf("%s AND %s = '%s'", timerQuery, courier.SAState, st),
@@ -418,7 +416,7 @@ func (s *Service) CountByState(ctx context.Context) (map[string]int64, error) {
 		if err != nil {
 			return nil, err
 		}
-		out[st] = resp.GetCount()
+		out[string(st)] = resp.GetCount()
 	}
 	return out, nil
 }

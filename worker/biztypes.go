@@ -12,6 +12,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/activities/contract"
 )
 
 // BizTypeLister lists the configured business types.
@@ -79,7 +80,7 @@ func (b *bizWorkers) sync(ctx context.Context) {
 			opts.TaskQueueActivitiesPerSecond = t.RateLimit
 		}
 		w := sdkworker.New(b.tc, courier.BizTypeTaskQueue(t.Name), opts)
-		w.RegisterActivityWithOptions(b.timers.Deliver, activity.RegisterOptions{Name: activities.DeliverTimerName})
+		w.RegisterActivityWithOptions(b.timers.Deliver, activity.RegisterOptions{Name: contract.DeliverTimerName})
 		if err := w.Start(); err != nil {
 			b.log.Warn("starting the business type's worker failed", "biz_type", t.Name, "error", err)
 			continue

@@ -15,6 +15,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/mq"
 	"github.com/courier-oss/courier/relay"
@@ -50,12 +51,12 @@ type Config struct {
 type TasksConfig struct {
 	Claimer tasks.ClaimerConfig // TaskQueue is set by the worker
 	// PushSlots bounds the pushes this process runs at once, on the push task queue
-	// (activities.TaskPushQueue); default 200. A push holds its slot until the worker answers
+	// (contract.TaskPushQueue); default 200. A push holds its slot until the worker answers
 	// or its queue's push_timeout passes, so an endpoint that never answers holds at most its
 	// queue's concurrency_limit of these slots and none of any other kind.
 	PushSlots int
 	// FinishSlots bounds the waits for results, finishes and sweeps this process runs at once,
-	// on the finish task queue (activities.TaskFinishQueue); default 100. They are short: a
+	// on the finish task queue (contract.TaskFinishQueue); default 100. They are short: a
 	// wait hands its slot back at once, a finish is one transaction.
 	FinishSlots int
 	// PublicURL is the gateway's base URL as task workers reach it (for the result and
@@ -156,14 +157,14 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		acts.SetWorkflows(d.Temporal)
 		// Runs recorded before the task queues were split schedule these on the workflows'
 		// queue: they stay served there until those runs are gone.
-		tw.RegisterActivityWithOptions(acts.Push, activity.RegisterOptions{Name: activities.PushTaskName})
-		tw.RegisterActivityWithOptions(acts.Finish, activity.RegisterOptions{Name: activities.FinishTaskName})
-		tw.RegisterActivityWithOptions(acts.Sweep, activity.RegisterOptions{Name: activities.SweepTasksName})
+		tw.RegisterActivityWithOptions(acts.Push, activity.RegisterOptions{Name: contract.PushTaskName})
+		tw.RegisterActivityWithOptions(acts.Finish, activity.RegisterOptions{Name: contract.FinishTaskName})
+		tw.RegisterActivityWithOptions(acts.Sweep, activity.RegisterOptions{Name: contract.SweepTasksName})
 		w.taskWorkers = taskWorkers(d.Temporal, queue, cfg, acts)
 	}
 	if d.BizTypes != nil {
 		timerActs := activities.NewTimers(d.BizTypes, d.Publisher, cfg.AllowLoopbackCallbacks, d.TimerMetrics)
-		tw.RegisterActivityWithOptions(timerActs.LoadBizType, activity.RegisterOptions{Name: activities.LoadBizTypeName})
+		tw.RegisterActivityWithOptions(timerActs.LoadBizType, activity.RegisterOptions{Name: contract.LoadBizTypeName})
 		refresh := cfg.BizTypeRefresh
 		if refresh <= 0 {
 			refresh = 5 * time.Second
@@ -187,22 +188,22 @@ func taskWorkers(tc client.Client, workflowQueue string, cfg Config, acts *activ
 	if finishSlots <= 0 {
 		finishSlots = 100
 	}
-	push := sdkworker.New(tc, activities.TaskPushQueue(workflowQueue), sdkworker.Options{
+	push := sdkworker.New(tc, contract.TaskPushQueue(workflowQueue), sdkworker.Options{
 		WorkerStopTimeout:                  cfg.ShutdownTimeout,
 		MaxConcurrentActivityExecutionSize: pushSlots,
 		MaxConcurrentActivityTaskPollers:   4,
 		DisableWorkflowWorker:              true,
 	})
-	push.RegisterActivityWithOptions(acts.SendPush, activity.RegisterOptions{Name: activities.SendPushName})
-	finish := sdkworker.New(tc, activities.TaskFinishQueue(workflowQueue), sdkworker.Options{
+	push.RegisterActivityWithOptions(acts.SendPush, activity.RegisterOptions{Name: contract.SendPushName})
+	finish := sdkworker.New(tc, contract.TaskFinishQueue(workflowQueue), sdkworker.Options{
 		WorkerStopTimeout:                  cfg.ShutdownTimeout,
 		MaxConcurrentActivityExecutionSize: finishSlots,
 		MaxConcurrentActivityTaskPollers:   4,
 		DisableWorkflowWorker:              true,
 	})
-	finish.RegisterActivityWithOptions(acts.AwaitResult, activity.RegisterOptions{Name: activities.AwaitResultName})
-	finish.RegisterActivityWithOptions(acts.Finish, activity.RegisterOptions{Name: activities.FinishTaskName})
-	finish.RegisterActivityWithOptions(acts.Sweep, activity.RegisterOptions{Name: activities.SweepTasksName})
+	finish.RegisterActivityWithOptions(acts.AwaitResult, activity.RegisterOptions{Name: contract.AwaitResultName})
+	finish.RegisterActivityWithOptions(acts.Finish, activity.RegisterOptions{Name: contract.FinishTaskName})
+	finish.RegisterActivityWithOptions(acts.Sweep, activity.RegisterOptions{Name: contract.SweepTasksName})
 	return []sdkworker.Worker{push, finish}
 }
 
@@ -210,10 +211,10 @@ func taskWorkers(tc client.Client, workflowQueue string, cfg Config, acts *activ
 func Register(r sdkworker.Registry, outbox *activities.Outbox) {
 	workflows.Register(r)
 	if outbox != nil {
-		r.RegisterActivityWithOptions(outbox.Deliver, activity.RegisterOptions{Name: activities.DeliverOutboxName})
-		r.RegisterActivityWithOptions(outbox.MarkDead, activity.RegisterOptions{Name: activities.MarkOutboxDeadName})
-		r.RegisterActivityWithOptions(outbox.PublishBatch, activity.RegisterOptions{Name: activities.PublishOutboxBatchName})
-		r.RegisterActivityWithOptions(outbox.HandBatch, activity.RegisterOptions{Name: activities.HandOutboxBatchName})
+		r.RegisterActivityWithOptions(outbox.Deliver, activity.RegisterOptions{Name: contract.DeliverOutboxName})
+		r.RegisterActivityWithOptions(outbox.MarkDead, activity.RegisterOptions{Name: contract.MarkOutboxDeadName})
+		r.RegisterActivityWithOptions(outbox.PublishBatch, activity.RegisterOptions{Name: contract.PublishOutboxBatchName})
+		r.RegisterActivityWithOptions(outbox.HandBatch, activity.RegisterOptions{Name: contract.HandOutboxBatchName})
 	}
 }
 

@@ -8,7 +8,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/activities/contract"
 )
 
 // OutboxDeliveryName is the registered name of the per-record delivery workflow.
@@ -31,17 +31,6 @@ const outboxFailsChange = "outbox-dead-fails"
 const OutboxDeliveryV = 1
 
 var saOutboxState = temporal.NewSearchAttributeKeyKeyword(courier.SAState)
-
-// RetryPolicy is a serialisable retry budget with exponential backoff.
-type RetryPolicy struct {
-	InitialInterval time.Duration // first wait; default 1 s
-	BackoffCoef     float64       // growth per attempt; default 2
-	MaxInterval     time.Duration // cap on one wait; default 5 min
-	MaxAttempts     int32         // attempts in all, including the first; default 20
-	// AttemptTimeout bounds one attempt (load, publish, mark sent); after a worker crash the
-	// attempt is retried elsewhere once it passes. Default 30 s.
-	AttemptTimeout time.Duration
-}
 
 // DefaultOutboxRetry is the outbox delivery budget when the worker's config sets none: 20
 // attempts from 1 s doubling to a 5 min cap, about an hour in all.
@@ -73,17 +62,8 @@ func (r RetryPolicy) WithDefaults() RetryPolicy {
 	return r
 }
 
-func (r RetryPolicy) temporal() *temporal.RetryPolicy {
-	return &temporal.RetryPolicy{
-		InitialInterval:    r.InitialInterval,
-		BackoffCoefficient: r.BackoffCoef,
-		MaximumInterval:    r.MaxInterval,
-		MaximumAttempts:    r.MaxAttempts,
-		NonRetryableErrorTypes: []string{
-			activities.ErrTypeUnknownTopic, activities.ErrTypeOutboxNotFound, activities.ErrTypeUnknownSource,
-		},
-	}
-}
+// outboxNonRetryable are the delivery's error types that no retry can fix.
+var outboxNonRetryable = []string{contract.ErrTypeUnknownTopic, contract.ErrTypeOutboxNotFound, contract.ErrTypeUnknownSource}
 
 // OutboxDeliveryParams is the delivery workflow's input. The payload stays in the database.
 type OutboxDeliveryParams struct {
@@ -106,11 +86,7 @@ type OutboxDeliveryResult struct {
 // not stay in limbo.
 var markDeadOptions = workflow.ActivityOptions{
 	StartToCloseTimeout: 30 * time.Second,
-	RetryPolicy: &temporal.RetryPolicy{
-		InitialInterval:    time.Second,
-		BackoffCoefficient: 2,
-		MaximumInterval:    time.Minute,
-	},
+	RetryPolicy:         untilDone.Temporal(),
 }
 
 // OutboxDelivery publishes one outbox record with retries and backoff, then the record is
@@ -127,11 +103,11 @@ func OutboxDelivery(ctx workflow.Context, p OutboxDeliveryParams) (OutboxDeliver
 	retry := p.Retry.WithDefaults()
 	dctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: retry.AttemptTimeout,
-		RetryPolicy:         retry.temporal(),
+		RetryPolicy:         retry.Temporal(outboxNonRetryable...),
 	})
-	var res activities.DeliverResult
-	err := workflow.ExecuteActivity(dctx, activities.DeliverOutboxName,
-		activities.DeliverParams{Source: p.Source, ID: p.ID}).Get(ctx, &res)
+	var res contract.DeliverResult
+	err := workflow.ExecuteActivity(dctx, contract.DeliverOutboxName,
+		contract.DeliverParams{Source: p.Source, ID: p.ID}).Get(ctx, &res)
 	if err == nil {
 		if p.V < OutboxDeliveryV && fails() {
 			_ = workflow.UpsertTypedSearchAttributes(ctx, saOutboxState.ValueSet(string(courier.OutboxSent)))
@@ -140,8 +116,8 @@ func OutboxDelivery(ctx workflow.Context, p OutboxDeliveryParams) (OutboxDeliver
 	}
 	lastErr := rootMessage(err)
 	mctx := workflow.WithActivityOptions(ctx, markDeadOptions)
-	if err := workflow.ExecuteActivity(mctx, activities.MarkOutboxDeadName,
-		activities.MarkDeadParams{Source: p.Source, ID: p.ID, LastError: lastErr}).Get(ctx, nil); err != nil {
+	if err := workflow.ExecuteActivity(mctx, contract.MarkOutboxDeadName,
+		contract.MarkDeadParams{Source: p.Source, ID: p.ID, LastError: lastErr}).Get(ctx, nil); err != nil {
 		return OutboxDeliveryResult{}, err
 	}
 	dead := OutboxDeliveryResult{Status: courier.OutboxDead, LastError: lastErr}

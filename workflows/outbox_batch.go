@@ -3,7 +3,7 @@ package workflows
 import (
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/activities/contract"
 )
 
 // OutboxBatchName is the registered name of the batch delivery workflow (outbox batch mode).
@@ -23,28 +23,28 @@ type OutboxBatchParams struct {
 }
 
 // OutboxBatch publishes a claimed batch of records in one activity (see
-// activities.Outbox.PublishBatch): the published records are sent, and each one that failed has
+// contract.Outbox.PublishBatch): the published records are sent, and each one that failed has
 // left the batch for a delivery of its own, so retries, dead-lettering and redrive stay
 // per record. If the activity itself gives up (the database was unreachable through the whole
 // budget), every record still unsent is handed to a delivery of its own, so a batch never
 // strands a record.
-func OutboxBatch(ctx workflow.Context, p OutboxBatchParams) (activities.BatchResult, error) {
+func OutboxBatch(ctx workflow.Context, p OutboxBatchParams) (contract.BatchResult, error) {
 	retry := p.Retry.WithDefaults()
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: retry.AttemptTimeout,
-		RetryPolicy:         retry.temporal(),
+		RetryPolicy:         retry.Temporal(outboxNonRetryable...),
 	})
-	var res activities.BatchResult
-	err := workflow.ExecuteActivity(actx, activities.PublishOutboxBatchName,
-		activities.BatchParams{Source: p.Source, IDs: p.IDs}).Get(ctx, &res)
+	var res contract.BatchResult
+	err := workflow.ExecuteActivity(actx, contract.PublishOutboxBatchName,
+		contract.BatchParams{Source: p.Source, IDs: p.IDs}).Get(ctx, &res)
 	if err == nil {
 		return res, nil
 	}
 	hctx := workflow.WithActivityOptions(ctx, markDeadOptions)
-	if herr := workflow.ExecuteActivity(hctx, activities.HandOutboxBatchName, activities.HandParams{
+	if herr := workflow.ExecuteActivity(hctx, contract.HandOutboxBatchName, contract.HandParams{
 		Source: p.Source, IDs: p.IDs, LastError: "batch delivery gave up: " + rootMessage(err),
 	}).Get(ctx, nil); herr != nil {
-		return activities.BatchResult{}, herr
+		return contract.BatchResult{}, herr
 	}
-	return activities.BatchResult{Handed: p.IDs}, nil
+	return contract.BatchResult{Handed: p.IDs}, nil
 }

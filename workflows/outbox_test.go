@@ -14,7 +14,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/workflows"
 )
 
@@ -22,11 +22,11 @@ func newEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterWorkflowWithOptions(workflows.OutboxDelivery, workflow.RegisterOptions{Name: workflows.OutboxDeliveryName})
-	env.RegisterActivityWithOptions(func(context.Context, activities.DeliverParams) (activities.DeliverResult, error) {
-		return activities.DeliverResult{}, nil
-	}, activity.RegisterOptions{Name: activities.DeliverOutboxName})
-	env.RegisterActivityWithOptions(func(context.Context, activities.MarkDeadParams) error { return nil },
-		activity.RegisterOptions{Name: activities.MarkOutboxDeadName})
+	env.RegisterActivityWithOptions(func(context.Context, contract.DeliverParams) (contract.DeliverResult, error) {
+		return contract.DeliverResult{}, nil
+	}, activity.RegisterOptions{Name: contract.DeliverOutboxName})
+	env.RegisterActivityWithOptions(func(context.Context, contract.MarkDeadParams) error { return nil },
+		activity.RegisterOptions{Name: contract.MarkOutboxDeadName})
 	return env
 }
 
@@ -34,13 +34,13 @@ var budget = workflows.RetryPolicy{InitialInterval: time.Second, BackoffCoef: 2,
 
 func TestOutboxDeliverySuccess(t *testing.T) {
 	env := newEnv(t)
-	env.OnActivity(activities.MarkOutboxDeadName, mock.Anything, mock.Anything).
-		Return(func(context.Context, activities.MarkDeadParams) error {
+	env.OnActivity(contract.MarkOutboxDeadName, mock.Anything, mock.Anything).
+		Return(func(context.Context, contract.MarkDeadParams) error {
 			t.Error("a delivered record must not be marked dead")
 			return nil
 		}).Maybe()
-	env.OnActivity(activities.DeliverOutboxName, mock.Anything, activities.DeliverParams{Source: "default", ID: 7}).
-		Return(activities.DeliverResult{}, nil).Once()
+	env.OnActivity(contract.DeliverOutboxName, mock.Anything, contract.DeliverParams{Source: "default", ID: 7}).
+		Return(contract.DeliverResult{}, nil).Once()
 	env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{Source: "default", ID: 7, Retry: budget})
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
@@ -56,14 +56,14 @@ func TestOutboxDeliveryRetriesWithBackoff(t *testing.T) {
 	env := newEnv(t)
 	var at []time.Time
 	calls := 0
-	env.OnActivity(activities.DeliverOutboxName, mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, p activities.DeliverParams) (activities.DeliverResult, error) {
+	env.OnActivity(contract.DeliverOutboxName, mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, p contract.DeliverParams) (contract.DeliverResult, error) {
 			at = append(at, env.Now())
 			calls++
 			if calls < 4 {
-				return activities.DeliverResult{}, errors.New("broker unavailable")
+				return contract.DeliverResult{}, errors.New("broker unavailable")
 			}
-			return activities.DeliverResult{}, nil
+			return contract.DeliverResult{}, nil
 		})
 	env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 1, Retry: budget})
 	require.NoError(t, env.GetWorkflowError())
@@ -81,14 +81,14 @@ func TestOutboxDeliveryRetriesWithBackoff(t *testing.T) {
 func TestOutboxDeliveryDeadAfterBudget(t *testing.T) {
 	env := newEnv(t)
 	calls := 0
-	env.OnActivity(activities.DeliverOutboxName, mock.Anything, mock.Anything).Return(
-		func(context.Context, activities.DeliverParams) (activities.DeliverResult, error) {
+	env.OnActivity(contract.DeliverOutboxName, mock.Anything, mock.Anything).Return(
+		func(context.Context, contract.DeliverParams) (contract.DeliverResult, error) {
 			calls++
-			return activities.DeliverResult{}, errors.New("broker unavailable")
+			return contract.DeliverResult{}, errors.New("broker unavailable")
 		})
-	var dead activities.MarkDeadParams
-	env.OnActivity(activities.MarkOutboxDeadName, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, p activities.MarkDeadParams) error { dead = p; return nil }).Once()
+	var dead contract.MarkDeadParams
+	env.OnActivity(contract.MarkOutboxDeadName, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, p contract.MarkDeadParams) error { dead = p; return nil }).Once()
 	start := env.Now()
 	env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 9, Retry: budget})
 	res := deadResult(t, env)
@@ -105,14 +105,14 @@ func TestOutboxDeliveryDeadAfterBudget(t *testing.T) {
 func TestOutboxDeliveryPermanentFailureIsDeadAtOnce(t *testing.T) {
 	env := newEnv(t)
 	calls := 0
-	env.OnActivity(activities.DeliverOutboxName, mock.Anything, mock.Anything).Return(
-		func(context.Context, activities.DeliverParams) (activities.DeliverResult, error) {
+	env.OnActivity(contract.DeliverOutboxName, mock.Anything, mock.Anything).Return(
+		func(context.Context, contract.DeliverParams) (contract.DeliverResult, error) {
 			calls++
 			// As the activity reports it: the publisher's error as the message and the cause.
 			cause := errors.New("mq: no destination for topic orders.x")
-			return activities.DeliverResult{}, temporal.NewNonRetryableApplicationError(cause.Error(), activities.ErrTypeUnknownTopic, cause)
+			return contract.DeliverResult{}, temporal.NewNonRetryableApplicationError(cause.Error(), contract.ErrTypeUnknownTopic, cause)
 		})
-	env.OnActivity(activities.MarkOutboxDeadName, mock.Anything, mock.Anything).Return(nil).Once()
+	env.OnActivity(contract.MarkOutboxDeadName, mock.Anything, mock.Anything).Return(nil).Once()
 	env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 3, Retry: budget})
 	res := deadResult(t, env)
 	require.Equal(t, courier.OutboxDead, res.Status)
@@ -123,11 +123,11 @@ func TestOutboxDeliveryPermanentFailureIsDeadAtOnce(t *testing.T) {
 // Marking dead is retried until the database answers; the workflow does not give up on it.
 func TestOutboxDeliveryMarkDeadIsRetried(t *testing.T) {
 	env := newEnv(t)
-	env.OnActivity(activities.DeliverOutboxName, mock.Anything, mock.Anything).
-		Return(activities.DeliverResult{}, temporal.NewNonRetryableApplicationError("x", activities.ErrTypeUnknownTopic, nil))
+	env.OnActivity(contract.DeliverOutboxName, mock.Anything, mock.Anything).
+		Return(contract.DeliverResult{}, temporal.NewNonRetryableApplicationError("x", contract.ErrTypeUnknownTopic, nil))
 	calls := 0
-	env.OnActivity(activities.MarkOutboxDeadName, mock.Anything, mock.Anything).Return(
-		func(context.Context, activities.MarkDeadParams) error {
+	env.OnActivity(contract.MarkOutboxDeadName, mock.Anything, mock.Anything).Return(
+		func(context.Context, contract.MarkDeadParams) error {
 			calls++
 			if calls < 3 {
 				return errors.New("database down")
@@ -187,9 +187,9 @@ func TestOutboxDeliveryStateUpserts(t *testing.T) {
 			}).Maybe()
 			var err error
 			if c.fail {
-				err = temporal.NewNonRetryableApplicationError("x", activities.ErrTypeUnknownTopic, nil)
+				err = temporal.NewNonRetryableApplicationError("x", contract.ErrTypeUnknownTopic, nil)
 			}
-			env.OnActivity(activities.DeliverOutboxName, mock.Anything, mock.Anything).Return(activities.DeliverResult{}, err)
+			env.OnActivity(contract.DeliverOutboxName, mock.Anything, mock.Anything).Return(contract.DeliverResult{}, err)
 			env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 3, Retry: budget, V: c.v})
 			require.True(t, env.IsWorkflowCompleted())
 			if c.fail {

@@ -10,21 +10,13 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/activities/contract"
 )
 
 // Registered names of the task workflows.
 const (
 	TaskName        = "task"
 	TaskSweeperName = "task-sweeper"
-)
-
-// Attempt outcome kinds (one definition: courier.Attempt*).
-const (
-	OutcomeSuccess   = courier.AttemptSuccess
-	OutcomeFailure   = courier.AttemptFailure
-	OutcomeTimeout   = courier.AttemptTimeout
-	OutcomeCancelled = courier.AttemptCancelled
 )
 
 // TaskResultUpdate delivers a worker's result that reached the gateway while the attempt's
@@ -49,7 +41,7 @@ const taskFailsChange = "task-failed-fails"
 // TaskResultParams is a worker's report of one attempt, as TaskResultUpdate carries it.
 type TaskResultParams struct {
 	Attempt int
-	Outcome activities.TaskOutcome
+	Outcome courier.AttemptOutcome
 }
 
 // TaskParams is one attempt of a task version, as its claimer started it. The payload stays in
@@ -73,18 +65,14 @@ type TaskRunResult struct {
 	Stale   bool               // the task had moved on before the push; nothing was done
 	Applied bool               // the outcome changed the row (false if it had moved on meanwhile)
 	Status  courier.TaskStatus // the task's status afterwards
-	Outcome activities.TaskOutcome
+	Outcome courier.AttemptOutcome
 }
 
 // finishOptions retry recording an outcome until the database answers: a slot must never stay
 // taken because a write failed once.
 var finishOptions = workflow.ActivityOptions{
 	StartToCloseTimeout: 30 * time.Second,
-	RetryPolicy: &temporal.RetryPolicy{
-		InitialInterval:    time.Second,
-		BackoffCoefficient: 2,
-		MaximumInterval:    time.Minute,
-	},
+	RetryPolicy:         untilDone.Temporal(),
 }
 
 var (
@@ -107,22 +95,15 @@ const TaskV = 1
 // connection, no answer within the push timeout, 429 or 5xx), after the worker's Retry-After
 // when it sent one; the push's schedule-to-close timeout keeps every try before the processing
 // deadline. A refused push (4xx, blocked address) or a stale attempt is not retried.
-var pushRetry = temporal.RetryPolicy{
-	InitialInterval:        time.Second,
-	BackoffCoefficient:     2,
-	MaximumInterval:        30 * time.Second,
-	MaximumAttempts:        courier.PushTries,
-	NonRetryableErrorTypes: []string{activities.ErrTypePushFailed, activities.ErrTypeTaskStale},
-}
+var pushRetry = RetryPolicy{InitialInterval: time.Second, BackoffCoef: 2, MaxInterval: 30 * time.Second, MaxAttempts: courier.PushTries}
+
+// pushNonRetryable are the push's error types that no retry can fix.
+var pushNonRetryable = []string{contract.ErrTypePushFailed, contract.ErrTypeTaskStale}
 
 // pushTryMargin is what a push try's start-to-close timeout allows beyond the push timeout, so
 // the HTTP client's own timeout (which classifies the try) fires first and the database write
 // before the request fits.
 const pushTryMargin = 10 * time.Second
-
-// waitOnce: the wait for a result is never retried; a failed or timed-out attempt goes back
-// through the queue's retry policy.
-var waitOnce = temporal.RetryPolicy{MaximumAttempts: 1}
 
 // defaultProcessingTimeout applies to runs started without one (courier.Queue's default).
 const defaultProcessingTimeout = 10 * time.Minute
@@ -152,13 +133,13 @@ func Task(ctx workflow.Context, p TaskParams) (TaskRunResult, error) {
 		return TaskRunResult{Stale: true}, nil
 	}
 	fopts := finishOptions
-	fopts.TaskQueue = activities.TaskFinishQueue(workflow.GetInfo(ctx).TaskQueueName)
+	fopts.TaskQueue = contract.TaskFinishQueue(workflow.GetInfo(ctx).TaskQueueName)
 	return finishAttempt(ctx, p, out, fopts)
 }
 
 // pushAndWait runs one attempt up to its outcome; stale means the task had moved on before the
 // push and nothing is to be recorded.
-func pushAndWait(ctx workflow.Context, p TaskParams) (out activities.TaskOutcome, stale bool, err error) {
+func pushAndWait(ctx workflow.Context, p TaskParams) (out courier.AttemptOutcome, stale bool, err error) {
 	queue := workflow.GetInfo(ctx).TaskQueueName
 	processing := p.ProcessingTimeout
 	if processing <= 0 {
@@ -172,7 +153,7 @@ func pushAndWait(ctx workflow.Context, p TaskParams) (out activities.TaskOutcome
 
 	// The worker's result normally completes the wait. One that arrives while no wait is open
 	// comes as an update, accepted until the attempt has its outcome.
-	var reported *activities.TaskOutcome
+	var reported *courier.AttemptOutcome
 	over := false
 	results := workflow.NewBufferedChannel(ctx, 1)
 	refuse := func(r TaskResultParams) error {
@@ -198,14 +179,13 @@ func pushAndWait(ctx workflow.Context, p TaskParams) (out activities.TaskOutcome
 	early := func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) }
 
 	pctx, cancelPush := workflow.WithCancel(ctx)
-	retry := pushRetry
 	pctx = workflow.WithActivityOptions(pctx, workflow.ActivityOptions{
-		TaskQueue:              activities.TaskPushQueue(queue),
+		TaskQueue:              contract.TaskPushQueue(queue),
 		ScheduleToCloseTimeout: processing,
 		StartToCloseTimeout:    pushTimeout + pushTryMargin,
-		RetryPolicy:            &retry,
+		RetryPolicy:            pushRetry.Temporal(pushNonRetryable...),
 	})
-	push := workflow.ExecuteActivity(pctx, activities.SendPushName, activities.PushTaskParams{TaskID: p.TaskID, Version: p.Version,
+	push := workflow.ExecuteActivity(pctx, contract.SendPushName, contract.PushTaskParams{TaskID: p.TaskID, Version: p.Version,
 		Attempt: p.Attempt, ProcessingTimeout: processing, HeartbeatTimeout: p.HeartbeatTimeout, Deadline: deadline, PushTimeout: pushTimeout})
 	var pushErr error
 	pushed := false
@@ -225,37 +205,37 @@ func pushAndWait(ctx workflow.Context, p TaskParams) (out activities.TaskOutcome
 		var app *temporal.ApplicationError
 		var to *temporal.TimeoutError
 		switch {
-		case errors.As(pushErr, &app) && app.Type() == activities.ErrTypeTaskStale:
+		case errors.As(pushErr, &app) && app.Type() == contract.ErrTypeTaskStale:
 			return out, true, nil
 		case temporal.IsCanceledError(pushErr) || ctx.Err() != nil:
-			return activities.TaskOutcome{Kind: OutcomeCancelled, Message: "cancelled"}, false, nil
+			return courier.AttemptOutcome{Kind: courier.OutcomeCancelled, Message: "cancelled"}, false, nil
 		case errors.As(pushErr, &to) && to.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_CLOSE:
-			return activities.TaskOutcome{Kind: OutcomeTimeout,
+			return courier.AttemptOutcome{Kind: courier.OutcomeTimeout,
 				Message: fmt.Sprintf("processing timeout: the push was not accepted within %s", processing)}, false, nil
 		case errors.As(pushErr, &to):
-			return activities.TaskOutcome{Kind: OutcomeFailure,
+			return courier.AttemptOutcome{Kind: courier.OutcomeFailure,
 				Message: fmt.Sprintf("push: no answer within the push timeout (%s)", pushTimeout)}, false, nil
 		default:
-			return activities.TaskOutcome{Kind: OutcomeFailure, Message: rootMessage(pushErr)}, false, nil
+			return courier.AttemptOutcome{Kind: courier.OutcomeFailure, Message: rootMessage(pushErr)}, false, nil
 		}
 	}
 
 	remaining := deadline.Sub(workflow.Now(ctx))
 	if remaining <= 0 {
 		over = true
-		return activities.TaskOutcome{Kind: OutcomeTimeout, Message: fmt.Sprintf("processing timeout: no result within %s", processing)}, false, nil
+		return courier.AttemptOutcome{Kind: courier.OutcomeTimeout, Message: fmt.Sprintf("processing timeout: no result within %s", processing)}, false, nil
 	}
 	wctx, cancelWait := workflow.WithCancel(ctx)
 	wctx = workflow.WithActivityOptions(wctx, workflow.ActivityOptions{
-		TaskQueue:              activities.TaskFinishQueue(queue),
+		TaskQueue:              contract.TaskFinishQueue(queue),
 		ActivityID:             courier.TaskAttemptActivityID(p.Attempt),
 		ScheduleToCloseTimeout: remaining,
 		StartToCloseTimeout:    remaining,
 		HeartbeatTimeout:       p.HeartbeatTimeout,
-		RetryPolicy:            &waitOnce,
+		RetryPolicy:            once.Temporal(), // a failed or timed-out attempt goes back through the queue's retry policy
 	})
-	wait := workflow.ExecuteActivity(wctx, activities.AwaitResultName,
-		activities.AwaitResultParams{TaskID: p.TaskID, Version: p.Version, Attempt: p.Attempt})
+	wait := workflow.ExecuteActivity(wctx, contract.AwaitResultName,
+		contract.AwaitResultParams{TaskID: p.TaskID, Version: p.Version, Attempt: p.Attempt})
 	var waitErr error
 	waited := false
 	sel = workflow.NewSelector(ctx)
@@ -274,18 +254,18 @@ func pushAndWait(ctx workflow.Context, p TaskParams) (out activities.TaskOutcome
 	case waitErr == nil:
 		return workerOutcome(out), false, nil
 	case temporal.IsCanceledError(waitErr) || ctx.Err() != nil:
-		return activities.TaskOutcome{Kind: OutcomeCancelled, Message: "cancelled"}, false, nil
+		return courier.AttemptOutcome{Kind: courier.OutcomeCancelled, Message: "cancelled"}, false, nil
 	case errors.As(waitErr, &to):
-		return activities.TaskOutcome{Kind: OutcomeTimeout, Message: timeoutMessage(to, p)}, false, nil
+		return courier.AttemptOutcome{Kind: courier.OutcomeTimeout, Message: timeoutMessage(to, p)}, false, nil
 	default:
-		return activities.TaskOutcome{Kind: OutcomeFailure, Message: rootMessage(waitErr)}, false, nil
+		return courier.AttemptOutcome{Kind: courier.OutcomeFailure, Message: rootMessage(waitErr)}, false, nil
 	}
 }
 
 // workerOutcome keeps a worker's report, read as a failure unless it says success.
-func workerOutcome(o activities.TaskOutcome) activities.TaskOutcome {
-	if o.Kind != OutcomeSuccess {
-		o.Kind = OutcomeFailure
+func workerOutcome(o courier.AttemptOutcome) courier.AttemptOutcome {
+	if o.Kind != courier.OutcomeSuccess {
+		o.Kind = courier.OutcomeFailure
 	}
 	return o
 }
@@ -299,36 +279,36 @@ func taskSinglePush(ctx workflow.Context, p TaskParams) (TaskRunResult, error) {
 		ActivityID:          courier.TaskAttemptActivityID(p.Attempt),
 		StartToCloseTimeout: p.ProcessingTimeout,
 		HeartbeatTimeout:    p.HeartbeatTimeout,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1}, // retries go back through the queue
+		RetryPolicy:         once.Temporal(), // retries go back through the queue
 	})
-	var out activities.TaskOutcome
-	err := workflow.ExecuteActivity(pctx, activities.PushTaskName,
-		activities.PushTaskParams{TaskID: p.TaskID, Version: p.Version, Attempt: p.Attempt,
+	var out courier.AttemptOutcome
+	err := workflow.ExecuteActivity(pctx, contract.PushTaskName,
+		contract.PushTaskParams{TaskID: p.TaskID, Version: p.Version, Attempt: p.Attempt,
 			ProcessingTimeout: p.ProcessingTimeout, HeartbeatTimeout: p.HeartbeatTimeout}).Get(ctx, &out)
 	var app *temporal.ApplicationError
 	var to *temporal.TimeoutError
 	switch {
 	case err == nil:
 		out = workerOutcome(out)
-	case errors.As(err, &app) && app.Type() == activities.ErrTypeTaskStale:
+	case errors.As(err, &app) && app.Type() == contract.ErrTypeTaskStale:
 		return TaskRunResult{Stale: true}, nil
 	case temporal.IsCanceledError(err) || ctx.Err() != nil:
-		out = activities.TaskOutcome{Kind: OutcomeCancelled, Message: "cancelled"}
+		out = courier.AttemptOutcome{Kind: courier.OutcomeCancelled, Message: "cancelled"}
 	case errors.As(err, &to):
-		out = activities.TaskOutcome{Kind: OutcomeTimeout, Message: timeoutMessage(to, p)}
+		out = courier.AttemptOutcome{Kind: courier.OutcomeTimeout, Message: timeoutMessage(to, p)}
 	default:
-		out = activities.TaskOutcome{Kind: OutcomeFailure, Message: rootMessage(err)}
+		out = courier.AttemptOutcome{Kind: courier.OutcomeFailure, Message: rootMessage(err)}
 	}
 	return finishAttempt(ctx, p, out, finishOptions)
 }
 
 // finishAttempt records the attempt's outcome on a disconnected context and, when the row
 // took it, writes the task's new status to the run's search attribute.
-func finishAttempt(ctx workflow.Context, p TaskParams, out activities.TaskOutcome, opts workflow.ActivityOptions) (TaskRunResult, error) {
-	var fin activities.FinishTaskResult
+func finishAttempt(ctx workflow.Context, p TaskParams, out courier.AttemptOutcome, opts workflow.ActivityOptions) (TaskRunResult, error) {
+	var fin contract.FinishTaskResult
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
 	fctx := workflow.WithActivityOptions(ctx, opts)
-	if err := workflow.ExecuteActivity(fctx, activities.FinishTaskName, activities.FinishTaskParams{
+	if err := workflow.ExecuteActivity(fctx, contract.FinishTaskName, contract.FinishTaskParams{
 		TaskID: p.TaskID, Version: p.Version, Attempt: p.Attempt, Outcome: out}).Get(fctx, &fin); err != nil {
 		return TaskRunResult{}, err
 	}
@@ -356,16 +336,20 @@ func timeoutMessage(to *temporal.TimeoutError, p TaskParams) string {
 	}
 }
 
+// sweepRetry tries a failed sweep twice more, 5 s apart at first; the next scheduled sweep
+// picks up whatever is left after that.
+var sweepRetry = RetryPolicy{InitialInterval: 5 * time.Second, MaxAttempts: 3}
+
 // TaskSweeper runs one sweep of the task lifecycle. A Temporal Schedule starts it, with
 // overlaps skipped, so exactly one runs at a time across the fleet.
-func TaskSweeper(ctx workflow.Context, p activities.SweepParams) (activities.SweepResult, error) {
+func TaskSweeper(ctx workflow.Context, p contract.SweepParams) (contract.SweepResult, error) {
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue:           activities.TaskFinishQueue(workflow.GetInfo(ctx).TaskQueueName),
+		TaskQueue:           contract.TaskFinishQueue(workflow.GetInfo(ctx).TaskQueueName),
 		StartToCloseTimeout: 10 * time.Minute,
 		HeartbeatTimeout:    time.Minute,
-		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: 5 * time.Second, MaximumAttempts: 3},
+		RetryPolicy:         sweepRetry.Temporal(),
 	})
-	var res activities.SweepResult
-	err := workflow.ExecuteActivity(actx, activities.SweepTasksName, p).Get(ctx, &res)
+	var res contract.SweepResult
+	err := workflow.ExecuteActivity(actx, contract.SweepTasksName, p).Get(ctx, &res)
 	return res, err
 }

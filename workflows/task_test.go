@@ -17,7 +17,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/workflows"
 )
 
@@ -35,17 +35,17 @@ type taskEnv struct {
 	start time.Time // virtual time when the workflow was set up
 	// finish answers each Finish call; by default the row took the outcome (Applied) and
 	// moved to the status the outcome leads to with retries left.
-	finish func(activities.FinishTaskParams) (activities.FinishTaskResult, error)
+	finish func(contract.FinishTaskParams) (contract.FinishTaskResult, error)
 
 	mu         sync.Mutex
-	pushes     []activity.Info               // how each push try was scheduled
-	pushParams []activities.PushTaskParams   // what each push try was started with
-	pushAt     []time.Time                   // when (virtual time) each push try started
-	waits      []activity.Info               // how each wait for the result was scheduled
-	finishes   []activities.FinishTaskParams // what each Finish was started with
-	finishInfo []activity.Info               // how each Finish was scheduled
-	finishAt   []time.Time                   // when (virtual time) each Finish started
-	upserts    []temporal.SearchAttributes   // the workflow's search-attribute upserts
+	pushes     []activity.Info             // how each push try was scheduled
+	pushParams []contract.PushTaskParams   // what each push try was started with
+	pushAt     []time.Time                 // when (virtual time) each push try started
+	waits      []activity.Info             // how each wait for the result was scheduled
+	finishes   []contract.FinishTaskParams // what each Finish was started with
+	finishInfo []activity.Info             // how each Finish was scheduled
+	finishAt   []time.Time                 // when (virtual time) each Finish started
+	upserts    []temporal.SearchAttributes // the workflow's search-attribute upserts
 
 	finishMock *testsuite.MockCallWrapper // the Finish mock, for a test to delay it
 }
@@ -55,46 +55,46 @@ type taskEnv struct {
 // records how each activity was scheduled, what they were started with and the
 // search-attribute upserts.
 func newTaskEnv(t *testing.T,
-	push func(context.Context, activities.PushTaskParams) (activities.SendPushResult, error),
-	wait func(context.Context, activities.AwaitResultParams) (activities.TaskOutcome, error),
+	push func(context.Context, contract.PushTaskParams) (contract.SendPushResult, error),
+	wait func(context.Context, contract.AwaitResultParams) (courier.AttemptOutcome, error),
 ) *taskEnv {
 	var s testsuite.WorkflowTestSuite
 	env := &taskEnv{TestWorkflowEnvironment: s.NewTestWorkflowEnvironment()}
 	env.start = env.Now()
 	workflows.Register(env)
 	if push == nil {
-		push = func(context.Context, activities.PushTaskParams) (activities.SendPushResult, error) {
+		push = func(context.Context, contract.PushTaskParams) (contract.SendPushResult, error) {
 			t.Error("the push activity was called without a mock")
-			return activities.SendPushResult{}, errors.New("unmocked push")
+			return contract.SendPushResult{}, errors.New("unmocked push")
 		}
 	}
 	if wait == nil {
-		wait = func(context.Context, activities.AwaitResultParams) (activities.TaskOutcome, error) {
+		wait = func(context.Context, contract.AwaitResultParams) (courier.AttemptOutcome, error) {
 			t.Error("the wait activity was called without a mock")
-			return activities.TaskOutcome{}, errors.New("unmocked wait")
+			return courier.AttemptOutcome{}, errors.New("unmocked wait")
 		}
 	}
-	env.RegisterActivityWithOptions(push, activity.RegisterOptions{Name: activities.SendPushName})
-	env.RegisterActivityWithOptions(wait, activity.RegisterOptions{Name: activities.AwaitResultName})
-	env.RegisterActivityWithOptions(func(context.Context, activities.FinishTaskParams) (activities.FinishTaskResult, error) {
-		return activities.FinishTaskResult{}, nil
-	}, activity.RegisterOptions{Name: activities.FinishTaskName})
-	env.RegisterActivityWithOptions(func(context.Context, activities.SweepParams) (activities.SweepResult, error) {
-		return activities.SweepResult{}, nil
-	}, activity.RegisterOptions{Name: activities.SweepTasksName})
+	env.RegisterActivityWithOptions(push, activity.RegisterOptions{Name: contract.SendPushName})
+	env.RegisterActivityWithOptions(wait, activity.RegisterOptions{Name: contract.AwaitResultName})
+	env.RegisterActivityWithOptions(func(context.Context, contract.FinishTaskParams) (contract.FinishTaskResult, error) {
+		return contract.FinishTaskResult{}, nil
+	}, activity.RegisterOptions{Name: contract.FinishTaskName})
+	env.RegisterActivityWithOptions(func(context.Context, contract.SweepParams) (contract.SweepResult, error) {
+		return contract.SweepResult{}, nil
+	}, activity.RegisterOptions{Name: contract.SweepTasksName})
 
-	env.finish = func(p activities.FinishTaskParams) (activities.FinishTaskResult, error) {
+	env.finish = func(p contract.FinishTaskParams) (contract.FinishTaskResult, error) {
 		st := courier.TaskPending
 		switch p.Outcome.Kind {
-		case workflows.OutcomeSuccess:
+		case courier.OutcomeSuccess:
 			st = courier.TaskSuccess
-		case workflows.OutcomeCancelled:
+		case courier.OutcomeCancelled:
 			st = courier.TaskCancelled
 		}
-		return activities.FinishTaskResult{Applied: true, Status: st}, nil
+		return contract.FinishTaskResult{Applied: true, Status: st}, nil
 	}
-	env.finishMock = env.OnActivity(activities.FinishTaskName, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, p activities.FinishTaskParams) (activities.FinishTaskResult, error) {
+	env.finishMock = env.OnActivity(contract.FinishTaskName, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, p contract.FinishTaskParams) (contract.FinishTaskResult, error) {
 			return env.finish(p)
 		}).Maybe()
 	env.OnUpsertTypedSearchAttributes(mock.Anything).Run(func(args mock.Arguments) {
@@ -106,18 +106,18 @@ func newTaskEnv(t *testing.T,
 		env.mu.Lock()
 		defer env.mu.Unlock()
 		switch info.ActivityType.Name {
-		case activities.SendPushName:
-			var p activities.PushTaskParams
+		case contract.SendPushName:
+			var p contract.PushTaskParams
 			if err := args.Get(&p); err != nil {
 				t.Errorf("decode the push params: %v", err)
 			}
 			env.pushes = append(env.pushes, *info)
 			env.pushParams = append(env.pushParams, p)
 			env.pushAt = append(env.pushAt, env.Now())
-		case activities.AwaitResultName:
+		case contract.AwaitResultName:
 			env.waits = append(env.waits, *info)
-		case activities.FinishTaskName:
-			var p activities.FinishTaskParams
+		case contract.FinishTaskName:
+			var p contract.FinishTaskParams
 			if err := args.Get(&p); err != nil {
 				t.Errorf("decode the finish params: %v", err)
 			}
@@ -168,7 +168,7 @@ func (e *taskEnv) report(at time.Duration, r workflows.TaskResultParams, rejecte
 
 // noResultIsNil maps the JSON null that an absent result becomes on its way through the data
 // converter back to nil, so outcomes compare with the ones the tests build.
-func noResultIsNil(o activities.TaskOutcome) activities.TaskOutcome {
+func noResultIsNil(o courier.AttemptOutcome) courier.AttemptOutcome {
 	if string(o.Result) == "null" {
 		o.Result = nil
 	}
@@ -194,11 +194,11 @@ func (e *taskEnv) requirePushedOnce(t *testing.T, p workflows.TaskParams) {
 	t.Helper()
 	require.Len(t, e.pushes, 1, "one push try")
 	info, params := e.pushes[0], e.pushParams[0]
-	require.Equal(t, activities.TaskPushQueue(testQueue), info.TaskQueue, "pushes run on their own task queue")
+	require.Equal(t, contract.TaskPushQueue(testQueue), info.TaskQueue, "pushes run on their own task queue")
 	require.Equal(t, p.ProcessingTimeout, info.ScheduleToCloseTimeout, "tries never run past the processing deadline")
 	require.Equal(t, p.PushTimeout+10*time.Second, info.StartToCloseTimeout, "one try: the push timeout (the HTTP client's) and a margin")
 	require.Zero(t, info.HeartbeatTimeout, "the heartbeat timeout does not run while the push does")
-	require.Equal(t, activities.PushTaskParams{TaskID: p.TaskID, Version: p.Version, Attempt: p.Attempt,
+	require.Equal(t, contract.PushTaskParams{TaskID: p.TaskID, Version: p.Version, Attempt: p.Attempt,
 		ProcessingTimeout: p.ProcessingTimeout, HeartbeatTimeout: p.HeartbeatTimeout, PushTimeout: p.PushTimeout,
 		Deadline: params.Deadline}, params)
 	require.True(t, e.pushAt[0].Add(p.ProcessingTimeout).Equal(params.Deadline), "the deadline is the processing timeout from the push")
@@ -212,7 +212,7 @@ func (e *taskEnv) requireWaitedOnce(t *testing.T, p workflows.TaskParams) {
 	require.Len(t, e.waits, 1, "one wait per attempt; retries go back through the queue")
 	info := e.waits[0]
 	require.Equal(t, courier.TaskAttemptActivityID(p.Attempt), info.ActivityID, "the result and heartbeat callbacks address the wait by this id")
-	require.Equal(t, activities.TaskFinishQueue(testQueue), info.TaskQueue)
+	require.Equal(t, contract.TaskFinishQueue(testQueue), info.TaskQueue)
 	require.Equal(t, p.HeartbeatTimeout, info.HeartbeatTimeout)
 	left := e.pushParams[len(e.pushParams)-1].Deadline.Sub(info.ScheduledTime)
 	require.InDelta(t, float64(left), float64(info.ScheduleToCloseTimeout), float64(time.Second), "the wait ends at the attempt's deadline")
@@ -224,27 +224,27 @@ func (e *taskEnv) requireFinishedOnTheFinishQueue(t *testing.T) {
 	t.Helper()
 	require.NotEmpty(t, e.finishInfo)
 	for _, info := range e.finishInfo {
-		require.Equal(t, activities.TaskFinishQueue(testQueue), info.TaskQueue, "finishes (slot releases) never wait behind pushes")
+		require.Equal(t, contract.TaskFinishQueue(testQueue), info.TaskQueue, "finishes (slot releases) never wait behind pushes")
 	}
 }
 
-func accepted() (activities.SendPushResult, error) { return activities.SendPushResult{Try: 1}, nil }
+func accepted() (contract.SendPushResult, error) { return contract.SendPushResult{Try: 1}, nil }
 
 // The worker's success is recorded as it was reported, for the attempt that ran, and the
 // workflow ends with the status Finish moved the row to.
 func TestTaskSuccessIsFinishedAsReported(t *testing.T) {
 	env := newTaskEnv(t, nil, nil)
-	won := activities.TaskOutcome{Kind: workflows.OutcomeSuccess, StatusCode: 200, Message: "done", Result: json.RawMessage(`{"rows":42}`)}
-	env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
-	env.OnActivity(activities.AwaitResultName, mock.Anything,
-		activities.AwaitResultParams{TaskID: "t-1", Version: 2, Attempt: 3}).Return(won, nil).Once()
-	env.finish = func(activities.FinishTaskParams) (activities.FinishTaskResult, error) {
-		return activities.FinishTaskResult{Applied: true, Status: courier.TaskSuccess}, nil
+	won := courier.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200, Message: "done", Result: json.RawMessage(`{"rows":42}`)}
+	env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
+	env.OnActivity(contract.AwaitResultName, mock.Anything,
+		contract.AwaitResultParams{TaskID: "t-1", Version: 2, Attempt: 3}).Return(won, nil).Once()
+	env.finish = func(contract.FinishTaskParams) (contract.FinishTaskResult, error) {
+		return contract.FinishTaskResult{Applied: true, Status: courier.TaskSuccess}, nil
 	}
 
 	res := env.run(t, attempt3)
 
-	require.Equal(t, []activities.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: won}}, env.finishes)
+	require.Equal(t, []contract.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: won}}, env.finishes)
 	require.Equal(t, workflows.TaskRunResult{Applied: true, Status: courier.TaskSuccess, Outcome: won}, res)
 	require.Equal(t, []string{string(courier.TaskSuccess)}, env.upsertedStates(t))
 	env.requirePushedOnce(t, attempt3)
@@ -257,9 +257,9 @@ func TestTaskSuccessIsFinishedAsReported(t *testing.T) {
 // default one.
 func TestTaskWithoutPushTimeoutUsesTheDefault(t *testing.T) {
 	env := newTaskEnv(t, nil, nil)
-	env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
-	env.OnActivity(activities.AwaitResultName, mock.Anything, mock.Anything).
-		Return(activities.TaskOutcome{Kind: workflows.OutcomeSuccess}, nil).Once()
+	env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
+	env.OnActivity(contract.AwaitResultName, mock.Anything, mock.Anything).
+		Return(courier.AttemptOutcome{Kind: courier.OutcomeSuccess}, nil).Once()
 	p := attempt3
 	p.PushTimeout = 0
 
@@ -276,28 +276,28 @@ func TestTaskWithoutPushTimeoutUsesTheDefault(t *testing.T) {
 func TestTaskFailureIsFinishedAndRetriedByFinish(t *testing.T) {
 	retryAt := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	for name, tc := range map[string]struct {
-		kind   string
+		kind   courier.OutcomeKind
 		status courier.TaskStatus
 	}{
-		"failure with retries left":      {workflows.OutcomeFailure, courier.TaskPending},
+		"failure with retries left":      {courier.OutcomeFailure, courier.TaskPending},
 		"unknown kind is a failure":      {"exploded", courier.TaskPending},
 		"empty kind is a failure":        {"", courier.TaskPending},
-		"failure with the retries spent": {workflows.OutcomeFailure, courier.TaskFailed},
+		"failure with the retries spent": {courier.OutcomeFailure, courier.TaskFailed},
 	} {
 		t.Run(name, func(t *testing.T) {
 			env := newTaskEnv(t, nil, nil)
-			reported := activities.TaskOutcome{Kind: tc.kind, StatusCode: 503, Message: "upstream down", Result: json.RawMessage(`{"retry":true}`)}
-			env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
-			env.OnActivity(activities.AwaitResultName, mock.Anything, mock.Anything).Return(reported, nil).Once()
-			env.finish = func(activities.FinishTaskParams) (activities.FinishTaskResult, error) {
-				return activities.FinishTaskResult{Applied: true, Status: tc.status, NextAttemptAt: retryAt}, nil
+			reported := courier.AttemptOutcome{Kind: tc.kind, StatusCode: 503, Message: "upstream down", Result: json.RawMessage(`{"retry":true}`)}
+			env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
+			env.OnActivity(contract.AwaitResultName, mock.Anything, mock.Anything).Return(reported, nil).Once()
+			env.finish = func(contract.FinishTaskParams) (contract.FinishTaskResult, error) {
+				return contract.FinishTaskResult{Applied: true, Status: tc.status, NextAttemptAt: retryAt}, nil
 			}
 
 			res := env.run(t, attempt3)
 
 			want := reported
-			want.Kind = workflows.OutcomeFailure
-			require.Equal(t, []activities.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: want}}, env.finishes)
+			want.Kind = courier.OutcomeFailure
+			require.Equal(t, []contract.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: want}}, env.finishes)
 			require.Equal(t, workflows.TaskRunResult{Applied: true, Status: tc.status, Outcome: want}, res)
 			require.Equal(t, []string{string(tc.status)}, env.upsertedStates(t))
 		})
@@ -312,31 +312,31 @@ func TestTaskWaitErrorsAreFinishedAsOutcomes(t *testing.T) {
 	p.HeartbeatTimeout = 30 * time.Second
 	for name, tc := range map[string]struct {
 		err      error
-		kind     string
+		kind     courier.OutcomeKind
 		contains []string
 	}{
 		"processing timeout": {
-			err: temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_CLOSE, nil), kind: workflows.OutcomeTimeout,
+			err: temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_CLOSE, nil), kind: courier.OutcomeTimeout,
 			contains: []string{"processing timeout", "10m0s"},
 		},
 		"heartbeat timeout": {
-			err: temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil), kind: workflows.OutcomeTimeout,
+			err: temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil), kind: courier.OutcomeTimeout,
 			contains: []string{"heartbeat timeout", "30s"},
 		},
 		"any other error": {
-			err: errors.New("worker lost"), kind: workflows.OutcomeFailure, contains: []string{"worker lost"},
+			err: errors.New("worker lost"), kind: courier.OutcomeFailure, contains: []string{"worker lost"},
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			env := newTaskEnv(t, nil, nil)
-			env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
-			env.OnActivity(activities.AwaitResultName, mock.Anything, mock.Anything).Return(activities.TaskOutcome{}, tc.err).Once()
+			env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
+			env.OnActivity(contract.AwaitResultName, mock.Anything, mock.Anything).Return(courier.AttemptOutcome{}, tc.err).Once()
 
 			res := env.run(t, p)
 
 			require.Len(t, env.finishes, 1)
 			fin := env.finishes[0]
-			require.Equal(t, activities.FinishTaskParams{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: fin.Outcome}, fin)
+			require.Equal(t, contract.FinishTaskParams{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: fin.Outcome}, fin)
 			require.Equal(t, tc.kind, fin.Outcome.Kind)
 			for _, s := range tc.contains {
 				require.Contains(t, fin.Outcome.Message, s)
@@ -352,13 +352,13 @@ func TestTaskWaitErrorsAreFinishedAsOutcomes(t *testing.T) {
 // at once: one try, no wait.
 func TestTaskRefusedPushFailsTheAttemptWithoutAWait(t *testing.T) {
 	env := newTaskEnv(t, nil, nil)
-	env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(activities.SendPushResult{},
-		temporal.NewNonRetryableApplicationError("push: worker answered 422 (not retried)", activities.ErrTypePushFailed, nil)).Once()
+	env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(contract.SendPushResult{},
+		temporal.NewNonRetryableApplicationError("push: worker answered 422 (not retried)", contract.ErrTypePushFailed, nil)).Once()
 
 	res := env.run(t, attempt3)
 
 	require.Len(t, env.finishes, 1)
-	require.Equal(t, workflows.OutcomeFailure, env.finishes[0].Outcome.Kind)
+	require.Equal(t, courier.OutcomeFailure, env.finishes[0].Outcome.Kind)
 	require.Contains(t, env.finishes[0].Outcome.Message, "worker answered 422")
 	require.Equal(t, courier.TaskPending, res.Status)
 	env.requirePushedOnce(t, attempt3)
@@ -371,20 +371,20 @@ func TestTaskRefusedPushFailsTheAttemptWithoutAWait(t *testing.T) {
 func TestTaskUnansweredPushIsTriedAgainWithinTheAttempt(t *testing.T) {
 	env := newTaskEnv(t, nil, nil)
 	tries := 0
-	env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(
-		func(context.Context, activities.PushTaskParams) (activities.SendPushResult, error) {
+	env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(
+		func(context.Context, contract.PushTaskParams) (contract.SendPushResult, error) {
 			tries++
 			switch tries {
 			case 1:
-				return activities.SendPushResult{}, temporal.NewApplicationError("push: callback: connection refused", activities.ErrTypePushUnanswered)
+				return contract.SendPushResult{}, temporal.NewApplicationError("push: callback: connection refused", contract.ErrTypePushUnanswered)
 			case 2:
-				return activities.SendPushResult{}, temporal.NewApplicationErrorWithOptions("push: worker answered 429",
-					activities.ErrTypePushUnanswered, temporal.ApplicationErrorOptions{NextRetryDelay: 45 * time.Second})
+				return contract.SendPushResult{}, temporal.NewApplicationErrorWithOptions("push: worker answered 429",
+					contract.ErrTypePushUnanswered, temporal.ApplicationErrorOptions{NextRetryDelay: 45 * time.Second})
 			}
-			return activities.SendPushResult{Try: 3}, nil
+			return contract.SendPushResult{Try: 3}, nil
 		})
-	won := activities.TaskOutcome{Kind: workflows.OutcomeSuccess, Message: "third time lucky"}
-	env.OnActivity(activities.AwaitResultName, mock.Anything, mock.Anything).Return(won, nil).Once()
+	won := courier.AttemptOutcome{Kind: courier.OutcomeSuccess, Message: "third time lucky"}
+	env.OnActivity(contract.AwaitResultName, mock.Anything, mock.Anything).Return(won, nil).Once()
 
 	res := env.run(t, attempt3)
 
@@ -402,10 +402,10 @@ func TestTaskUnansweredPushIsTriedAgainWithinTheAttempt(t *testing.T) {
 func TestTaskPushGivesUpAfterItsTries(t *testing.T) {
 	env := newTaskEnv(t, nil, nil)
 	tries := 0
-	env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(
-		func(context.Context, activities.PushTaskParams) (activities.SendPushResult, error) {
+	env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(
+		func(context.Context, contract.PushTaskParams) (contract.SendPushResult, error) {
 			tries++
-			return activities.SendPushResult{}, temporal.NewApplicationError("push: worker answered 503", activities.ErrTypePushUnanswered)
+			return contract.SendPushResult{}, temporal.NewApplicationError("push: worker answered 503", contract.ErrTypePushUnanswered)
 		})
 
 	res := env.run(t, attempt3)
@@ -413,7 +413,7 @@ func TestTaskPushGivesUpAfterItsTries(t *testing.T) {
 	require.Equal(t, courier.PushTries, tries)
 	require.Empty(t, env.waits)
 	require.Len(t, env.finishes, 1)
-	require.Equal(t, workflows.OutcomeFailure, res.Outcome.Kind)
+	require.Equal(t, courier.OutcomeFailure, res.Outcome.Kind)
 	require.Contains(t, res.Outcome.Message, "worker answered 503")
 }
 
@@ -421,8 +421,8 @@ func TestTaskPushGivesUpAfterItsTries(t *testing.T) {
 // workflow as stale without touching the row: no wait, no Finish, no status written.
 func TestTaskStaleAttemptTouchesNothing(t *testing.T) {
 	env := newTaskEnv(t, nil, nil)
-	env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(activities.SendPushResult{},
-		temporal.NewNonRetryableApplicationError("task is no longer processing this attempt", activities.ErrTypeTaskStale, nil)).Once()
+	env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(contract.SendPushResult{},
+		temporal.NewNonRetryableApplicationError("task is no longer processing this attempt", contract.ErrTypeTaskStale, nil)).Once()
 
 	res := env.run(t, attempt3)
 
@@ -457,25 +457,25 @@ func TestTaskSlowAcceptIsNotAHeartbeatTimeout(t *testing.T) {
 	t.Parallel()
 	p := slowTaskParams
 	env := newTaskEnv(t,
-		func(ctx context.Context, _ activities.PushTaskParams) (activities.SendPushResult, error) {
+		func(ctx context.Context, _ contract.PushTaskParams) (contract.SendPushResult, error) {
 			if err := sleepCtx(ctx, 3*p.HeartbeatTimeout); err != nil { // no heartbeats while the worker accepts
-				return activities.SendPushResult{}, err
+				return contract.SendPushResult{}, err
 			}
-			return activities.SendPushResult{Try: 1}, nil
+			return contract.SendPushResult{Try: 1}, nil
 		},
-		func(ctx context.Context, _ activities.AwaitResultParams) (activities.TaskOutcome, error) {
+		func(ctx context.Context, _ contract.AwaitResultParams) (courier.AttemptOutcome, error) {
 			for i := 0; i < 30; i++ { // 3 heartbeat timeouts of work, heartbeating
 				activity.RecordHeartbeat(ctx)
 				if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
-					return activities.TaskOutcome{}, err
+					return courier.AttemptOutcome{}, err
 				}
 			}
-			return activities.TaskOutcome{Kind: workflows.OutcomeSuccess, Message: "long job done"}, nil
+			return courier.AttemptOutcome{Kind: courier.OutcomeSuccess, Message: "long job done"}, nil
 		})
 
 	res := env.run(t, p)
 
-	require.Equal(t, workflows.OutcomeSuccess, res.Outcome.Kind, "message: %s", res.Outcome.Message)
+	require.Equal(t, courier.OutcomeSuccess, res.Outcome.Kind, "message: %s", res.Outcome.Message)
 	require.Equal(t, "long job done", res.Outcome.Message)
 	require.Equal(t, courier.TaskSuccess, res.Status)
 	env.requirePushedOnce(t, p)
@@ -488,19 +488,19 @@ func TestTaskWaitWithoutHeartbeatTimesOut(t *testing.T) {
 	t.Parallel()
 	p := slowTaskParams
 	env := newTaskEnv(t,
-		func(context.Context, activities.PushTaskParams) (activities.SendPushResult, error) { return accepted() },
-		func(ctx context.Context, _ activities.AwaitResultParams) (activities.TaskOutcome, error) {
+		func(context.Context, contract.PushTaskParams) (contract.SendPushResult, error) { return accepted() },
+		func(ctx context.Context, _ contract.AwaitResultParams) (courier.AttemptOutcome, error) {
 			if err := sleepCtx(ctx, 3*p.HeartbeatTimeout); err != nil {
-				return activities.TaskOutcome{}, err
+				return courier.AttemptOutcome{}, err
 			}
-			return activities.TaskOutcome{Kind: workflows.OutcomeSuccess, Message: "too late"}, nil
+			return courier.AttemptOutcome{Kind: courier.OutcomeSuccess, Message: "too late"}, nil
 		})
 
 	res := env.run(t, p)
 
 	require.Len(t, env.finishes, 1)
 	out := env.finishes[0].Outcome
-	require.Equal(t, workflows.OutcomeTimeout, out.Kind)
+	require.Equal(t, courier.OutcomeTimeout, out.Kind)
 	require.Contains(t, out.Message, "heartbeat timeout")
 	require.Contains(t, out.Message, p.HeartbeatTimeout.String())
 	require.Equal(t, out, res.Outcome)
@@ -512,15 +512,15 @@ func TestTaskWaitWithoutHeartbeatTimesOut(t *testing.T) {
 // result over as an update, the attempt is finished with it at once, and no wait is opened.
 func TestTaskResultBeforeThePushIsAnswered(t *testing.T) {
 	env := newTaskEnv(t, nil, nil)
-	env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(accepted()).After(time.Hour).Once()
-	won := activities.TaskOutcome{Kind: workflows.OutcomeSuccess, StatusCode: 200, Message: "quick", Result: json.RawMessage(`{"ok":true}`)}
+	env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(accepted()).After(time.Hour).Once()
+	won := courier.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200, Message: "quick", Result: json.RawMessage(`{"ok":true}`)}
 	var rejected error
 	env.report(time.Minute, workflows.TaskResultParams{Attempt: 3, Outcome: won}, &rejected)
 
 	res := env.run(t, attempt3)
 
 	require.NoError(t, rejected)
-	require.Equal(t, []activities.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: won}}, env.finishes)
+	require.Equal(t, []contract.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: won}}, env.finishes)
 	require.True(t, env.finishAt[0].Before(env.start.Add(time.Hour)), "finished on the report, not when the push ended")
 	require.Equal(t, workflows.TaskRunResult{Applied: true, Status: courier.TaskSuccess, Outcome: won}, res)
 	require.Empty(t, env.waits)
@@ -530,10 +530,10 @@ func TestTaskResultBeforeThePushIsAnswered(t *testing.T) {
 // moment before) ends the wait and is finished as reported.
 func TestTaskResultUpdateWhileWaiting(t *testing.T) {
 	env := newTaskEnv(t, nil, nil)
-	env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
-	env.OnActivity(activities.AwaitResultName, mock.Anything, mock.Anything).
-		Return(activities.TaskOutcome{Kind: workflows.OutcomeSuccess, Message: "never"}, nil).After(time.Hour).Once()
-	failed := activities.TaskOutcome{Kind: "weird", StatusCode: 500, Message: "parser crashed"}
+	env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
+	env.OnActivity(contract.AwaitResultName, mock.Anything, mock.Anything).
+		Return(courier.AttemptOutcome{Kind: courier.OutcomeSuccess, Message: "never"}, nil).After(time.Hour).Once()
+	failed := courier.AttemptOutcome{Kind: "weird", StatusCode: 500, Message: "parser crashed"}
 	var rejected error
 	env.report(time.Minute, workflows.TaskResultParams{Attempt: 3, Outcome: failed}, &rejected)
 
@@ -541,8 +541,8 @@ func TestTaskResultUpdateWhileWaiting(t *testing.T) {
 
 	require.NoError(t, rejected)
 	want := failed
-	want.Kind = workflows.OutcomeFailure
-	require.Equal(t, []activities.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: want}}, env.finishes)
+	want.Kind = courier.OutcomeFailure
+	require.Equal(t, []contract.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: want}}, env.finishes)
 	require.True(t, env.finishAt[0].Before(env.start.Add(time.Hour)))
 	require.Equal(t, want, res.Outcome)
 }
@@ -551,13 +551,13 @@ func TestTaskResultUpdateWhileWaiting(t *testing.T) {
 // is one naming another attempt: the recorded outcome stands.
 func TestTaskResultUpdateIsRefusedWhenTheAttemptIsOver(t *testing.T) {
 	env := newTaskEnv(t, nil, nil)
-	env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(accepted()).After(time.Minute).Once()
+	env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(accepted()).After(time.Minute).Once()
 	timedOut := temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil)
-	env.OnActivity(activities.AwaitResultName, mock.Anything, mock.Anything).Return(activities.TaskOutcome{}, timedOut).After(time.Minute).Once()
+	env.OnActivity(contract.AwaitResultName, mock.Anything, mock.Anything).Return(courier.AttemptOutcome{}, timedOut).After(time.Minute).Once()
 	env.finishMock.After(time.Minute)
 	var otherAttempt, late error
-	env.report(30*time.Second, workflows.TaskResultParams{Attempt: 2, Outcome: activities.TaskOutcome{Kind: workflows.OutcomeSuccess}}, &otherAttempt)
-	env.report(150*time.Second, workflows.TaskResultParams{Attempt: 3, Outcome: activities.TaskOutcome{Kind: workflows.OutcomeSuccess}}, &late)
+	env.report(30*time.Second, workflows.TaskResultParams{Attempt: 2, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess}}, &otherAttempt)
+	env.report(150*time.Second, workflows.TaskResultParams{Attempt: 3, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess}}, &late)
 
 	res := env.run(t, attempt3)
 
@@ -567,7 +567,7 @@ func TestTaskResultUpdateIsRefusedWhenTheAttemptIsOver(t *testing.T) {
 		require.Equal(t, workflows.ErrTypeAttemptOver, app.Type())
 	}
 	require.Len(t, env.finishes, 1)
-	require.Equal(t, workflows.OutcomeTimeout, res.Outcome.Kind)
+	require.Equal(t, courier.OutcomeTimeout, res.Outcome.Kind)
 }
 
 // Cancelling the workflow while the push or the wait is outstanding still finishes the attempt
@@ -578,30 +578,30 @@ func TestTaskResultUpdateIsRefusedWhenTheAttemptIsOver(t *testing.T) {
 func TestTaskCancelWhileOutstanding(t *testing.T) {
 	for name, tc := range map[string]struct {
 		slowPush bool
-		fin      activities.FinishTaskResult
+		fin      contract.FinishTaskResult
 		states   []string
 	}{
-		"push, row already cancelled by the API": {true, activities.FinishTaskResult{Applied: false, Status: courier.TaskCancelled}, nil},
-		"push, row still processing":             {true, activities.FinishTaskResult{Applied: true, Status: courier.TaskCancelled}, []string{string(courier.TaskCancelled)}},
-		"wait, row already cancelled by the API": {false, activities.FinishTaskResult{Applied: false, Status: courier.TaskCancelled}, nil},
-		"wait, row still processing":             {false, activities.FinishTaskResult{Applied: true, Status: courier.TaskCancelled}, []string{string(courier.TaskCancelled)}},
+		"push, row already cancelled by the API": {true, contract.FinishTaskResult{Applied: false, Status: courier.TaskCancelled}, nil},
+		"push, row still processing":             {true, contract.FinishTaskResult{Applied: true, Status: courier.TaskCancelled}, []string{string(courier.TaskCancelled)}},
+		"wait, row already cancelled by the API": {false, contract.FinishTaskResult{Applied: false, Status: courier.TaskCancelled}, nil},
+		"wait, row still processing":             {false, contract.FinishTaskResult{Applied: true, Status: courier.TaskCancelled}, []string{string(courier.TaskCancelled)}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			env := newTaskEnv(t, nil, nil)
 			if tc.slowPush {
-				env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(accepted()).After(time.Hour).Once()
+				env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(accepted()).After(time.Hour).Once()
 			} else {
-				env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
-				env.OnActivity(activities.AwaitResultName, mock.Anything, mock.Anything).
-					Return(activities.TaskOutcome{Kind: workflows.OutcomeSuccess}, nil).After(time.Hour).Once()
+				env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
+				env.OnActivity(contract.AwaitResultName, mock.Anything, mock.Anything).
+					Return(courier.AttemptOutcome{Kind: courier.OutcomeSuccess}, nil).After(time.Hour).Once()
 			}
-			env.finish = func(activities.FinishTaskParams) (activities.FinishTaskResult, error) { return tc.fin, nil }
+			env.finish = func(contract.FinishTaskParams) (contract.FinishTaskResult, error) { return tc.fin, nil }
 			env.RegisterDelayedCallback(env.CancelWorkflow, time.Minute)
 
 			res := env.run(t, attempt3)
 
-			cancelled := activities.TaskOutcome{Kind: workflows.OutcomeCancelled, Message: "cancelled"}
-			require.Equal(t, []activities.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: cancelled}}, env.finishes)
+			cancelled := courier.AttemptOutcome{Kind: courier.OutcomeCancelled, Message: "cancelled"}
+			require.Equal(t, []contract.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: cancelled}}, env.finishes)
 			require.True(t, env.finishAt[0].Before(env.start.Add(time.Hour)), "finished on the cancel, not when the activity would have ended")
 			require.Equal(t, workflows.TaskRunResult{Applied: tc.fin.Applied, Status: courier.TaskCancelled, Outcome: cancelled}, res)
 			require.Equal(t, tc.states, env.upsertedStates(t))
@@ -616,14 +616,14 @@ func TestTaskCancelWhileOutstanding(t *testing.T) {
 // outcome stands and nothing is finished again.
 func TestTaskCancelAfterFinishChangesNothing(t *testing.T) {
 	env := newTaskEnv(t, nil, nil)
-	won := activities.TaskOutcome{Kind: workflows.OutcomeSuccess, StatusCode: 200}
-	env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
-	env.OnActivity(activities.AwaitResultName, mock.Anything, mock.Anything).Return(won, nil).After(time.Minute).Once()
+	won := courier.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200}
+	env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
+	env.OnActivity(contract.AwaitResultName, mock.Anything, mock.Anything).Return(won, nil).After(time.Minute).Once()
 	env.RegisterDelayedCallback(env.CancelWorkflow, 2*time.Minute)
 
 	res := env.run(t, attempt3)
 
-	require.Equal(t, []activities.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: won}}, env.finishes)
+	require.Equal(t, []contract.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: won}}, env.finishes)
 	require.Equal(t, workflows.TaskRunResult{Applied: true, Status: courier.TaskSuccess, Outcome: won}, res)
 	require.Equal(t, []string{string(courier.TaskSuccess)}, env.upsertedStates(t))
 }
@@ -633,15 +633,15 @@ func TestTaskCancelAfterFinishChangesNothing(t *testing.T) {
 // Processing (a cancel from the Temporal UI or CLI has no API transaction behind it).
 func TestTaskCancelWhileFinishRunsStillFinishes(t *testing.T) {
 	env := newTaskEnv(t, nil, nil)
-	won := activities.TaskOutcome{Kind: workflows.OutcomeSuccess, StatusCode: 200}
-	env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
-	env.OnActivity(activities.AwaitResultName, mock.Anything, mock.Anything).Return(won, nil).Once()
+	won := courier.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200}
+	env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
+	env.OnActivity(contract.AwaitResultName, mock.Anything, mock.Anything).Return(won, nil).Once()
 	env.finishMock.After(time.Minute)
 	env.RegisterDelayedCallback(env.CancelWorkflow, 30*time.Second)
 
 	res := env.run(t, attempt3)
 
-	require.Equal(t, []activities.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: won}}, env.finishes)
+	require.Equal(t, []contract.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: won}}, env.finishes)
 	require.Equal(t, workflows.TaskRunResult{Applied: true, Status: courier.TaskSuccess, Outcome: won}, res)
 	require.Equal(t, []string{string(courier.TaskSuccess)}, env.upsertedStates(t))
 }
@@ -650,16 +650,16 @@ func TestTaskCancelWhileFinishRunsStillFinishes(t *testing.T) {
 // one write failed.
 func TestTaskFinishIsRetriedUntilItSucceeds(t *testing.T) {
 	env := newTaskEnv(t, nil, nil)
-	env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
-	env.OnActivity(activities.AwaitResultName, mock.Anything, mock.Anything).
-		Return(activities.TaskOutcome{Kind: workflows.OutcomeSuccess}, nil).Once()
+	env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
+	env.OnActivity(contract.AwaitResultName, mock.Anything, mock.Anything).
+		Return(courier.AttemptOutcome{Kind: courier.OutcomeSuccess}, nil).Once()
 	calls := 0
-	env.finish = func(activities.FinishTaskParams) (activities.FinishTaskResult, error) {
+	env.finish = func(contract.FinishTaskParams) (contract.FinishTaskResult, error) {
 		calls++
 		if calls < 4 {
-			return activities.FinishTaskResult{}, errors.New("database is down")
+			return contract.FinishTaskResult{}, errors.New("database is down")
 		}
-		return activities.FinishTaskResult{Applied: true, Status: courier.TaskSuccess}, nil
+		return contract.FinishTaskResult{Applied: true, Status: courier.TaskSuccess}, nil
 	}
 
 	res := env.run(t, attempt3)
@@ -667,7 +667,7 @@ func TestTaskFinishIsRetriedUntilItSucceeds(t *testing.T) {
 	require.Equal(t, 4, calls)
 	require.Len(t, env.finishes, 4, "each retry records the same attempt")
 	for _, f := range env.finishes {
-		require.Equal(t, activities.FinishTaskParams{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: activities.TaskOutcome{Kind: workflows.OutcomeSuccess}}, f)
+		require.Equal(t, contract.FinishTaskParams{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess}}, f)
 	}
 	require.True(t, res.Applied)
 	require.Equal(t, courier.TaskSuccess, res.Status)
@@ -679,18 +679,18 @@ func TestTaskFinishIsRetriedUntilItSucceeds(t *testing.T) {
 // applied one writes the new status.
 func TestTaskStatusIsWrittenOnlyWhenFinishApplied(t *testing.T) {
 	for name, tc := range map[string]struct {
-		fin    activities.FinishTaskResult
+		fin    contract.FinishTaskResult
 		states []string
 	}{
-		"refused": {activities.FinishTaskResult{Applied: false, Status: courier.TaskCancelled}, nil},
-		"applied": {activities.FinishTaskResult{Applied: true, Status: courier.TaskSuccess}, []string{string(courier.TaskSuccess)}},
+		"refused": {contract.FinishTaskResult{Applied: false, Status: courier.TaskCancelled}, nil},
+		"applied": {contract.FinishTaskResult{Applied: true, Status: courier.TaskSuccess}, []string{string(courier.TaskSuccess)}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			env := newTaskEnv(t, nil, nil)
-			won := activities.TaskOutcome{Kind: workflows.OutcomeSuccess}
-			env.OnActivity(activities.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
-			env.OnActivity(activities.AwaitResultName, mock.Anything, mock.Anything).Return(won, nil).Once()
-			env.finish = func(activities.FinishTaskParams) (activities.FinishTaskResult, error) { return tc.fin, nil }
+			won := courier.AttemptOutcome{Kind: courier.OutcomeSuccess}
+			env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
+			env.OnActivity(contract.AwaitResultName, mock.Anything, mock.Anything).Return(won, nil).Once()
+			env.finish = func(contract.FinishTaskParams) (contract.FinishTaskResult, error) { return tc.fin, nil }
 
 			res := env.run(t, attempt3)
 
@@ -703,12 +703,12 @@ func TestTaskStatusIsWrittenOnlyWhenFinishApplied(t *testing.T) {
 
 // runSweeper runs the sweeper with the sweep answered by sweep; it returns the sweep's
 // parameters as received and how each sweep was scheduled.
-func runSweeper(t *testing.T, p activities.SweepParams, sweep func(n int) (activities.SweepResult, error)) (*taskEnv, []activities.SweepParams, []activity.Info) {
+func runSweeper(t *testing.T, p contract.SweepParams, sweep func(n int) (contract.SweepResult, error)) (*taskEnv, []contract.SweepParams, []activity.Info) {
 	env := newTaskEnv(t, nil, nil)
-	var got []activities.SweepParams
+	var got []contract.SweepParams
 	var infos []activity.Info
-	env.OnActivity(activities.SweepTasksName, mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, p activities.SweepParams) (activities.SweepResult, error) {
+	env.OnActivity(contract.SweepTasksName, mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, p contract.SweepParams) (contract.SweepResult, error) {
 			got = append(got, p)
 			infos = append(infos, activity.GetInfo(ctx))
 			return sweep(len(got))
@@ -721,37 +721,37 @@ func runSweeper(t *testing.T, p activities.SweepParams, sweep func(n int) (activ
 // The sweeper runs one sweep with its bounds, on the finish queue, and returns what the sweep
 // changed.
 func TestTaskSweeperReturnsTheSweep(t *testing.T) {
-	want := activities.SweepResult{Expired: 3, Stopped: 40, Purged: 500, LimiterRepairs: 1}
-	params := activities.SweepParams{BatchSize: 100, MaxBatches: 5}
-	env, got, infos := runSweeper(t, params, func(int) (activities.SweepResult, error) { return want, nil })
+	want := contract.SweepResult{Expired: 3, Stopped: 40, Purged: 500, LimiterRepairs: 1}
+	params := contract.SweepParams{BatchSize: 100, MaxBatches: 5}
+	env, got, infos := runSweeper(t, params, func(int) (contract.SweepResult, error) { return want, nil })
 
 	require.NoError(t, env.GetWorkflowError())
-	var res activities.SweepResult
+	var res contract.SweepResult
 	require.NoError(t, env.GetWorkflowResult(&res))
 	require.Equal(t, want, res)
-	require.Equal(t, []activities.SweepParams{params}, got)
-	require.Equal(t, activities.TaskFinishQueue(testQueue), infos[0].TaskQueue)
+	require.Equal(t, []contract.SweepParams{params}, got)
+	require.Equal(t, contract.TaskFinishQueue(testQueue), infos[0].TaskQueue)
 }
 
 // A failing sweep is retried, up to three attempts in all.
 func TestTaskSweeperRetriesAFailingSweep(t *testing.T) {
 	t.Run("succeeds on the third attempt", func(t *testing.T) {
-		want := activities.SweepResult{Expired: 1}
-		env, got, _ := runSweeper(t, activities.SweepParams{}, func(n int) (activities.SweepResult, error) {
+		want := contract.SweepResult{Expired: 1}
+		env, got, _ := runSweeper(t, contract.SweepParams{}, func(n int) (contract.SweepResult, error) {
 			if n < 3 {
-				return activities.SweepResult{}, errors.New("database is down")
+				return contract.SweepResult{}, errors.New("database is down")
 			}
 			return want, nil
 		})
 		require.NoError(t, env.GetWorkflowError())
-		var res activities.SweepResult
+		var res contract.SweepResult
 		require.NoError(t, env.GetWorkflowResult(&res))
 		require.Equal(t, want, res)
 		require.Len(t, got, 3)
 	})
 	t.Run("gives up after three attempts", func(t *testing.T) {
-		env, got, _ := runSweeper(t, activities.SweepParams{}, func(int) (activities.SweepResult, error) {
-			return activities.SweepResult{}, errors.New("database is down")
+		env, got, _ := runSweeper(t, contract.SweepParams{}, func(int) (contract.SweepResult, error) {
+			return contract.SweepResult{}, errors.New("database is down")
 		})
 		err := env.GetWorkflowError()
 		require.Error(t, err)
@@ -764,8 +764,8 @@ func TestTaskSweeperRetriesAFailingSweep(t *testing.T) {
 // courier-task-finish; beside any other, derived from it, so deployments that share a
 // namespace with their own queues never run each other's pushes.
 func TestTaskActivityQueues(t *testing.T) {
-	require.Equal(t, "courier-task-push", activities.TaskPushQueue("courier-outbox"))
-	require.Equal(t, "courier-task-finish", activities.TaskFinishQueue("courier-outbox"))
-	require.Equal(t, "bench-a-task-push", activities.TaskPushQueue("bench-a"))
-	require.Equal(t, "bench-a-task-finish", activities.TaskFinishQueue("bench-a"))
+	require.Equal(t, "courier-task-push", contract.TaskPushQueue("courier-outbox"))
+	require.Equal(t, "courier-task-finish", contract.TaskFinishQueue("courier-outbox"))
+	require.Equal(t, "bench-a-task-push", contract.TaskPushQueue("bench-a"))
+	require.Equal(t, "bench-a-task-finish", contract.TaskFinishQueue("bench-a"))
 }

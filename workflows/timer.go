@@ -9,7 +9,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/activities/contract"
 )
 
 // Names of the timer workflow and its messages (stable; never the Go names).
@@ -24,15 +24,6 @@ const (
 	// error as the message, so the Temporal UI lists it under Failures. Its details carry the
 	// TimerState.
 	ErrTypeTimerFailed = "TimerFailed"
-)
-
-// Timer states.
-const (
-	TimerScheduled = "scheduled"
-	TimerFiring    = "firing"
-	TimerDelivered = "delivered"
-	TimerFailed    = "failed"
-	TimerCancelled = "cancelled"
 )
 
 // TimerParams is the timer workflow's input. Its ID is timer/<biz_type>/<biz_id>.
@@ -59,7 +50,7 @@ const TimerV = 1
 
 // TimerState is what the state query, the updates and the workflow result report.
 type TimerState struct {
-	State     string
+	State     courier.TimerState
 	FireAt    time.Time
 	Attempts  int
 	LastError string
@@ -93,11 +84,11 @@ var (
 // loadBizTypeOptions reads the type's delivery settings; a local activity, quick and retried.
 var loadBizTypeOptions = workflow.LocalActivityOptions{
 	StartToCloseTimeout: 10 * time.Second,
-	RetryPolicy: &temporal.RetryPolicy{
-		InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: time.Minute,
-		NonRetryableErrorTypes: []string{activities.ErrTypeUnknownBizType},
-	},
+	RetryPolicy:         untilDone.Temporal(contract.ErrTypeUnknownBizType),
 }
+
+// timerDeliveryNonRetryable are the delivery's error types that no retry can fix.
+var timerDeliveryNonRetryable = []string{contract.ErrTypePermanentDelivery, contract.ErrTypeUnknownBizType}
 
 // Timer waits until FireAt (never earlier), accepting reschedules and a cancel as updates so the
 // caller learns the outcome, then delivers once through the business type's queue with its
@@ -105,19 +96,19 @@ var loadBizTypeOptions = workflow.LocalActivityOptions{
 // reschedules works: a scheduled timer continues as new when the server suggests it. A timer
 // whose delivery failed ends Failed (ErrTypeTimerFailed) with its state in the details.
 func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
-	st := TimerState{State: TimerScheduled, FireAt: p.FireAt, Version: p.Version}
+	st := TimerState{State: courier.TimerScheduled, FireAt: p.FireAt, Version: p.Version}
 	changed := false
 	updates := 0 // changes accepted by this run
 	// publish keeps the state and fire time searchable in the Temporal UI and the list API.
 	publish := func() {
 		_ = workflow.UpsertTypedSearchAttributes(ctx,
-			saState.ValueSet(st.State), saFireAt.ValueSet(st.FireAt))
+			saState.ValueSet(string(st.State)), saFireAt.ValueSet(st.FireAt))
 	}
 	if err := workflow.SetQueryHandler(ctx, QueryTimerState, func() (TimerState, error) { return st, nil }); err != nil {
 		return st, err
 	}
 	mustBeScheduled := func(verb string) error {
-		if st.State != TimerScheduled {
+		if st.State != courier.TimerScheduled {
 			return temporal.NewApplicationError(fmt.Sprintf("timer is %s; it cannot be %s", st.State, verb), ErrTypeTimerClosed)
 		}
 		return nil
@@ -140,7 +131,7 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateCancel,
 		func(ctx workflow.Context) (TimerState, error) {
-			st.State, changed = TimerCancelled, true
+			st.State, changed = courier.TimerCancelled, true
 			st.Version++
 			updates++
 			return st, nil
@@ -159,7 +150,7 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 		return p.V >= TimerV || workflow.GetVersion(ctx, timerContinueAsNew, workflow.DefaultVersion, 1) >= 1
 	}
 
-	for st.State == TimerScheduled {
+	for st.State == courier.TimerScheduled {
 		wait := st.FireAt.Sub(workflow.Now(ctx))
 		if wait <= 0 {
 			break
@@ -170,7 +161,7 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 				return st, err
 			}
-			if st.State == TimerScheduled {
+			if st.State == courier.TimerScheduled {
 				return st, workflow.NewContinueAsNewError(ctx, TimerName, TimerParams{
 					BizType: p.BizType, BizID: p.BizID, FireAt: st.FireAt, Payload: p.Payload, Version: st.Version, V: TimerV})
 			}
@@ -186,17 +177,17 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 		cancelTimer() // a no-op if it fired; otherwise the old fire time is void
 		publish()
 	}
-	if st.State == TimerCancelled {
+	if st.State == courier.TimerCancelled {
 		publish()
 		return st, workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
 	}
 
-	st.State = TimerFiring
+	st.State = courier.TimerFiring
 	publish()
-	var cfg activities.BizTypeDelivery
+	var cfg contract.BizTypeDelivery
 	lctx := workflow.WithLocalActivityOptions(ctx, loadBizTypeOptions)
-	if err := workflow.ExecuteLocalActivity(lctx, activities.LoadBizTypeName, p.BizType).Get(ctx, &cfg); err != nil {
-		st.State, st.LastError = TimerFailed, rootMessage(err)
+	if err := workflow.ExecuteLocalActivity(lctx, contract.LoadBizTypeName, p.BizType).Get(ctx, &cfg); err != nil {
+		st.State, st.LastError = courier.TimerFailed, rootMessage(err)
 		publish()
 		return st, timerFailure(ctx, p, st)
 	}
@@ -209,29 +200,23 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 	dctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:           cfg.TaskQueue,
 		StartToCloseTimeout: timeout + 5*time.Second,
-		RetryPolicy: &temporal.RetryPolicy{
-			InitialInterval:        retry.InitialInterval,
-			BackoffCoefficient:     retry.BackoffCoef,
-			MaximumInterval:        retry.MaxInterval,
-			MaximumAttempts:        retry.MaxAttempts,
-			NonRetryableErrorTypes: []string{activities.ErrTypePermanentDelivery, activities.ErrTypeUnknownBizType},
-		},
+		RetryPolicy:         retry.Temporal(timerDeliveryNonRetryable...),
 	})
 	info := workflow.GetInfo(ctx)
-	err := workflow.ExecuteActivity(dctx, activities.DeliverTimerName, activities.DeliverTimerParams{
+	err := workflow.ExecuteActivity(dctx, contract.DeliverTimerName, contract.DeliverTimerParams{
 		BizType: p.BizType, BizID: p.BizID, DeliveryID: info.WorkflowExecution.RunID,
 		FireAt: st.FireAt, Payload: p.Payload,
 	}).Get(ctx, &st.Attempts)
 	if err != nil {
-		st.State, st.LastError = TimerFailed, rootMessage(err)
+		st.State, st.LastError = courier.TimerFailed, rootMessage(err)
 	} else {
-		st.State = TimerDelivered
+		st.State = courier.TimerDelivered
 	}
 	publish()
 	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 		return st, err
 	}
-	if st.State == TimerFailed {
+	if st.State == courier.TimerFailed {
 		return st, timerFailure(ctx, p, st)
 	}
 	return st, nil

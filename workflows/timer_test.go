@@ -14,11 +14,12 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/workflows"
 )
 
-var bizCfg = activities.BizTypeDelivery{
+var bizCfg = contract.BizTypeDelivery{
 	TaskQueue: "courier-biz-orders", InitialInterval: 10 * time.Second, Backoff: 1, MaxInterval: 10 * time.Second, MaxAttempts: 3,
 }
 
@@ -34,13 +35,13 @@ func newTimerEnv(t *testing.T, deliver func(n int) error) *timerEnv {
 	var s testsuite.WorkflowTestSuite
 	env := &timerEnv{TestWorkflowEnvironment: s.NewTestWorkflowEnvironment()}
 	env.RegisterWorkflowWithOptions(workflows.Timer, workflow.RegisterOptions{Name: workflows.TimerName})
-	env.RegisterActivityWithOptions(func(context.Context, string) (activities.BizTypeDelivery, error) { return bizCfg, nil },
-		activity.RegisterOptions{Name: activities.LoadBizTypeName})
-	env.RegisterActivityWithOptions(func(context.Context, activities.DeliverTimerParams) (int, error) { return 0, nil },
-		activity.RegisterOptions{Name: activities.DeliverTimerName})
+	env.RegisterActivityWithOptions(func(context.Context, string) (contract.BizTypeDelivery, error) { return bizCfg, nil },
+		activity.RegisterOptions{Name: contract.LoadBizTypeName})
+	env.RegisterActivityWithOptions(func(context.Context, contract.DeliverTimerParams) (int, error) { return 0, nil },
+		activity.RegisterOptions{Name: contract.DeliverTimerName})
 	n := 0
-	env.OnActivity(activities.DeliverTimerName, mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, p activities.DeliverTimerParams) (int, error) {
+	env.OnActivity(contract.DeliverTimerName, mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, p contract.DeliverTimerParams) (int, error) {
 			n++
 			env.delivered = append(env.delivered, env.Now())
 			if deliver != nil {
@@ -64,13 +65,13 @@ func (e *timerEnv) run(t *testing.T, in time.Duration) workflows.TimerState {
 	if errors.As(e.GetWorkflowError(), &app) && app.Type() == workflows.ErrTypeTimerFailed {
 		require.True(t, app.NonRetryable())
 		require.NoError(t, app.Details(&st))
-		require.Equal(t, workflows.TimerFailed, st.State)
+		require.Equal(t, courier.TimerFailed, st.State)
 		require.Equal(t, st.LastError, app.Message(), "the failure message is the reason")
 		return st
 	}
 	require.NoError(t, e.GetWorkflowError())
 	require.NoError(t, e.GetWorkflowResult(&st))
-	require.NotEqual(t, workflows.TimerFailed, st.State, "a failed timer's run fails")
+	require.NotEqual(t, courier.TimerFailed, st.State, "a failed timer's run fails")
 	return st
 }
 
@@ -88,7 +89,7 @@ func (e *timerEnv) update(at time.Duration, name string, rejected *error, args .
 func TestTimerFiresOnTimeNeverEarly(t *testing.T) {
 	env := newTimerEnv(t, nil)
 	st := env.run(t, 30*time.Minute)
-	require.Equal(t, workflows.TimerDelivered, st.State)
+	require.Equal(t, courier.TimerDelivered, st.State)
 	require.Len(t, env.delivered, 1)
 	require.False(t, env.delivered[0].Before(env.start.Add(30*time.Minute)), "never early")
 	require.Less(t, env.delivered[0].Sub(env.start.Add(30*time.Minute)), time.Second)
@@ -103,7 +104,7 @@ func TestTimerRescheduleLaterAndEarlier(t *testing.T) {
 			env.update(5*time.Minute, workflows.UpdateReschedule, &rejected, workflows.RescheduleRequest{FireAt: env.start.Add(tc.to)})
 			st := env.run(t, time.Hour)
 			require.NoError(t, rejected)
-			require.Equal(t, workflows.TimerDelivered, st.State)
+			require.Equal(t, courier.TimerDelivered, st.State)
 			require.Len(t, env.delivered, 1, "the old fire time is void")
 			require.False(t, env.delivered[0].Before(env.start.Add(tc.to)))
 			require.Less(t, env.delivered[0].Sub(env.start.Add(tc.to)), time.Second)
@@ -125,7 +126,7 @@ func TestTimerRescheduleAfterFireIsRefused(t *testing.T) {
 	st := env.run(t, time.Hour)
 	require.Error(t, rejected)
 	require.Contains(t, rejected.Error(), "timer is firing; it cannot be rescheduled")
-	require.Equal(t, workflows.TimerDelivered, st.State)
+	require.Equal(t, courier.TimerDelivered, st.State)
 	require.Len(t, env.delivered, 3)
 }
 
@@ -137,7 +138,7 @@ func TestTimerCancelBeforeAndJustBeforeFire(t *testing.T) {
 			env.update(at, workflows.UpdateCancel, &rejected)
 			st := env.run(t, time.Hour)
 			require.NoError(t, rejected)
-			require.Equal(t, workflows.TimerCancelled, st.State)
+			require.Equal(t, courier.TimerCancelled, st.State)
 			require.Empty(t, env.delivered, "an acknowledged cancel never fires")
 		})
 	}
@@ -155,13 +156,13 @@ func TestTimerCancelAfterFireIsRefused(t *testing.T) {
 	env.update(time.Hour+time.Second, workflows.UpdateCancel, &rejected)
 	st := env.run(t, time.Hour)
 	require.Error(t, rejected)
-	require.Equal(t, workflows.TimerDelivered, st.State)
+	require.Equal(t, courier.TimerDelivered, st.State)
 }
 
 func TestTimerDeliveryRetriesThenFails(t *testing.T) {
 	env := newTimerEnv(t, func(int) error { return errors.New("receiver answered 503") })
 	st := env.run(t, time.Minute)
-	require.Equal(t, workflows.TimerFailed, st.State)
+	require.Equal(t, courier.TimerFailed, st.State)
 	require.Len(t, env.delivered, 3, "the business type's MaxAttempts")
 	require.Contains(t, st.LastError, "503")
 	require.GreaterOrEqual(t, env.delivered[2].Sub(env.delivered[0]), 20*time.Second, "retries wait per the policy")
@@ -174,7 +175,7 @@ func TestTimerStateQuery(t *testing.T) {
 		require.NoError(t, err)
 		var st workflows.TimerState
 		require.NoError(t, v.Get(&st))
-		require.Equal(t, workflows.TimerScheduled, st.State)
+		require.Equal(t, courier.TimerScheduled, st.State)
 		require.True(t, env.start.Add(time.Hour).Equal(st.FireAt))
 	}, 10*time.Minute)
 	env.run(t, time.Hour)
@@ -239,7 +240,7 @@ func TestTimerDoesNotContinueAsNewWithoutChanges(t *testing.T) {
 	env := newTimerEnv(t, nil)
 	env.SetContinueAsNewSuggested(true)
 	st := env.run(t, time.Hour)
-	require.Equal(t, workflows.TimerDelivered, st.State)
+	require.Equal(t, courier.TimerDelivered, st.State)
 	require.Len(t, env.delivered, 1)
 }
 
@@ -255,7 +256,7 @@ func TestTimerContinuedRunCancels(t *testing.T) {
 	var st workflows.TimerState
 	require.NoError(t, env.GetWorkflowResult(&st))
 	require.NoError(t, rejected)
-	require.Equal(t, workflows.TimerCancelled, st.State)
+	require.Equal(t, courier.TimerCancelled, st.State)
 	require.Equal(t, 42, st.Version)
 	require.Empty(t, env.delivered)
 }
@@ -269,7 +270,7 @@ func normalize(p workflows.TimerParams) workflows.TimerParams {
 // marker.
 func TestTimerVFailsWithoutVersionMarker(t *testing.T) {
 	env := newTimerEnv(t, func(int) error {
-		return temporal.NewNonRetryableApplicationError("gone", activities.ErrTypePermanentDelivery, nil)
+		return temporal.NewNonRetryableApplicationError("gone", contract.ErrTypePermanentDelivery, nil)
 	})
 	env.OnGetVersion(mock.Anything, workflow.DefaultVersion, 1).Run(func(args mock.Arguments) {
 		t.Errorf("GetVersion(%v) in a TimerV run", args.Get(0))

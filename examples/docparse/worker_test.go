@@ -159,9 +159,9 @@ func TestPushesEndInResults(t *testing.T) {
 	for _, a := range auth {
 		require.Equal(t, "Bearer k-worker", a)
 	}
-	require.Equal(t, courier.TaskResult{Attempt: 3, Status: courier.ResultSuccess, StatusCode: 200,
+	require.Equal(t, courier.TaskResult{Attempt: 3, Status: courier.OutcomeSuccess, StatusCode: 200,
 		Message: "parsed 2 pages, 5 words", Result: json.RawMessage(`{"name":"q3.txt","pages":2,"words":5,"characters":35}`)}, results[0])
-	require.Equal(t, courier.ResultFailure, results[1].Status)
+	require.Equal(t, courier.OutcomeFailure, results[1].Status)
 	require.Equal(t, StatusUnusable, results[1].StatusCode)
 	require.Contains(t, results[1].Message, "unusable payload")
 }

@@ -1,0 +1,121 @@
+package contract
+
+import (
+	"time"
+
+	"github.com/courier-oss/courier"
+)
+
+// Registered names of the task activities.
+const (
+	// PushTaskName pushes and then stays open until the result completes it: the one activity
+	// of an attempt in runs recorded before the push and the wait were split. It stays
+	// registered, on the workflows' own task queue, for those runs.
+	PushTaskName = "task-push"
+	// SendPushName pushes one attempt to its worker and ends when the worker has answered.
+	SendPushName = "task-send-push"
+	// AwaitResultName waits for the worker's result: the gateway completes it by its id
+	// (courier.TaskAttemptActivityID) and records the worker's heartbeats on it. It alone carries
+	// the processing deadline and the heartbeat timeout.
+	AwaitResultName = "task-await-result"
+	// FinishTaskName records an attempt's outcome and releases its slot.
+	FinishTaskName = "task-finish"
+	// SweepTasksName runs one sweep of the task lifecycle.
+	SweepTasksName = "task-sweep"
+)
+
+// TaskPushQueue is the Temporal task queue of the pushes of the task workflows that run on
+// workflowQueue: courier-task-push beside the default courier-outbox, <queue>-task-push beside
+// any other. Pushes wait on workers' endpoints for up to their push timeout, so they get their
+// own queue and slots: a push endpoint that never answers holds push slots only.
+func TaskPushQueue(workflowQueue string) string { return taskQueueBeside(workflowQueue, "task-push") }
+
+// TaskFinishQueue is the Temporal task queue of the waits for results, the finishes (which
+// release slots) and the sweeps of the task workflows that run on workflowQueue:
+// courier-task-finish beside the default courier-outbox, <queue>-task-finish beside any other.
+func TaskFinishQueue(workflowQueue string) string {
+	return taskQueueBeside(workflowQueue, "task-finish")
+}
+
+// defaultWorkflowQueue is relay.DefaultTaskQueue (the worker package checks they agree).
+const defaultWorkflowQueue = "courier-outbox"
+
+func taskQueueBeside(workflowQueue, kind string) string {
+	if workflowQueue == defaultWorkflowQueue || workflowQueue == "" {
+		return "courier-" + kind
+	}
+	return workflowQueue + "-" + kind
+}
+
+// ErrTypeTaskStale marks an attempt whose task has moved on (cancelled, or already finished by
+// an earlier run): the workflow ends without touching the row.
+const ErrTypeTaskStale = "TaskStale"
+
+// ErrTypePushFailed marks a push the worker did not accept and that trying again cannot help
+// (a 4xx answer, a refused address, no push_url): never retried within the attempt.
+const ErrTypePushFailed = "PushFailed"
+
+// ErrTypePushUnanswered marks a try of a push that failed on the way (no connection, no answer
+// within the push timeout, 429 or 5xx): tried again within the attempt by the push's retry
+// policy, after the worker's Retry-After when it sent one.
+const ErrTypePushUnanswered = "PushUnanswered"
+
+// PushTaskParams names one attempt; the payload stays in the database. The timeouts are the
+// ones Temporal enforces on this attempt (fixed at the claim), so the push tells the worker
+// exactly those.
+type PushTaskParams struct {
+	TaskID            string
+	Version           int64
+	Attempt           int
+	ProcessingTimeout time.Duration
+	HeartbeatTimeout  time.Duration
+	// Deadline is when the processing timeout runs out, fixed by the workflow before the first
+	// try so every try tells the worker the same; zero (PushTaskName): the activity's start
+	// plus the processing timeout.
+	Deadline time.Time
+	// PushTimeout bounds one try's HTTP request; zero: courier.DefaultPushTimeout.
+	PushTimeout time.Duration
+}
+
+// SendPushResult is an accepted push.
+type SendPushResult struct {
+	Try int32 // the try the worker accepted (1 unless earlier ones failed on the way)
+}
+
+// AwaitResultParams name the attempt whose result the wait is for (shown in the history). The
+// wait's result, like the legacy push's, is the worker's courier.AttemptOutcome.
+type AwaitResultParams struct {
+	TaskID  string
+	Version int64
+	Attempt int
+}
+
+// FinishTaskParams ends one attempt.
+type FinishTaskParams struct {
+	TaskID  string
+	Version int64
+	Attempt int
+	Outcome courier.AttemptOutcome
+}
+
+// FinishTaskResult is what finishing did.
+type FinishTaskResult struct {
+	Applied       bool
+	Status        courier.TaskStatus
+	NextAttemptAt time.Time
+}
+
+// SweepParams bound one sweep.
+type SweepParams struct {
+	BatchSize  int // rows per statement; default 500
+	MaxBatches int // statements per step and queue; default 20
+}
+
+// SweepResult counts what one sweep changed.
+type SweepResult struct {
+	Expired        int64 // pending past their pending timeout → failed
+	Stopped        int64 // successes past retention → stopped
+	Purged         int64 // finished rows past the purge age → deleted
+	Orphaned       int   // attempts in Processing whose workflow had ended → finished as timed out
+	LimiterRepairs int   // queues whose in_flight did not match their rows
+}

@@ -1,0 +1,119 @@
+package workflows_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities/contract"
+	"github.com/courier-oss/courier/workflows"
+)
+
+func TestRetryPolicyTemporal(t *testing.T) {
+	r := workflows.RetryPolicy{InitialInterval: time.Second, BackoffCoef: 3, MaxInterval: time.Minute, MaxAttempts: 4, AttemptTimeout: time.Hour}
+	require.Equal(t, &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 3, MaximumInterval: time.Minute,
+		MaximumAttempts: 4, NonRetryableErrorTypes: []string{"A", "B"}}, r.Temporal("A", "B"))
+	require.Nil(t, r.Temporal().NonRetryableErrorTypes, "no error types: none listed")
+}
+
+// retriesOf records the retry policy each activity (local ones included) was scheduled with,
+// by activity name, as the workflow's options give it to Temporal.
+func retriesOf(env *testsuite.TestWorkflowEnvironment) map[string]*temporal.RetryPolicy {
+	r := &retryRecorder{got: map[string]*temporal.RetryPolicy{}}
+	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{r}})
+	return r.got
+}
+
+type retryRecorder struct {
+	interceptor.WorkerInterceptorBase
+	got map[string]*temporal.RetryPolicy
+}
+
+func (r *retryRecorder) InterceptWorkflow(_ workflow.Context, next interceptor.WorkflowInboundInterceptor) interceptor.WorkflowInboundInterceptor {
+	return &retryInbound{WorkflowInboundInterceptorBase: interceptor.WorkflowInboundInterceptorBase{Next: next}, got: r.got}
+}
+
+type retryInbound struct {
+	interceptor.WorkflowInboundInterceptorBase
+	got map[string]*temporal.RetryPolicy
+}
+
+func (i *retryInbound) Init(out interceptor.WorkflowOutboundInterceptor) error {
+	return i.Next.Init(&retryOutbound{WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: out}, got: i.got})
+}
+
+type retryOutbound struct {
+	interceptor.WorkflowOutboundInterceptorBase
+	got map[string]*temporal.RetryPolicy
+}
+
+func (o *retryOutbound) ExecuteActivity(ctx workflow.Context, name string, args ...any) workflow.Future {
+	o.got[name] = workflow.GetActivityOptions(ctx).RetryPolicy
+	return o.Next.ExecuteActivity(ctx, name, args...)
+}
+
+func (o *retryOutbound) ExecuteLocalActivity(ctx workflow.Context, name string, args ...any) workflow.Future {
+	o.got[name] = workflow.GetLocalActivityOptions(ctx).RetryPolicy
+	return o.Next.ExecuteLocalActivity(ctx, name, args...)
+}
+
+// The retry policies the workflows schedule their activities with are the ones recorded
+// histories were made with: a change here changes what every new run does.
+func TestWorkflowsScheduleTheirRetryPolicies(t *testing.T) {
+	untilDone := &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: time.Minute}
+
+	t.Run("outbox", func(t *testing.T) {
+		env := newEnv(t)
+		got := retriesOf(env)
+		env.OnActivity(contract.DeliverOutboxName, mock.Anything, mock.Anything).
+			Return(contract.DeliverResult{}, temporal.NewNonRetryableApplicationError("x", contract.ErrTypeUnknownTopic, nil))
+		env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{Source: "default", ID: 7, Retry: budget})
+		require.True(t, env.IsWorkflowCompleted())
+		require.Equal(t, &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 10 * time.Second,
+			MaximumAttempts: 5, NonRetryableErrorTypes: []string{contract.ErrTypeUnknownTopic, contract.ErrTypeOutboxNotFound, contract.ErrTypeUnknownSource}},
+			got[contract.DeliverOutboxName])
+		require.Equal(t, untilDone, got[contract.MarkOutboxDeadName])
+	})
+
+	t.Run("timer", func(t *testing.T) {
+		env := newTimerEnv(t, nil)
+		got := retriesOf(env.TestWorkflowEnvironment)
+		env.run(t, time.Minute)
+		require.Equal(t, &temporal.RetryPolicy{InitialInterval: 10 * time.Second, BackoffCoefficient: 1, MaximumInterval: 10 * time.Second,
+			MaximumAttempts: 3, NonRetryableErrorTypes: []string{contract.ErrTypePermanentDelivery, contract.ErrTypeUnknownBizType}},
+			got[contract.DeliverTimerName])
+		require.Equal(t, &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: time.Minute,
+			NonRetryableErrorTypes: []string{contract.ErrTypeUnknownBizType}}, got[contract.LoadBizTypeName])
+	})
+
+	t.Run("task", func(t *testing.T) {
+		env := newTaskEnv(t, nil, nil)
+		got := retriesOf(env.TestWorkflowEnvironment)
+		env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
+		env.OnActivity(contract.AwaitResultName, mock.Anything, mock.Anything).
+			Return(courier.AttemptOutcome{Kind: courier.OutcomeSuccess}, nil).Once()
+		env.run(t, attempt3)
+		require.Equal(t, &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second,
+			MaximumAttempts: courier.PushTries, NonRetryableErrorTypes: []string{contract.ErrTypePushFailed, contract.ErrTypeTaskStale}},
+			got[contract.SendPushName])
+		require.Equal(t, &temporal.RetryPolicy{MaximumAttempts: 1}, got[contract.AwaitResultName])
+		require.Equal(t, untilDone, got[contract.FinishTaskName])
+	})
+
+	t.Run("sweeper", func(t *testing.T) {
+		env := newTaskEnv(t, nil, nil)
+		got := retriesOf(env.TestWorkflowEnvironment)
+		env.ExecuteWorkflow(workflows.TaskSweeperName, contract.SweepParams{})
+		require.True(t, env.IsWorkflowCompleted())
+		require.NoError(t, env.GetWorkflowError())
+		require.Equal(t, &temporal.RetryPolicy{InitialInterval: 5 * time.Second, MaximumAttempts: 3}, got[contract.SweepTasksName])
+	})
+}
