@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -230,46 +231,64 @@ func runOutbox(ctx context.Context, tc client.Client, natsURL, dbName, dbURL, st
 	}
 	sentBefore := before.ByStatus[courier.OutboxSent]
 
-	// One row per transaction at the rate; in batch mode a transaction every 10 ms with as
-	// many rows as the rate asks.
-	perTx, interval := 1, time.Duration(float64(time.Second)/rate)
+	// One row per transaction at the rate. In batch mode producers (one per 2,000 rows/s
+	// offered, as one connection inserting row by row keeps up with about that many) each commit
+	// a transaction every 10 ms with as many rows as their share of the rate asks.
+	producers, perTx, interval := 1, 1, time.Duration(float64(time.Second)/rate)
 	if batch {
-		perTx = max(1, int(rate/100))
-		interval = time.Duration(float64(time.Second) * float64(perTx) / rate)
+		producers = max(1, int(math.Ceil(rate/2000)))
+		perTx = max(1, int(rate/float64(producers)/100))
+		interval = time.Duration(float64(time.Second) * float64(perTx*producers) / rate)
 	}
 	start := time.Now()
 	payload := []byte(`{"bench":true}`)
-	msgs := make([]outbox.Message, perTx)
-	for i := range msgs {
-		msgs[i] = outbox.Message{Topic: subject, Payload: payload}
+	produce := func(rows int) error {
+		msgs := make([]outbox.Message, perTx)
+		for i := range msgs {
+			msgs[i] = outbox.Message{Topic: subject, Payload: payload}
+		}
+		for i, tick := 0, 0; i < rows; tick++ {
+			if d := time.Until(start.Add(time.Duration(tick) * interval)); d > 0 {
+				time.Sleep(d)
+			}
+			n := min(perTx, rows-i)
+			tx, err := st.DB().BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			ids, err := outbox.Enqueue(ctx, tx, msgs[:n]...)
+			if err != nil {
+				_ = tx.Rollback()
+				return err
+			}
+			if err := tx.Commit(); err != nil {
+				return err
+			}
+			at := time.Now()
+			mu.Lock()
+			for _, id := range ids {
+				committed[courier.OutboxMessageID(source, id)] = at
+			}
+			if !batch {
+				workflowIDs = append(workflowIDs, courier.OutboxWorkflowID(source, ids[0]))
+			}
+			mu.Unlock()
+			i += n
+		}
+		return nil
 	}
-	for i, tick := 0, 0; i < rows; tick++ {
-		if d := time.Until(start.Add(time.Duration(tick) * interval)); d > 0 {
-			time.Sleep(d)
+	perr := make(chan error, producers)
+	for p := range producers {
+		share := rows / producers
+		if p < rows%producers {
+			share++
 		}
-		n := min(perTx, rows-i)
-		tx, err := st.DB().BeginTx(ctx, nil)
-		if err != nil {
+		go func() { perr <- produce(share) }()
+	}
+	for range producers {
+		if err := <-perr; err != nil {
 			return Result{}, err
 		}
-		ids, err := outbox.Enqueue(ctx, tx, msgs[:n]...)
-		if err != nil {
-			_ = tx.Rollback()
-			return Result{}, err
-		}
-		if err := tx.Commit(); err != nil {
-			return Result{}, err
-		}
-		at := time.Now()
-		mu.Lock()
-		for _, id := range ids {
-			committed[courier.OutboxMessageID(source, id)] = at
-		}
-		mu.Unlock()
-		if !batch {
-			workflowIDs = append(workflowIDs, courier.OutboxWorkflowID(source, ids[0]))
-		}
-		i += n
 	}
 	select {
 	case <-done:
