@@ -428,7 +428,7 @@ func TestClientEveryCall(t *testing.T) {
 		require.Equal(t, courier.TaskCancelled, cancelled.Status)
 		_, err = producer.GetTaskVersion(ctx, "doc 2", 9)
 		require.ErrorIs(t, err, cc.ErrNotFound)
-		require.ErrorIs(t, err, courier.ErrNotFound)
+		require.ErrorIs(t, err, &courier.Error{Code: courier.CodeNotFound})
 	})
 
 	t.Run("authentication", func(t *testing.T) {
