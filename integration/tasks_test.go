@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/courier-oss/courier"
@@ -346,9 +347,17 @@ func TestTasksConcurrentIdenticalInserts(t *testing.T) {
 			wg.Wait()
 			require.EqualValues(t, 1, created.Load())
 			require.EqualValues(t, 99, existing.Load())
-			ts.waitStatus("same-doc", 1, courier.TaskSuccess, time.Minute)
-			time.Sleep(500 * time.Millisecond) // a second dispatch would have been pushed by now
+			done := ts.waitStatus("same-doc", 1, courier.TaskSuccess, time.Minute)
+			// Only a run of the task's workflow pushes, and only a claim of a pending row (a new
+			// attempt) or a restart of a processing one starts a run: once the row is final and
+			// the latest run has closed, every push there will ever be has been made.
+			id := courier.TaskWorkflowID("same-doc", 1)
+			require.Eventually(t, func() bool {
+				d, err := ts.tc.DescribeWorkflowExecution(t.Context(), id, "")
+				return err == nil && d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+			}, time.Minute, 20*time.Millisecond, "the task's run never closed")
 			require.EqualValues(t, 1, w.pushes.Load(), "one dispatch")
+			require.Equal(t, 1, done.Attempt, "one attempt: the task was never claimed again")
 		})
 	}
 }
