@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"path/filepath"
 	"testing"
@@ -42,7 +41,7 @@ func TestKeyRateConfig(t *testing.T) {
 
 // courier apikey create --rate and set-rate store a key's own rate; bad rates are refused.
 func TestAPIKeyRateCommands(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	db := "sqlite:" + filepath.Join(t.TempDir(), "courier.db")
 	require.NoError(t, runMigrate(ctx, []string{"--database-url", db}))
 	require.NoError(t, runAPIKey(ctx, []string{"create", "--database-url", db, "--name", "orders", "--rate", "5", "--burst", "10"}))
