@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -48,7 +47,7 @@ func newClientStack(t *testing.T) *clientStack {
 	s := newStack(t, "sqlite")
 	s.createStream("ORDERS", "orders.>")
 	rcv, secret := s.callbacks()
-	ctx := context.Background()
+	ctx := t.Context()
 
 	// The gateway's address goes into every push, so it listens before the worker starts.
 	var h http.Handler
