@@ -52,8 +52,3 @@ func ErrorCode(err error) Code {
 	}
 	return CodeInternal
 }
-
-// Sentinel errors for the common cases; wrap them with %w to add context.
-var (
-	ErrNotFound = &Error{Code: CodeNotFound, Message: "not found"}
-)

@@ -40,32 +40,40 @@ func WriteJSON(w io.Writer, r Report) error {
 
 // OutboxReport converts outbox results.
 func OutboxReport(rs []Result) Report {
-	out := Report{Kind: "outbox", Rows: []ReportRow{}}
-	for _, r := range rs {
-		out.Rows = append(out.Rows, ReportRow{Scenario: r.Key, N: r.N, ThroughputPerS: r.Throughput,
-			P50Ms: ms(r.P50), P99Ms: ms(r.P99), MaxMs: ms(r.Max), HistoryEventsPerItem: r.Cost.Events, ActionsPerItem: r.Cost.Actions})
-	}
-	return out
+	return reportOf("outbox", rs, func(r Result) ReportRow {
+		return rowOf(r.Key, r.N, r.Throughput, r.P50, r.P99, r.Max, r.Cost)
+	})
 }
 
 // TasksReport converts task results.
 func TasksReport(rs []TaskResult) Report {
-	out := Report{Kind: "tasks", Rows: []ReportRow{}}
-	for _, r := range rs {
-		out.Rows = append(out.Rows, ReportRow{Scenario: r.Key, N: r.N, ThroughputPerS: r.PerSec,
-			P50Ms: ms(r.P50), P99Ms: ms(r.P99), MaxMs: ms(r.Max), HistoryEventsPerItem: r.Cost.Events, ActionsPerItem: r.Cost.Actions})
-	}
-	return out
+	return reportOf("tasks", rs, func(r TaskResult) ReportRow {
+		return rowOf(r.Key, r.N, r.PerSec, r.P50, r.P99, r.Max, r.Cost)
+	})
 }
 
 // TimersReport converts timer results.
 func TimersReport(rs []TimerResult) Report {
-	out := Report{Kind: "timers", Rows: []ReportRow{}}
+	return reportOf("timers", rs, func(r TimerResult) ReportRow {
+		row := rowOf(r.Key, r.N, r.CreatePerSec, r.P50, r.P99, r.Max, r.Cost)
+		row.Early = r.Early
+		return row
+	})
+}
+
+// reportOf converts one kind's results, a row each; no results is an empty list, not null.
+func reportOf[T any](kind string, rs []T, row func(T) ReportRow) Report {
+	out := Report{Kind: kind, Rows: make([]ReportRow, 0, len(rs))}
 	for _, r := range rs {
-		out.Rows = append(out.Rows, ReportRow{Scenario: r.Key, N: r.N, ThroughputPerS: r.CreatePerSec,
-			P50Ms: ms(r.P50), P99Ms: ms(r.P99), MaxMs: ms(r.Max), HistoryEventsPerItem: r.Cost.Events, ActionsPerItem: r.Cost.Actions, Early: r.Early})
+		out.Rows = append(out.Rows, row(r))
 	}
 	return out
+}
+
+// rowOf is a scenario's row from what every kind of result measures.
+func rowOf(scenario string, n int, perSec float64, p50, p99, worst time.Duration, c Cost) ReportRow {
+	return ReportRow{Scenario: scenario, N: n, ThroughputPerS: perSec, P50Ms: ms(p50), P99Ms: ms(p99), MaxMs: ms(worst),
+		HistoryEventsPerItem: c.Events, ActionsPerItem: c.Actions}
 }
 
 type costRow struct {

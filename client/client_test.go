@@ -179,7 +179,7 @@ func TestErrorsMatchSentinelsAndCouriersErrors(t *testing.T) {
 	t.Parallel()
 	e := &Error{StatusCode: 404, Code: courier.CodeNotFound, Details: map[string]any{"field": "id"}}
 	require.ErrorIs(t, e, ErrNotFound)
-	require.ErrorIs(t, e, courier.ErrNotFound)
+	require.ErrorIs(t, e, &courier.Error{Code: courier.CodeNotFound})
 	require.NotErrorIs(t, e, ErrConflict)
 	require.ErrorIs(t, e, &Error{Code: courier.CodeNotFound, StatusCode: 404})
 	require.NotErrorIs(t, e, &Error{Code: courier.CodeNotFound, StatusCode: 400})

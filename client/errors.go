@@ -13,7 +13,7 @@ import (
 
 // Error is a request the gateway refused (or that a proxy in front of it answered with an
 // error status). Code is courier's stable error code; branch on it, or use errors.Is with the
-// sentinels below. errors.Is also matches courier's own sentinels (courier.ErrNotFound).
+// sentinels below. errors.Is also matches a *courier.Error with the same code.
 type Error struct {
 	StatusCode int            // the HTTP status, e.g. 404
 	Code       courier.Code   // e.g. courier.CodeNotFound; derived from the status when the body has none

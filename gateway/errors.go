@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"math"
@@ -9,11 +8,9 @@ import (
 	"strconv"
 
 	"github.com/labstack/echo/v4"
-	"go.temporal.io/api/serviceerror"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/timers"
 )
 
 // statusOf is the one table from courier's error codes to HTTP statuses.
@@ -43,13 +40,6 @@ var codeOfStatus = map[int]courier.Code{
 	http.StatusUnauthorized:          courier.CodeUnauthenticated,
 	http.StatusForbidden:             courier.CodePermissionDenied,
 	http.StatusServiceUnavailable:    courier.CodeUnavailable,
-}
-
-// timedOut reports an error caused by the request's deadline, whether it surfaced as a context
-// error or as a deadline from a gRPC call to Temporal.
-func timedOut(err error) bool {
-	var de *serviceerror.DeadlineExceeded
-	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &de) || status.Code(err) == codes.DeadlineExceeded
 }
 
 // ErrorBody is the JSON shape of every error response.
@@ -86,7 +76,7 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 }
 
 func render(err error) (int, ErrorBody) {
-	if timedOut(err) {
+	if timers.TimedOut(err) { // the request's deadline, as a context error or from Temporal
 		return http.StatusServiceUnavailable, ErrorBody{ErrorDetail{Code: courier.CodeUnavailable,
 			Message: "the request did not finish in time (a dependency is slow or down); it may still take effect, and repeating it is safe"}}
 	}

@@ -36,7 +36,7 @@ func setup(t *testing.T) *fixture {
 	st, _ := testenv.Store(t, "sqlite")
 	prod, _ := testenv.Store(t, "sqlite")
 	f := &fixture{st: st, prodDB: prod}
-	ctx := context.Background()
+	ctx := t.Context()
 	mk := func(s courier.Scope) string {
 		_, tok, err := st.CreateAPIKey(ctx, string(s), []courier.Scope{s})
 		require.NoError(t, err)
@@ -85,16 +85,16 @@ func (f *fixture) do(t *testing.T, method, path, token, contentType string, body
 }
 
 func (f *fixture) count(t *testing.T) int {
-	recs, _, err := f.st.ListOutbox(context.Background(), store.OutboxFilter{Limit: 1000})
+	recs, _, err := f.st.ListOutbox(t.Context(), store.OutboxFilter{Limit: 1000})
 	require.NoError(t, err)
 	return len(recs)
 }
 
 func TestAuthMatrix(t *testing.T) {
 	f := setup(t)
-	rec, err := f.st.EnqueueOutbox(context.Background(), outbox.Message{Topic: "a.b", Payload: []byte("{}")})
+	rec, err := f.st.EnqueueOutbox(t.Context(), outbox.Message{Topic: "a.b", Payload: []byte("{}")})
 	require.NoError(t, err)
-	_, err = f.st.MarkOutboxDead(context.Background(), rec.ID, "x")
+	_, err = f.st.MarkOutboxDead(t.Context(), rec.ID, "x")
 	require.NoError(t, err)
 
 	type route struct {
@@ -215,7 +215,7 @@ func TestPublishGetListRedrive(t *testing.T) {
 	require.Equal(t, courier.CodeConflict, eb.Error.Code)
 	require.Equal(t, "pending", eb.Error.Details["status"])
 
-	_, err := f.st.MarkOutboxDead(context.Background(), rec.ID, "no stream")
+	_, err := f.st.MarkOutboxDead(t.Context(), rec.ID, "no stream")
 	require.NoError(t, err)
 	resp, _ = f.do(t, "GET", "/v1/outbox?status=dead", f.producer, "", nil)
 	var page gateway.OutboxPage
@@ -224,7 +224,7 @@ func TestPublishGetListRedrive(t *testing.T) {
 	require.Equal(t, "no stream", page.Items[0].LastError)
 	resp, _ = f.do(t, "POST", fmt.Sprintf("/v1/outbox/%d/redrive", rec.ID), f.admin, "", nil)
 	require.Equal(t, http.StatusAccepted, resp.StatusCode)
-	got, err := f.st.GetOutbox(context.Background(), rec.ID)
+	got, err := f.st.GetOutbox(t.Context(), rec.ID)
 	require.NoError(t, err)
 	require.Equal(t, courier.OutboxPending, got.Status)
 }
@@ -266,7 +266,7 @@ func TestHealthReadinessMetricsOpenAPI(t *testing.T) {
 // databases never mix.
 func TestProducerSources(t *testing.T) {
 	f := setup(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	own, err := f.st.EnqueueOutbox(ctx, outbox.Message{Topic: "own.topic", Payload: []byte("1")})
 	require.NoError(t, err)
 	theirs, err := f.prodDB.EnqueueOutbox(ctx, outbox.Message{Topic: "user.registered", Payload: []byte("2")})
@@ -334,7 +334,7 @@ func TestBizTypesAPI(t *testing.T) {
 	var again gateway.BizTypeJSON
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&again))
 	require.Empty(t, again.GeneratedSecret, "replacing keeps the secret")
-	kept, err := f.st.GetBizType(context.Background(), "order.close")
+	kept, err := f.st.GetBizType(t.Context(), "order.close")
 	require.NoError(t, err)
 	require.Equal(t, []string{bt.GeneratedSecret}, kept.Secrets)
 
@@ -374,7 +374,7 @@ func TestBizTypesAPI(t *testing.T) {
 // to its query, and a garbage token is a quick 400.
 func TestOutboxListPages(t *testing.T) {
 	f := setup(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	big := make([]byte, 500<<10)
 	for i := range big {
 		big[i] = 'x'
@@ -456,7 +456,7 @@ func (blockingTimers) Get(ctx context.Context, _, _ string) (timers.Timer, error
 // 503 unavailable with the JSON error shape.
 func TestRequestTimeoutIs503(t *testing.T) {
 	st, _ := testenv.Store(t, "sqlite")
-	_, tok, err := st.CreateAPIKey(context.Background(), "p", []courier.Scope{courier.ScopeProducer})
+	_, tok, err := st.CreateAPIKey(t.Context(), "p", []courier.Scope{courier.ScopeProducer})
 	require.NoError(t, err)
 	srv := newServer(t, gateway.New(gateway.Config{RequestTimeout: 200 * time.Millisecond},
 		gateway.Deps{Keys: st, Outbox: st, Timers: blockingTimers{}}))
@@ -474,7 +474,7 @@ func TestRequestTimeoutIs503(t *testing.T) {
 // saying which in payload_encoding.
 func TestPayloadsAsPosted(t *testing.T) {
 	f := setup(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	resp, _ := f.do(t, "POST", "/v1/outbox", f.producer, "application/json",
 		strings.NewReader(`{"topic":"orders.created","payload":{"order":1,"lines":["a","b"]}}`))
 	require.Equal(t, http.StatusCreated, resp.StatusCode)

@@ -159,7 +159,7 @@ func TestOpenAPIDocumentIsValid(t *testing.T) {
 func TestOpenAPICoversEveryRoute(t *testing.T) {
 	t.Parallel()
 	doc, _ := openAPISpec(t)
-	e := gateway.New(gateway.Config{}, gateway.Deps{Tasks: newFakeTasks(), Timers: stubTimers{}, Schedules: stubSchedules{},
+	e := gateway.New(gateway.Config{}, gateway.Deps{Tasks: newCannedTasks(), Timers: stubTimers{}, Schedules: stubSchedules{},
 		BizTypes: stubBizTypes{}, Gatherer: prometheus.NewRegistry()})
 	param := regexp.MustCompile(`:([a-z_]+)`)
 	var served []string

@@ -14,7 +14,7 @@ type fixedSecret []byte
 func (f fixedSecret) Secret(context.Context, string) ([]byte, error) { return f, nil }
 
 func TestPageTokens(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	a := &pageTokens{secrets: fixedSecret("k1")}
 	tok, err := a.seal(ctx, "q1", []byte(`{"cursor":1}`))
 	require.NoError(t, err)
@@ -45,7 +45,7 @@ func TestPageTokens(t *testing.T) {
 }
 
 func mustSeal(t *testing.T, p *pageTokens, query string) string {
-	tok, err := p.seal(context.Background(), query, []byte(`{"cursor":1}`))
+	tok, err := p.seal(t.Context(), query, []byte(`{"cursor":1}`))
 	require.NoError(t, err)
 	return tok
 }

@@ -3,12 +3,10 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"reflect"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -22,18 +20,29 @@ import (
 	"github.com/courier-oss/courier/internal/testenv"
 )
 
-// fakeTasks is an in-memory TaskService with the store's version rules in small: enough to
-// answer every endpoint, and a record of what the gateway passed in.
-type fakeTasks struct {
+// cannedTasks is a TaskService that answers what the test says (answer, answerTo) and records
+// what the gateway passed in. It knows no rules: the store's suite covers the version rules, and
+// these tests cover what the handlers do with the service's answers.
+type cannedTasks struct {
 	mu      sync.Mutex
-	now     time.Time
-	tasks   map[string]map[int64]courier.Task
-	queues  map[string]courier.Queue
+	ans     answer                // what every method answers...
+	by      map[string]answer     // ...but the methods named here
 	calls   []fakeCall            // every call, in order
-	inserts []courier.TaskRequest // Insert requests as received, before any defaults
+	inserts []courier.TaskRequest // Insert requests as received
 	reports []courier.TaskResult
 	beats   []fakeBeat
-	puts    []courier.Queue // PutQueue arguments as received, before any defaults
+	puts    []courier.Queue // PutQueue arguments as received
+}
+
+// answer is what a method of cannedTasks returns: each method takes the fields its signature
+// has.
+type answer struct {
+	task    courier.Task              // Insert, Get, Latest, Cancel
+	outcome courier.TaskInsertOutcome // Insert
+	queue   courier.Queue             // PutQueue, GetQueue
+	created bool                      // PutQueue
+	queues  []courier.Queue           // ListQueues
+	err     error                     // every method
 }
 
 type fakeCall struct {
@@ -49,39 +58,42 @@ type fakeBeat struct {
 
 var fakeNow = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
-func newFakeTasks() *fakeTasks {
-	return &fakeTasks{now: fakeNow, tasks: map[string]map[int64]courier.Task{}, queues: map[string]courier.Queue{}}
-}
+func newCannedTasks() *cannedTasks { return &cannedTasks{} }
 
-func (f *fakeTasks) record(method, id string, version int64) {
-	f.calls = append(f.calls, fakeCall{method: method, id: id, version: version})
-}
-
-// seed stores tasks as they are, replacing any with the same id and version.
-func (f *fakeTasks) seed(ts ...courier.Task) {
+// answer sets what every method answers from now on, and forgets what answerTo set.
+func (f *cannedTasks) answer(a answer) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, t := range ts {
-		if f.tasks[t.TaskID] == nil {
-			f.tasks[t.TaskID] = map[int64]courier.Task{}
-		}
-		f.tasks[t.TaskID][t.Version] = t
+	f.ans, f.by = a, nil
+}
+
+// answerTo sets what one method, by name ("GetQueue"), answers until the next answer: for a
+// request whose handler calls two methods.
+func (f *cannedTasks) answerTo(method string, a answer) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.by == nil {
+		f.by = map[string]answer{}
 	}
+	f.by[method] = a
 }
 
-func (f *fakeTasks) task(id string, version int64) courier.Task {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.tasks[id][version]
+// record notes a call and returns the method's answer.
+func (f *cannedTasks) record(method, id string, version int64) answer {
+	f.calls = append(f.calls, fakeCall{method: method, id: id, version: version})
+	if a, ok := f.by[method]; ok {
+		return a
+	}
+	return f.ans
 }
 
-func (f *fakeTasks) callCount() int {
+func (f *cannedTasks) callCount() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.calls)
 }
 
-func (f *fakeTasks) lastCall() fakeCall {
+func (f *cannedTasks) lastCall() fakeCall {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.calls) == 0 {
@@ -90,188 +102,118 @@ func (f *fakeTasks) lastCall() fakeCall {
 	return f.calls[len(f.calls)-1]
 }
 
-func (f *fakeTasks) lastInsert() courier.TaskRequest {
+func (f *cannedTasks) lastInsert() courier.TaskRequest {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.inserts[len(f.inserts)-1]
 }
 
-func (f *fakeTasks) lastPut() courier.Queue {
+func (f *cannedTasks) lastPut() courier.Queue {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.puts[len(f.puts)-1]
 }
 
+func (f *cannedTasks) lastReport() courier.TaskResult {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reports[len(f.reports)-1]
+}
+
+func (f *cannedTasks) lastBeat() fakeBeat {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.beats[len(f.beats)-1]
+}
+
+func (f *cannedTasks) Insert(_ context.Context, r courier.TaskRequest) (courier.Task, courier.TaskInsertOutcome, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := f.record("Insert", r.TaskID, r.Version)
+	f.inserts = append(f.inserts, r)
+	return a.task, a.outcome, a.err
+}
+
+func (f *cannedTasks) Get(_ context.Context, taskID string, version int64) (courier.Task, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := f.record("Get", taskID, version)
+	return a.task, a.err
+}
+
+func (f *cannedTasks) Latest(_ context.Context, taskID string) (courier.Task, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := f.record("Latest", taskID, 0)
+	return a.task, a.err
+}
+
+func (f *cannedTasks) Cancel(_ context.Context, taskID string, version int64) (courier.Task, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := f.record("Cancel", taskID, version)
+	return a.task, a.err
+}
+
+func (f *cannedTasks) Report(_ context.Context, taskID string, version int64, r courier.TaskResult) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := f.record("Report", taskID, version)
+	f.reports = append(f.reports, r)
+	return a.err
+}
+
+func (f *cannedTasks) Heartbeat(_ context.Context, taskID string, version int64, attempt int, details json.RawMessage) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := f.record("Heartbeat", taskID, version)
+	f.beats = append(f.beats, fakeBeat{attempt: attempt, details: details})
+	return a.err
+}
+
+func (f *cannedTasks) PutQueue(_ context.Context, q courier.Queue) (courier.Queue, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := f.record("PutQueue", q.Name, 0)
+	f.puts = append(f.puts, q)
+	return a.queue, a.created, a.err
+}
+
+func (f *cannedTasks) GetQueue(_ context.Context, name string) (courier.Queue, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := f.record("GetQueue", name, 0)
+	return a.queue, a.err
+}
+
+func (f *cannedTasks) ListQueues(context.Context) ([]courier.Queue, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := f.record("ListQueues", "", 0)
+	return a.queues, a.err
+}
+
+var _ gateway.TaskService = (*cannedTasks)(nil)
+
+// Errors as the task service words them (tasks.Service, store.Store).
 func notFound(id string, version int64) error {
 	return courier.Errorf(courier.CodeNotFound, "task %q version %d not found", id, version)
 }
 
-func (f *fakeTasks) Insert(_ context.Context, r courier.TaskRequest) (courier.Task, courier.TaskInsertOutcome, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.record("Insert", r.TaskID, r.Version)
-	f.inserts = append(f.inserts, r)
-	if err := r.Normalize(); err != nil {
-		return courier.Task{}, "", err
-	}
-	versions := f.tasks[r.TaskID]
-	if versions == nil {
-		versions = map[int64]courier.Task{}
-		f.tasks[r.TaskID] = versions
-	}
-	var head int64
-	for v := range versions {
-		head = max(head, v)
-	}
-	if r.Version < head {
-		return courier.Task{}, "", &courier.Error{Code: courier.CodeConflict,
-			Message: fmt.Sprintf("task %q already has version %d", r.TaskID, head), Details: map[string]any{"current_version": head}}
-	}
-	t, exists := versions[r.Version]
-	if exists && (t.Status == courier.TaskProcessing || t.Status == courier.TaskSuccess) {
-		return t, courier.TaskExisting, nil
-	}
-	outcome := courier.TaskReplaced
-	if !exists {
-		outcome = courier.TaskCreated
-		t = courier.Task{TaskID: r.TaskID, Version: r.Version, CreatedAt: f.now}
-	}
-	t.Queue, t.Priority, t.Payload, t.Overrides = r.Queue, r.Priority, r.Payload, r.Overrides
-	t.Status, t.UpdatedAt, t.NextAttemptAt, t.FinishedAt = courier.TaskPending, f.now, f.now, nil
-	expires := f.now.Add(24 * time.Hour)
-	t.ExpiresAt = &expires
-	versions[r.Version] = t
-	return t, outcome, nil
+func conflict(msg string, details map[string]any) error {
+	return &courier.Error{Code: courier.CodeConflict, Message: msg, Details: details}
 }
 
-func (f *fakeTasks) Get(_ context.Context, taskID string, version int64) (courier.Task, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.record("Get", taskID, version)
-	t, ok := f.tasks[taskID][version]
-	if !ok {
-		return courier.Task{}, notFound(taskID, version)
-	}
-	return t, nil
+func invalidField(field, msg string) error {
+	return &courier.Error{Code: courier.CodeValidation, Message: msg, Details: map[string]any{"field": field}}
 }
-
-func (f *fakeTasks) Latest(_ context.Context, taskID string) (courier.Task, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.record("Latest", taskID, 0)
-	var (
-		out   courier.Task
-		found bool
-	)
-	for v, t := range f.tasks[taskID] {
-		if !found || v > out.Version {
-			out, found = t, true
-		}
-	}
-	if !found {
-		return courier.Task{}, courier.Errorf(courier.CodeNotFound, "task %q not found", taskID)
-	}
-	return out, nil
-}
-
-func (f *fakeTasks) Cancel(_ context.Context, taskID string, version int64) (courier.Task, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.record("Cancel", taskID, version)
-	t, ok := f.tasks[taskID][version]
-	switch {
-	case !ok:
-		return courier.Task{}, notFound(taskID, version)
-	case t.Status == courier.TaskCancelled:
-		return t, nil
-	case t.Status != courier.TaskPending && t.Status != courier.TaskProcessing:
-		return courier.Task{}, &courier.Error{Code: courier.CodeConflict, Message: "can no longer be cancelled",
-			Details: map[string]any{"status": string(t.Status)}}
-	}
-	finished := f.now
-	t.Status, t.FinishedAt, t.UpdatedAt, t.Message = courier.TaskCancelled, &finished, f.now, "cancelled through the API"
-	f.tasks[taskID][version] = t
-	return t, nil
-}
-
-// running answers like the real service: only the running attempt of a processing task.
-func (f *fakeTasks) running(taskID string, version int64, attempt int) error {
-	t, ok := f.tasks[taskID][version]
-	if !ok {
-		return notFound(taskID, version)
-	}
-	if t.Status != courier.TaskProcessing || t.Attempt != attempt {
-		return &courier.Error{Code: courier.CodeConflict, Message: "attempt is not running",
-			Details: map[string]any{"status": string(t.Status), "attempt": t.Attempt}}
-	}
-	return nil
-}
-
-func (f *fakeTasks) Report(_ context.Context, taskID string, version int64, r courier.TaskResult) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.record("Report", taskID, version)
-	f.reports = append(f.reports, r)
-	return f.running(taskID, version, r.Attempt)
-}
-
-func (f *fakeTasks) Heartbeat(_ context.Context, taskID string, version int64, attempt int, details json.RawMessage) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.record("Heartbeat", taskID, version)
-	f.beats = append(f.beats, fakeBeat{attempt: attempt, details: details})
-	return f.running(taskID, version, attempt)
-}
-
-func (f *fakeTasks) PutQueue(_ context.Context, q courier.Queue) (courier.Queue, bool, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.record("PutQueue", q.Name, 0)
-	f.puts = append(f.puts, q)
-	q = q.WithDefaults()
-	if err := q.Validate(); err != nil {
-		return courier.Queue{}, false, err
-	}
-	old, existed := f.queues[q.Name]
-	q.CreatedAt, q.UpdatedAt = f.now, f.now
-	if existed {
-		q.CreatedAt, q.InFlight = old.CreatedAt, old.InFlight
-	}
-	f.queues[q.Name] = q
-	return q, !existed, nil
-}
-
-func (f *fakeTasks) GetQueue(_ context.Context, name string) (courier.Queue, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.record("GetQueue", name, 0)
-	q, ok := f.queues[name]
-	if !ok {
-		return courier.Queue{}, courier.Errorf(courier.CodeNotFound, "queue %q not found", name)
-	}
-	return q, nil
-}
-
-func (f *fakeTasks) ListQueues(context.Context) ([]courier.Queue, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.record("ListQueues", "", 0)
-	out := make([]courier.Queue, 0, len(f.queues))
-	for _, q := range f.queues {
-		out = append(out, q)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
-}
-
-var _ gateway.TaskService = (*fakeTasks)(nil)
 
 type taskFixture struct {
 	*fixture
-	svc *fakeTasks
+	svc *cannedTasks
 }
 
-// setupTasks serves the gateway with the fake task service, the default body limit (so the
+// setupTasks serves the gateway with the canned task service, the default body limit (so the
 // payload limit, not the body limit, is what a large payload meets) and real API keys.
 func setupTasks(t *testing.T) *taskFixture {
 	t.Helper()
@@ -281,7 +223,7 @@ func setupTasks(t *testing.T) *taskFixture {
 		require.NoError(t, err)
 		return tok
 	}
-	svc := newFakeTasks()
+	svc := newCannedTasks()
 	h := gateway.New(gateway.Config{}, gateway.Deps{Keys: st, Outbox: st, Tasks: svc, Gatherer: prometheus.NewRegistry()})
 	srv := newServer(t, h)
 	t.Cleanup(srv.Close)
@@ -307,6 +249,13 @@ func (f *taskFixture) call(t *testing.T, method, path, token, body string, out a
 	return resp.StatusCode, eb
 }
 
+// storedQueue is a queue as the service returns it: its defaults filled in, with timestamps.
+func storedQueue(q courier.Queue) courier.Queue {
+	q = q.WithDefaults()
+	q.CreatedAt, q.UpdatedAt = fakeNow, fakeNow
+	return q
+}
+
 func processing(id string, version int64, attempt int) courier.Task {
 	pushed := fakeNow
 	return courier.Task{TaskID: id, Version: version, Queue: "default", Priority: 3, Status: courier.TaskProcessing,
@@ -314,11 +263,19 @@ func processing(id string, version int64, attempt int) courier.Task {
 		NextAttemptAt: fakeNow, ClaimedAt: &pushed, PushedAt: &pushed}
 }
 
+// pending is a task as the service returns a pending one, with the service's defaults.
+func pending(id string, version int64, payload string) courier.Task {
+	expires := fakeNow.Add(24 * time.Hour)
+	return courier.Task{TaskID: id, Version: version, Queue: "default", Priority: 3, Status: courier.TaskPending,
+		Payload: json.RawMessage(payload), CreatedAt: fakeNow, UpdatedAt: fakeNow, NextAttemptAt: fakeNow, ExpiresAt: &expires}
+}
+
 func TestInsertTask(t *testing.T) {
 	t.Parallel()
 	f := setupTasks(t)
 
 	var got gateway.TaskJSON
+	f.svc.answer(answer{task: pending("t-1", 1, `{"a":1}`), outcome: courier.TaskCreated})
 	st, eb := f.call(t, "POST", "/v1/tasks", f.producer, `{"task_id":"t-1","task_version":1,"payload":{"a":1}}`, &got)
 	require.Equal(t, http.StatusCreated, st, "%+v", eb)
 	require.Equal(t, "created", got.Outcome)
@@ -337,45 +294,51 @@ func TestInsertTask(t *testing.T) {
 
 	body := `{"task_id":"t-2","task_version":4,"priority":1,"queue":"emails","payload":"hi",
 		"overrides":{"pending_timeout":"30s","processing_timeout":"2m","heartbeat_timeout":"1500ms","max_attempts":5}}`
+	overrides := courier.TaskOverrides{PendingTimeout: 30 * time.Second, ProcessingTimeout: 2 * time.Minute,
+		HeartbeatTimeout: 1500 * time.Millisecond, MaxAttempts: 5}
+	t2 := pending("t-2", 4, `"hi"`)
+	t2.Priority, t2.Queue, t2.Overrides = 1, "emails", overrides
+	f.svc.answer(answer{task: t2, outcome: courier.TaskCreated})
 	st, eb = f.call(t, "POST", "/v1/tasks", f.producer, body, &got)
 	require.Equal(t, http.StatusCreated, st, "%+v", eb)
 	require.Equal(t, courier.TaskRequest{TaskID: "t-2", Version: 4, Priority: 1, Queue: "emails", Payload: json.RawMessage(`"hi"`),
-		Overrides: courier.TaskOverrides{PendingTimeout: 30 * time.Second, ProcessingTimeout: 2 * time.Minute,
-			HeartbeatTimeout: 1500 * time.Millisecond, MaxAttempts: 5}}, f.svc.lastInsert())
+		Overrides: overrides}, f.svc.lastInsert())
 	require.Equal(t, gateway.TaskOverridesJSON{PendingTimeout: "30s", ProcessingTimeout: "2m0s", HeartbeatTimeout: "1.5s", MaxAttempts: 5},
 		got.Overrides)
 	require.Equal(t, 1, got.Priority)
 	require.Equal(t, "emails", got.Queue)
 
 	t.Run("replaced", func(t *testing.T) {
+		f.svc.answer(answer{task: pending("t-1", 1, `{"a":2}`), outcome: courier.TaskReplaced})
 		st, eb := f.call(t, "POST", "/v1/tasks", f.producer, `{"task_id":"t-1","task_version":1,"payload":{"a":2}}`, &got)
 		require.Equal(t, http.StatusOK, st, "%+v", eb)
 		require.Equal(t, "replaced", got.Outcome)
 		require.JSONEq(t, `{"a":2}`, string(got.Payload))
 	})
 	t.Run("existing", func(t *testing.T) {
-		f.svc.seed(processing("t-3", 1, 1))
+		f.svc.answer(answer{task: processing("t-3", 1, 1), outcome: courier.TaskExisting})
 		st, eb := f.call(t, "POST", "/v1/tasks", f.producer, `{"task_id":"t-3","task_version":1,"payload":{"new":true}}`, &got)
 		require.Equal(t, http.StatusOK, st, "%+v", eb)
 		require.Equal(t, "existing", got.Outcome)
 		require.Equal(t, "processing", got.Status)
-		require.JSONEq(t, `{}`, string(got.Payload), "an existing version comes back unchanged")
+		require.JSONEq(t, `{}`, string(got.Payload), "the answer shows the task the service has, not the request")
 		require.Nil(t, got.NextAttemptAt, "only pending tasks show next_attempt_at")
 		require.Nil(t, got.ExpiresAt)
 	})
 	t.Run("stale version", func(t *testing.T) {
-		st, _ := f.call(t, "POST", "/v1/tasks", f.producer, `{"task_id":"t-4","task_version":3}`, nil)
-		require.Equal(t, http.StatusCreated, st)
+		f.svc.answer(answer{err: conflict(`task "t-4" already has version 3`, map[string]any{"current_version": int64(3)})})
 		st, eb := f.call(t, "POST", "/v1/tasks", f.producer, `{"task_id":"t-4","task_version":2}`, nil)
 		require.Equal(t, http.StatusConflict, st)
 		require.Equal(t, courier.CodeConflict, eb.Error.Code)
 		require.EqualValues(t, 3, eb.Error.Details["current_version"])
 	})
 	t.Run("service validation", func(t *testing.T) {
+		f.svc.answer(answer{err: invalidField("priority", "priority must be from 1 to 5")})
 		st, eb := f.call(t, "POST", "/v1/tasks", f.producer, `{"task_id":"t-5","task_version":1,"priority":9}`, nil)
 		require.Equal(t, http.StatusUnprocessableEntity, st)
 		require.Equal(t, courier.CodeValidation, eb.Error.Code)
 		require.Equal(t, "priority", eb.Error.Details["field"])
+		require.Equal(t, 9, f.svc.lastInsert().Priority, "the service, not the gateway, judges the priority")
 	})
 }
 
@@ -434,6 +397,7 @@ func TestInsertTaskRejects(t *testing.T) {
 	require.Zero(t, f.svc.callCount(), "a refused request never reaches the service")
 
 	// Exactly at the limit is accepted (the limit counts the payload's JSON bytes).
+	f.svc.answer(answer{task: pending("t", 1, `{}`), outcome: courier.TaskCreated})
 	atLimit := `{"task_id":"t","task_version":1,"payload":"` + strings.Repeat("x", gateway.MaxTaskPayloadBytes-2) + `"}`
 	st, eb := f.call(t, "POST", "/v1/tasks", f.producer, atLimit, nil)
 	require.Equal(t, http.StatusCreated, st, "%+v", eb)
@@ -449,14 +413,15 @@ func TestGetAndCancelTask(t *testing.T) {
 	v1.FinishedAt = &finished
 	v2 := processing("t-1", 2, 3)
 	v2.Status = courier.TaskPending
-	f.svc.seed(v1, v2)
 
 	var got gateway.TaskJSON
+	f.svc.answer(answer{task: v2})
 	st, eb := f.call(t, "GET", "/v1/tasks/t-1", f.producer, "", &got)
 	require.Equal(t, http.StatusOK, st, "%+v", eb)
-	require.EqualValues(t, 2, got.TaskVersion, "the latest version")
+	require.EqualValues(t, 2, got.TaskVersion, "the version the service calls latest")
 	require.Equal(t, fakeCall{"Latest", "t-1", 0}, f.svc.lastCall())
 
+	f.svc.answer(answer{task: v1})
 	st, eb = f.call(t, "GET", "/v1/tasks/t-1/versions/1", f.producer, "", &got)
 	require.Equal(t, http.StatusOK, st, "%+v", eb)
 	require.Equal(t, fakeCall{"Get", "t-1", 1}, f.svc.lastCall())
@@ -488,24 +453,31 @@ func TestGetAndCancelTask(t *testing.T) {
 		require.Equal(t, n, f.svc.callCount(), "%s %s never reaches the service", c.method, c.path)
 	}
 
+	f.svc.answer(answer{err: courier.Errorf(courier.CodeNotFound, "task %q not found", "nope")})
 	st, eb = f.call(t, "GET", "/v1/tasks/nope", f.producer, "", nil)
 	require.Equal(t, http.StatusNotFound, st)
 	require.Equal(t, courier.CodeNotFound, eb.Error.Code)
+	f.svc.answer(answer{err: notFound("t-1", 9)})
 	st, eb = f.call(t, "GET", "/v1/tasks/t-1/versions/9", f.producer, "", nil)
 	require.Equal(t, http.StatusNotFound, st)
 	require.Equal(t, courier.CodeNotFound, eb.Error.Code)
 
+	cancelled := v2
+	cancelled.Status, cancelled.FinishedAt, cancelled.Message = courier.TaskCancelled, &finished, "cancelled through the API"
+	f.svc.answer(answer{task: cancelled})
 	st, eb = f.call(t, "DELETE", "/v1/tasks/t-1/versions/2", f.producer, "", &got)
 	require.Equal(t, http.StatusOK, st, "%+v", eb)
 	require.Equal(t, fakeCall{"Cancel", "t-1", 2}, f.svc.lastCall())
 	require.Equal(t, "cancelled", got.Status)
-	require.Equal(t, courier.TaskCancelled, f.svc.task("t-1", 2).Status)
+	require.Equal(t, "cancelled through the API", got.Message)
 	st, _ = f.call(t, "DELETE", "/v1/tasks/t-1/versions/2", f.producer, "", &got)
-	require.Equal(t, http.StatusOK, st, "cancelling a cancelled version is a no-op")
+	require.Equal(t, http.StatusOK, st, "a repeated cancel, answered with the task as it is, is a 200 too")
 
+	f.svc.answer(answer{err: conflict(`task "t-1" version 1 is failed and can no longer be cancelled`, map[string]any{"status": "failed"})})
 	st, eb = f.call(t, "DELETE", "/v1/tasks/t-1/versions/1", f.producer, "", nil)
 	require.Equal(t, http.StatusConflict, st, "the service's conflict passes through")
 	require.Equal(t, "failed", eb.Error.Details["status"])
+	f.svc.answer(answer{err: notFound("t-1", 7)})
 	st, eb = f.call(t, "DELETE", "/v1/tasks/t-1/versions/7", f.producer, "", nil)
 	require.Equal(t, http.StatusNotFound, st)
 	require.Equal(t, courier.CodeNotFound, eb.Error.Code)
@@ -514,19 +486,18 @@ func TestGetAndCancelTask(t *testing.T) {
 func TestTaskResultAndHeartbeat(t *testing.T) {
 	t.Parallel()
 	f := setupTasks(t)
-	f.svc.seed(processing("t-1", 1, 2))
 
 	var acc gateway.ReportAccepted
 	st, eb := f.call(t, "POST", "/v1/tasks/t-1/versions/1/heartbeat", f.worker, `{"attempt":2,"details":{"progress":0.5}}`, &acc)
 	require.Equal(t, http.StatusOK, st, "%+v", eb)
 	require.Equal(t, gateway.ReportAccepted{TaskID: "t-1", TaskVersion: 1, Attempt: 2, Accepted: true}, acc)
 	require.Equal(t, fakeCall{"Heartbeat", "t-1", 1}, f.svc.lastCall())
-	require.Equal(t, 2, f.svc.beats[0].attempt)
-	require.JSONEq(t, `{"progress":0.5}`, string(f.svc.beats[0].details))
+	require.Equal(t, 2, f.svc.lastBeat().attempt)
+	require.JSONEq(t, `{"progress":0.5}`, string(f.svc.lastBeat().details))
 
 	st, eb = f.call(t, "POST", "/v1/tasks/t-1/versions/1/heartbeat", f.worker, `{"attempt":2}`, &acc)
 	require.Equal(t, http.StatusOK, st, "%+v", eb)
-	require.Empty(t, f.svc.beats[1].details, "details are optional")
+	require.Empty(t, f.svc.lastBeat().details, "details are optional")
 
 	st, eb = f.call(t, "POST", "/v1/tasks/t-1/versions/1/result", f.worker,
 		`{"attempt":2,"status":"success","status_code":200,"message":"ok","result":{"n":1}}`, &acc)
@@ -534,22 +505,29 @@ func TestTaskResultAndHeartbeat(t *testing.T) {
 	require.Equal(t, gateway.ReportAccepted{TaskID: "t-1", TaskVersion: 1, Attempt: 2, Accepted: true}, acc)
 	require.Equal(t, fakeCall{"Report", "t-1", 1}, f.svc.lastCall())
 	require.Equal(t, courier.TaskResult{Attempt: 2, Status: courier.OutcomeSuccess, StatusCode: 200, Message: "ok",
-		Result: json.RawMessage(`{"n":1}`)}, f.svc.reports[0])
+		Result: json.RawMessage(`{"n":1}`)}, f.svc.lastReport())
 
 	st, eb = f.call(t, "POST", "/v1/tasks/t-1/versions/1/result", f.admin, `{"attempt":2,"status":"failure"}`, &acc)
 	require.Equal(t, http.StatusAccepted, st, "admin carries the worker scope: %+v", eb)
+	require.Equal(t, courier.OutcomeFailure, f.svc.lastReport().Status)
 
-	// A stale attempt: the service's conflict passes through.
+	// An attempt that is not running: the service's conflict passes through.
+	f.svc.answer(answer{err: conflict("attempt 1 of task \"t-1\" version 1 is not running (task is processing, current attempt 2)",
+		map[string]any{"status": "processing", "attempt": 2})})
 	st, eb = f.call(t, "POST", "/v1/tasks/t-1/versions/1/result", f.worker, `{"attempt":1,"status":"success"}`, nil)
 	require.Equal(t, http.StatusConflict, st)
 	require.Equal(t, courier.CodeConflict, eb.Error.Code)
 	require.EqualValues(t, 2, eb.Error.Details["attempt"])
+	require.Equal(t, 1, f.svc.lastReport().Attempt)
 	st, eb = f.call(t, "POST", "/v1/tasks/t-1/versions/1/heartbeat", f.worker, `{"attempt":3}`, nil)
 	require.Equal(t, http.StatusConflict, st)
 	require.Equal(t, courier.CodeConflict, eb.Error.Code)
+	require.Equal(t, 3, f.svc.lastBeat().attempt)
+	f.svc.answer(answer{err: notFound("nope", 1)})
 	st, eb = f.call(t, "POST", "/v1/tasks/nope/versions/1/heartbeat", f.worker, `{"attempt":1}`, nil)
 	require.Equal(t, http.StatusNotFound, st)
 	require.Equal(t, courier.CodeNotFound, eb.Error.Code)
+	f.svc.answer(answer{})
 
 	n := f.svc.callCount()
 	for _, c := range []struct {
@@ -592,6 +570,8 @@ func TestTaskAuthMatrix(t *testing.T) {
 		{"PUT", "/v1/queues/default", `{}`, courier.ScopeAdmin},
 	}
 	tokens := map[string]string{"admin": f.admin, "producer": f.producer, "worker": f.worker}
+	q := storedQueue(courier.Queue{Name: "default"})
+	f.svc.answer(answer{task: processing("t-1", 1, 1), outcome: courier.TaskExisting, queue: q, queues: []courier.Queue{q}})
 	for _, r := range routes {
 		t.Run(r.method+" "+r.path, func(t *testing.T) {
 			n := f.svc.callCount()
@@ -611,8 +591,6 @@ func TestTaskAuthMatrix(t *testing.T) {
 			require.Equal(t, n, f.svc.callCount(), "refused calls never reach the service")
 			for name, tok := range tokens {
 				if name == "admin" || courier.Scope(name) == r.scope {
-					f.svc.seed(processing("t-1", 1, 1))
-					_, _, _ = f.svc.PutQueue(t.Context(), courier.Queue{Name: "default"})
 					st, eb := f.call(t, r.method, r.path, tok, r.body, nil)
 					require.Less(t, st, 400, "%s may call it: %+v", name, eb)
 				}
@@ -643,7 +621,7 @@ func TestTaskIDInPath(t *testing.T) {
 			if c.knownBug != "" {
 				t.Skip("known bug: " + c.knownBug)
 			}
-			f.svc.seed(processing(c.id, 1, 1))
+			f.svc.answer(answer{task: processing(c.id, 1, 1)})
 			for _, r := range []struct{ method, path, body, call string }{
 				{"GET", "/v1/tasks/" + c.segment, "", "Latest"},
 				{"GET", "/v1/tasks/" + c.segment + "/versions/1", "", "Get"},
@@ -671,7 +649,13 @@ func TestQueuesAPI(t *testing.T) {
 		"concurrency_limit":4,"weights":[50,20,15,10,5],"pending_timeout":"1h","processing_timeout":"5m","push_timeout":"45s",
 		"heartbeat_timeout":"30s","retry":{"initial_interval":"2s","backoff":1.5,"max_interval":"1m","max_attempts":7},
 		"success_retention":"2h","purge_age":"72h"}`
+	emails := courier.Queue{Name: "emails", PushURL: "https://worker.example/tasks", Secrets: []string{"whsec_c2VjcmV0c2VjcmV0c2VjcmV0"},
+		AllowPrivate: true, ConcurrencyLimit: 4, Weights: [5]int{50, 20, 15, 10, 5}, PendingTimeout: time.Hour,
+		ProcessingTimeout: 5 * time.Minute, PushTimeout: 45 * time.Second, HeartbeatTimeout: 30 * time.Second,
+		Retry:            courier.TaskRetry{MaxAttempts: 7, InitialInterval: 2 * time.Second, Backoff: 1.5, MaxInterval: time.Minute},
+		SuccessRetention: 2 * time.Hour, PurgeAge: 72 * time.Hour}
 
+	f.svc.answer(answer{queue: storedQueue(emails), created: true})
 	resp, _ := f.do(t, "PUT", "/v1/queues/emails", f.admin, "application/json", strings.NewReader(body))
 	require.Equal(t, http.StatusCreated, resp.StatusCode)
 	raw, err := io.ReadAll(resp.Body)
@@ -679,20 +663,20 @@ func TestQueuesAPI(t *testing.T) {
 	require.NotContains(t, string(raw), "whsec_c2VjcmV0c2VjcmV0c2VjcmV0", "secrets are never shown")
 	var q gateway.QueueJSON
 	require.NoError(t, json.Unmarshal(raw, &q))
-	require.Equal(t, courier.Queue{Name: "emails", PushURL: "https://worker.example/tasks", Secrets: []string{"whsec_c2VjcmV0c2VjcmV0c2VjcmV0"},
-		AllowPrivate: true, ConcurrencyLimit: 4, Weights: [5]int{50, 20, 15, 10, 5}, PendingTimeout: time.Hour,
-		ProcessingTimeout: 5 * time.Minute, PushTimeout: 45 * time.Second, HeartbeatTimeout: 30 * time.Second,
-		Retry:            courier.TaskRetry{MaxAttempts: 7, InitialInterval: 2 * time.Second, Backoff: 1.5, MaxInterval: time.Minute},
-		SuccessRetention: 2 * time.Hour, PurgeAge: 72 * time.Hour}, f.svc.lastPut(), "durations parsed, name from the path")
+	require.Equal(t, emails, f.svc.lastPut(), "durations parsed, name from the path")
 	require.Equal(t, gateway.QueueJSON{Name: "emails", PushURL: "https://worker.example/tasks", SecretsCount: 1, AllowPrivate: true,
 		ConcurrencyLimit: 4, Weights: [5]int{50, 20, 15, 10, 5}, PendingTimeout: "1h0m0s", ProcessingTimeout: "5m0s",
 		PushTimeout: "45s", HeartbeatTimeout: "30s", Retry: gateway.RetryJSON{InitialInterval: "2s", Backoff: 1.5, MaxInterval: "1m0s", MaxAttempts: 7},
 		SuccessRetention: "2h0m0s", PurgeAge: "72h0m0s", CreatedAt: fakeNow, UpdatedAt: fakeNow}, q)
 
+	f.svc.answer(answer{queue: storedQueue(emails), created: false})
 	st, eb := f.call(t, "PUT", "/v1/queues/emails", f.admin, body, &q)
-	require.Equal(t, http.StatusOK, st, "a second PUT replaces: %+v", eb)
+	require.Equal(t, http.StatusOK, st, "a PUT the service says replaced a queue: %+v", eb)
 
+	bulk := storedQueue(courier.Queue{Name: "bulk"})
 	t.Run("defaults", func(t *testing.T) {
+		f.svc.answer(answer{queue: bulk, created: true})
+		f.svc.answerTo("GetQueue", answer{err: courier.Errorf(courier.CodeNotFound, "queue %q not found", "bulk")})
 		st, eb := f.call(t, "PUT", "/v1/queues/bulk", f.admin, `{}`, &q)
 		require.Equal(t, http.StatusCreated, st, "%+v", eb)
 		require.Equal(t, courier.Queue{Name: "bulk"}, f.svc.lastPut(), "omitted fields arrive unset: defaults are the service's")
@@ -700,6 +684,20 @@ func TestQueuesAPI(t *testing.T) {
 		require.Equal(t, "0s", q.HeartbeatTimeout, "heartbeats are off by default")
 		require.Equal(t, 0, q.SecretsCount)
 	})
+	t.Run("secrets left out are kept", func(t *testing.T) {
+		f.svc.answer(answer{queue: storedQueue(emails)})
+		st, eb := f.call(t, "PUT", "/v1/queues/emails", f.admin, `{"concurrency_limit":8}`, &q)
+		require.Equal(t, http.StatusOK, st, "%+v", eb)
+		require.Equal(t, fakeCall{"PutQueue", "emails", 0}, f.svc.lastCall())
+		require.Nil(t, f.svc.lastPut().Secrets, "left out: the store keeps the stored ones in its transaction (store suite), so a changed limit never turns signing off")
+		require.Equal(t, 8, f.svc.lastPut().ConcurrencyLimit)
+
+		st, eb = f.call(t, "PUT", "/v1/queues/emails", f.admin, `{"secrets":[]}`, &q)
+		require.Equal(t, http.StatusOK, st, "%+v", eb)
+		require.NotNil(t, f.svc.lastPut().Secrets, "[] is not left out")
+		require.Empty(t, f.svc.lastPut().Secrets, "[] removes them")
+	})
+	f.svc.answer(answer{queue: bulk})
 	t.Run("heartbeat off", func(t *testing.T) {
 		for _, off := range []string{`"0s"`, `"0"`, `""`} {
 			st, eb := f.call(t, "PUT", "/v1/queues/bulk", f.admin, `{"heartbeat_timeout":`+off+`}`, &q)
@@ -711,6 +709,7 @@ func TestQueuesAPI(t *testing.T) {
 	t.Run("weights null", func(t *testing.T) {
 		st, eb := f.call(t, "PUT", "/v1/queues/bulk", f.admin, `{"weights":null}`, &q)
 		require.Equal(t, http.StatusOK, st, "%+v", eb)
+		require.Zero(t, f.svc.lastPut().Weights, "null weights arrive unset: the service's defaults apply")
 		require.Equal(t, courier.DefaultQueueWeights, q.Weights)
 	})
 
@@ -748,14 +747,20 @@ func TestQueuesAPI(t *testing.T) {
 	}
 	require.Equal(t, n, f.svc.callCount(), "a refused body never reaches the service")
 
+	f.svc.answer(answer{queue: bulk})
+	f.svc.answerTo("PutQueue", answer{err: invalidField("concurrency_limit", "concurrency_limit must be from 1 to 10000")})
 	st, eb = f.call(t, "PUT", "/v1/queues/bulk", f.admin, `{"concurrency_limit":-1}`, nil)
 	require.Equal(t, http.StatusUnprocessableEntity, st, "the service's validation passes through")
 	require.Equal(t, "concurrency_limit", eb.Error.Details["field"])
+	require.Equal(t, -1, f.svc.lastPut().ConcurrencyLimit, "the service, not the gateway, judges the limit")
 
+	f.svc.answer(answer{queue: storedQueue(emails)})
 	st, eb = f.call(t, "GET", "/v1/queues/emails", f.admin, "", &q)
 	require.Equal(t, http.StatusOK, st, "%+v", eb)
 	require.Equal(t, "emails", q.Name)
 	require.Equal(t, "30s", q.HeartbeatTimeout)
+	require.Equal(t, fakeCall{"GetQueue", "emails", 0}, f.svc.lastCall())
+	f.svc.answer(answer{err: courier.Errorf(courier.CodeNotFound, "queue %q not found", "nope")})
 	st, eb = f.call(t, "GET", "/v1/queues/nope", f.admin, "", nil)
 	require.Equal(t, http.StatusNotFound, st)
 	require.Equal(t, courier.CodeNotFound, eb.Error.Code)
@@ -763,6 +768,7 @@ func TestQueuesAPI(t *testing.T) {
 	var list struct {
 		Queues []gateway.QueueJSON `json:"items"`
 	}
+	f.svc.answer(answer{queues: []courier.Queue{bulk, storedQueue(emails)}})
 	st, eb = f.call(t, "GET", "/v1/queues", f.admin, "", &list)
 	require.Equal(t, http.StatusOK, st, "%+v", eb)
 	require.Len(t, list.Queues, 2)

@@ -84,7 +84,7 @@ func (c *natsCluster) js() jetstream.JetStream {
 
 func (c *natsCluster) createStream(name string, subjects ...string) {
 	c.t.Helper()
-	_, err := c.js().CreateOrUpdateStream(context.Background(), jetstream.StreamConfig{
+	_, err := c.js().CreateOrUpdateStream(c.t.Context(), jetstream.StreamConfig{
 		Name: name, Subjects: subjects, Storage: jetstream.FileStorage, Duplicates: 10 * time.Minute,
 	})
 	require.NoError(c.t, err)
@@ -127,7 +127,7 @@ func newRoutedStack(t *testing.T) *routedStack {
 	t.Helper()
 	ts := temporaltest.NewServer(temporaltest.WithT(t))
 	tc := ts.GetDefaultClient()
-	require.NoError(t, worker.EnsureSearchAttributes(context.Background(), tc, ts.GetDefaultNamespace()))
+	require.NoError(t, worker.EnsureSearchAttributes(t.Context(), tc, ts.GetDefaultNamespace()))
 	st, _ := testenv.Store(t, "sqlite")
 	s := &routedStack{t: t, ns: ts.GetDefaultNamespace(), tc: tc, store: st, points: startCluster(t, "points"), coupons: startCluster(t, "coupons"), activity: 4}
 	s.points.createStream("POINTS", "points.>")
@@ -167,7 +167,7 @@ func (s *routedStack) route(watch bool, routes ...mq.Route) {
 	}, worker.Deps{Temporal: s.tc, Publisher: r, Logger: quiet, BizTypes: s.store,
 		Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store}}})
 	require.NoError(s.t, err)
-	require.NoError(s.t, w.Start(context.Background()))
+	require.NoError(s.t, w.Start(s.t.Context()))
 	s.worker = w
 	stop := sync.OnceFunc(func() {
 		w.Stop()
@@ -183,7 +183,7 @@ func (s *routedStack) route(watch bool, routes ...mq.Route) {
 func (s *routedStack) enqueue(topic string, n int) []string {
 	s.t.Helper()
 	var ids []int64
-	require.NoError(s.t, s.store.DB().RunInTx(context.Background(), nil, func(ctx context.Context, tx bun.Tx) error {
+	require.NoError(s.t, s.store.DB().RunInTx(s.t.Context(), nil, func(ctx context.Context, tx bun.Tx) error {
 		msgs := make([]outbox.Message, n)
 		for i := range msgs {
 			msgs[i] = outbox.Message{Topic: topic, Key: fmt.Sprint(i), Payload: []byte(fmt.Sprintf(`{"n":%d}`, i))}
@@ -207,7 +207,7 @@ func (s *routedStack) statuses(ids []string) map[courier.OutboxStatus][]courier.
 		var n int64
 		_, err := fmt.Sscan(id, &n)
 		require.NoError(s.t, err)
-		rec, err := s.store.GetOutbox(context.Background(), n)
+		rec, err := s.store.GetOutbox(s.t.Context(), n)
 		require.NoError(s.t, err)
 		out[rec.Status] = append(out[rec.Status], rec)
 	}
@@ -302,7 +302,7 @@ func TestBrokerDownDelaysOnlyItsOwnRecords(t *testing.T) {
 			gw := httptest.NewServer(gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store,
 				Wake: s.worker.Relay().Wake, Logger: quiet, Runs: relay.DeliveryRuns{Temporal: s.tc, Wait: 2 * time.Second}}))
 			t.Cleanup(gw.Close)
-			_, token, err := s.store.CreateAPIKey(context.Background(), "admin", []courier.Scope{courier.ScopeAdmin})
+			_, token, err := s.store.CreateAPIKey(t.Context(), "admin", []courier.Scope{courier.ScopeAdmin})
 			require.NoError(t, err)
 			resp := do(t, http.MethodPost, fmt.Sprintf("%s/v1/outbox/%s/redrive", gw.URL, lost[0]), token, nil)
 			require.Equal(t, http.StatusAccepted, resp.StatusCode)
@@ -317,7 +317,7 @@ func TestBrokerDownDelaysOnlyItsOwnRecords(t *testing.T) {
 func TestTimerDeliveriesAreRouted(t *testing.T) {
 	s := newRoutedStack(t)
 	s.route(true, mq.Route{Pattern: "points.>", Broker: "points"}, mq.Route{Pattern: "coupons.>", Broker: "coupons"})
-	ctx := context.Background()
+	ctx := t.Context()
 	svc := timers.New(s.tc, s.ns, s.store, relay.DefaultTaskQueue)
 	for name, topic := range map[string]string{"coupon-expiry": "coupons.expiring", "points-expiry": "points.expiring"} {
 		_, _, err := s.store.PutBizType(ctx, courier.BizType{Name: name, Delivery: courier.DeliveryMQ, Topic: topic})

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -48,7 +47,7 @@ func newClientStack(t *testing.T) *clientStack {
 	s := newStack(t, "sqlite")
 	s.createStream("ORDERS", "orders.>")
 	rcv, secret := s.callbacks()
-	ctx := context.Background()
+	ctx := t.Context()
 
 	// The gateway's address goes into every push, so it listens before the worker starts.
 	var h http.Handler
@@ -428,7 +427,7 @@ func TestClientEveryCall(t *testing.T) {
 		require.Equal(t, courier.TaskCancelled, cancelled.Status)
 		_, err = producer.GetTaskVersion(ctx, "doc 2", 9)
 		require.ErrorIs(t, err, cc.ErrNotFound)
-		require.ErrorIs(t, err, courier.ErrNotFound)
+		require.ErrorIs(t, err, &courier.Error{Code: courier.CodeNotFound})
 	})
 
 	t.Run("authentication", func(t *testing.T) {

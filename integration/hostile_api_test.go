@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -151,7 +150,7 @@ func newHostileAPI(t *testing.T) *hostileAPI {
 	s := newStack(t, "sqlite")
 	s.createStream("ORDERS", "orders.>")
 	s.timerWorker(false)
-	ctx := context.Background()
+	ctx := t.Context()
 	s.bizType("orders", 0)
 	_, _, err := s.store.PutBizType(ctx, courier.BizType{Name: "hbt", Delivery: courier.DeliveryMQ, Topic: "orders.hbt"})
 	require.NoError(t, err)
@@ -278,7 +277,7 @@ func (a *hostileAPI) send(t *testing.T, method, path, query, token, contentType 
 // recorded, nor settings, where the gateway keeps the key it generates on first use).
 func (a *hostileAPI) snapshot(t *testing.T) string {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	var tables []string
 	require.NoError(t, a.s.store.DB().NewRaw(`SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'courier%' AND name NOT IN ('courier_api_keys', 'courier_settings') ORDER BY name`).Scan(ctx, &tables))
 	require.NotEmpty(t, tables)
@@ -455,7 +454,7 @@ func TestEveryRouteRefusesHostileInput(t *testing.T) {
 	// Temporal: every timer workflow and schedule belongs to an accepted request. Visibility
 	// lags the starts a little: wait until it shows every accepted timer, then nothing else may
 	// be there.
-	ctx := context.Background()
+	ctx := t.Context()
 	timerIDs := func() map[string]bool {
 		ids := map[string]bool{}
 		var token []byte
@@ -580,7 +579,7 @@ func TestValidationGapsClosed(t *testing.T) {
 	status, _, raw := a.send(t, "PUT", "/v1/queues/hq", "", admin, "application/json", []byte(`{"weights":[0,0,0,0,0]}`))
 	require.Equal(t, http.StatusUnprocessableEntity, status, "%s", raw)
 	require.Equal(t, "weights", errorOf(raw).Error.Details["field"])
-	q, err := a.s.store.GetQueue(context.Background(), "hq")
+	q, err := a.s.store.GetQueue(t.Context(), "hq")
 	require.NoError(t, err)
 	require.Equal(t, courier.DefaultQueueWeights, q.Weights, "the queue is unchanged")
 

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -22,7 +21,7 @@ func TestHostileOutboxRowsNeverReachTheBroker(t *testing.T) {
 		t.Run(dialect, func(t *testing.T) {
 			s := newStack(t, dialect)
 			s.createStream("ORDERS", "orders.>")
-			ctx := context.Background()
+			ctx := t.Context()
 
 			// Rows a producer wrote by hand, past every API check.
 			hostile := map[string]struct{ topic, headers string }{

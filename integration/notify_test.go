@@ -27,9 +27,9 @@ func TestPostgresNotifyWakesRelay(t *testing.T) {
 		Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store, DSN: s.dsn}},
 	})
 	require.NoError(t, err)
-	require.NoError(t, w.Start(context.Background()))
+	require.NoError(t, w.Start(t.Context()))
 	t.Cleanup(w.Stop)
-	ctx := context.Background()
+	ctx := t.Context()
 
 	// No wait for the listener is needed: once LISTEN takes effect the relay claims once, so a
 	// row committed earlier is taken then and a later one is notified.

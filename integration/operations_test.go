@@ -43,7 +43,7 @@ type opsStack struct {
 }
 
 func newOpsStack(t *testing.T) *opsStack {
-	ctx := context.Background()
+	ctx := t.Context()
 	ts := &taskStack{stack: newStack(t, "sqlite")}
 	// The gateway's address goes into every push, so it listens before the worker starts.
 	var h http.Handler
@@ -109,7 +109,7 @@ func newOpsStack(t *testing.T) *opsStack {
 func (s *opsStack) failedWith(id, errType string) string {
 	t := s.t
 	t.Helper()
-	ctx := context.Background()
+	ctx := s.t.Context()
 	require.Eventually(t, func() bool {
 		d, err := s.tc.DescribeWorkflowExecution(ctx, id, "")
 		return err == nil && d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
@@ -128,7 +128,7 @@ func (s *opsStack) failedWith(id, errType string) string {
 // the failure message, and the API still reports each as it did.
 func TestFailedWorkToFailedWorkflows(t *testing.T) {
 	s := newOpsStack(t)
-	ctx := context.Background()
+	ctx := t.Context()
 
 	// The dead record: its row is dead with the error the run failed with.
 	msg := s.failedWith(courier.OutboxWorkflowID(courier.DefaultSource, s.deadID), workflows.ErrTypeOutboxDead)
@@ -204,7 +204,7 @@ func TestOperationsQueries(t *testing.T) {
 		var refused error
 		require.Eventually(t, func() bool {
 			found = map[string]bool{}
-			resp, err := s.tc.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{
+			resp, err := s.tc.ListWorkflow(t.Context(), &workflowservice.ListWorkflowExecutionsRequest{
 				Namespace: s.ts.GetDefaultNamespace(), PageSize: 100, Query: q})
 			var inv *serviceerror.InvalidArgument
 			if errors.As(err, &inv) {

@@ -26,7 +26,7 @@ func TestTaskInsertedThroughTheOutbox(t *testing.T) {
 	for _, dialect := range []string{"sqlite", "postgres"} {
 		t.Run(dialect, func(t *testing.T) {
 			ts := newTaskStackTuned(t, dialect, 5*time.Second, func(c *worker.Config) { c.DisableRelay = false })
-			ctx := context.Background()
+			ctx := t.Context()
 			w := startTaskWorker(t, func(_ *taskWorker, p activities.TaskPush) {
 				if p.TaskID == "doc-4" {
 					report(t, ts.worker, p, "failure", 422, "unparseable pdf")

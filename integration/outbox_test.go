@@ -31,7 +31,7 @@ func TestOutboxRelayEndToEnd(t *testing.T) {
 			s.createStream("ORDERS", "orders.>")
 			s.createStream("USERS", "users.>")
 			w := s.startWorker(false)
-			ctx := context.Background()
+			ctx := t.Context()
 
 			const total = 1000
 			want := map[string]map[string]bool{} // topic -> message ids
@@ -126,7 +126,7 @@ func TestRepeatedDeliveryOfSentRecordPublishesNothing(t *testing.T) {
 	s := newStack(t, "sqlite")
 	s.createStream("ORDERS", "orders.>")
 	s.startWorker(true)
-	ctx := context.Background()
+	ctx := t.Context()
 	var ids []int64
 	require.NoError(t, s.store.DB().RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		var err error
@@ -179,7 +179,7 @@ func TestRedriveWaitsForTheDeadRunToClose(t *testing.T) {
 	s := newStack(t, "sqlite")
 	s.createStream("ORDERS", "orders.>")
 	w := s.startWorker(false)
-	ctx := context.Background()
+	ctx := t.Context()
 	url, token := s.gateway(w.Relay().Wake)
 
 	// A dead record whose delivery run is still open: the run sits on a queue no worker

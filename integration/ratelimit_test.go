@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -22,7 +21,7 @@ func TestBizTypeRateLimitAndIsolation(t *testing.T) {
 	s.bizType("fast.type", 0)
 	s.timerWorker(false) // two workers, as two processes would run
 	s.timerWorker(false)
-	ctx := context.Background()
+	ctx := t.Context()
 	svc := s.timerService()
 	const slowN, fastN = 30, 20
 	due := time.Now().Add(3 * time.Second)

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -22,7 +21,7 @@ func TestSchedulesEndToEnd(t *testing.T) {
 	s := newStack(t, "sqlite")
 	rcv := s.bizType("marketing.digest", 0)
 	s.timerWorker(false)
-	ctx := context.Background()
+	ctx := t.Context()
 	_, token, err := s.store.CreateAPIKey(ctx, "marketing", []courier.Scope{courier.ScopeProducer})
 	require.NoError(t, err)
 	gw := httptest.NewServer(gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store, Schedules: s.timerService(), Logger: quiet}))

@@ -30,9 +30,9 @@ func TestProducerDatabaseSource(t *testing.T) {
 		},
 	})
 	require.NoError(t, err)
-	require.NoError(t, w.Start(context.Background()))
+	require.NoError(t, w.Start(t.Context()))
 	t.Cleanup(w.Stop)
-	ctx := context.Background()
+	ctx := t.Context()
 	for _, db := range []*bun.DB{s.store.DB(), prod.DB()} {
 		require.NoError(t, db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 			_, err := outbox.Enqueue(ctx, tx, outbox.Message{Topic: "users.registered", Payload: []byte("{}")})

@@ -68,7 +68,7 @@ type stack struct {
 // newStack starts the components; opts tune the Temporal test server (its dynamic config, say).
 func newStack(t *testing.T, dialect string, opts ...temporaltest.TestServerOption) *stack {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	ts := temporaltest.NewServer(append([]temporaltest.TestServerOption{temporaltest.WithT(t)}, opts...)...)
 	tc := ts.GetDefaultClient()
 	require.NoError(t, worker.EnsureSearchAttributes(ctx, tc, ts.GetDefaultNamespace()))
@@ -91,7 +91,7 @@ func newStack(t *testing.T, dialect string, opts ...temporaltest.TestServerOptio
 
 func (s *stack) createStream(name string, subjects ...string) {
 	s.t.Helper()
-	_, err := s.js.CreateOrUpdateStream(context.Background(), jetstream.StreamConfig{
+	_, err := s.js.CreateOrUpdateStream(s.t.Context(), jetstream.StreamConfig{
 		Name: name, Subjects: subjects, Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute,
 	})
 	require.NoError(s.t, err)
@@ -110,7 +110,7 @@ func (s *stack) startWorker(disableRelay bool) *worker.Worker {
 		Logger:    quiet,
 	})
 	require.NoError(s.t, err)
-	require.NoError(s.t, w.Start(context.Background()))
+	require.NoError(s.t, w.Start(s.t.Context()))
 	s.t.Cleanup(w.Stop)
 	return w
 }
@@ -125,7 +125,7 @@ func pgDSN(dsn string) string {
 // gateway serves the real gateway over HTTP and returns its URL and an admin token.
 func (s *stack) gateway(wake func()) (string, string) {
 	s.t.Helper()
-	_, token, err := s.store.CreateAPIKey(context.Background(), "test-admin", []courier.Scope{courier.ScopeAdmin})
+	_, token, err := s.store.CreateAPIKey(s.t.Context(), "test-admin", []courier.Scope{courier.ScopeAdmin})
 	require.NoError(s.t, err)
 	h := gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store, Wake: wake, Logger: quiet,
 		Runs: relay.DeliveryRuns{Temporal: s.tc, Wait: 2 * time.Second}})
@@ -137,7 +137,7 @@ func (s *stack) gateway(wake func()) (string, string) {
 // streamIDs reads every message of a stream and counts them by courier message id.
 func (s *stack) streamIDs(stream string) (map[string]int, [][]byte) {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(s.t.Context(), 30*time.Second)
 	defer cancel()
 	st, err := s.js.Stream(ctx, stream)
 	require.NoError(s.t, err)
@@ -164,7 +164,7 @@ func (s *stack) streamIDs(stream string) (map[string]int, [][]byte) {
 }
 
 func (s *stack) countByStatus() map[courier.OutboxStatus]int64 {
-	st, err := s.store.OutboxStats(context.Background())
+	st, err := s.store.OutboxStats(s.t.Context())
 	require.NoError(s.t, err)
 	return st.ByStatus
 }
@@ -187,7 +187,7 @@ func (s *stack) callbacks() (*receiver, string) {
 // bizType configures an http business type that calls back the stack's receiver.
 func (s *stack) bizType(name string, rate float64) *receiver {
 	rcv, secret := s.callbacks()
-	_, _, err := s.store.PutBizType(context.Background(), courier.BizType{Name: name, Delivery: courier.DeliveryHTTP,
+	_, _, err := s.store.PutBizType(s.t.Context(), courier.BizType{Name: name, Delivery: courier.DeliveryHTTP,
 		CallbackURL: s.rcvURL, Secrets: []string{secret}, RateLimit: rate})
 	require.NoError(s.t, err)
 	return rcv
@@ -204,7 +204,7 @@ func (s *stack) timerWorker(relayOn bool) {
 	}, worker.Deps{Temporal: s.tc, Publisher: s.pub, Logger: quiet, BizTypes: s.store,
 		Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store, DSN: pgDSN(s.dsn)}}})
 	require.NoError(s.t, err)
-	require.NoError(s.t, w.Start(context.Background()))
+	require.NoError(s.t, w.Start(s.t.Context()))
 	s.t.Cleanup(w.Stop)
 }
 

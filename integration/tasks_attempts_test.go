@@ -171,7 +171,7 @@ func TestTasksStuckPushEndpointDelaysNothingElse(t *testing.T) {
 		c.Tasks.FinishSlots = slots
 	})
 	ts.createStream("ORDERS", "orders.>")
-	ctx := context.Background()
+	ctx := t.Context()
 	token := ts.worker
 	release := make(chan struct{})
 	good := startTaskWorker(t, func(w *taskWorker, p activities.TaskPush) {
@@ -231,7 +231,7 @@ func (g *gatedCancel) CancelWorkflow(ctx context.Context, workflowID, runID stri
 // request and its result is recorded.
 func TestTasksCancelTargetsTheAttemptsRun(t *testing.T) {
 	ts := newTaskStackRecovering(t, "sqlite", time.Hour)
-	ctx := context.Background()
+	ctx := t.Context()
 	token := ts.worker
 	second := make(chan activities.TaskPush, 1)
 	w := startTaskWorker(t, func(w *taskWorker, p activities.TaskPush) {

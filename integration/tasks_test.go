@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/courier-oss/courier"
@@ -117,7 +117,7 @@ func newTaskStackTuned(t *testing.T, dialect string, recoverAfter time.Duration,
 // taskStackOn adds a task worker, the task gateway and keys of each scope to a stack.
 func taskStackOn(t *testing.T, s *stack, recoverAfter time.Duration, tune func(*worker.Config)) *taskStack {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	ts := &taskStack{stack: s, recoverAfter: recoverAfter, tune: tune}
 	// The gateway's address goes into every push, so it listens before the worker starts.
 	var h http.Handler
@@ -159,7 +159,7 @@ func (ts *taskStack) startTaskWorker() *worker.Worker {
 	w, err := worker.New(cfg, worker.Deps{Temporal: ts.tc, Publisher: ts.pub, Logger: quiet, Tasks: ts.store,
 		Sources: []relay.Source{{Name: courier.DefaultSource, Store: ts.store}}})
 	require.NoError(t, err)
-	require.NoError(t, w.Start(context.Background()))
+	require.NoError(t, w.Start(ts.t.Context()))
 	t.Cleanup(w.Stop)
 	return w
 }
@@ -247,7 +247,7 @@ func (ts *taskStack) waitStatus(id string, version int64, status courier.TaskSta
 }
 
 func (ts *taskStack) inFlight(queue string) int {
-	q, err := ts.store.GetQueue(context.Background(), queue)
+	q, err := ts.store.GetQueue(ts.t.Context(), queue)
 	require.NoError(ts.t, err)
 	return q.InFlight
 }
@@ -278,7 +278,7 @@ func TestTasksLimitAndWeightedOrder(t *testing.T) {
 			}
 			ts.putQueue("parse", map[string]any{"concurrency_limit": 20, "push_url": w.url})
 			require.Eventually(t, func() bool {
-				st, err := ts.store.TaskStats(context.Background())
+				st, err := ts.store.TaskStats(t.Context())
 				require.NoError(t, err)
 				return st.ByQueueStatus["parse"][courier.TaskSuccess] == 5*perBand
 			}, 5*time.Minute, 250*time.Millisecond, "every task succeeds")
@@ -346,9 +346,17 @@ func TestTasksConcurrentIdenticalInserts(t *testing.T) {
 			wg.Wait()
 			require.EqualValues(t, 1, created.Load())
 			require.EqualValues(t, 99, existing.Load())
-			ts.waitStatus("same-doc", 1, courier.TaskSuccess, time.Minute)
-			time.Sleep(500 * time.Millisecond) // a second dispatch would have been pushed by now
+			done := ts.waitStatus("same-doc", 1, courier.TaskSuccess, time.Minute)
+			// Only a run of the task's workflow pushes, and only a claim of a pending row (a new
+			// attempt) or a restart of a processing one starts a run: once the row is final and
+			// the latest run has closed, every push there will ever be has been made.
+			id := courier.TaskWorkflowID("same-doc", 1)
+			require.Eventually(t, func() bool {
+				d, err := ts.tc.DescribeWorkflowExecution(t.Context(), id, "")
+				return err == nil && d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+			}, time.Minute, 20*time.Millisecond, "the task's run never closed")
 			require.EqualValues(t, 1, w.pushes.Load(), "one dispatch")
+			require.Equal(t, 1, done.Attempt, "one attempt: the task was never claimed again")
 		})
 	}
 }
@@ -385,7 +393,7 @@ func TestTasksKilledWorker(t *testing.T) {
 				require.GreaterOrEqual(t, got.Attempt, 1)
 			}
 			require.Equal(t, 0, ts.inFlight("default"), "no slot leaked")
-			repairs, err := ts.store.ReconcileLimiters(context.Background())
+			repairs, err := ts.store.ReconcileLimiters(t.Context())
 			require.NoError(t, err)
 			require.Empty(t, repairs, "the count matched the rows all along")
 
@@ -492,7 +500,7 @@ func TestTasksHeartbeatFailureCancel(t *testing.T) {
 // attempt whose workflow an operator terminated (Temporal would never time it out).
 func TestTaskSweeperSchedule(t *testing.T) {
 	ts := newTaskStack(t, "sqlite")
-	ctx := context.Background()
+	ctx := t.Context()
 	w := startTaskWorker(t, func(w *taskWorker, p activities.TaskPush) {}) // never answers
 	ts.putQueue("default", map[string]any{"push_url": w.url, "retry": map[string]any{"max_attempts": 1}})
 	require.Equal(t, http.StatusCreated, ts.insert("orphan", 1, 3, "default"))
@@ -529,7 +537,7 @@ func TestTaskSweeperSchedule(t *testing.T) {
 // behind the old run, and the old attempt's late result is refused.
 func TestTasksResubmitWhileOldRunOpen(t *testing.T) {
 	ts := newTaskStackRecovering(t, "sqlite", time.Hour) // the fresh claim alone must cope
-	ctx := context.Background()
+	ctx := t.Context()
 	token := ts.worker
 	var first sync.Map
 	w := startTaskWorker(t, func(w *taskWorker, p activities.TaskPush) {
@@ -569,7 +577,7 @@ func TestTasksResubmitWhileOldRunOpen(t *testing.T) {
 // leaves a task in Processing without a push; another claimer starts it after RecoverAfter.
 func TestTasksClaimedButNeverStarted(t *testing.T) {
 	ts := newTaskStack(t, "sqlite") // RecoverAfter 5 s
-	ctx := context.Background()
+	ctx := t.Context()
 	token := ts.worker
 	w := startTaskWorker(t, func(w *taskWorker, p activities.TaskPush) { report(t, token, p, "success", 200, "ok") })
 	ts.putQueue("lost", map[string]any{}) // no push_url yet: the worker's claimer leaves it alone

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -65,7 +64,7 @@ func TestTimersEndToEnd(t *testing.T) {
 	s := newStack(t, "sqlite")
 	rcv := s.bizType("order.close", 0)
 	s.timerWorker(false)
-	ctx := context.Background()
+	ctx := t.Context()
 	_, token, err := s.store.CreateAPIKey(ctx, "orders", []courier.Scope{courier.ScopeProducer})
 	require.NoError(t, err)
 	gw := httptest.NewServer(gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store,
@@ -203,7 +202,7 @@ func TestTimerArmedThroughTheOutbox(t *testing.T) {
 	s := newStack(t, "postgres")
 	rcv := s.bizType("order.close", 0)
 	s.timerWorker(true)
-	ctx := context.Background()
+	ctx := t.Context()
 
 	arm := func(id string, commit bool) int64 {
 		tx, err := s.store.DB().BeginTx(ctx, nil)
@@ -250,7 +249,7 @@ type timerAPI struct {
 
 func (s *stack) timerAPI(svc *timers.Service) *timerAPI {
 	s.t.Helper()
-	_, token, err := s.store.CreateAPIKey(context.Background(), "timers-"+s.t.Name(), []courier.Scope{courier.ScopeProducer})
+	_, token, err := s.store.CreateAPIKey(s.t.Context(), "timers-"+s.t.Name(), []courier.Scope{courier.ScopeProducer})
 	require.NoError(s.t, err)
 	srv := httptest.NewServer(gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store,
 		Timers: svc, Schedules: svc, Logger: quiet}))
@@ -289,7 +288,7 @@ func TestTimerNonASCIIIDs(t *testing.T) {
 	rcv := s.bizType("order.close", 0)
 	s.timerWorker(false)
 	api := s.timerAPI(s.timerService())
-	ctx := context.Background()
+	ctx := t.Context()
 
 	const id = "заказ-✓"
 	path := "/v1/timers/order.close/" + url.PathEscape(id)
@@ -511,7 +510,7 @@ func TestTimerManyReschedulesThenCancel(t *testing.T) {
 	rcv := s.bizType("order.close", 0)
 	s.timerWorker(false)
 	api := s.timerAPI(s.timerService())
-	ctx := context.Background()
+	ctx := t.Context()
 
 	const id = "many-1"
 	path := "/v1/timers/order.close/" + id

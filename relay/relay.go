@@ -104,30 +104,46 @@ func (b BatchConfig) batches(source string, rec store.ClaimedRecord) bool {
 	return false
 }
 
-// DefaultTaskQueue is where delivery workflows run unless configured otherwise.
-const DefaultTaskQueue = "courier-outbox"
+// Defaults of Config, applied to its zero fields; courier's flags take theirs from here.
+const (
+	// DefaultTaskQueue is where delivery workflows run unless configured otherwise.
+	DefaultTaskQueue = "courier-outbox"
+	// DefaultBatchSize is how many rows one claim takes.
+	DefaultBatchSize = 100
+	// DefaultPollInterval is the fallback poll when no notification wakes the relay.
+	DefaultPollInterval = time.Second
+	// DefaultStartWorkers is how many workflow starts one claim runs at once.
+	DefaultStartWorkers = 16
+	// DefaultLease is how long a claimed row stays with its relay before any relay re-ensures
+	// its delivery workflow.
+	DefaultLease = 30 * time.Second
+	// DefaultOrphanCheck is how long after its delivery started a row is looked at again.
+	DefaultOrphanCheck = time.Hour
+	// DefaultSentRetention is how long sent rows are kept.
+	DefaultSentRetention = 7 * 24 * time.Hour
+)
 
 func (c Config) withDefaults() Config {
 	if c.TaskQueue == "" {
 		c.TaskQueue = DefaultTaskQueue
 	}
 	if c.BatchSize <= 0 {
-		c.BatchSize = 100
+		c.BatchSize = DefaultBatchSize
 	}
 	if c.PollInterval <= 0 {
-		c.PollInterval = time.Second
+		c.PollInterval = DefaultPollInterval
 	}
 	if c.StartWorkers <= 0 {
-		c.StartWorkers = 16
+		c.StartWorkers = DefaultStartWorkers
 	}
 	if c.Lease <= 0 {
-		c.Lease = 30 * time.Second
+		c.Lease = DefaultLease
 	}
 	if c.OrphanCheck <= 0 {
-		c.OrphanCheck = time.Hour
+		c.OrphanCheck = DefaultOrphanCheck
 	}
 	if c.SentRetention == 0 {
-		c.SentRetention = 7 * 24 * time.Hour
+		c.SentRetention = DefaultSentRetention
 	}
 	if c.Batch.Max <= 0 {
 		c.Batch.Max = DefaultBatchMax

@@ -51,7 +51,7 @@ func (s *starts) count() int {
 
 func enqueue(t *testing.T, st *store.Store, n int) []int64 {
 	var ids []int64
-	require.NoError(t, st.DB().RunInTx(context.Background(), nil, func(ctx context.Context, tx bun.Tx) error {
+	require.NoError(t, st.DB().RunInTx(t.Context(), nil, func(ctx context.Context, tx bun.Tx) error {
 		for i := 0; i < n; i++ {
 			got, err := outbox.Enqueue(ctx, tx, outbox.Message{Topic: "a.b", Payload: []byte("{}")})
 			if err != nil {
@@ -70,7 +70,7 @@ func TestWakeClaimsOnceAndSleeps(t *testing.T) {
 	st, _ := testenv.Store(t, "sqlite")
 	var s starts
 	r := relay.New(s.client(t), relay.Config{PollInterval: time.Hour}, []relay.Source{{Name: courier.DefaultSource, Store: st}}, nil)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = r.Run(ctx) }()
 	defer func() { cancel(); <-done }()
@@ -79,7 +79,7 @@ func TestWakeClaimsOnceAndSleeps(t *testing.T) {
 	r.Wake()
 	require.Eventually(t, func() bool { return s.count() == 3 }, 10*time.Second, 10*time.Millisecond)
 	for _, id := range ids {
-		rec, err := st.GetOutbox(context.Background(), id)
+		rec, err := st.GetOutbox(t.Context(), id)
 		require.NoError(t, err)
 		require.Equal(t, courier.OutboxDispatched, rec.Status)
 		require.True(t, rec.NextAttemptAt.After(time.Now().Add(50*time.Minute)), "a started row waits for the orphan check")
@@ -90,7 +90,7 @@ func TestWakeClaimsOnceAndSleeps(t *testing.T) {
 		"without a nudge the relay sleeps until its poll")
 	r.Wake()
 	require.Eventually(t, func() bool { return s.count() == 4 }, 10*time.Second, 10*time.Millisecond)
-	rec, err := st.GetOutbox(context.Background(), late[0])
+	rec, err := st.GetOutbox(t.Context(), late[0])
 	require.NoError(t, err)
 	require.Equal(t, courier.OutboxDispatched, rec.Status)
 }
@@ -101,13 +101,13 @@ func TestFailedStartIsReleased(t *testing.T) {
 	ids := enqueue(t, st, 2)
 	s := starts{failFor: map[string]bool{courier.OutboxWorkflowID("", ids[1]): true}}
 	r := relay.New(s.client(t), relay.Config{PollInterval: time.Hour}, []relay.Source{{Name: courier.DefaultSource, Store: st}}, nil)
-	n, err := r.ClaimOnce(context.Background(), relay.Source{Name: courier.DefaultSource, Store: st})
+	n, err := r.ClaimOnce(t.Context(), relay.Source{Name: courier.DefaultSource, Store: st})
 	require.Error(t, err)
 	require.Equal(t, 2, n)
-	ok, err := st.GetOutbox(context.Background(), ids[0])
+	ok, err := st.GetOutbox(t.Context(), ids[0])
 	require.NoError(t, err)
 	require.Equal(t, courier.OutboxDispatched, ok.Status)
-	failed, err := st.GetOutbox(context.Background(), ids[1])
+	failed, err := st.GetOutbox(t.Context(), ids[1])
 	require.NoError(t, err)
 	require.Equal(t, courier.OutboxPending, failed.Status, "released for another try")
 }

@@ -41,18 +41,34 @@ type ClaimerConfig struct {
 	RecoverAfter time.Duration
 }
 
+// Defaults of ClaimerConfig, applied to its zero fields, and of the sweeper's interval;
+// courier's flags take theirs from here.
+const (
+	// DefaultPollInterval is the fallback claim poll when no notification wakes the claimer.
+	DefaultPollInterval = time.Second
+	// DefaultBatchSize is how many tasks one claim transaction takes.
+	DefaultBatchSize = 100
+	// DefaultStartWorkers is how many workflow starts one claim runs at once.
+	DefaultStartWorkers = 16
+	// DefaultRecoverAfter is how long a claimed task may wait for its push before its workflow
+	// is started again.
+	DefaultRecoverAfter = 30 * time.Second
+	// DefaultSweepEvery is the sweeper schedule's interval (EnsureSweeper).
+	DefaultSweepEvery = time.Minute
+)
+
 func (c ClaimerConfig) withDefaults() ClaimerConfig {
 	if c.PollInterval <= 0 {
-		c.PollInterval = time.Second
+		c.PollInterval = DefaultPollInterval
 	}
 	if c.BatchSize <= 0 {
-		c.BatchSize = 100
+		c.BatchSize = DefaultBatchSize
 	}
 	if c.StartWorkers <= 0 {
-		c.StartWorkers = 16
+		c.StartWorkers = DefaultStartWorkers
 	}
 	if c.RecoverAfter <= 0 {
-		c.RecoverAfter = 30 * time.Second
+		c.RecoverAfter = DefaultRecoverAfter
 	}
 	return c
 }
@@ -213,7 +229,7 @@ const attemptMemo = "attempt"
 // cancelled and resubmitted): it is terminated, since every write it could still make is
 // guarded by its own attempt number and would change nothing.
 func StartAttempt(ctx context.Context, tc client.Client, taskQueue string, t store.ClaimedTask) error {
-	return startRun(ctx, tc, taskQueue, t, enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING)
+	return startRun(ctx, tc, taskQueue, t)
 }
 
 // RestartAttempt starts again an attempt whose push never happened (its claimer may have died
@@ -236,10 +252,12 @@ func RestartAttempt(ctx context.Context, tc client.Client, taskQueue string, t s
 			return nil // this attempt's run exists; it pushes when a worker picks it up
 		}
 	}
-	return startRun(ctx, tc, taskQueue, t, enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING)
+	return startRun(ctx, tc, taskQueue, t)
 }
 
-func startRun(ctx context.Context, tc client.Client, taskQueue string, t store.ClaimedTask, conflict enumspb.WorkflowIdConflictPolicy) (err error) {
+// startRun starts an attempt's workflow run. A run still open under the task's workflow id
+// belongs to an earlier attempt (both callers make sure of that) and is terminated.
+func startRun(ctx context.Context, tc client.Client, taskQueue string, t store.ClaimedTask) (err error) {
 	ctx, span := traceAttempt(ctx, t)
 	defer func() { tracing.End(span, err) }()
 	memo := map[string]any{attemptMemo: t.Attempt}
@@ -250,7 +268,7 @@ func startRun(ctx context.Context, tc client.Client, taskQueue string, t store.C
 		ID:                       courier.TaskWorkflowID(t.TaskID, t.Version),
 		TaskQueue:                taskQueue,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		WorkflowIDConflictPolicy: conflict,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING,
 		Memo:                     memo,
 		TypedSearchAttributes: temporal.NewSearchAttributes(
 			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet("task"),
@@ -273,7 +291,7 @@ const SweeperScheduleID = "courier-task-sweeper"
 // overlaps skipped, so exactly one sweep runs at a time.
 func EnsureSweeper(ctx context.Context, tc client.Client, taskQueue string, every time.Duration) error {
 	if every <= 0 {
-		every = time.Minute
+		every = DefaultSweepEvery
 	}
 	_, err := tc.ScheduleClient().Create(ctx, client.ScheduleOptions{
 		ID:      SweeperScheduleID,

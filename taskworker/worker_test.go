@@ -503,7 +503,7 @@ func TestShutdown(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		defer cancel()
 		done <- r.w.Shutdown(ctx)
 	}()
@@ -522,7 +522,7 @@ func TestShutdown(t *testing.T) {
 	}, nil)
 	code, _, _ = r2.push(t, pushOf("t-stuck", 4, `"stuck"`, "", soon()), "")
 	require.Equal(t, http.StatusAccepted, code)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	cancel() // no drain time
 	require.ErrorIs(t, r2.w.Shutdown(ctx), context.Canceled)
 	require.Zero(t, r2.w.Running())

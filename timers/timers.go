@@ -237,7 +237,7 @@ func (s *Service) Get(ctx context.Context, bizType, bizID string) (Timer, error)
 		qctx, cancel := context.WithTimeout(ctx, s.updateTimeout())
 		defer cancel()
 		v, err := s.tc.QueryWorkflow(qctx, id, "", workflows.QueryTimerState)
-		if err != nil && ranOut(qctx, err) {
+		if err != nil && (qctx.Err() != nil || TimedOut(err)) {
 			return Timer{}, s.unavailable(id)
 		}
 		if err != nil {
@@ -303,7 +303,7 @@ func (s *Service) update(ctx context.Context, bizType, bizID, name string, args 
 	var nf *serviceerror.NotFound
 	var app *temporal.ApplicationError
 	switch {
-	case err != nil && ranOut(uctx, err):
+	case err != nil && (uctx.Err() != nil || TimedOut(err)):
 		return Timer{}, s.unavailable(id)
 	case errors.As(err, &app) && app.Type() == workflows.ErrTypeTimerClosed, errors.As(err, &nf):
 		// Fired or cancelled (nf: the workflow has finished), or unknown.
@@ -330,13 +330,13 @@ func (s *Service) updateTimeout() time.Duration {
 	return s.UpdateTimeout
 }
 
-// ranOut reports a call that failed for want of time: its context expired, or the server gave
-// up on the call's own deadline a moment before the context did (the SDK gives each gRPC call a
-// share of the context's time).
-func ranOut(ctx context.Context, err error) bool {
+// TimedOut reports an error caused by a deadline, whether it surfaced as a context error or as
+// a deadline from a gRPC call to Temporal (the server gives up on the call's own deadline a
+// moment before the context ends: the SDK gives each gRPC call a share of the context's time).
+// The timer service and the gateway both tell a slow dependency from a failure with it.
+func TimedOut(err error) bool {
 	var de *serviceerror.DeadlineExceeded
-	return ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.As(err, &de) ||
-		status.Code(err) == codes.DeadlineExceeded
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &de) || status.Code(err) == codes.DeadlineExceeded
 }
 
 // unavailable is the answer when a timer's workflow did not answer in time: only a worker

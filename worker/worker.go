@@ -24,14 +24,31 @@ import (
 	"github.com/courier-oss/courier/workflows"
 )
 
+// Defaults of Config and TasksConfig, applied to their zero fields; courier's flags take theirs
+// from here (the relay's and the claimer's are relay's and tasks' own).
+const (
+	// DefaultShutdownTimeout is how long Stop lets in-flight activities finish.
+	DefaultShutdownTimeout = 10 * time.Second
+	// DefaultMaxConcurrentActivities is the activity slots on the workflows' own task queue
+	// (publishes are I/O bound).
+	DefaultMaxConcurrentActivities = 200
+	// DefaultBizTypeRefresh is how often business types are re-read.
+	DefaultBizTypeRefresh = 5 * time.Second
+	// DefaultPushSlots is the task pushes one process runs at once.
+	DefaultPushSlots = 200
+	// DefaultFinishSlots is the result waits, finishes and sweeps one process runs at once.
+	DefaultFinishSlots = 100
+)
+
 // Config tunes the worker. Zero fields take the documented defaults.
 type Config struct {
 	Relay relay.Config // outbox relay; its TaskQueue is also the delivery workflows' queue
-	// ShutdownTimeout bounds how long Stop lets in-flight activities finish; default 10 s.
+	// ShutdownTimeout bounds how long Stop lets in-flight activities finish; default
+	// DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
 	// MaxConcurrentActivities per process on the workflows' own task queue (outbox deliveries,
 	// and what runs recorded before the task queues were split still schedule there); default
-	// 200 (publishes are I/O bound).
+	// DefaultMaxConcurrentActivities.
 	MaxConcurrentActivities int
 	// DisableRelay runs the Temporal worker without claiming outbox rows (for tests and for
 	// deployments that separate the two).
@@ -43,7 +60,7 @@ type Config struct {
 	// Tasks tunes the task claimer; PublicURL is required for tasks to run.
 	Tasks TasksConfig
 	// BizTypeRefresh is how often the worker re-reads business types to start, restart or stop
-	// their delivery workers; default 5 s.
+	// their delivery workers; default DefaultBizTypeRefresh.
 	BizTypeRefresh time.Duration
 }
 
@@ -51,18 +68,18 @@ type Config struct {
 type TasksConfig struct {
 	Claimer tasks.ClaimerConfig // TaskQueue is set by the worker
 	// PushSlots bounds the pushes this process runs at once, on the push task queue
-	// (contract.TaskPushQueue); default 200. A push holds its slot until the worker answers
-	// or its queue's push_timeout passes, so an endpoint that never answers holds at most its
-	// queue's concurrency_limit of these slots and none of any other kind.
+	// (contract.TaskPushQueue); default DefaultPushSlots. A push holds its slot until the
+	// worker answers or its queue's push_timeout passes, so an endpoint that never answers holds
+	// at most its queue's concurrency_limit of these slots and none of any other kind.
 	PushSlots int
 	// FinishSlots bounds the waits for results, finishes and sweeps this process runs at once,
-	// on the finish task queue (contract.TaskFinishQueue); default 100. They are short: a
-	// wait hands its slot back at once, a finish is one transaction.
+	// on the finish task queue (contract.TaskFinishQueue); default DefaultFinishSlots. They
+	// are short: a wait hands its slot back at once, a finish is one transaction.
 	FinishSlots int
 	// PublicURL is the gateway's base URL as task workers reach it (for the result and
 	// heartbeat links in every push), such as http://127.0.0.1:8080.
 	PublicURL string
-	// SweepEvery is the sweeper schedule's interval; default 1 min.
+	// SweepEvery is the sweeper schedule's interval; default tasks.DefaultSweepEvery.
 	SweepEvery time.Duration
 	// DisableClaimer runs the task activities without claiming (for tests).
 	DisableClaimer bool
@@ -118,15 +135,15 @@ func New(cfg Config, d Deps) (*Worker, error) {
 	}
 	d.Publisher = mq.Traced(d.Publisher) // a span per publish; the message carries its traceparent
 	if cfg.ShutdownTimeout <= 0 {
-		cfg.ShutdownTimeout = 10 * time.Second
+		cfg.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if cfg.MaxConcurrentActivities <= 0 {
-		cfg.MaxConcurrentActivities = 200
+		cfg.MaxConcurrentActivities = DefaultMaxConcurrentActivities
 	}
-	queue := cfg.Relay.TaskQueue
-	if queue == "" {
-		queue = relay.DefaultTaskQueue
+	if cfg.Relay.TaskQueue == "" {
+		cfg.Relay.TaskQueue = relay.DefaultTaskQueue
 	}
+	queue := cfg.Relay.TaskQueue // set once here: the relay, claimer, timers and sweeper all use it
 	tw := sdkworker.New(d.Temporal, queue, sdkworker.Options{
 		WorkerStopTimeout:                  cfg.ShutdownTimeout,
 		MaxConcurrentActivityExecutionSize: cfg.MaxConcurrentActivities,
@@ -167,7 +184,7 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		tw.RegisterActivityWithOptions(timerActs.LoadBizType, activity.RegisterOptions{Name: contract.LoadBizTypeName})
 		refresh := cfg.BizTypeRefresh
 		if refresh <= 0 {
-			refresh = 5 * time.Second
+			refresh = DefaultBizTypeRefresh
 		}
 		w.relay.SetTimers(timers.New(d.Temporal, cfg.Namespace, d.BizTypes, queue))
 		w.biz = &bizWorkers{tc: d.Temporal, types: d.BizTypes, timers: timerActs, refresh: refresh,
@@ -183,10 +200,10 @@ func New(cfg Config, d Deps) (*Worker, error) {
 func taskWorkers(tc client.Client, workflowQueue string, cfg Config, acts *activities.Tasks) []sdkworker.Worker {
 	pushSlots, finishSlots := cfg.Tasks.PushSlots, cfg.Tasks.FinishSlots
 	if pushSlots <= 0 {
-		pushSlots = 200
+		pushSlots = DefaultPushSlots
 	}
 	if finishSlots <= 0 {
-		finishSlots = 100
+		finishSlots = DefaultFinishSlots
 	}
 	push := sdkworker.New(tc, contract.TaskPushQueue(workflowQueue), sdkworker.Options{
 		WorkerStopTimeout:                  cfg.ShutdownTimeout,
@@ -243,7 +260,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		}
 	}
 	if w.claim != nil {
-		if err := tasks.EnsureSweeper(ctx, w.deps.Temporal, w.claimQueue(), w.cfg.Tasks.SweepEvery); err != nil {
+		if err := tasks.EnsureSweeper(ctx, w.deps.Temporal, w.cfg.Relay.TaskQueue, w.cfg.Tasks.SweepEvery); err != nil {
 			w.stopTemporal()
 			return fmt.Errorf("worker: task sweeper schedule: %w", err)
 		}
@@ -278,13 +295,6 @@ func (w *Worker) Start(ctx context.Context) error {
 		close(w.done)
 	}()
 	return nil
-}
-
-func (w *Worker) claimQueue() string {
-	if w.cfg.Relay.TaskQueue != "" {
-		return w.cfg.Relay.TaskQueue
-	}
-	return relay.DefaultTaskQueue
 }
 
 // Stop stops claiming new rows, then stops the Temporal worker, letting in-flight activities

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"path/filepath"
 	"testing"
@@ -19,12 +18,12 @@ func TestKeyRateConfig(t *testing.T) {
 		want courier.Rate
 		bad  string
 	}{
-		{nil, DefaultKeyRate, ""},
-		{[]string{"--key-rate-limit", "0"}, courier.Rate{Burst: DefaultKeyRate.Burst}, "COURIER_KEY_RATE_BURST needs"},
+		{nil, courier.Rate{PerSecond: DefaultKeyRatePerSecond, Burst: DefaultKeyRateBurst}, ""},
+		{[]string{"--key-rate-limit", "0"}, courier.Rate{Burst: DefaultKeyRateBurst}, "COURIER_KEY_RATE_BURST needs"},
 		{[]string{"--key-rate-limit", "0", "--key-rate-burst", "0"}, courier.Rate{}, ""},
 		{[]string{"--key-rate-limit", "2.5", "--key-rate-burst", "0"}, courier.Rate{PerSecond: 2.5}, ""},
-		{[]string{"--key-rate-limit", "-1"}, courier.Rate{PerSecond: -1, Burst: DefaultKeyRate.Burst}, "COURIER_KEY_RATE_LIMIT must be"},
-		{[]string{"--key-rate-burst", "-3"}, courier.Rate{PerSecond: DefaultKeyRate.PerSecond, Burst: -3}, "COURIER_KEY_RATE_BURST must be"},
+		{[]string{"--key-rate-limit", "-1"}, courier.Rate{PerSecond: -1, Burst: DefaultKeyRateBurst}, "COURIER_KEY_RATE_LIMIT must be"},
+		{[]string{"--key-rate-burst", "-3"}, courier.Rate{PerSecond: DefaultKeyRatePerSecond, Burst: -3}, "COURIER_KEY_RATE_BURST must be"},
 	} {
 		var cfg Config
 		fs := flag.NewFlagSet("t", flag.ContinueOnError)
@@ -42,7 +41,7 @@ func TestKeyRateConfig(t *testing.T) {
 
 // courier apikey create --rate and set-rate store a key's own rate; bad rates are refused.
 func TestAPIKeyRateCommands(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	db := "sqlite:" + filepath.Join(t.TempDir(), "courier.db")
 	require.NoError(t, runMigrate(ctx, []string{"--database-url", db}))
 	require.NoError(t, runAPIKey(ctx, []string{"create", "--database-url", db, "--name", "orders", "--rate", "5", "--burst", "10"}))

@@ -104,17 +104,13 @@ func (l *routeList) Set(v string) error {
 
 // bindBrokers registers the broker flags (shared by every role, courier dev included).
 func (c *Config) bindBrokers(fs *flag.FlagSet) {
-	if err := c.Brokers.List.Set(env("COURIER_BROKERS", "")); err != nil {
-		pendingEnvErrs = append(pendingEnvErrs, fmt.Errorf("COURIER_BROKERS: %w", err))
-	}
+	c.env.list("COURIER_BROKERS", &c.Brokers.List)
 	fs.Var(&c.Brokers.List, "broker", "a message-queue cluster to publish to, name=url (nats://, kafka://, amqp://); repeatable (COURIER_BROKERS, comma-separated)")
-	if err := c.Brokers.Routes.Set(env("COURIER_ROUTES", "")); err != nil {
-		pendingEnvErrs = append(pendingEnvErrs, fmt.Errorf("COURIER_ROUTES: %w", err))
-	}
+	c.env.list("COURIER_ROUTES", &c.Brokers.Routes)
 	fs.Var(&c.Brokers.Routes, "route", "send topics matching a pattern to a broker, pattern=broker ('*' one token, '>' the rest: points.>=points); repeatable, first match wins (COURIER_ROUTES, comma-separated)")
 	fs.StringVar(&c.Brokers.Default, "default-broker", env("COURIER_DEFAULT_BROKER", ""), `broker for topics no route matches; default the first broker ("default" when NATS_URL is set); "none": such records go dead (COURIER_DEFAULT_BROKER)`)
-	fs.IntVar(&c.Brokers.MaxInFlight, "broker-max-in-flight", envInt("COURIER_BROKER_MAX_IN_FLIGHT", mq.DefaultMaxInFlight), "publishes one broker may have in flight in this process; more fail at once and retry, so a hanging broker never takes every activity slot (COURIER_BROKER_MAX_IN_FLIGHT)")
-	fs.DurationVar(&c.Brokers.CheckInterval, "broker-check-interval", envDur("COURIER_BROKER_CHECK_INTERVAL", 2*time.Second), "how often each broker's health is checked; a broker that fails gets no publishes until a check passes (COURIER_BROKER_CHECK_INTERVAL)")
+	fs.IntVar(&c.Brokers.MaxInFlight, "broker-max-in-flight", c.env.integer("COURIER_BROKER_MAX_IN_FLIGHT", mq.DefaultMaxInFlight), "publishes one broker may have in flight in this process; more fail at once and retry, so a hanging broker never takes every activity slot (COURIER_BROKER_MAX_IN_FLIGHT)")
+	fs.DurationVar(&c.Brokers.CheckInterval, "broker-check-interval", c.env.duration("COURIER_BROKER_CHECK_INTERVAL", 2*time.Second), "how often each broker's health is checked; a broker that fails gets no publishes until a check passes (COURIER_BROKER_CHECK_INTERVAL)")
 }
 
 // brokerSpecs returns the brokers in order: NATS_URL's "default" first when it is set, or

@@ -15,7 +15,9 @@ import (
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/relay"
+	"github.com/courier-oss/courier/tasks"
 	"github.com/courier-oss/courier/tracing"
+	"github.com/courier-oss/courier/worker"
 	"github.com/courier-oss/courier/workflows"
 )
 
@@ -33,12 +35,14 @@ type TemporalConfig struct {
 // OutboxConfig tunes the relay and the delivery budget.
 type OutboxConfig struct {
 	Sources      sourceList    // COURIER_OUTBOX_SOURCES: extra producer databases, name=url,…
-	BatchSize    int           // COURIER_OUTBOX_BATCH; default 100
-	PollInterval time.Duration // COURIER_OUTBOX_POLL; default 1s
-	Lease        time.Duration // COURIER_OUTBOX_LEASE; default 30s
-	Retention    time.Duration // COURIER_OUTBOX_RETENTION: how long sent rows are kept; default 168h
-	Retry        workflows.RetryPolicy
-	Batch        relay.BatchConfig // COURIER_OUTBOX_BATCH_*: outbox_batch.go
+	BatchSize    int           // COURIER_OUTBOX_BATCH; default relay.DefaultBatchSize
+	PollInterval time.Duration // COURIER_OUTBOX_POLL; default relay.DefaultPollInterval
+	Lease        time.Duration // COURIER_OUTBOX_LEASE; default relay.DefaultLease
+	Retention    time.Duration // COURIER_OUTBOX_RETENTION: how long sent rows are kept; default relay.DefaultSentRetention
+	// Retry is COURIER_OUTBOX_ATTEMPT_TIMEOUT, COURIER_OUTBOX_RETRY_* and
+	// COURIER_OUTBOX_MAX_ATTEMPTS; default workflows.DefaultOutboxRetry.
+	Retry workflows.RetryPolicy
+	Batch relay.BatchConfig // COURIER_OUTBOX_BATCH_*: outbox_batch.go
 }
 
 // Config is the configuration shared by worker, gateway and dev. Each field names its
@@ -50,27 +54,28 @@ type Config struct {
 	Brokers         BrokersConfig // COURIER_BROKERS, COURIER_ROUTES, COURIER_DEFAULT_BROKER: brokers.go
 	HTTPAddr        string        // COURIER_HTTP_ADDR; gateway (or worker metrics) listen address
 	LogLevel        string        // COURIER_LOG_LEVEL; default info
-	ShutdownTimeout time.Duration // COURIER_SHUTDOWN_TIMEOUT; default 10s
-	MaxBodyBytes    int64         // COURIER_MAX_BODY_BYTES; default 1 MiB
-	RequestTimeout  time.Duration // COURIER_REQUEST_TIMEOUT; bound on one gateway request's work; default 30s
+	ShutdownTimeout time.Duration // COURIER_SHUTDOWN_TIMEOUT; default worker.DefaultShutdownTimeout
+	MaxBodyBytes    int64         // COURIER_MAX_BODY_BYTES; default gateway.DefaultMaxBodyBytes
+	RequestTimeout  time.Duration // COURIER_REQUEST_TIMEOUT; bound on one gateway request's work; default gateway.DefaultRequestTimeout
 	Outbox          OutboxConfig
 	Tasks           TasksConfig
 
 	// KeyRate is the request rate of each API key without its own, per gateway instance:
-	// COURIER_KEY_RATE_LIMIT requests/s (default 100; 0 = unlimited) and COURIER_KEY_RATE_BURST
-	// (default 200; 0 = the rate rounded up). docs/admission.md.
+	// COURIER_KEY_RATE_LIMIT requests/s (default DefaultKeyRatePerSecond; 0 = unlimited) and
+	// COURIER_KEY_RATE_BURST (default DefaultKeyRateBurst; 0 = the rate rounded up).
+	// docs/admission.md.
 	KeyRate courier.Rate
 
-	envErrs []error // environment variables that did not parse; Validate reports them
+	env envReader // reads the environment for the flags' defaults; Validate reports what did not parse
 }
 
 // TasksConfig tunes prioritized tasks.
 type TasksConfig struct {
 	PublicURL    string        // COURIER_PUBLIC_URL; the gateway's base URL as task workers reach it
-	PollInterval time.Duration // COURIER_TASK_POLL; fallback claim poll; default 1s
-	SweepEvery   time.Duration // COURIER_TASK_SWEEP_EVERY; sweeper schedule interval; default 1m
-	PushSlots    int           // COURIER_TASK_PUSH_SLOTS; pushes one worker runs at once, on their own task queue; default 200
-	FinishSlots  int           // COURIER_TASK_FINISH_SLOTS; result waits, finishes and sweeps one worker runs at once; default 100
+	PollInterval time.Duration // COURIER_TASK_POLL; fallback claim poll; default tasks.DefaultPollInterval
+	SweepEvery   time.Duration // COURIER_TASK_SWEEP_EVERY; sweeper schedule interval; default tasks.DefaultSweepEvery
+	PushSlots    int           // COURIER_TASK_PUSH_SLOTS; pushes one worker runs at once, on their own task queue; default worker.DefaultPushSlots
+	FinishSlots  int           // COURIER_TASK_FINISH_SLOTS; result waits, finishes and sweeps one worker runs at once; default worker.DefaultFinishSlots
 }
 
 type sourceList []sourceSpec
@@ -110,47 +115,65 @@ func env(name, def string) string {
 	return def
 }
 
-// envParse reads a typed environment variable; a value that does not parse is remembered in
-// errs (reported by Validate) instead of silently falling back to the default.
-func envParse[T any](errs *[]error, name string, def T, parse func(string) (T, error)) T {
+// envReader reads typed environment variables for the flags' defaults. A value that does not
+// parse is remembered (Validate reports it) instead of silently falling back to the default.
+// One reader serves one command's flags: `courier dev` binds its own and the shared ones with
+// the Config's.
+type envReader struct {
+	errs []error // what did not parse, in the order read
+}
+
+// envParse reads one typed variable through e.
+func envParse[T any](e *envReader, name string, def T, parse func(string) (T, error)) T {
 	raw := env(name, "")
 	if raw == "" {
 		return def
 	}
 	v, err := parse(raw)
 	if err != nil {
-		*errs = append(*errs, fmt.Errorf("%s=%q: %v", name, raw, err))
+		e.fail(fmt.Errorf("%s=%q: %v", name, raw, err))
 		return def
 	}
 	return v
 }
 
-func envInt(name string, def int) int { return envParse(&pendingEnvErrs, name, def, strconv.Atoi) }
+// fail remembers a variable that did not parse.
+func (e *envReader) fail(err error) { e.errs = append(e.errs, err) }
 
-func envDur(name string, def time.Duration) time.Duration {
-	return envParse(&pendingEnvErrs, name, def, time.ParseDuration)
+func (e *envReader) integer(name string, def int) int { return envParse(e, name, def, strconv.Atoi) }
+
+func (e *envReader) duration(name string, def time.Duration) time.Duration {
+	return envParse(e, name, def, time.ParseDuration)
 }
 
-func envBool(name string, def bool) bool {
-	return envParse(&pendingEnvErrs, name, def, strconv.ParseBool)
+func (e *envReader) boolean(name string, def bool) bool {
+	return envParse(e, name, def, strconv.ParseBool)
 }
 
-func envFloat(name string, def float64) float64 {
-	return envParse(&pendingEnvErrs, name, def, func(s string) (float64, error) { return strconv.ParseFloat(s, 64) })
+func (e *envReader) float(name string, def float64) float64 {
+	return envParse(e, name, def, func(s string) (float64, error) { return strconv.ParseFloat(s, 64) })
 }
 
-// DefaultKeyRate is the default request rate of an API key on one gateway: generous for any
-// one producer, yet a runaway loop cannot take the whole gateway.
-var DefaultKeyRate = courier.Rate{PerSecond: 100, Burst: 200}
+// list sets a repeatable flag's value from a comma-separated variable.
+func (e *envReader) list(name string, v flag.Value) {
+	if err := v.Set(env(name, "")); err != nil {
+		e.fail(fmt.Errorf("%s: %w", name, err))
+	}
+}
 
-// pendingEnvErrs collects parse errors while flags are bound; bind moves them into the Config.
-var pendingEnvErrs []error
+// The default request rate of an API key on one gateway (the gateway's own default, the zero
+// Rate, is unlimited): generous for any one producer, yet a runaway loop cannot take the whole
+// gateway.
+const (
+	DefaultKeyRatePerSecond = 100
+	DefaultKeyRateBurst     = 200
+)
 
 // bind registers the shared flags on fs, with environment variables as defaults.
 func (c *Config) bind(fs *flag.FlagSet, defaultHTTP string) {
 	fs.StringVar(&c.Temporal.Address, "temporal-address", env("TEMPORAL_ADDRESS", "127.0.0.1:7233"), "Temporal frontend host:port (TEMPORAL_ADDRESS)")
 	fs.StringVar(&c.Temporal.Namespace, "temporal-namespace", env("TEMPORAL_NAMESPACE", "courier"), "Temporal namespace (TEMPORAL_NAMESPACE)")
-	fs.BoolVar(&c.Temporal.TLS, "temporal-tls", envBool("TEMPORAL_TLS", false), "use TLS to Temporal (TEMPORAL_TLS)")
+	fs.BoolVar(&c.Temporal.TLS, "temporal-tls", c.env.boolean("TEMPORAL_TLS", false), "use TLS to Temporal (TEMPORAL_TLS)")
 	fs.StringVar(&c.Temporal.TLSCert, "temporal-tls-cert", env("TEMPORAL_TLS_CERT", ""), "client certificate for mTLS (TEMPORAL_TLS_CERT)")
 	fs.StringVar(&c.Temporal.TLSKey, "temporal-tls-key", env("TEMPORAL_TLS_KEY", ""), "client key for mTLS (TEMPORAL_TLS_KEY)")
 	fs.StringVar(&c.Temporal.TLSCA, "temporal-tls-ca", env("TEMPORAL_TLS_CA", ""), "CA bundle to verify Temporal (TEMPORAL_TLS_CA)")
@@ -165,25 +188,23 @@ func (c *Config) bind(fs *flag.FlagSet, defaultHTTP string) {
 // its own).
 func (c *Config) bindRuntime(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogLevel, "log-level", env("COURIER_LOG_LEVEL", "info"), "debug, info, warn or error (COURIER_LOG_LEVEL)")
-	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", envDur("COURIER_SHUTDOWN_TIMEOUT", 10*time.Second), "how long in-flight work may finish on SIGTERM (COURIER_SHUTDOWN_TIMEOUT)")
-	fs.DurationVar(&c.RequestTimeout, "request-timeout", envDur("COURIER_REQUEST_TIMEOUT", gateway.DefaultRequestTimeout), "bound on one gateway request's work; slower requests get 503 (COURIER_REQUEST_TIMEOUT)")
-	fs.Float64Var(&c.KeyRate.PerSecond, "key-rate-limit", envFloat("COURIER_KEY_RATE_LIMIT", DefaultKeyRate.PerSecond), "requests per second each API key without its own rate may make, on each gateway; 0 = unlimited (COURIER_KEY_RATE_LIMIT)")
-	fs.IntVar(&c.KeyRate.Burst, "key-rate-burst", envInt("COURIER_KEY_RATE_BURST", DefaultKeyRate.Burst), "requests such a key may make at once above its rate; 0 = the rate rounded up (COURIER_KEY_RATE_BURST)")
-	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", int64(envInt("COURIER_MAX_BODY_BYTES", 1<<20)), "request body limit in bytes (COURIER_MAX_BODY_BYTES)")
-	if err := c.Outbox.Sources.Set(env("COURIER_OUTBOX_SOURCES", "")); err != nil {
-		pendingEnvErrs = append(pendingEnvErrs, fmt.Errorf("COURIER_OUTBOX_SOURCES: %w", err))
-	}
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.env.duration("COURIER_SHUTDOWN_TIMEOUT", worker.DefaultShutdownTimeout), "how long in-flight work may finish on SIGTERM (COURIER_SHUTDOWN_TIMEOUT)")
+	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.env.duration("COURIER_REQUEST_TIMEOUT", gateway.DefaultRequestTimeout), "bound on one gateway request's work; slower requests get 503 (COURIER_REQUEST_TIMEOUT)")
+	fs.Float64Var(&c.KeyRate.PerSecond, "key-rate-limit", c.env.float("COURIER_KEY_RATE_LIMIT", DefaultKeyRatePerSecond), "requests per second each API key without its own rate may make, on each gateway; 0 = unlimited (COURIER_KEY_RATE_LIMIT)")
+	fs.IntVar(&c.KeyRate.Burst, "key-rate-burst", c.env.integer("COURIER_KEY_RATE_BURST", DefaultKeyRateBurst), "requests such a key may make at once above its rate; 0 = the rate rounded up (COURIER_KEY_RATE_BURST)")
+	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", int64(c.env.integer("COURIER_MAX_BODY_BYTES", gateway.DefaultMaxBodyBytes)), "request body limit in bytes (COURIER_MAX_BODY_BYTES)")
+	c.env.list("COURIER_OUTBOX_SOURCES", &c.Outbox.Sources)
 	fs.Var(&c.Outbox.Sources, "outbox-source", "extra producer database to relay from, name=database-url; repeatable (COURIER_OUTBOX_SOURCES, comma-separated)")
-	fs.IntVar(&c.Outbox.BatchSize, "outbox-batch", envInt("COURIER_OUTBOX_BATCH", 100), "outbox rows claimed per batch (COURIER_OUTBOX_BATCH)")
-	fs.DurationVar(&c.Outbox.PollInterval, "outbox-poll", envDur("COURIER_OUTBOX_POLL", time.Second), "fallback poll interval (COURIER_OUTBOX_POLL)")
-	fs.DurationVar(&c.Outbox.Lease, "outbox-lease", envDur("COURIER_OUTBOX_LEASE", 30*time.Second), "after this long a claimed row's delivery is re-ensured by any relay (COURIER_OUTBOX_LEASE)")
-	fs.DurationVar(&c.Outbox.Retention, "outbox-retention", envDur("COURIER_OUTBOX_RETENTION", 7*24*time.Hour), "sent rows older than this are deleted; negative keeps them (COURIER_OUTBOX_RETENTION)")
+	fs.IntVar(&c.Outbox.BatchSize, "outbox-batch", c.env.integer("COURIER_OUTBOX_BATCH", relay.DefaultBatchSize), "outbox rows claimed per batch (COURIER_OUTBOX_BATCH)")
+	fs.DurationVar(&c.Outbox.PollInterval, "outbox-poll", c.env.duration("COURIER_OUTBOX_POLL", relay.DefaultPollInterval), "fallback poll interval (COURIER_OUTBOX_POLL)")
+	fs.DurationVar(&c.Outbox.Lease, "outbox-lease", c.env.duration("COURIER_OUTBOX_LEASE", relay.DefaultLease), "after this long a claimed row's delivery is re-ensured by any relay (COURIER_OUTBOX_LEASE)")
+	fs.DurationVar(&c.Outbox.Retention, "outbox-retention", c.env.duration("COURIER_OUTBOX_RETENTION", relay.DefaultSentRetention), "sent rows older than this are deleted; negative keeps them (COURIER_OUTBOX_RETENTION)")
 	d := workflows.DefaultOutboxRetry
-	fs.DurationVar(&c.Outbox.Retry.AttemptTimeout, "outbox-attempt-timeout", envDur("COURIER_OUTBOX_ATTEMPT_TIMEOUT", d.AttemptTimeout), "bound on one publish attempt (COURIER_OUTBOX_ATTEMPT_TIMEOUT)")
-	fs.DurationVar(&c.Outbox.Retry.InitialInterval, "outbox-retry-initial", envDur("COURIER_OUTBOX_RETRY_INITIAL", d.InitialInterval), "first retry wait (COURIER_OUTBOX_RETRY_INITIAL)")
-	fs.DurationVar(&c.Outbox.Retry.MaxInterval, "outbox-retry-max-interval", envDur("COURIER_OUTBOX_RETRY_MAX_INTERVAL", d.MaxInterval), "longest retry wait (COURIER_OUTBOX_RETRY_MAX_INTERVAL)")
-	fs.Float64Var(&c.Outbox.Retry.BackoffCoef, "outbox-retry-backoff", envFloat("COURIER_OUTBOX_RETRY_BACKOFF", d.BackoffCoef), "retry wait growth factor (COURIER_OUTBOX_RETRY_BACKOFF)")
-	attempts := envInt("COURIER_OUTBOX_MAX_ATTEMPTS", int(d.MaxAttempts))
+	fs.DurationVar(&c.Outbox.Retry.AttemptTimeout, "outbox-attempt-timeout", c.env.duration("COURIER_OUTBOX_ATTEMPT_TIMEOUT", d.AttemptTimeout), "bound on one publish attempt (COURIER_OUTBOX_ATTEMPT_TIMEOUT)")
+	fs.DurationVar(&c.Outbox.Retry.InitialInterval, "outbox-retry-initial", c.env.duration("COURIER_OUTBOX_RETRY_INITIAL", d.InitialInterval), "first retry wait (COURIER_OUTBOX_RETRY_INITIAL)")
+	fs.DurationVar(&c.Outbox.Retry.MaxInterval, "outbox-retry-max-interval", c.env.duration("COURIER_OUTBOX_RETRY_MAX_INTERVAL", d.MaxInterval), "longest retry wait (COURIER_OUTBOX_RETRY_MAX_INTERVAL)")
+	fs.Float64Var(&c.Outbox.Retry.BackoffCoef, "outbox-retry-backoff", c.env.float("COURIER_OUTBOX_RETRY_BACKOFF", d.BackoffCoef), "retry wait growth factor (COURIER_OUTBOX_RETRY_BACKOFF)")
+	attempts := c.env.integer("COURIER_OUTBOX_MAX_ATTEMPTS", int(d.MaxAttempts))
 	c.Outbox.Retry.MaxAttempts = int32(attempts)
 	fs.Func("outbox-max-attempts", fmt.Sprintf("attempts before a record is dead (COURIER_OUTBOX_MAX_ATTEMPTS; default %d)", attempts), func(s string) error {
 		v, err := strconv.Atoi(s)
@@ -194,19 +215,18 @@ func (c *Config) bindRuntime(fs *flag.FlagSet) {
 		return nil
 	})
 	fs.StringVar(&c.Tasks.PublicURL, "public-url", env("COURIER_PUBLIC_URL", ""), "the gateway's base URL as task workers reach it, for the result and heartbeat links in each push (COURIER_PUBLIC_URL; dev: the gateway's address)")
-	fs.DurationVar(&c.Tasks.PollInterval, "task-poll", envDur("COURIER_TASK_POLL", time.Second), "fallback task claim poll interval (COURIER_TASK_POLL)")
-	fs.DurationVar(&c.Tasks.SweepEvery, "task-sweep-every", envDur("COURIER_TASK_SWEEP_EVERY", time.Minute), "task sweeper schedule interval (COURIER_TASK_SWEEP_EVERY)")
-	fs.IntVar(&c.Tasks.PushSlots, "task-push-slots", envInt("COURIER_TASK_PUSH_SLOTS", 200), "task pushes this worker runs at once, on the push task queue; a push holds its slot until the worker answers or the queue's push_timeout passes (COURIER_TASK_PUSH_SLOTS)")
+	fs.DurationVar(&c.Tasks.PollInterval, "task-poll", c.env.duration("COURIER_TASK_POLL", tasks.DefaultPollInterval), "fallback task claim poll interval (COURIER_TASK_POLL)")
+	fs.DurationVar(&c.Tasks.SweepEvery, "task-sweep-every", c.env.duration("COURIER_TASK_SWEEP_EVERY", tasks.DefaultSweepEvery), "task sweeper schedule interval (COURIER_TASK_SWEEP_EVERY)")
+	fs.IntVar(&c.Tasks.PushSlots, "task-push-slots", c.env.integer("COURIER_TASK_PUSH_SLOTS", worker.DefaultPushSlots), "task pushes this worker runs at once, on the push task queue; a push holds its slot until the worker answers or the queue's push_timeout passes (COURIER_TASK_PUSH_SLOTS)")
 	c.bindBrokers(fs)
 	c.bindOutboxBatch(fs)
-	fs.IntVar(&c.Tasks.FinishSlots, "task-finish-slots", envInt("COURIER_TASK_FINISH_SLOTS", 100), "task result waits, finishes and sweeps this worker runs at once, on the finish task queue (COURIER_TASK_FINISH_SLOTS)")
-	c.envErrs, pendingEnvErrs = append(c.envErrs, pendingEnvErrs...), nil
+	fs.IntVar(&c.Tasks.FinishSlots, "task-finish-slots", c.env.integer("COURIER_TASK_FINISH_SLOTS", worker.DefaultFinishSlots), "task result waits, finishes and sweeps this worker runs at once, on the finish task queue (COURIER_TASK_FINISH_SLOTS)")
 }
 
 // Validate reports the first configuration error in plain words.
 func (c *Config) Validate(needDB bool) error {
-	if len(c.envErrs) > 0 {
-		return fmt.Errorf("bad environment: %w", errors.Join(c.envErrs...))
+	if len(c.env.errs) > 0 {
+		return fmt.Errorf("bad environment: %w", errors.Join(c.env.errs...))
 	}
 	switch {
 	case needDB && c.DatabaseURL == "":

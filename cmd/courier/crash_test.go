@@ -76,7 +76,7 @@ func TestDevSurvivesSIGKILLUnderMixedLoad(t *testing.T) {
 	require.NoError(t, err)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "CRASH", Subjects: []string{"crash.>"}, Storage: jetstream.FileStorage})
+	_, err = js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "CRASH", Subjects: []string{"crash.>"}, Storage: jetstream.FileStorage})
 	require.NoError(t, err)
 	nc.Close()
 
@@ -178,7 +178,7 @@ func TestDevSurvivesSIGKILLUnderMixedLoad(t *testing.T) {
 		req, _ := http.NewRequest(method, gw+path, bytes.NewReader(b))
 		req.Header.Set("Authorization", "Bearer "+key)
 		req.Header.Set("Content-Type", "application/json")
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
 		resp, err := http.DefaultClient.Do(req.WithContext(ctx))
 		if err != nil {
@@ -260,14 +260,14 @@ func TestDevSurvivesSIGKILLUnderMixedLoad(t *testing.T) {
 	require.NoError(t, err)
 	inStream := func() map[int64]bool {
 		got := map[int64]bool{}
-		st, err := js.Stream(context.Background(), "CRASH")
+		st, err := js.Stream(t.Context(), "CRASH")
 		require.NoError(t, err)
-		info, err := st.Info(context.Background())
+		info, err := st.Info(t.Context())
 		require.NoError(t, err)
 		if info.State.Msgs == 0 {
 			return got
 		}
-		cons, err := st.OrderedConsumer(context.Background(), jetstream.OrderedConsumerConfig{})
+		cons, err := st.OrderedConsumer(t.Context(), jetstream.OrderedConsumerConfig{})
 		require.NoError(t, err)
 		for n := uint64(0); n < info.State.Msgs; {
 			batch, err := cons.Fetch(500, jetstream.FetchMaxWait(5*time.Second))

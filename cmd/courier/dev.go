@@ -37,15 +37,16 @@ type DevConfig struct {
 	Durable bool
 }
 
-// bind registers `courier dev`'s own flags.
-func (d *DevConfig) bind(fs *flag.FlagSet) {
+// bind registers `courier dev`'s own flags; e reads their environment variables (the Config's
+// reader, so Validate reports what did not parse).
+func (d *DevConfig) bind(fs *flag.FlagSet, e *envReader) {
 	fs.StringVar(&d.DataDir, "data-dir", env("COURIER_DATA_DIR", ".courier"), "where Temporal, NATS and the SQLite database keep their data (COURIER_DATA_DIR)")
 	fs.StringVar(&d.Host, "host", env("COURIER_DEV_HOST", "127.0.0.1"), "address every embedded server listens on (COURIER_DEV_HOST)")
-	fs.IntVar(&d.HTTPPort, "http-port", envInt("COURIER_HTTP_PORT", 8080), "gateway port (COURIER_HTTP_PORT)")
-	fs.IntVar(&d.TemporalPort, "temporal-port", envInt("COURIER_TEMPORAL_PORT", 7233), "Temporal frontend gRPC port (COURIER_TEMPORAL_PORT)")
-	fs.IntVar(&d.UIPort, "ui-port", envInt("COURIER_UI_PORT", 8233), "Temporal Web UI port (COURIER_UI_PORT)")
-	fs.IntVar(&d.NATSPort, "nats-port", envInt("COURIER_NATS_PORT", 4322), "embedded NATS port (COURIER_NATS_PORT)")
-	fs.BoolVar(&d.Durable, "durable", envBool("COURIER_DEV_DURABLE", false), "sync Temporal's SQLite on every commit, so acknowledged work survives a power cut too; slower (COURIER_DEV_DURABLE)")
+	fs.IntVar(&d.HTTPPort, "http-port", e.integer("COURIER_HTTP_PORT", 8080), "gateway port (COURIER_HTTP_PORT)")
+	fs.IntVar(&d.TemporalPort, "temporal-port", e.integer("COURIER_TEMPORAL_PORT", 7233), "Temporal frontend gRPC port (COURIER_TEMPORAL_PORT)")
+	fs.IntVar(&d.UIPort, "ui-port", e.integer("COURIER_UI_PORT", 8233), "Temporal Web UI port (COURIER_UI_PORT)")
+	fs.IntVar(&d.NATSPort, "nats-port", e.integer("COURIER_NATS_PORT", 4322), "embedded NATS port (COURIER_NATS_PORT)")
+	fs.BoolVar(&d.Durable, "durable", e.boolean("COURIER_DEV_DURABLE", false), "sync Temporal's SQLite on every commit, so acknowledged work survives a power cut too; slower (COURIER_DEV_DURABLE)")
 }
 
 // temporal is the embedded Temporal server's configuration.
@@ -68,7 +69,7 @@ func runDev(ctx context.Context, args []string) error {
 		dev DevConfig
 	)
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
-	dev.bind(fs)
+	dev.bind(fs, &cfg.env)
 	cfg.bindRuntime(fs)
 	cfg.Temporal.Namespace = "courier"
 	if err := parse(fs, args); err != nil {

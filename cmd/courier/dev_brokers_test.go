@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -35,7 +34,7 @@ func TestDevTakesExtraBrokers(t *testing.T) {
 		t.Cleanup(nc.Close)
 		js, err := jetstream.New(nc)
 		require.NoError(t, err)
-		s, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: name, Subjects: []string{subject}})
+		s, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: name, Subjects: []string{subject}})
 		require.NoError(t, err)
 		return s
 	}
@@ -68,7 +67,7 @@ func TestDevTakesExtraBrokers(t *testing.T) {
 		require.Equal(t, 201, httpJSON(t, "POST", gw+"/v1/outbox", key, map[string]any{"topic": topic, "payload": 1}, nil))
 	}
 	msgs := func(s jetstream.Stream) uint64 {
-		info, err := s.Info(context.Background())
+		info, err := s.Info(t.Context())
 		require.NoError(t, err)
 		return info.State.Msgs
 	}

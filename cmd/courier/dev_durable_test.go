@@ -25,11 +25,14 @@ func TestDevDurableReachesTheEngine(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("COURIER_DEV_DURABLE", tc.env)
-			var dev DevConfig
+			var (
+				dev DevConfig
+				env envReader
+			)
 			fs := flag.NewFlagSet("dev", flag.ContinueOnError)
-			dev.bind(fs)
+			dev.bind(fs, &env)
 			require.NoError(t, fs.Parse(tc.args))
-			require.Empty(t, pendingEnvErrs)
+			require.Empty(t, env.errs)
 			got := dev.temporal("courier", nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			require.Equal(t, tc.want, got.Durable)
 			require.Equal(t, dev.DataDir, got.DataDir)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -174,7 +173,7 @@ func TestDevRunsStopsAndRestartsWithoutLoss(t *testing.T) {
 	require.NoError(t, err)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
-	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Storage: jetstream.FileStorage})
+	_, err = js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}, Storage: jetstream.FileStorage})
 	require.NoError(t, err)
 	nc.Close()
 
@@ -302,7 +301,7 @@ func TestDevRunsStopsAndRestartsWithoutLoss(t *testing.T) {
 	tc, err := client.Dial(client.Options{HostPort: fmt.Sprintf("127.0.0.1:%d", ports["temporal"]), Namespace: "courier"})
 	require.NoError(t, err)
 	defer tc.Close()
-	d, err := tc.DescribeWorkflowExecution(context.Background(), fmt.Sprintf("outbox/%d", sent.ID), "")
+	d, err := tc.DescribeWorkflowExecution(t.Context(), fmt.Sprintf("outbox/%d", sent.ID), "")
 	require.NoError(t, err, "the delivery workflow is still in Temporal")
 	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, d.GetWorkflowExecutionInfo().GetStatus())
 
@@ -311,9 +310,9 @@ func TestDevRunsStopsAndRestartsWithoutLoss(t *testing.T) {
 	defer nc.Close()
 	js, err = jetstream.New(nc)
 	require.NoError(t, err)
-	st, err := js.Stream(context.Background(), "ORDERS")
+	st, err := js.Stream(t.Context(), "ORDERS")
 	require.NoError(t, err)
-	info, err := st.Info(context.Background())
+	info, err := st.Info(t.Context())
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), info.State.Msgs, "the published message survives the restart")
 
@@ -333,7 +332,7 @@ func TestDevRunsStopsAndRestartsWithoutLoss(t *testing.T) {
 	}, 30*time.Second, 200*time.Millisecond, "timers are counted by state")
 
 	// The dead record can be redriven after the stream for its topic exists.
-	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "NOWHERE", Subjects: []string{"nowhere.>"}})
+	_, err = js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "NOWHERE", Subjects: []string{"nowhere.>"}})
 	require.NoError(t, err)
 	require.Equal(t, 202, httpJSON(t, "POST", fmt.Sprintf("%s/v1/outbox/%d/redrive", gw, dead.ID), key, nil, nil))
 	waitStatus(dead.ID, "sent")

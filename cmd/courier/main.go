@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -52,7 +53,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "courier: unknown command %q\n\n%s", os.Args[1], usage)
 		os.Exit(2)
 	}
-	if errors.Is(err, helpShown) {
+	if errors.Is(err, flag.ErrHelp) { // the usage was asked for and printed
 		os.Exit(0)
 	}
 	var ue *usageError

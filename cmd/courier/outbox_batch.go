@@ -19,8 +19,8 @@ func (c *Config) bindOutboxBatch(fs *flag.FlagSet) {
 		func(s string) error { b.Sources = splitList(s); return nil })
 	fs.Func("outbox-batch-topics", "topic patterns (orders.*, audit.>) whose records are delivered in batches, comma-separated (COURIER_OUTBOX_BATCH_TOPICS)",
 		func(s string) error { b.Topics = splitList(s); return nil })
-	fs.IntVar(&b.Max, "outbox-batch-max", envInt("COURIER_OUTBOX_BATCH_MAX", relay.DefaultBatchMax), "most records in one batch, and in one claim from a source that batches (COURIER_OUTBOX_BATCH_MAX)")
-	fs.DurationVar(&b.Linger, "outbox-batch-linger", envDur("COURIER_OUTBOX_BATCH_LINGER", relay.DefaultBatchLinger), "least time between two batches of one source; records committed meanwhile share the next one (COURIER_OUTBOX_BATCH_LINGER)")
+	fs.IntVar(&b.Max, "outbox-batch-max", c.env.integer("COURIER_OUTBOX_BATCH_MAX", relay.DefaultBatchMax), "most records in one batch, and in one claim from a source that batches (COURIER_OUTBOX_BATCH_MAX)")
+	fs.DurationVar(&b.Linger, "outbox-batch-linger", c.env.duration("COURIER_OUTBOX_BATCH_LINGER", relay.DefaultBatchLinger), "least time between two batches of one source; records committed meanwhile share the next one (COURIER_OUTBOX_BATCH_LINGER)")
 }
 
 // splitList splits a comma-separated setting, dropping empty items and spaces.

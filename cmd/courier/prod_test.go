@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -36,7 +35,7 @@ func TestProductionRoles(t *testing.T) {
 		t.Skip("starts a Temporal server")
 	}
 	dsn := testenv.PostgresURL(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	// No search attributes at namespace creation: the worker registers them itself, as it must
 	// against a production cluster.
 	tmp, err := devstack.StartTemporal(ctx, devstack.Config{DataDir: t.TempDir(), TemporalPort: -1, DisableUI: true})

@@ -21,18 +21,15 @@ type usageError struct {
 
 func (e *usageError) Error() string { return e.msg }
 
-// helpShown says the usage was asked for and printed: main exits 0.
-var helpShown = flag.ErrHelp
-
 // parse parses a command's flags. Asked for help, it prints the usage on stdout and returns
-// helpShown; a bad flag is a usageError carrying the usage.
+// flag.ErrHelp (main then exits 0); a bad flag is a usageError carrying the usage.
 func parse(fs *flag.FlagSet, args []string) error {
 	fs.SetOutput(io.Discard) // the flag package would print the usage itself, on stderr, and twice with the error
 	err := fs.Parse(args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		fmt.Fprint(os.Stdout, flagUsage(fs))
-		return helpShown
+		return flag.ErrHelp
 	case err != nil:
 		return &usageError{msg: err.Error(), usage: flagUsage(fs)}
 	}
@@ -56,7 +53,7 @@ func flagUsage(fs *flag.FlagSet) string {
 type subcommand struct{ name, summary string }
 
 // pickSubcommand reads the subcommand a group's arguments start with. Help asked for prints
-// the group's usage on stdout (helpShown); none or an unknown one is a usageError.
+// the group's usage on stdout (flag.ErrHelp); none or an unknown one is a usageError.
 func pickSubcommand(group, what string, subs []subcommand, args []string) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Usage: courier %s <%s> [flags]\n\n", group, what)
@@ -71,7 +68,7 @@ func pickSubcommand(group, what string, subs []subcommand, args []string) (strin
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(os.Stdout, usage)
-		return "", helpShown
+		return "", flag.ErrHelp
 	}
 	for _, s := range subs {
 		if args[0] == s.name {

@@ -1,0 +1,31 @@
+package bench
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Each kind's results become rows with the same fields: rates, latencies in milliseconds, the
+// cost per item, and (timers only) the early deliveries.
+func TestReports(t *testing.T) {
+	t.Parallel()
+	cost := Cost{Events: 11.5, Actions: 2}
+	lat := func(ms time.Duration) time.Duration { return ms * time.Millisecond }
+	want := func(scenario string, perS float64, early int) ReportRow {
+		return ReportRow{Scenario: scenario, N: 30, ThroughputPerS: perS, P50Ms: 1.5, P99Ms: 20, MaxMs: 300,
+			HistoryEventsPerItem: 11.5, ActionsPerItem: 2, Early: early}
+	}
+	require.Equal(t, Report{Kind: "outbox", Rows: []ReportRow{want("bare", 60, 0)}}, OutboxReport([]Result{
+		{Key: "bare", N: 30, Throughput: 60, P50: 1500 * time.Microsecond, P99: lat(20), Max: lat(300), Cost: cost}}))
+	require.Equal(t, Report{Kind: "tasks", Rows: []ReportRow{want("courier-sqlite", 40, 0)}}, TasksReport([]TaskResult{
+		{Key: "courier-sqlite", N: 30, PerSec: 40, P50: 1500 * time.Microsecond, P99: lat(20), Max: lat(300), Cost: cost}}))
+	require.Equal(t, Report{Kind: "timers", Rows: []ReportRow{want("courier", 10, 2)}}, TimersReport([]TimerResult{
+		{Key: "courier", N: 30, CreatePerSec: 10, P50: 1500 * time.Microsecond, P99: lat(20), Max: lat(300), Early: 2, Cost: cost}}))
+
+	var b bytes.Buffer
+	require.NoError(t, WriteJSON(&b, TimersReport(nil)))
+	require.JSONEq(t, `{"kind":"timers","rows":[]}`, b.String(), "no results: an empty list, not null")
+}
