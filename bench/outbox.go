@@ -44,6 +44,7 @@ type OutboxConfig struct {
 	// rates far above one transaction per row.
 	BatchRows int
 	BatchRate float64 // default 1,000 rows/s
+	BatchMax  int     // records per batch (relay.BatchConfig.Max); default relay.DefaultBatchMax
 }
 
 // Result is one row of the table.
@@ -180,7 +181,7 @@ func runOutbox(ctx context.Context, tc client.Client, natsURL, dbName, dbURL, st
 	source := "bench-" + key
 	rcfg := relay.Config{TaskQueue: "bench-" + key, PollInterval: 100 * time.Millisecond}
 	if batch {
-		rcfg.Batch = relay.BatchConfig{Sources: []string{source}}
+		rcfg.Batch = relay.BatchConfig{Sources: []string{source}, Max: cfg.BatchMax}
 	}
 	w, err := worker.New(worker.Config{Relay: rcfg}, worker.Deps{
 		Temporal: tc, Publisher: pub, Logger: log,

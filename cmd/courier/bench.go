@@ -17,6 +17,7 @@ import (
 	"github.com/courier-oss/courier/bench"
 	"github.com/courier-oss/courier/devstack"
 	"github.com/courier-oss/courier/devstack/embeddednats"
+	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/worker"
 )
 
@@ -40,6 +41,7 @@ func runBench(ctx context.Context, args []string) error {
 		fs.Float64Var(&cfg.Rate, "rate", 200, "target commits per second")
 		fs.IntVar(&cfg.BatchRows, "batch-rows", 20000, "rows per batch-mode scenario (courier-batch-*); 0 skips them")
 		fs.Float64Var(&cfg.BatchRate, "batch-rate", 1000, "target rows per second in the batch-mode scenarios, committed every 10 ms")
+		fs.IntVar(&cfg.BatchMax, "batch-max", relay.DefaultBatchMax, "records per batch in the batch-mode scenarios (COURIER_OUTBOX_BATCH_MAX)")
 		fs.StringVar(&cfg.PostgresURL, "postgres-url", env("COURIER_BENCH_POSTGRES_URL", ""), postgresUsage)
 		fs.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "give up on a scenario after this long")
 	case "timers":
