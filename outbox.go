@@ -49,6 +49,10 @@ type OutboxRecord struct {
 // DefaultSource names courier's own database among the outbox sources.
 const DefaultSource = "default"
 
+// DefaultWorkflowQueue is the Temporal task queue courier's workflows run on unless configured
+// otherwise (relay.DefaultTaskQueue); the task activities' queues are named beside it.
+const DefaultWorkflowQueue = "courier-outbox"
+
 // OutboxBatchWorkflowID is the workflow ID of a batch delivery (outbox batch mode):
 // outbox-batch/<source>/<first id>-<last id>.
 func OutboxBatchWorkflowID(source string, first, last int64) string {

@@ -107,7 +107,7 @@ func (b BatchConfig) batches(source string, rec store.ClaimedRecord) bool {
 // Defaults of Config, applied to its zero fields; courier's flags take theirs from here.
 const (
 	// DefaultTaskQueue is where delivery workflows run unless configured otherwise.
-	DefaultTaskQueue = "courier-outbox"
+	DefaultTaskQueue = courier.DefaultWorkflowQueue
 	// DefaultBatchSize is how many rows one claim takes.
 	DefaultBatchSize = 100
 	// DefaultPollInterval is the fallback poll when no notification wakes the relay.

@@ -37,11 +37,8 @@ func TaskFinishQueue(workflowQueue string) string {
 	return taskQueueBeside(workflowQueue, "task-finish")
 }
 
-// defaultWorkflowQueue is relay.DefaultTaskQueue (the worker package checks they agree).
-const defaultWorkflowQueue = "courier-outbox"
-
 func taskQueueBeside(workflowQueue, kind string) string {
-	if workflowQueue == defaultWorkflowQueue || workflowQueue == "" {
+	if workflowQueue == courier.DefaultWorkflowQueue || workflowQueue == "" {
 		return "courier-" + kind
 	}
 	return workflowQueue + "-" + kind
