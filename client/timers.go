@@ -8,15 +8,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
-)
 
-// Timer states.
-const (
-	TimerScheduled = "scheduled"
-	TimerFiring    = "firing"
-	TimerDelivered = "delivered"
-	TimerFailed    = "failed"
-	TimerCancelled = "cancelled"
+	"github.com/courier-oss/courier"
 )
 
 // TimerRequest arms a timer (POST /v1/timers, scope producer): at FireAt, or, when FireAt is
@@ -75,15 +68,15 @@ func (r Reschedule) MarshalJSON() ([]byte, error) {
 
 // Timer is a timer as the API shows it.
 type Timer struct {
-	BizType    string          `json:"biz_type"`
-	BizID      string          `json:"biz_id"`
-	State      string          `json:"state"` // TimerScheduled, TimerFiring, …
-	FireAt     time.Time       `json:"fire_at"`
-	Attempts   int             `json:"attempts"`
-	LastError  string          `json:"last_error,omitempty"`
-	Version    int             `json:"version"`
-	WorkflowID string          `json:"workflow_id"`
-	Payload    json.RawMessage `json:"payload,omitempty"`
+	BizType    string             `json:"biz_type"`
+	BizID      string             `json:"biz_id"`
+	State      courier.TimerState `json:"state"` // courier.TimerScheduled, courier.TimerFiring, …
+	FireAt     time.Time          `json:"fire_at"`
+	Attempts   int                `json:"attempts"`
+	LastError  string             `json:"last_error,omitempty"`
+	Version    int                `json:"version"`
+	WorkflowID string             `json:"workflow_id"`
+	Payload    json.RawMessage    `json:"payload,omitempty"`
 
 	Created bool `json:"-"` // CreateTimer: this call armed it (201); false: it existed (200)
 }
@@ -91,9 +84,9 @@ type Timer struct {
 // TimerQuery selects timers for ListTimers. Zero fields do not filter.
 type TimerQuery struct {
 	BizType   string
-	State     string // one of the Timer* states
-	PageSize  int    // 1–1000; 0: the gateway's default (100)
-	PageToken string // TimerPage.NextPageToken of the previous page
+	State     courier.TimerState // "" for every state
+	PageSize  int                // 1–1000; 0: the gateway's default (100)
+	PageToken string             // TimerPage.NextPageToken of the previous page
 }
 
 // TimerPage is one page of timers; NextPageToken is empty on the last.
@@ -147,7 +140,7 @@ func (c *Client) CancelTimer(ctx context.Context, bizType, bizID string) (*Timer
 // use AllTimers.
 func (c *Client) ListTimers(ctx context.Context, q TimerQuery) (*TimerPage, error) {
 	v := url.Values{}
-	for k, s := range map[string]string{"biz_type": q.BizType, "state": q.State, "page_token": q.PageToken} {
+	for k, s := range map[string]string{"biz_type": q.BizType, "state": string(q.State), "page_token": q.PageToken} {
 		if s != "" {
 			v.Set(k, s)
 		}

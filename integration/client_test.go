@@ -254,7 +254,7 @@ func TestClientEveryCall(t *testing.T) {
 		tm, err := producer.CreateTimer(ctx, req)
 		require.NoError(t, err)
 		require.True(t, tm.Created)
-		require.Equal(t, cc.TimerScheduled, tm.State)
+		require.Equal(t, courier.TimerScheduled, tm.State)
 		require.Equal(t, id, tm.BizID)
 		again, err := producer.CreateTimer(ctx, req)
 		require.NoError(t, err)
@@ -275,7 +275,7 @@ func TestClientEveryCall(t *testing.T) {
 		_, err = producer.CreateTimer(ctx, cc.TimerRequest{BizType: "orders", BizID: "o-2", Delay: cc.Duration(time.Hour)})
 		require.NoError(t, err)
 		waitFor(t, "both timers are listed", func() bool {
-			page, err := producer.ListTimers(ctx, cc.TimerQuery{BizType: "orders", State: cc.TimerScheduled})
+			page, err := producer.ListTimers(ctx, cc.TimerQuery{BizType: "orders", State: courier.TimerScheduled})
 			return err == nil && len(page.Items) == 2
 		})
 		page, err := producer.ListTimers(ctx, cc.TimerQuery{BizType: "orders", PageSize: 1})
@@ -293,14 +293,14 @@ func TestClientEveryCall(t *testing.T) {
 
 		cancelled, err := producer.CancelTimer(ctx, "orders", id)
 		require.NoError(t, err)
-		require.Equal(t, cc.TimerCancelled, cancelled.State)
+		require.Equal(t, courier.TimerCancelled, cancelled.State)
 
 		// A zero delay fires at once: the callback arrives and the timer says delivered.
 		_, err = producer.CreateTimer(ctx, cc.TimerRequest{BizType: "orders", BizID: "now-1"})
 		require.NoError(t, err)
 		waitFor(t, "the timer is delivered", func() bool {
 			got, err := producer.GetTimer(ctx, "orders", "now-1")
-			return err == nil && got.State == cc.TimerDelivered && cs.rcv.count("now-1") == 1
+			return err == nil && got.State == courier.TimerDelivered && cs.rcv.count("now-1") == 1
 		})
 		_, err = producer.RescheduleTimer(ctx, "orders", "now-1", cc.Reschedule{Delay: cc.Duration(time.Hour)})
 		require.ErrorIs(t, err, cc.ErrConflict, "a delivered timer cannot move")
