@@ -484,13 +484,16 @@ func (r *Router) Up(name string) bool {
 	return !down
 }
 
+// DefaultCheckInterval is how often Watch checks each broker unless told otherwise.
+const DefaultCheckInterval = 2 * time.Second
+
 // Watch checks every broker every interval (each check bounded by timeout) until ctx ends.
 // A broker that fails a check is down: its publishes in flight are cancelled and new ones fail
 // at once with ErrBrokerDown until a check passes again. Without Watch a Router never marks a
 // broker down.
 func (r *Router) Watch(ctx context.Context, interval, timeout time.Duration) {
 	if interval <= 0 {
-		interval = 2 * time.Second
+		interval = DefaultCheckInterval
 	}
 	if timeout <= 0 || timeout > interval {
 		timeout = interval

@@ -110,7 +110,7 @@ func (c *Config) bindBrokers(fs *flag.FlagSet) {
 	fs.Var(&c.Brokers.Routes, "route", "send topics matching a pattern to a broker, pattern=broker ('*' one token, '>' the rest: points.>=points); repeatable, first match wins (COURIER_ROUTES, comma-separated)")
 	fs.StringVar(&c.Brokers.Default, "default-broker", env("COURIER_DEFAULT_BROKER", ""), `broker for topics no route matches; default the first broker ("default" when NATS_URL is set); "none": such records go dead (COURIER_DEFAULT_BROKER)`)
 	fs.IntVar(&c.Brokers.MaxInFlight, "broker-max-in-flight", c.env.integer("COURIER_BROKER_MAX_IN_FLIGHT", mq.DefaultMaxInFlight), "publishes one broker may have in flight in this process; more fail at once and retry, so a hanging broker never takes every activity slot (COURIER_BROKER_MAX_IN_FLIGHT)")
-	fs.DurationVar(&c.Brokers.CheckInterval, "broker-check-interval", c.env.duration("COURIER_BROKER_CHECK_INTERVAL", 2*time.Second), "how often each broker's health is checked; a broker that fails gets no publishes until a check passes (COURIER_BROKER_CHECK_INTERVAL)")
+	fs.DurationVar(&c.Brokers.CheckInterval, "broker-check-interval", c.env.duration("COURIER_BROKER_CHECK_INTERVAL", mq.DefaultCheckInterval), "how often each broker's health is checked; a broker that fails gets no publishes until a check passes (COURIER_BROKER_CHECK_INTERVAL)")
 }
 
 // brokerSpecs returns the brokers in order: NATS_URL's "default" first when it is set, or
