@@ -17,7 +17,7 @@ func TestBenchJSON(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the embedded Temporal server")
 	}
-	cmd := courierCmd(t, nil, "bench", "outbox", "--rows", "30", "--rate", "60", "--json")
+	cmd := courierCmd(t, nil, "bench", "outbox", "--rows", "30", "--rate", "60", "--batch-rows", "300", "--batch-rate", "1000", "--json")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	require.NoError(t, cmd.Run(), "stderr:\n%s", stderr.String())
@@ -28,7 +28,14 @@ func TestBenchJSON(t *testing.T) {
 	require.NoError(t, dec.Decode(&r), "stdout: %s", stdout.String())
 	require.False(t, dec.More(), "exactly one JSON object on stdout: %s", stdout.String())
 	require.Equal(t, "outbox", r.Kind)
-	require.Len(t, r.Rows, 2)
+	require.Len(t, r.Rows, 3)
+	batch := r.Rows[2]
+	require.Equal(t, "courier-batch-sqlite", batch.Scenario)
+	require.Equal(t, 300, batch.N)
+	require.Positive(t, batch.ThroughputPerS)
+	require.GreaterOrEqual(t, batch.P99Ms, batch.P50Ms)
+	require.Positive(t, batch.HistoryEventsPerItem, "the batch workflows' events, shared by their records")
+	require.Less(t, batch.HistoryEventsPerItem, 11.0, "a batch costs less per record than a workflow per record")
 	for i, want := range []string{"bare", "courier-sqlite"} {
 		row := r.Rows[i]
 		require.Equal(t, want, row.Scenario)
