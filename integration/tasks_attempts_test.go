@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/tasks"
 	"github.com/courier-oss/courier/worker"
+	"github.com/courier-oss/courier/workflows"
 )
 
 // codes collects HTTP status codes from several goroutines.
@@ -44,8 +46,23 @@ func (c *codes) all() []int {
 // takes 3 s to answer its push and then heartbeats every second succeeds on its first attempt,
 // with one push: the heartbeat timeout starts once the worker has the task. A worker that
 // heartbeats while it is still answering the push is not refused either.
+// Both task code versions run it: the current one, and 1 (a fleet pinned to it while it
+// upgrades).
 func TestTasksSlowAcceptThenHeartbeats(t *testing.T) {
-	ts := newTaskStack(t, "sqlite")
+	eachTaskCodeVersion(t, testSlowAcceptThenHeartbeats)
+}
+
+// eachTaskCodeVersion runs a test on a task stack whose claimer starts attempts with each task
+// code version a courier can be told to start.
+func eachTaskCodeVersion(t *testing.T, test func(t *testing.T, ts *taskStack)) {
+	for v := 1; v <= workflows.TaskV; v++ {
+		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) {
+			test(t, newTaskStackTuned(t, "sqlite", 5*time.Second, func(c *worker.Config) { c.Tasks.Claimer.CodeVersion = v }))
+		})
+	}
+}
+
+func testSlowAcceptThenHeartbeats(t *testing.T, ts *taskStack) {
 	token := ts.worker
 	var pushes atomic.Int64
 	var heartbeats, results codes
@@ -100,10 +117,15 @@ func TestTasksSlowAcceptThenHeartbeats(t *testing.T) {
 }
 
 // TestTasksResultBeforeThePushIsAnswered (issue 8 item 5, the race of the split): a worker that
-// reports its result before it answers the push (the attempt's wait is not open yet) has the
-// result accepted and recorded; a repeat of it after the attempt ended is refused.
+// reports its result before it answers the push (in version 1 the attempt's wait is not open
+// yet; in version 2 its one activity is) has the result accepted and recorded; a repeat of it
+// after the attempt ended is refused.
+// Both task code versions run it.
 func TestTasksResultBeforeThePushIsAnswered(t *testing.T) {
-	ts := newTaskStack(t, "sqlite")
+	eachTaskCodeVersion(t, testResultBeforeThePushIsAnswered)
+}
+
+func testResultBeforeThePushIsAnswered(t *testing.T, ts *taskStack) {
 	token := ts.worker
 	var results codes
 	var pushed sync.Map

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities"
 	"github.com/courier-oss/courier/tasks"
+	"github.com/courier-oss/courier/workflows"
 )
 
 // TestRecordTaskHistories records task and sweeper workflow histories from real runs (make
@@ -29,8 +31,9 @@ import (
 // and the wait were split (task/single-push-*.json, task-sweeper/run-shared-queue.json) are
 // kept beside them and never re-recorded: they are what runs started by older workers look
 // like. So are success.json … result-before-push-answered.json, recorded before the claimer
-// started attempts with workflows.TaskV (they ask workflow.GetVersion): these runs write
-// <case>-v1.json, and the sweeper's run.json only when it is missing.
+// started attempts with a code version (they ask workflow.GetVersion), and <case>-v1.json,
+// recorded with version 1 (the split push and wait). These runs write <case>-v<TaskV>.json,
+// and the sweeper's run.json only when it is missing.
 func TestRecordTaskHistories(t *testing.T) {
 	if os.Getenv("COURIER_RECORD_HISTORIES") == "" {
 		t.Skip("set COURIER_RECORD_HISTORIES=1 to re-record workflow histories")
@@ -123,7 +126,7 @@ func TestRecordTaskHistories(t *testing.T) {
 		mu.Unlock()
 		require.NotEmpty(t, run, c)
 		require.Eventually(t, func() bool { return closed(id, run) }, time.Minute, 50*time.Millisecond, id)
-		write(t, filepath.Join(dir, c+"-v1.json"), history(t, ts.stack, id, run))
+		write(t, filepath.Join(dir, fmt.Sprintf("%s-v%d.json", c, workflows.TaskV)), history(t, ts.stack, id, run))
 	}
 
 	h := ts.tc.ScheduleClient().GetHandle(ctx, tasks.SweeperScheduleID)

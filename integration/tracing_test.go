@@ -382,7 +382,7 @@ func TestTraceTaskInsertToResult(t *testing.T) {
 
 			attempt := []string{"client insert task", "POST /v1/tasks", "task claim",
 				"StartWorkflow:" + workflows.TaskName, "RunWorkflow:" + workflows.TaskName}
-			push := append(append([]string(nil), attempt...), "StartActivity:"+contract.SendPushName, "RunActivity:"+contract.SendPushName,
+			push := append(append([]string(nil), attempt...), "StartActivity:"+contract.PushAwaitName, "RunActivity:"+contract.PushAwaitName,
 				"callback POST", "worker processes task")
 			ends := requireTrace(t, exp, traceID,
 				append(append([]string(nil), push...), "POST /v1/tasks/:task_id/versions/:version/result"),

@@ -39,6 +39,10 @@ type ClaimerConfig struct {
 	// RecoverAfter is how long a claimed task may wait for its push before its workflow is
 	// started again (a claimer crashed between claim and start); default 30 s.
 	RecoverAfter time.Duration
+	// CodeVersion is the task workflow code version new attempts start with
+	// (workflows.TaskParams.V); default workflows.TaskV. An older version is for a fleet being
+	// upgraded, while some workers run code that does not know the newest (docs/deployment.md).
+	CodeVersion int
 }
 
 // Defaults of ClaimerConfig, applied to its zero fields, and of the sweeper's interval;
@@ -60,6 +64,9 @@ const (
 func (c ClaimerConfig) withDefaults() ClaimerConfig {
 	if c.PollInterval <= 0 {
 		c.PollInterval = DefaultPollInterval
+	}
+	if c.CodeVersion <= 0 {
+		c.CodeVersion = workflows.TaskV
 	}
 	if c.BatchSize <= 0 {
 		c.BatchSize = DefaultBatchSize
@@ -207,11 +214,11 @@ func (c *Claimer) startAll(ctx context.Context, claimed []store.ClaimedTask, rec
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			start := StartAttempt
+			start := c.startAttempt
 			if recovering {
-				start = RestartAttempt
+				start = c.restartAttempt
 			}
-			if err := start(ctx, c.tc, c.cfg.TaskQueue, t); err != nil && ctx.Err() == nil {
+			if err := start(ctx, t); err != nil && ctx.Err() == nil {
 				// The row stays in Processing without a push; recover starts it again.
 				c.log.Warn("task claimer: start attempt", "task_id", t.TaskID, "version", t.Version, "attempt", t.Attempt, "error", err)
 			}
@@ -224,20 +231,20 @@ func (c *Claimer) startAll(ctx context.Context, claimed []store.ClaimedTask, rec
 // from a leftover run of an earlier one.
 const attemptMemo = "attempt"
 
-// StartAttempt starts the workflow run of a freshly claimed attempt. A run still open under the
+// startAttempt starts the workflow run of a freshly claimed attempt. A run still open under the
 // same id belongs to an earlier attempt (its outcome is already recorded, or the task was
 // cancelled and resubmitted): it is terminated, since every write it could still make is
 // guarded by its own attempt number and would change nothing.
-func StartAttempt(ctx context.Context, tc client.Client, taskQueue string, t store.ClaimedTask) error {
-	return startRun(ctx, tc, taskQueue, t)
+func (c *Claimer) startAttempt(ctx context.Context, t store.ClaimedTask) error {
+	return c.startRun(ctx, t)
 }
 
-// RestartAttempt starts again an attempt whose push never happened (its claimer may have died
+// restartAttempt starts again an attempt whose push never happened (its claimer may have died
 // between the claim and the start). A run of this very attempt that is still open is left
 // alone; a leftover run of an earlier attempt is terminated.
-func RestartAttempt(ctx context.Context, tc client.Client, taskQueue string, t store.ClaimedTask) error {
+func (c *Claimer) restartAttempt(ctx context.Context, t store.ClaimedTask) error {
 	id := courier.TaskWorkflowID(t.TaskID, t.Version)
-	d, err := tc.DescribeWorkflowExecution(ctx, id, "")
+	d, err := c.tc.DescribeWorkflowExecution(ctx, id, "")
 	var nf *serviceerror.NotFound
 	switch {
 	case errors.As(err, &nf):
@@ -252,24 +259,27 @@ func RestartAttempt(ctx context.Context, tc client.Client, taskQueue string, t s
 			return nil // this attempt's run exists; it pushes when a worker picks it up
 		}
 	}
-	return startRun(ctx, tc, taskQueue, t)
+	return c.startRun(ctx, t)
 }
 
 // startRun starts an attempt's workflow run. A run still open under the task's workflow id
 // belongs to an earlier attempt (both callers make sure of that) and is terminated.
-func startRun(ctx context.Context, tc client.Client, taskQueue string, t store.ClaimedTask) (err error) {
+func (c *Claimer) startRun(ctx context.Context, t store.ClaimedTask) (err error) {
 	ctx, span := traceAttempt(ctx, t)
 	defer func() { tracing.End(span, err) }()
 	memo := map[string]any{attemptMemo: t.Attempt}
 	if !t.Trace.IsZero() {
 		memo[memoTraceParent] = t.Trace.Parent
 	}
-	_, err = tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+	_, err = c.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       courier.TaskWorkflowID(t.TaskID, t.Version),
-		TaskQueue:                taskQueue,
+		TaskQueue:                c.cfg.TaskQueue,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING,
 		Memo:                     memo,
+		// The first workflow task comes back with the start to this process's worker (the
+		// claimer runs beside it on the same client), saving a round trip through matching.
+		EnableEagerStart: true,
 		TypedSearchAttributes: temporal.NewSearchAttributes(
 			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet("task"),
 			temporal.NewSearchAttributeKeyKeyword(courier.SATaskID).ValueSet(t.TaskID),
@@ -280,7 +290,7 @@ func startRun(ctx context.Context, tc client.Client, taskQueue string, t store.C
 		),
 	}, workflows.TaskName, workflows.TaskParams{TaskID: t.TaskID, Version: t.Version, Attempt: t.Attempt, Queue: t.Queue,
 		Priority: t.Priority, ProcessingTimeout: t.ProcessingTimeout, HeartbeatTimeout: t.HeartbeatTimeout, PushTimeout: t.PushTimeout,
-		V: workflows.TaskV})
+		V: c.cfg.CodeVersion})
 	return err
 }
 

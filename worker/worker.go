@@ -211,6 +211,7 @@ func taskWorkers(tc client.Client, workflowQueue string, cfg Config, acts *activ
 		MaxConcurrentActivityTaskPollers:   4,
 		DisableWorkflowWorker:              true,
 	})
+	push.RegisterActivityWithOptions(acts.PushAwait, activity.RegisterOptions{Name: contract.PushAwaitName})
 	push.RegisterActivityWithOptions(acts.SendPush, activity.RegisterOptions{Name: contract.SendPushName})
 	finish := sdkworker.New(tc, contract.TaskFinishQueue(workflowQueue), sdkworker.Options{
 		WorkerStopTimeout:                  cfg.ShutdownTimeout,

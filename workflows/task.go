@@ -84,18 +84,29 @@ var (
 // wait for the result. Runs recorded before it replay the single push (taskSinglePush).
 const splitPushChange = "split-push"
 
-// TaskV is the task code version the claimer starts new attempts with (TaskParams.V). An
-// attempt that carries it in its input, which is in its history, runs the split push and ends
-// Failed when it leaves its task Failed without asking workflow.GetVersion (each first call
-// records a marker and upserts a search attribute). Attempts started by older claimers have
-// V = 0 and replay the guarded paths.
-const TaskV = 1
+// Task code versions, carried in TaskParams.V (the input is in the history, so a run knows its
+// version without asking workflow.GetVersion, whose first call records a marker and upserts a
+// search attribute). Attempts started by older claimers have V = 0 and replay the guarded
+// paths.
+const (
+	// taskInputV runs the split push and wait (SendPushName, AwaitResultName, then FinishTaskName
+	// as an activity) and ends Failed when it leaves its task Failed, without asking
+	// workflow.GetVersion.
+	taskInputV = 1
+	// taskPushAwaitV runs one activity for the push and the wait (PushAwaitName) and records
+	// the outcome in a local activity: 13 history events for an attempt, against 24 for
+	// taskInputV.
+	taskPushAwaitV = 2
+	// TaskV is the version the claimer starts new attempts with, unless told to start an older
+	// one while a fleet is upgraded (docs/deployment.md).
+	TaskV = taskPushAwaitV
+)
 
 // pushRetry tries a push again within its attempt when a try failed on the way (no
 // connection, no answer within the push timeout, 429 or 5xx), after the worker's Retry-After
 // when it sent one; the push's schedule-to-close timeout keeps every try before the processing
 // deadline. A refused push (4xx, blocked address) or a stale attempt is not retried.
-var pushRetry = RetryPolicy{InitialInterval: time.Second, BackoffCoef: 2, MaxInterval: 30 * time.Second, MaxAttempts: courier.PushTries}
+var pushRetry = RetryPolicy{InitialInterval: contract.PushRetryInitial, BackoffCoef: 2, MaxInterval: contract.PushRetryMax, MaxAttempts: courier.PushTries}
 
 // pushNonRetryable are the push's error types that no retry can fix.
 var pushNonRetryable = []string{contract.ErrTypePushFailed, contract.ErrTypeTaskStale}
@@ -109,7 +120,8 @@ const pushTryMargin = 10 * time.Second
 const defaultProcessingTimeout = 10 * time.Minute
 
 // Task runs one attempt of a task version (workflow id task/<task_id>/<version>; each attempt
-// is a new run under that id). It pushes the task to the queue's worker on the push task queue
+// is a new run under that id). Attempts of taskPushAwaitV run pushAwaitAttempt; older ones run
+// as they were recorded, as follows. It pushes the task to the queue's worker on the push task queue
 // (each try bounded by the queue's push timeout, tries that failed on the way repeated within
 // the attempt), then waits for the worker's result in a second activity, on the finish task
 // queue, that alone carries the processing deadline and the heartbeat timeout: the heartbeat
@@ -122,7 +134,10 @@ const defaultProcessingTimeout = 10 * time.Minute
 // the API already cancelled the row and freed its slot (a cancel from the Temporal UI or CLI
 // relies on it).
 func Task(ctx workflow.Context, p TaskParams) (TaskRunResult, error) {
-	if p.V < TaskV && workflow.GetVersion(ctx, splitPushChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	switch {
+	case p.V >= taskPushAwaitV:
+		return pushAwaitAttempt(ctx, p)
+	case p.V < taskInputV && workflow.GetVersion(ctx, splitPushChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion:
 		return taskSinglePush(ctx, p)
 	}
 	out, stale, err := pushAndWait(ctx, p)
@@ -141,14 +156,7 @@ func Task(ctx workflow.Context, p TaskParams) (TaskRunResult, error) {
 // push and nothing is to be recorded.
 func pushAndWait(ctx workflow.Context, p TaskParams) (out courier.AttemptOutcome, stale bool, err error) {
 	queue := workflow.GetInfo(ctx).TaskQueueName
-	processing := p.ProcessingTimeout
-	if processing <= 0 {
-		processing = defaultProcessingTimeout
-	}
-	pushTimeout := p.PushTimeout
-	if pushTimeout <= 0 {
-		pushTimeout = courier.DefaultPushTimeout
-	}
+	processing, pushTimeout := p.timeouts()
 	deadline := workflow.Now(ctx).Add(processing)
 
 	// The worker's result normally completes the wait. One that arrives while no wait is open
@@ -262,6 +270,69 @@ func pushAndWait(ctx workflow.Context, p TaskParams) (out courier.AttemptOutcome
 	}
 }
 
+// timeouts are the attempt's processing and push timeouts, defaulted for runs started without
+// them.
+func (p TaskParams) timeouts() (processing, push time.Duration) {
+	processing, push = p.ProcessingTimeout, p.PushTimeout
+	if processing <= 0 {
+		processing = defaultProcessingTimeout
+	}
+	if push <= 0 {
+		push = courier.DefaultPushTimeout
+	}
+	return processing, push
+}
+
+// pushAwaitAttempt runs an attempt of taskPushAwaitV: one activity on the push task queue,
+// addressed by the attempt's activity id, pushes to the worker (its tries within the attempt)
+// and stays open until the gateway completes it with the worker's result; it alone carries the
+// processing deadline and the heartbeat timeout, which it keeps from firing while it pushes.
+// Then a local activity records the outcome and releases the slot.
+func pushAwaitAttempt(ctx workflow.Context, p TaskParams) (TaskRunResult, error) {
+	processing, pushTimeout := p.timeouts()
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:              contract.TaskPushQueue(workflow.GetInfo(ctx).TaskQueueName),
+		ActivityID:             courier.TaskAttemptActivityID(p.Attempt),
+		ScheduleToCloseTimeout: processing,
+		StartToCloseTimeout:    processing,
+		HeartbeatTimeout:       p.HeartbeatTimeout,
+		RetryPolicy:            once.Temporal(), // a failed or timed-out attempt goes back through the queue's retry policy
+	})
+	var out courier.AttemptOutcome
+	err := workflow.ExecuteActivity(actx, contract.PushAwaitName, contract.PushTaskParams{TaskID: p.TaskID, Version: p.Version,
+		Attempt: p.Attempt, ProcessingTimeout: processing, HeartbeatTimeout: p.HeartbeatTimeout,
+		Deadline: workflow.Now(ctx).Add(processing), PushTimeout: pushTimeout}).Get(ctx, &out)
+	var app *temporal.ApplicationError
+	var to *temporal.TimeoutError
+	switch {
+	case err == nil:
+		out = workerOutcome(out)
+	case errors.As(err, &app) && app.Type() == contract.ErrTypeTaskStale:
+		return TaskRunResult{Stale: true}, nil
+	case temporal.IsCanceledError(err) || ctx.Err() != nil:
+		out = courier.AttemptOutcome{Kind: courier.OutcomeCancelled, Message: "cancelled"}
+	case errors.As(err, &to):
+		out = courier.AttemptOutcome{Kind: courier.OutcomeTimeout, Message: pushAwaitTimeoutMessage(to, p, processing)}
+	default:
+		out = courier.AttemptOutcome{Kind: courier.OutcomeFailure, Message: rootMessage(err)}
+	}
+	return finishAttemptLocally(ctx, p, out)
+}
+
+// pushAwaitTimeoutMessage says why a push-and-wait timed out: its last heartbeat tells whether
+// the push was still being tried.
+func pushAwaitTimeoutMessage(to *temporal.TimeoutError, p TaskParams, processing time.Duration) string {
+	var detail string
+	pushing := to.HasLastHeartbeatDetails() && to.LastHeartbeatDetails(&detail) == nil && detail == contract.PushingHeartbeat
+	switch {
+	case pushing && to.TimeoutType() == enumspb.TIMEOUT_TYPE_HEARTBEAT:
+		return "heartbeat timeout: courier stopped pushing before the worker answered (its worker process ended?)"
+	case pushing:
+		return fmt.Sprintf("processing timeout: the push was not accepted within %s", processing)
+	}
+	return timeoutMessage(to, p)
+}
+
 // workerOutcome keeps a worker's report, read as a failure unless it says success.
 func workerOutcome(o courier.AttemptOutcome) courier.AttemptOutcome {
 	if o.Kind != courier.OutcomeSuccess {
@@ -302,8 +373,8 @@ func taskSinglePush(ctx workflow.Context, p TaskParams) (TaskRunResult, error) {
 	return finishAttempt(ctx, p, out, finishOptions)
 }
 
-// finishAttempt records the attempt's outcome on a disconnected context and, when the row
-// took it, writes the task's new status to the run's search attribute.
+// finishAttempt records the attempt's outcome in an activity on a disconnected context (runs
+// before taskPushAwaitV).
 func finishAttempt(ctx workflow.Context, p TaskParams, out courier.AttemptOutcome, opts workflow.ActivityOptions) (TaskRunResult, error) {
 	var fin contract.FinishTaskResult
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
@@ -312,12 +383,39 @@ func finishAttempt(ctx workflow.Context, p TaskParams, out courier.AttemptOutcom
 		TaskID: p.TaskID, Version: p.Version, Attempt: p.Attempt, Outcome: out}).Get(fctx, &fin); err != nil {
 		return TaskRunResult{}, err
 	}
+	return attemptFinished(ctx, p, out, fin)
+}
+
+// finishLocalOptions retry recording an outcome in a local activity until the database
+// answers, as finishOptions do: one try is a single transaction.
+var finishLocalOptions = workflow.LocalActivityOptions{
+	StartToCloseTimeout: 30 * time.Second,
+	RetryPolicy:         untilDone.Temporal(),
+}
+
+// finishAttemptLocally records the attempt's outcome in a local activity on a disconnected
+// context: one marker in the history instead of an activity's three events and a workflow
+// task's three.
+func finishAttemptLocally(ctx workflow.Context, p TaskParams, out courier.AttemptOutcome) (TaskRunResult, error) {
+	var fin contract.FinishTaskResult
+	ctx, _ = workflow.NewDisconnectedContext(ctx)
+	lctx := workflow.WithLocalActivityOptions(ctx, finishLocalOptions)
+	if err := workflow.ExecuteLocalActivity(lctx, contract.FinishTaskName, contract.FinishTaskParams{
+		TaskID: p.TaskID, Version: p.Version, Attempt: p.Attempt, Outcome: out}).Get(lctx, &fin); err != nil {
+		return TaskRunResult{}, err
+	}
+	return attemptFinished(ctx, p, out, fin)
+}
+
+// attemptFinished ends the run once the row has the outcome: when the row took it, it writes
+// the task's new status to the run's search attribute, and a task left Failed fails the run.
+func attemptFinished(ctx workflow.Context, p TaskParams, out courier.AttemptOutcome, fin contract.FinishTaskResult) (TaskRunResult, error) {
 	if fin.Applied {
 		_ = workflow.UpsertTypedSearchAttributes(ctx, saTaskState.ValueSet(string(fin.Status)))
 	}
 	res := TaskRunResult{Applied: fin.Applied, Status: fin.Status, Outcome: out}
 	if !fin.Applied || fin.Status != courier.TaskFailed ||
-		(p.V < TaskV && workflow.GetVersion(ctx, taskFailsChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion) {
+		(p.V < taskInputV && workflow.GetVersion(ctx, taskFailsChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion) {
 		return res, nil
 	}
 	msg := out.Message

@@ -37,15 +37,17 @@ type taskEnv struct {
 	// moved to the status the outcome leads to with retries left.
 	finish func(contract.FinishTaskParams) (contract.FinishTaskResult, error)
 
-	mu         sync.Mutex
-	pushes     []activity.Info             // how each push try was scheduled
-	pushParams []contract.PushTaskParams   // what each push try was started with
-	pushAt     []time.Time                 // when (virtual time) each push try started
-	waits      []activity.Info             // how each wait for the result was scheduled
-	finishes   []contract.FinishTaskParams // what each Finish was started with
-	finishInfo []activity.Info             // how each Finish was scheduled
-	finishAt   []time.Time                 // when (virtual time) each Finish started
-	upserts    []temporal.SearchAttributes // the workflow's search-attribute upserts
+	mu              sync.Mutex
+	pushes          []activity.Info             // how each push try was scheduled
+	pushParams      []contract.PushTaskParams   // what each push try was started with
+	pushAt          []time.Time                 // when (virtual time) each push try started
+	pushAwaits      []activity.Info             // how each push-and-wait (taskPushAwaitV) was scheduled
+	pushAwaitParams []contract.PushTaskParams   // what each push-and-wait was started with
+	waits           []activity.Info             // how each wait for the result was scheduled
+	finishes        []contract.FinishTaskParams // what each Finish was started with
+	finishInfo      []activity.Info             // how each Finish was scheduled
+	finishAt        []time.Time                 // when (virtual time) each Finish started
+	upserts         []temporal.SearchAttributes // the workflow's search-attribute upserts
 
 	finishMock *testsuite.MockCallWrapper // the Finish mock, for a test to delay it
 }
@@ -75,6 +77,10 @@ func newTaskEnv(t *testing.T,
 		}
 	}
 	env.RegisterActivityWithOptions(push, activity.RegisterOptions{Name: contract.SendPushName})
+	env.RegisterActivityWithOptions(func(context.Context, contract.PushTaskParams) (courier.AttemptOutcome, error) {
+		t.Error("the push-and-wait activity was called without a mock")
+		return courier.AttemptOutcome{}, errors.New("unmocked push-and-wait")
+	}, activity.RegisterOptions{Name: contract.PushAwaitName})
 	env.RegisterActivityWithOptions(wait, activity.RegisterOptions{Name: contract.AwaitResultName})
 	env.RegisterActivityWithOptions(func(context.Context, contract.FinishTaskParams) (contract.FinishTaskResult, error) {
 		return contract.FinishTaskResult{}, nil
@@ -93,8 +99,17 @@ func newTaskEnv(t *testing.T,
 		}
 		return contract.FinishTaskResult{Applied: true, Status: st}, nil
 	}
+	// Finishes are recorded here rather than by the started listener: they run as activities or
+	// (taskPushAwaitV) as local activities, and the mock sees both.
 	env.finishMock = env.OnActivity(contract.FinishTaskName, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, p contract.FinishTaskParams) (contract.FinishTaskResult, error) {
+		func(ctx context.Context, p contract.FinishTaskParams) (contract.FinishTaskResult, error) {
+			env.mu.Lock()
+			rec := p
+			rec.Outcome = noResultIsNil(rec.Outcome)
+			env.finishes = append(env.finishes, rec)
+			env.finishInfo = append(env.finishInfo, activity.GetInfo(ctx))
+			env.finishAt = append(env.finishAt, env.Now())
+			env.mu.Unlock()
 			return env.finish(p)
 		}).Maybe()
 	env.OnUpsertTypedSearchAttributes(mock.Anything).Run(func(args mock.Arguments) {
@@ -116,15 +131,13 @@ func newTaskEnv(t *testing.T,
 			env.pushAt = append(env.pushAt, env.Now())
 		case contract.AwaitResultName:
 			env.waits = append(env.waits, *info)
-		case contract.FinishTaskName:
-			var p contract.FinishTaskParams
+		case contract.PushAwaitName:
+			var p contract.PushTaskParams
 			if err := args.Get(&p); err != nil {
-				t.Errorf("decode the finish params: %v", err)
+				t.Errorf("decode the push-and-wait params: %v", err)
 			}
-			p.Outcome = noResultIsNil(p.Outcome)
-			env.finishes = append(env.finishes, p)
-			env.finishInfo = append(env.finishInfo, *info)
-			env.finishAt = append(env.finishAt, env.Now())
+			env.pushAwaits = append(env.pushAwaits, *info)
+			env.pushAwaitParams = append(env.pushAwaitParams, p)
 		}
 	})
 	return env

@@ -12,8 +12,15 @@ const (
 	// of an attempt in runs recorded before the push and the wait were split. It stays
 	// registered, on the workflows' own task queue, for those runs.
 	PushTaskName = "task-push"
-	// SendPushName pushes one attempt to its worker and ends when the worker has answered.
+	// SendPushName pushes one attempt to its worker and ends when the worker has answered
+	// (attempts started before PushAwaitName, which wait for the result in AwaitResultName).
 	SendPushName = "task-send-push"
+	// PushAwaitName is the one activity of an attempt: it pushes to the worker, trying again
+	// within the attempt while tries fail on the way, heartbeats while it pushes, and then stays
+	// open until the gateway completes it by its id (courier.TaskAttemptActivityID) with the
+	// worker's result. It runs on the push task queue and carries the processing deadline and
+	// the heartbeat timeout.
+	PushAwaitName = "task-push-await"
 	// AwaitResultName waits for the worker's result: the gateway completes it by its id
 	// (courier.TaskAttemptActivityID) and records the worker's heartbeats on it. It alone carries
 	// the processing deadline and the heartbeat timeout.
@@ -56,6 +63,28 @@ const ErrTypePushFailed = "PushFailed"
 // within the push timeout, 429 or 5xx): tried again within the attempt by the push's retry
 // policy, after the worker's Retry-After when it sent one.
 const ErrTypePushUnanswered = "PushUnanswered"
+
+// The waits between the tries of one push that failed on the way, unless the worker's
+// Retry-After asks for another: PushRetryInitial after the first, doubling, at most
+// PushRetryMax (courier.PushTries tries in all).
+const (
+	PushRetryInitial = time.Second
+	PushRetryMax     = 30 * time.Second
+)
+
+// PushBackoff is the wait after the given try (1 for the first) of a push that failed on the
+// way, when the worker sent no Retry-After.
+func PushBackoff(try int) time.Duration {
+	d := PushRetryInitial
+	for i := 1; i < try && d < PushRetryMax; i++ {
+		d *= 2
+	}
+	return min(d, PushRetryMax)
+}
+
+// PushingHeartbeat is the heartbeat detail PushAwaitName records while it pushes: an attempt
+// that times out with it as its last heartbeat timed out before the worker accepted the push.
+const PushingHeartbeat = "pushing"
 
 // PushTaskParams names one attempt; the payload stays in the database. The timeouts are the
 // ones Temporal enforces on this attempt (fixed at the claim), so the push tells the worker

@@ -207,7 +207,7 @@ func (a *app) newWorker() (*worker.Worker, error) {
 		AllowLoopbackCallbacks: a.dev,
 		Namespace:              a.cfg.Temporal.Namespace,
 		Tasks: worker.TasksConfig{
-			Claimer:     tasks.ClaimerConfig{DSN: pgDSN(a.cfg.DatabaseURL), PollInterval: a.cfg.Tasks.PollInterval},
+			Claimer:     tasks.ClaimerConfig{DSN: pgDSN(a.cfg.DatabaseURL), PollInterval: a.cfg.Tasks.PollInterval, CodeVersion: a.cfg.Tasks.CodeVersion},
 			PublicURL:   a.cfg.Tasks.PublicURL,
 			SweepEvery:  a.cfg.Tasks.SweepEvery,
 			PushSlots:   a.cfg.Tasks.PushSlots,

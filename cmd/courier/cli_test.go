@@ -100,3 +100,17 @@ func TestUsageMistakes(t *testing.T) {
 		require.Equal(t, 1, strings.Count(stderr, "Usage"), "%v: the usage once: %s", tc.args, stderr)
 	}
 }
+
+// The task code version a fleet upgrade pins (docs/deployment.md) must be one this courier
+// knows: anything else is refused before the service starts.
+func TestTaskCodeVersionIsChecked(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"dev", "--task-code-version", "0"},
+		{"dev", "--task-code-version", "3"},
+	} {
+		_, stderr, code := runCourier(t, args...)
+		require.Equal(t, 1, code, "%v: %s", args, stderr)
+		require.Contains(t, stderr, "task code version must be from 1 to 2", "%v", args)
+	}
+}

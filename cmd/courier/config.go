@@ -76,6 +76,7 @@ type TasksConfig struct {
 	SweepEvery   time.Duration // COURIER_TASK_SWEEP_EVERY; sweeper schedule interval; default tasks.DefaultSweepEvery
 	PushSlots    int           // COURIER_TASK_PUSH_SLOTS; pushes one worker runs at once, on their own task queue; default worker.DefaultPushSlots
 	FinishSlots  int           // COURIER_TASK_FINISH_SLOTS; result waits, finishes and sweeps one worker runs at once; default worker.DefaultFinishSlots
+	CodeVersion  int           // COURIER_TASK_CODE_VERSION; the task workflow code version new attempts start with; default workflows.TaskV
 }
 
 type sourceList []sourceSpec
@@ -220,6 +221,7 @@ func (c *Config) bindRuntime(fs *flag.FlagSet) {
 	fs.IntVar(&c.Tasks.PushSlots, "task-push-slots", c.env.integer("COURIER_TASK_PUSH_SLOTS", worker.DefaultPushSlots), "task pushes this worker runs at once, on the push task queue; a push holds its slot until the worker answers or the queue's push_timeout passes (COURIER_TASK_PUSH_SLOTS)")
 	c.bindBrokers(fs)
 	c.bindOutboxBatch(fs)
+	fs.IntVar(&c.Tasks.CodeVersion, "task-code-version", c.env.integer("COURIER_TASK_CODE_VERSION", workflows.TaskV), fmt.Sprintf("the task workflow code version new attempts start with, 1 to %d: set 1 while upgrading a fleet from a courier that knows only version 1, see docs/deployment.md (COURIER_TASK_CODE_VERSION)", workflows.TaskV))
 	fs.IntVar(&c.Tasks.FinishSlots, "task-finish-slots", c.env.integer("COURIER_TASK_FINISH_SLOTS", worker.DefaultFinishSlots), "task result waits, finishes and sweeps this worker runs at once, on the finish task queue (COURIER_TASK_FINISH_SLOTS)")
 }
 
@@ -241,6 +243,8 @@ func (c *Config) Validate(needDB bool) error {
 		return errors.New("outbox batch must be from 1 to 1000")
 	case c.Outbox.PollInterval < 10*time.Millisecond:
 		return errors.New("outbox poll interval must be at least 10ms")
+	case c.Tasks.CodeVersion < 1 || c.Tasks.CodeVersion > workflows.TaskV:
+		return fmt.Errorf("task code version must be from 1 to %d", workflows.TaskV)
 	case c.Tasks.PollInterval < 10*time.Millisecond:
 		return errors.New("task poll interval must be at least 10ms")
 	case c.Tasks.PushSlots < 1 || c.Tasks.PushSlots > 10000:

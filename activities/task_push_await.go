@@ -1,0 +1,119 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities/contract"
+	"github.com/courier-oss/courier/callback"
+)
+
+// PushAwait is an attempt's one activity (contract.PushAwaitName): it pushes the attempt to the
+// queue's worker and then stays open until the gateway completes it by its id with the
+// worker's result. A worker that reports before it has answered the push completes it the
+// same way, since the activity is open from the first try.
+//
+// A try that fails on the way (no connection, no answer within the push timeout, 429 or 5xx)
+// is tried again after the worker's Retry-After or contract.PushBackoff, up to
+// courier.PushTries tries and never past the attempt's deadline; a 4xx answer, a refused
+// address, or the last try failing fails the attempt. While it pushes it heartbeats (when the
+// queue has a heartbeat timeout), so a worker slow to accept never loses its attempt to the
+// heartbeat timeout; once the worker has accepted, it records one more heartbeat, so the
+// worker's heartbeat timeout runs from then.
+func (a *Tasks) PushAwait(ctx context.Context, p contract.PushTaskParams) (courier.AttemptOutcome, error) {
+	info := activity.GetInfo(ctx)
+	pr, err := a.preparePush(ctx, p, info.StartedTime, info.WorkflowExecution.RunID)
+	if err != nil {
+		return courier.AttemptOutcome{}, err
+	}
+	stop := heartbeatWhilePushing(ctx, info.HeartbeatTimeout)
+	err = a.pushTries(ctx, pr, p.PushTimeout)
+	stop()
+	if err != nil {
+		return courier.AttemptOutcome{}, err
+	}
+	a.observePushed(pr.target.Task, p.Attempt)
+	if info.HeartbeatTimeout > 0 {
+		// A heartbeat without details: the SDK sends it now or, inside its throttle window, as
+		// the activity returns (it flushes the last one then). Either way the worker's heartbeat
+		// timeout runs from about now, and a timeout from here on has no "pushing" detail.
+		activity.RecordHeartbeat(ctx)
+	}
+	return courier.AttemptOutcome{}, activity.ErrResultPending
+}
+
+// pushTries sends the push until the worker accepts it, a try fails for good, the tries are
+// spent, or no time is left before the deadline (the activity's own).
+func (a *Tasks) pushTries(ctx context.Context, pr pushRequest, timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = courier.DefaultPushTimeout
+	}
+	for try := 1; ; try++ {
+		err := a.client(pr.target.Queue, timeout).Send(ctx, pr.req)
+		var ce *callback.Error
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err() // the deadline or a cancel: Temporal classifies it
+		case !errors.As(err, &ce) || !ce.Retryable:
+			return pushFailed("push: " + err.Error())
+		case try >= courier.PushTries:
+			return pushFailed(fmt.Sprintf("push: %d tries failed on the way, the last: %v", try, err))
+		}
+		wait := ce.RetryAfter
+		if wait <= 0 {
+			wait = contract.PushBackoff(try)
+		}
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+			return pushFailed(fmt.Sprintf("push: %v; no time for another try before the deadline", err))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+func pushFailed(msg string) error {
+	return temporal.NewNonRetryableApplicationError(msg, contract.ErrTypePushFailed, nil)
+}
+
+// heartbeatWhilePushing records contract.PushingHeartbeat often enough to keep a heartbeat
+// timeout from firing until stop is called (the SDK sends at most one per 80 % of the
+// timeout). Without a heartbeat timeout it does nothing.
+func heartbeatWhilePushing(ctx context.Context, timeout time.Duration) (stop func()) {
+	if timeout <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(max(timeout/4, 10*time.Millisecond))
+		defer tick.Stop()
+		for {
+			activity.RecordHeartbeat(ctx, contract.PushingHeartbeat)
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}

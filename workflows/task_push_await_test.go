@@ -1,0 +1,190 @@
+package workflows_test
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities/contract"
+	"github.com/courier-oss/courier/workflows"
+)
+
+// attempt3V2 is attempt3 as the current claimer starts it: one activity pushes and waits.
+var attempt3V2 = func() workflows.TaskParams {
+	p := attempt3
+	p.HeartbeatTimeout = 30 * time.Second
+	p.V = workflows.TaskV
+	return p
+}()
+
+// requirePushAwaitedOnce checks the attempt's one activity: on the push queue, addressed by the
+// attempt's activity id (the gateway completes it with the result), bounded by the processing
+// timeout in all, with the heartbeat timeout, told the attempt's deadline and timeouts; and
+// that neither the split push nor the separate wait ran.
+func (e *taskEnv) requirePushAwaitedOnce(t *testing.T, p workflows.TaskParams) {
+	t.Helper()
+	require.Len(t, e.pushAwaits, 1, "one activity per attempt; retries go back through the queue")
+	require.Empty(t, e.pushes, "no separate push")
+	require.Empty(t, e.waits, "no separate wait")
+	info, params := e.pushAwaits[0], e.pushAwaitParams[0]
+	require.Equal(t, contract.TaskPushQueue(testQueue), info.TaskQueue, "pushes run on their own task queue")
+	require.Equal(t, courier.TaskAttemptActivityID(p.Attempt), info.ActivityID, "the result and heartbeat callbacks address it by this id")
+	require.Equal(t, p.ProcessingTimeout, info.ScheduleToCloseTimeout, "the attempt never runs past the processing deadline")
+	require.Equal(t, p.ProcessingTimeout, info.StartToCloseTimeout)
+	require.Equal(t, p.HeartbeatTimeout, info.HeartbeatTimeout)
+	require.Equal(t, int32(1), info.Attempt)
+	require.Equal(t, contract.PushTaskParams{TaskID: p.TaskID, Version: p.Version, Attempt: p.Attempt,
+		ProcessingTimeout: p.ProcessingTimeout, HeartbeatTimeout: p.HeartbeatTimeout, PushTimeout: p.PushTimeout,
+		Deadline: params.Deadline}, params)
+	require.WithinDuration(t, e.start.Add(p.ProcessingTimeout), params.Deadline, time.Second, "the worker is told the deadline Temporal enforces")
+}
+
+// requireFinishedLocally checks every finish ran as a local activity.
+func (e *taskEnv) requireFinishedLocally(t *testing.T) {
+	t.Helper()
+	require.NotEmpty(t, e.finishInfo)
+	for _, info := range e.finishInfo {
+		require.True(t, info.IsLocalActivity, "the outcome is recorded in a local activity: one marker, no extra workflow task")
+	}
+}
+
+// The worker's result completes the attempt's one activity; the outcome is recorded as
+// reported, locally, and the workflow ends with the status the row moved to.
+func TestPushAwaitSuccessIsFinishedAsReported(t *testing.T) {
+	env := newTaskEnv(t, nil, nil)
+	won := courier.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200, Message: "done", Result: json.RawMessage(`{"rows":42}`)}
+	env.OnActivity(contract.PushAwaitName, mock.Anything, mock.Anything).Return(won, nil).Once()
+	env.finish = func(contract.FinishTaskParams) (contract.FinishTaskResult, error) {
+		return contract.FinishTaskResult{Applied: true, Status: courier.TaskSuccess}, nil
+	}
+
+	res := env.run(t, attempt3V2)
+
+	require.Equal(t, []contract.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: won}}, env.finishes)
+	require.Equal(t, workflows.TaskRunResult{Applied: true, Status: courier.TaskSuccess, Outcome: won}, res)
+	require.Equal(t, []string{string(courier.TaskSuccess)}, env.upsertedStates(t), "one upsert: the new status")
+	env.requirePushAwaitedOnce(t, attempt3V2)
+	env.requireFinishedLocally(t)
+	env.AssertExpectations(t)
+}
+
+// How each way the activity can end becomes the attempt's outcome.
+func TestPushAwaitEndingsAreFinishedAsOutcomes(t *testing.T) {
+	for name, tc := range map[string]struct {
+		out      courier.AttemptOutcome
+		err      error
+		kind     courier.OutcomeKind
+		contains []string
+	}{
+		"the worker reports a failure": {out: courier.AttemptOutcome{Kind: "odd", Message: "bad input"},
+			kind: courier.OutcomeFailure, contains: []string{"bad input"}},
+		"the push was refused": {err: temporal.NewNonRetryableApplicationError("push: 422 Unprocessable Entity", contract.ErrTypePushFailed, nil),
+			kind: courier.OutcomeFailure, contains: []string{"push: 422"}},
+		"processing timeout after the worker accepted": {err: temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_CLOSE, nil),
+			kind: courier.OutcomeTimeout, contains: []string{"processing timeout: no result within", "10m0s"}},
+		"processing timeout while pushing": {err: temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_CLOSE, nil, contract.PushingHeartbeat),
+			kind: courier.OutcomeTimeout, contains: []string{"the push was not accepted within 10m0s"}},
+		"heartbeat timeout after the worker accepted": {err: temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil),
+			kind: courier.OutcomeTimeout, contains: []string{"heartbeat timeout: no heartbeat for 30s"}},
+		"heartbeat timeout with the worker's own details": {err: temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil, json.RawMessage(`{"page":3}`)),
+			kind: courier.OutcomeTimeout, contains: []string{"heartbeat timeout: no heartbeat for 30s"}},
+		"heartbeat timeout while pushing": {err: temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil, contract.PushingHeartbeat),
+			kind: courier.OutcomeTimeout, contains: []string{"courier stopped pushing"}},
+		"any other error": {err: errors.New("worker lost"), kind: courier.OutcomeFailure, contains: []string{"worker lost"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			env := newTaskEnv(t, nil, nil)
+			env.OnActivity(contract.PushAwaitName, mock.Anything, mock.Anything).Return(tc.out, tc.err).Once()
+
+			res := env.run(t, attempt3V2)
+
+			require.Len(t, env.finishes, 1)
+			fin := env.finishes[0]
+			require.Equal(t, contract.FinishTaskParams{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: fin.Outcome}, fin)
+			require.Equal(t, tc.kind, fin.Outcome.Kind)
+			for _, s := range tc.contains {
+				require.Contains(t, fin.Outcome.Message, s)
+			}
+			require.Equal(t, workflows.TaskRunResult{Applied: true, Status: courier.TaskPending, Outcome: fin.Outcome}, res)
+			env.requirePushAwaitedOnce(t, attempt3V2)
+			env.requireFinishedLocally(t)
+		})
+	}
+}
+
+// An attempt the task has moved past touches nothing.
+func TestPushAwaitStaleAttemptTouchesNothing(t *testing.T) {
+	env := newTaskEnv(t, nil, nil)
+	env.OnActivity(contract.PushAwaitName, mock.Anything, mock.Anything).
+		Return(courier.AttemptOutcome{}, temporal.NewNonRetryableApplicationError("moved on", contract.ErrTypeTaskStale, nil)).Once()
+
+	res := env.run(t, attempt3V2)
+
+	require.Equal(t, workflows.TaskRunResult{Stale: true}, res)
+	require.Empty(t, env.finishes)
+	require.Empty(t, env.upserts)
+}
+
+// A cancel while the attempt is outstanding records it as cancelled at once.
+func TestPushAwaitCancelWhileOutstanding(t *testing.T) {
+	env := newTaskEnv(t, nil, nil)
+	env.OnActivity(contract.PushAwaitName, mock.Anything, mock.Anything).
+		Return(courier.AttemptOutcome{Kind: courier.OutcomeSuccess}, nil).After(time.Hour).Once()
+	env.finish = func(contract.FinishTaskParams) (contract.FinishTaskResult, error) {
+		return contract.FinishTaskResult{Applied: true, Status: courier.TaskCancelled}, nil
+	}
+	env.RegisterDelayedCallback(env.CancelWorkflow, time.Minute)
+
+	res := env.run(t, attempt3V2)
+
+	cancelled := courier.AttemptOutcome{Kind: courier.OutcomeCancelled, Message: "cancelled"}
+	require.Equal(t, []contract.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: cancelled}}, env.finishes)
+	require.True(t, env.finishAt[0].Before(env.start.Add(time.Hour)), "finished on the cancel, not when the activity would have ended")
+	require.Equal(t, workflows.TaskRunResult{Applied: true, Status: courier.TaskCancelled, Outcome: cancelled}, res)
+	require.Equal(t, []string{string(courier.TaskCancelled)}, env.upsertedStates(t))
+}
+
+// The local finish is retried until the database answers, as the finish activity is.
+func TestPushAwaitFinishIsRetriedUntilItSucceeds(t *testing.T) {
+	env := newTaskEnv(t, nil, nil)
+	env.OnActivity(contract.PushAwaitName, mock.Anything, mock.Anything).Return(courier.AttemptOutcome{Kind: courier.OutcomeSuccess}, nil).Once()
+	calls := 0
+	env.finish = func(contract.FinishTaskParams) (contract.FinishTaskResult, error) {
+		calls++
+		if calls < 4 {
+			return contract.FinishTaskResult{}, errors.New("database is down")
+		}
+		return contract.FinishTaskResult{Applied: true, Status: courier.TaskSuccess}, nil
+	}
+
+	res := env.run(t, attempt3V2)
+
+	require.Equal(t, 4, calls)
+	require.True(t, res.Applied)
+	require.Equal(t, courier.TaskSuccess, res.Status)
+	env.requireFinishedLocally(t)
+}
+
+// An attempt that leaves its task Failed fails its run with the attempt's message (env.run
+// checks the failure), and one that the row refused writes no status.
+func TestPushAwaitFailedTaskFailsTheRun(t *testing.T) {
+	env := newTaskEnv(t, nil, nil)
+	env.OnActivity(contract.PushAwaitName, mock.Anything, mock.Anything).
+		Return(courier.AttemptOutcome{Kind: courier.OutcomeFailure, Message: "corrupt file"}, nil).Once()
+	env.finish = func(contract.FinishTaskParams) (contract.FinishTaskResult, error) {
+		return contract.FinishTaskResult{Applied: true, Status: courier.TaskFailed}, nil
+	}
+
+	res := env.run(t, attempt3V2)
+
+	require.Equal(t, courier.TaskFailed, res.Status)
+	require.Equal(t, "corrupt file", res.Outcome.Message)
+	require.Equal(t, []string{string(courier.TaskFailed)}, env.upsertedStates(t))
+}
