@@ -1,19 +1,16 @@
 package integration
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/uptrace/bun"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/worker"
@@ -47,53 +44,21 @@ func TestOutboxBatchModeEndToEnd(t *testing.T) {
 			ctx := t.Context()
 
 			const total = 900
-			want := map[string]map[string]bool{}
-			for _, tp := range topics {
-				want[tp] = map[string]bool{}
-			}
-			for batch := 0; batch < total/50; batch++ {
-				err := s.store.DB().RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-					msgs := make([]outbox.Message, 50)
-					for i := range msgs {
-						n := batch*50 + i
-						// Two thirds orders, the rest users and billing (no stream).
-						tp := topics[0]
-						if n%3 == 1 {
-							tp = topics[1+n%2]
-						}
-						msgs[i] = outbox.Message{Topic: tp, Key: fmt.Sprint(n), Payload: fmt.Appendf(nil, `{"n":%d}`, n)}
-					}
-					ids, err := outbox.Enqueue(ctx, tx, msgs...)
-					for i, id := range ids {
-						want[msgs[i].Topic][idString(id)] = true
-					}
-					return err
-				})
-				require.NoError(t, err)
-			}
-			tx, err := s.store.DB().BeginTx(ctx, nil)
-			require.NoError(t, err)
-			_, err = outbox.Enqueue(ctx, tx, outbox.Message{Topic: "orders.created", Payload: []byte(`"rolled-back"`)})
-			require.NoError(t, err)
-			require.NoError(t, tx.Rollback())
+			// Two thirds orders, the rest users and billing (no stream).
+			want := s.produce(total, func(n int) string {
+				if n%3 == 1 {
+					return topics[1+n%2]
+				}
+				return topics[0]
+			})
 
 			deliverable := len(want[topics[0]]) + len(want[topics[1]])
 			require.Eventually(t, func() bool {
 				c := s.countByStatus()
 				return c[courier.OutboxSent] == int64(deliverable) && c[courier.OutboxDead] == int64(len(want[topics[2]]))
 			}, 3*time.Minute, 100*time.Millisecond, "every deliverable row sent and the rest dead")
-
-			for i, stream := range []string{"ORDERS", "USERS"} {
-				got, payloads := s.streamIDs(stream)
-				require.Len(t, got, len(want[topics[i]]), "stream %s holds every id of %s", stream, topics[i])
-				for id, n := range got {
-					require.True(t, want[topics[i]][id], "unexpected id %s in %s", id, stream)
-					require.Equal(t, 1, n, "id %s delivered %d times", id, n)
-				}
-				for _, p := range payloads {
-					require.NotContains(t, string(p), "rolled-back")
-				}
-			}
+			s.requireStreamOnce("ORDERS", want[topics[0]])
+			s.requireStreamOnce("USERS", want[topics[1]])
 
 			// Batched records have no workflow of their own; per-record topics do.
 			for id := range want[topics[0]] {
@@ -139,12 +104,7 @@ func TestOutboxBatchModeEndToEnd(t *testing.T) {
 			require.Eventually(t, func() bool {
 				return s.countByStatus()[courier.OutboxSent] == total
 			}, 3*time.Minute, 100*time.Millisecond, "redriven rows are delivered")
-			got, _ := s.streamIDs("BILLING")
-			require.Len(t, got, len(want[topics[2]]))
-			for id, n := range got {
-				require.True(t, want[topics[2]][id])
-				require.Equal(t, 1, n)
-			}
+			s.requireStreamOnce("BILLING", want[topics[2]])
 		})
 	}
 }

@@ -20,6 +20,61 @@ import (
 
 var topics = []string{"orders.created", "users.registered", "billing.invoiced"}
 
+// produce commits total rows in transactions of 50, row n on topic(n) with key n and payload
+// {"n":n}, then one row of topics[0] in a transaction that rolls back (payload "rolled-back",
+// which requireStreamOnce looks for). It returns the committed message ids by topic.
+func (s *stack) produce(total int, topic func(n int) string) map[string]map[string]bool {
+	s.t.Helper()
+	ctx := s.t.Context()
+	want := map[string]map[string]bool{}
+	for _, tp := range topics {
+		want[tp] = map[string]bool{}
+	}
+	for first := 0; first < total; first += 50 {
+		msgs := make([]outbox.Message, min(50, total-first))
+		for i := range msgs {
+			n := first + i
+			msgs[i] = outbox.Message{Topic: topic(n), Key: fmt.Sprint(n), Payload: fmt.Appendf(nil, `{"n":%d}`, n)}
+		}
+		err := s.store.DB().RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+			ids, err := outbox.Enqueue(ctx, tx, msgs...)
+			if err != nil {
+				return err
+			}
+			for i, id := range ids {
+				if want[msgs[i].Topic] == nil {
+					want[msgs[i].Topic] = map[string]bool{}
+				}
+				want[msgs[i].Topic][idString(id)] = true
+			}
+			return nil
+		})
+		require.NoError(s.t, err)
+	}
+	// A transaction that rolls back: its rows must never be published.
+	tx, err := s.store.DB().BeginTx(ctx, nil)
+	require.NoError(s.t, err)
+	_, err = outbox.Enqueue(ctx, tx, outbox.Message{Topic: topics[0], Payload: []byte(`"rolled-back"`)})
+	require.NoError(s.t, err)
+	require.NoError(s.t, tx.Rollback())
+	return want
+}
+
+// requireStreamOnce checks that stream holds every id of want exactly once, no other id, and
+// no row of produce's rolled-back transaction.
+func (s *stack) requireStreamOnce(stream string, want map[string]bool) {
+	s.t.Helper()
+	got, payloads := s.streamIDs(stream)
+	require.Len(s.t, got, len(want), "stream %s holds every id", stream)
+	for id, n := range got {
+		require.True(s.t, want[id], "unexpected id %s in %s", id, stream)
+		require.Equal(s.t, 1, n, "id %s delivered %d times", id, n)
+	}
+	for _, p := range payloads {
+		require.NotContains(s.t, string(p), "rolled-back")
+	}
+}
+
 // 1,000 rows committed across 3 topics, the third of which has no stream: every record of the
 // first two is delivered exactly once (counted on the consumer side), the third's end dead with
 // their error and are delivered once the stream exists and they are redriven. Rows of a
@@ -34,49 +89,15 @@ func TestOutboxRelayEndToEnd(t *testing.T) {
 			ctx := t.Context()
 
 			const total = 1000
-			want := map[string]map[string]bool{} // topic -> message ids
-			for _, tp := range topics {
-				want[tp] = map[string]bool{}
-			}
-			for batch := 0; batch < total/50; batch++ {
-				err := s.store.DB().RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-					msgs := make([]outbox.Message, 50)
-					for i := range msgs {
-						n := batch*50 + i
-						msgs[i] = outbox.Message{Topic: topics[n%3], Key: fmt.Sprint(n), Payload: []byte(fmt.Sprintf(`{"n":%d}`, n))}
-					}
-					ids, err := outbox.Enqueue(ctx, tx, msgs...)
-					for i, id := range ids {
-						want[msgs[i].Topic][idString(id)] = true
-					}
-					return err
-				})
-				require.NoError(t, err)
-			}
-			// A transaction that rolls back: its rows must never be published.
-			tx, err := s.store.DB().BeginTx(ctx, nil)
-			require.NoError(t, err)
-			_, err = outbox.Enqueue(ctx, tx, outbox.Message{Topic: "orders.created", Payload: []byte(`"rolled-back"`)})
-			require.NoError(t, err)
-			require.NoError(t, tx.Rollback())
+			want := s.produce(total, func(n int) string { return topics[n%3] })
 
 			deliverable := len(want[topics[0]]) + len(want[topics[1]])
 			require.Eventually(t, func() bool {
 				c := s.countByStatus()
 				return c[courier.OutboxSent] == int64(deliverable) && c[courier.OutboxDead] == int64(len(want[topics[2]]))
 			}, 3*time.Minute, 100*time.Millisecond, "all deliverable rows sent and the rest dead")
-
-			for i, stream := range []string{"ORDERS", "USERS"} {
-				got, payloads := s.streamIDs(stream)
-				require.Len(t, got, len(want[topics[i]]), "stream %s holds every id of %s", stream, topics[i])
-				for id, n := range got {
-					require.True(t, want[topics[i]][id], "unexpected id %s in %s", id, stream)
-					require.Equal(t, 1, n, "id %s delivered %d times", id, n)
-				}
-				for _, p := range payloads {
-					require.NotContains(t, string(p), "rolled-back")
-				}
-			}
+			s.requireStreamOnce("ORDERS", want[topics[0]])
+			s.requireStreamOnce("USERS", want[topics[1]])
 
 			dead, _, err := s.store.ListOutbox(ctx, store.OutboxFilter{Status: courier.OutboxDead, Limit: 1000})
 			require.NoError(t, err)
@@ -102,12 +123,7 @@ func TestOutboxRelayEndToEnd(t *testing.T) {
 			require.Eventually(t, func() bool {
 				return s.countByStatus()[courier.OutboxSent] == total
 			}, 3*time.Minute, 100*time.Millisecond, "redriven rows are delivered")
-			got, _ := s.streamIDs("BILLING")
-			require.Len(t, got, len(want[topics[2]]))
-			for id, n := range got {
-				require.True(t, want[topics[2]][id])
-				require.Equal(t, 1, n)
-			}
+			s.requireStreamOnce("BILLING", want[topics[2]])
 			rec, err := s.store.GetOutbox(ctx, dead[0].ID)
 			require.NoError(t, err)
 			require.Equal(t, courier.OutboxSent, rec.Status)

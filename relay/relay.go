@@ -59,9 +59,10 @@ type BatchConfig struct {
 	// Max is the most records one claim takes, and so one batch holds, from a source that
 	// batches; default 1,000.
 	Max int
-	// Linger is the least time between two batch workflows of one source: records committed
-	// meanwhile wait and go out together, so a steady trickle costs one workflow per Linger
-	// rather than one per claim. Default 20 ms.
+	// Linger is how long after a claim that started a batch workflow the source's next claim
+	// waits (measured from the start of that claim): records committed meanwhile go out
+	// together, so a steady trickle costs one workflow per Linger rather than one per claim.
+	// A claim that started no batch is followed by no wait. Default 20 ms.
 	Linger time.Duration
 }
 
@@ -171,6 +172,9 @@ type Relay struct {
 	sources   []Source
 	log       *slog.Logger
 	wakes     []chan struct{} // one per source, so a nudge reaches each loop exactly once
+	// after is the timer a source loop lingers on (time.After; tests see the waits without
+	// waiting).
+	after func(time.Duration) <-chan time.Time
 }
 
 // New builds a relay over the sources.
@@ -182,7 +186,7 @@ func New(tc client.Client, cfg Config, sources []Source, log *slog.Logger) *Rela
 	for i := range wakes {
 		wakes[i] = make(chan struct{}, 1)
 	}
-	return &Relay{tc: tc, cfg: cfg.withDefaults(), sources: sources, log: log, wakes: wakes}
+	return &Relay{tc: tc, cfg: cfg.withDefaults(), sources: sources, log: log, wakes: wakes, after: time.After}
 }
 
 // SetTimers enables rows that arm timers (outbox.ArmTimer).
@@ -223,24 +227,31 @@ func (r *Relay) runSource(ctx context.Context, src Source, wake <-chan struct{})
 	defer ticker.Stop()
 	cleanup := time.NewTicker(cleanupEvery)
 	defer cleanup.Stop()
+	// lastBatch is when the previous claim began, if it started a batch workflow; zero if it
+	// did not. Only then does the next claim linger: a claim that batched nothing has no batch
+	// to space out, and its per-record rows should not wait.
 	var lastBatch time.Time
 	for {
-		if r.cfg.Batch.on(src.Name) {
-			// Records committed during the linger go out in the same batch.
+		if !lastBatch.IsZero() {
+			// Records committed during the linger go out in the next batch.
 			if wait := r.cfg.Batch.Linger - time.Since(lastBatch); wait > 0 {
 				select {
 				case <-ctx.Done():
 					return
-				case <-time.After(wait):
+				case <-r.after(wait):
 				}
 			}
-			lastBatch = time.Now()
 		}
-		n, err := r.ClaimOnce(ctx, src)
+		began := time.Now()
+		c, err := r.ClaimOnce(ctx, src)
+		lastBatch = time.Time{}
+		if c.Batched > 0 {
+			lastBatch = began
+		}
 		if err != nil && ctx.Err() == nil {
 			r.log.Warn("outbox claim failed", "source", src.Name, "error", err)
 		}
-		if err == nil && n == r.claimLimit(src) {
+		if err == nil && c.Rows == r.claimLimit(src) {
 			continue // more may be waiting
 		}
 		select {
@@ -277,13 +288,20 @@ func (r *Relay) deleteSent(ctx context.Context, src Source) {
 	}
 }
 
-// ClaimOnce claims one batch from src and starts its deliveries; it returns how many rows it
-// claimed. Rows whose start failed go back to pending shortly after.
-func (r *Relay) ClaimOnce(ctx context.Context, src Source) (int, error) {
+// Claim is what one ClaimOnce did.
+type Claim struct {
+	Rows    int // rows claimed
+	Batched int // of those, rows handed to a batch workflow that started (batch mode)
+}
+
+// ClaimOnce claims rows from src, up to one claim's limit, and starts their deliveries. Rows
+// whose start failed go back to pending shortly after.
+func (r *Relay) ClaimOnce(ctx context.Context, src Source) (Claim, error) {
 	claimed, err := src.Store.ClaimOutbox(ctx, r.claimLimit(src), r.cfg.Lease)
 	if err != nil || len(claimed) == 0 {
-		return 0, err
+		return Claim{}, err
 	}
+	c := Claim{Rows: len(claimed)}
 	recs, batch := claimed[:0:0], claimed[:0:0]
 	for _, rec := range claimed {
 		if r.cfg.Batch.batches(src.Name, rec) && rec.Topic != outbox.TimerTopic && rec.Topic != outbox.TaskTopic {
@@ -307,11 +325,13 @@ func (r *Relay) ClaimOnce(ctx context.Context, src Source) (int, error) {
 			for _, rec := range batch {
 				failed = append(failed, rec.ID)
 			}
+		} else {
+			c.Batched = len(batch)
 		}
 		recs = append(recs, batch...) // every record whose delivery was to start
 	}
 	if len(recs) == 0 {
-		return len(claimed), nil
+		return c, nil
 	}
 	bg := context.WithoutCancel(ctx)
 	if len(failed) > 0 {
@@ -334,7 +354,7 @@ func (r *Relay) ClaimOnce(ctx context.Context, src Source) (int, error) {
 			err = errors.Join(err, merr) // harmless: the rows are re-ensured when their lease ends
 		}
 	}
-	return len(claimed), err
+	return c, err
 }
 
 // claimLimit is how many rows one claim from src takes.

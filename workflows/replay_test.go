@@ -42,6 +42,6 @@ func TestReplayRecordedHistories(t *testing.T) {
 			})
 		}
 	}
-	require.GreaterOrEqual(t, good, 44, "recorded histories are missing; run make record-histories")
+	require.GreaterOrEqual(t, good, 47, "recorded histories are missing; run make record-histories")
 	require.GreaterOrEqual(t, broken, 1, "the broken history is missing")
 }
