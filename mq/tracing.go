@@ -36,3 +36,29 @@ func (t traced) Publish(ctx context.Context, m Message) (err error) {
 	m.Headers = tracing.WithHeaders(ctx, m.Headers)
 	return t.Publisher.Publish(ctx, m)
 }
+
+// PublishBatch keeps the wrapped adapter's own batch publish (PublishAll falls back to
+// concurrent publishes without it), with a producer span per message as Publish has. A batch
+// carries records of many producers' traces, so each message's span continues the trace its
+// row's headers carry, or the caller's when they carry none; the message then carries that
+// span's traceparent.
+func (t traced) PublishBatch(ctx context.Context, msgs []Message) []error {
+	spans := make([]trace.Span, len(msgs))
+	out := make([]Message, len(msgs))
+	for i, m := range msgs {
+		mctx := tracing.ContextWith(ctx, tracing.FromHeaders(m.Headers))
+		mctx, spans[i] = tracing.Start(mctx, "publish "+m.Topic, trace.SpanKindProducer,
+			attribute.String("messaging.operation.type", "send"),
+			attribute.String("messaging.destination.name", m.Topic),
+			attribute.String("messaging.message.id", m.ID),
+			attribute.Int("messaging.batch.message_count", len(msgs)),
+		)
+		m.Headers = tracing.WithHeaders(mctx, m.Headers)
+		out[i] = m
+	}
+	errs := PublishAll(ctx, t.Publisher, out)
+	for i, s := range spans {
+		tracing.End(s, errs[i])
+	}
+	return errs
+}

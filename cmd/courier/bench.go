@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -56,8 +57,20 @@ func runBench(ctx context.Context, args []string) error {
 		fs.DurationVar(&kcfg.Timeout, "timeout", 10*time.Minute, "give up on a scenario after this long")
 	}
 	asJSON := fs.Bool("json", false, "write exactly one JSON object to stdout (the tables go to stderr)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (the engine, the relay and the producers) to this file, for go tool pprof")
 	if err := parse(fs, args[1:]); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	if *asJSON {
 		cfg.Out, tcfg.Out, kcfg.Out = os.Stderr, os.Stderr, os.Stderr
