@@ -49,8 +49,12 @@ const (
 )
 
 const (
-	dbFileName  = "temporal.db"
-	clusterName = "active"
+	dbFileName = "temporal.db"
+	// visibilityFileName holds the visibility store (what lists and filters runs) of data
+	// directories created since it was split out: SQLite takes one writer per file, so the
+	// visibility writes each state change makes no longer wait behind the history writes.
+	visibilityFileName = "temporal-visibility.db"
+	clusterName        = "active"
 
 	frontendReadyTimeout = 60 * time.Second
 	uiReadyTimeout       = 30 * time.Second
@@ -164,7 +168,7 @@ func StartTemporal(ctx context.Context, cfg Config) (*Temporal, error) {
 		cfg.UIPort = ports[0]
 	}
 
-	sqlCfg, err := prepareDatabase(cfg)
+	sqlCfg, visCfg, err := prepareDatabase(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -177,7 +181,7 @@ func StartTemporal(ctx context.Context, cfg Config) (*Temporal, error) {
 	}
 	t.logLevel.Set(slog.LevelWarn)
 
-	srv, err := newServer(cfg, sqlCfg, t.logLevel, t.address, hostPort(cfg.Host, httpPort), map[primitives.ServiceName]int{
+	srv, err := newServer(cfg, sqlCfg, visCfg, t.logLevel, t.address, hostPort(cfg.Host, httpPort), map[primitives.ServiceName]int{
 		primitives.FrontendService: cfg.TemporalPort,
 		primitives.HistoryService:  historyPort,
 		primitives.MatchingService: matchingPort,
@@ -288,33 +292,36 @@ func withDefaults(cfg Config) (Config, error) {
 }
 
 // prepareDatabase creates the SQLite schema on first use and makes sure the
-// namespace row exists; both run before the server opens the file.
-func prepareDatabase(cfg Config) (*config.SQL, error) {
+// namespace row exists; both run before the server opens the files. It returns
+// the history store's configuration and the visibility store's: a file of its
+// own for a new data directory, the history file in one created before the
+// split (its runs stay listed).
+func prepareDatabase(cfg Config) (store, visibility *config.SQL, err error) {
 	dataDir, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
-		return nil, fmt.Errorf("temporal: resolving DataDir: %w", err)
+		return nil, nil, fmt.Errorf("temporal: resolving DataDir: %w", err)
 	}
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("temporal: creating DataDir: %w", err)
+		return nil, nil, fmt.Errorf("temporal: creating DataDir: %w", err)
 	}
-	dbPath := filepath.Join(dataDir, dbFileName)
-	sqlCfg := &config.SQL{
-		PluginName:        sqliteplugin.PluginName,
-		DatabaseName:      dbPath,
-		ConnectAttributes: sqliteAttributes(cfg.Durable),
-	}
-
-	if fi, err := os.Stat(dbPath); errors.Is(err, os.ErrNotExist) || (err == nil && fi.Size() == 0) {
-		if err := sqliteschema.SetupSchema(sqlCfg); err != nil {
-			// A half-initialised file would be skipped next time; remove it
-			// so a retry starts clean.
-			for _, suffix := range []string{"", "-wal", "-shm"} {
-				_ = os.Remove(dbPath + suffix)
-			}
-			return nil, fmt.Errorf("temporal: creating schema in %s: %w", dbPath, err)
+	sqlConfig := func(name string) *config.SQL {
+		return &config.SQL{
+			PluginName:        sqliteplugin.PluginName,
+			DatabaseName:      filepath.Join(dataDir, name),
+			ConnectAttributes: sqliteAttributes(cfg.Durable),
 		}
-	} else if err != nil {
-		return nil, fmt.Errorf("temporal: %w", err)
+	}
+	store = sqlConfig(dbFileName)
+	fresh, err := ensureSchema(store)
+	if err != nil {
+		return nil, nil, err
+	}
+	visibility = store
+	if _, err := os.Stat(filepath.Join(dataDir, visibilityFileName)); fresh || err == nil {
+		visibility = sqlConfig(visibilityFileName)
+		if _, err := ensureSchema(visibility); err != nil {
+			return nil, nil, err
+		}
 	}
 
 	// Creating the namespace directly in the database (a no-op when it
@@ -323,12 +330,34 @@ func prepareDatabase(cfg Config) (*config.SQL, error) {
 	// database; later additions go through the operator API in setup.
 	ns, err := sqliteschema.NewNamespaceConfig(clusterName, cfg.Namespace, false, cfg.SearchAttributes)
 	if err != nil {
-		return nil, fmt.Errorf("temporal: namespace %q: %w", cfg.Namespace, err)
+		return nil, nil, fmt.Errorf("temporal: namespace %q: %w", cfg.Namespace, err)
 	}
-	if err := sqliteschema.CreateNamespaces(sqlCfg, ns); err != nil {
-		return nil, fmt.Errorf("temporal: creating namespace %q: %w", cfg.Namespace, err)
+	if err := sqliteschema.CreateNamespaces(store, ns); err != nil {
+		return nil, nil, fmt.Errorf("temporal: creating namespace %q: %w", cfg.Namespace, err)
 	}
-	return sqlCfg, nil
+	return store, visibility, nil
+}
+
+// ensureSchema creates Temporal's schema in a missing or empty database file and tells
+// whether it did.
+func ensureSchema(c *config.SQL) (created bool, err error) {
+	path := c.DatabaseName
+	fi, err := os.Stat(path)
+	switch {
+	case err == nil && fi.Size() > 0:
+		return false, nil
+	case err != nil && !errors.Is(err, os.ErrNotExist):
+		return false, fmt.Errorf("temporal: %w", err)
+	}
+	if err := sqliteschema.SetupSchema(c); err != nil {
+		// A half-initialised file would be skipped next time; remove it so a
+		// retry starts clean.
+		for _, suffix := range []string{"", "-wal", "-shm"} {
+			_ = os.Remove(path + suffix)
+		}
+		return false, fmt.Errorf("temporal: creating schema in %s: %w", path, err)
+	}
+	return true, nil
 }
 
 // sqliteAttributes are the SQLite plugin's connect attributes: URI parameters
@@ -350,15 +379,15 @@ func sqliteAttributes(durable bool) map[string]string {
 	}
 }
 
-func newServer(cfg Config, sqlCfg *config.SQL, logLevel *slog.LevelVar, frontendAddr, httpAddr string, grpcPorts map[primitives.ServiceName]int) (temporal.Server, error) {
-	const store = "sqlite"
+func newServer(cfg Config, sqlCfg, visCfg *config.SQL, logLevel *slog.LevelVar, frontendAddr, httpAddr string, grpcPorts map[primitives.ServiceName]int) (temporal.Server, error) {
+	const store, visibility = "sqlite", "sqlite-visibility"
 	conf := &config.Config{}
 	conf.Global.Membership.MaxJoinDuration = 30 * time.Second
 	conf.Global.Membership.BroadcastAddress = cfg.Host
 	conf.Persistence.DefaultStore = store
-	conf.Persistence.VisibilityStore = store
+	conf.Persistence.VisibilityStore = visibility
 	conf.Persistence.NumHistoryShards = 1
-	conf.Persistence.DataStores = map[string]config.DataStore{store: {SQL: sqlCfg}}
+	conf.Persistence.DataStores = map[string]config.DataStore{store: {SQL: sqlCfg}, visibility: {SQL: visCfg}}
 	conf.ClusterMetadata = &cluster.Config{
 		EnableGlobalNamespace:    false,
 		FailoverVersionIncrement: 10,
