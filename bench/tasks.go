@@ -614,10 +614,15 @@ func PrintTaskTable(w io.Writer, title string, rs []TaskResult) {
 		fmt.Fprintln(w)
 	}
 	if len(rs) > 1 && rs[0].PerSec > 0 {
+		// The bare scenario starts its workflows before its worker polls, so its rate leaves
+		// the starts out; courier's claimer starts each attempt's run inside the measured time.
+		// The bare rate with its starts counted is the other yardstick.
+		bare := rs[0]
+		withStarts := float64(bare.N) / (bare.Backlog + bare.Elapsed).Seconds()
 		for _, r := range rs[1:] {
 			if r.PerSec > 0 {
-				fmt.Fprintf(w, "%s: %.0f%% of the bare-Temporal rate, one completion every %.1f ms against %.1f ms\n", r.Scenario,
-					100*r.PerSec/rs[0].PerSec, 1000/r.PerSec, 1000/rs[0].PerSec)
+				fmt.Fprintf(w, "%s: %.0f%% of the bare-Temporal rate, one completion every %.1f ms against %.1f ms; %.0f%% of bare with its starts counted (%.1f/s)\n", r.Scenario,
+					100*r.PerSec/bare.PerSec, 1000/r.PerSec, 1000/bare.PerSec, 100*r.PerSec/withStarts, withStarts)
 			}
 		}
 	}
