@@ -172,6 +172,9 @@ func (s *Service) Create(ctx context.Context, r CreateRequest) (Timer, bool, err
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		Memo:                                     memo,
+		// With a worker on the same client (courier dev, the relay's timer rows), the first
+		// workflow task comes back with the start instead of through matching.
+		EnableEagerStart: true,
 		TypedSearchAttributes: temporal.NewSearchAttributes(
 			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet("timer"),
 			temporal.NewSearchAttributeKeyKeyword(courier.SABizType).ValueSet(r.BizType),
