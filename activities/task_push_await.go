@@ -21,20 +21,19 @@ import (
 // same way, since the activity is open from the first try.
 //
 // A try that fails on the way (no connection, no answer within the push timeout, 429 or 5xx)
-// is tried again after the worker's Retry-After or contract.PushBackoff, up to
-// courier.PushTries tries and never past the attempt's deadline; a 4xx answer, a refused
+// is tried again after the worker's Retry-After (at most contract.PushRetryMax) or
+// contract.PushBackoff, up to courier.PushTries tries and never past the attempt's deadline; a 4xx answer, a refused
 // address, or the last try failing fails the attempt. While it pushes it heartbeats (when the
 // queue has a heartbeat timeout), so a worker slow to accept never loses its attempt to the
 // heartbeat timeout; once the worker has accepted, it records one more heartbeat, so the
 // worker's heartbeat timeout runs from then.
 func (a *Tasks) PushAwait(ctx context.Context, p contract.PushTaskParams) (courier.AttemptOutcome, error) {
 	info := activity.GetInfo(ctx)
+	stop := heartbeatWhilePushing(ctx, info.HeartbeatTimeout) // from the start: marking pushed may retry for seconds
 	pr, err := a.preparePush(ctx, p, info.StartedTime, info.WorkflowExecution.RunID)
-	if err != nil {
-		return courier.AttemptOutcome{}, err
+	if err == nil {
+		err = a.pushTries(ctx, pr, p.PushTimeout)
 	}
-	stop := heartbeatWhilePushing(ctx, info.HeartbeatTimeout)
-	err = a.pushTries(ctx, pr, p.PushTimeout)
 	stop()
 	if err != nil {
 		return courier.AttemptOutcome{}, err
@@ -72,6 +71,12 @@ func (a *Tasks) pushTries(ctx context.Context, pr pushRequest, timeout time.Dura
 		if wait <= 0 {
 			wait = contract.PushBackoff(try)
 		}
+		if wait > contract.PushRetryMax {
+			// The wait would hold a push slot that other queues' pushes share: the queue's
+			// retry policy waits instead, holding nothing.
+			return pushFailed(fmt.Sprintf("push: %v; the worker asked to wait %s, longer than courier waits within an attempt (%s)",
+				err, wait, contract.PushRetryMax))
+		}
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
 			return pushFailed(fmt.Sprintf("push: %v; no time for another try before the deadline", err))
 		}
@@ -87,7 +92,7 @@ func pushFailed(msg string) error {
 	return temporal.NewNonRetryableApplicationError(msg, contract.ErrTypePushFailed, nil)
 }
 
-// heartbeatWhilePushing records contract.PushingHeartbeat often enough to keep a heartbeat
+// heartbeatWhilePushing records contract.PushingDetail often enough to keep a heartbeat
 // timeout from firing until stop is called (the SDK sends at most one per 80 % of the
 // timeout). Without a heartbeat timeout it does nothing.
 func heartbeatWhilePushing(ctx context.Context, timeout time.Duration) (stop func()) {
@@ -102,7 +107,7 @@ func heartbeatWhilePushing(ctx context.Context, timeout time.Duration) (stop fun
 		tick := time.NewTicker(max(timeout/4, 10*time.Millisecond))
 		defer tick.Stop()
 		for {
-			activity.RecordHeartbeat(ctx, contract.PushingHeartbeat)
+			activity.RecordHeartbeat(ctx, contract.PushingDetail{CourierPushing: true})
 			select {
 			case <-done:
 				return

@@ -105,3 +105,23 @@ func TestPushBackoff(t *testing.T) {
 	require.Equal(t, 4*time.Second, contract.PushBackoff(3))
 	require.Equal(t, contract.PushRetryMax, contract.PushBackoff(10))
 }
+
+// A worker that asks for a longer wait than courier takes within an attempt (Retry-After past
+// contract.PushRetryMax) fails the attempt at once: the queue's retry policy waits instead,
+// without holding a push slot that other queues' pushes share.
+func TestPushAwaitLongRetryAfterEndsTheAttempt(t *testing.T) {
+	ep := startPushEndpoint(t, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "600")
+		w.WriteHeader(http.StatusTooManyRequests)
+	})
+	a := activities.NewTasks(&pushStore{queue: pushQueue(ep.url)}, "http://courier.example", true, nil, nil)
+	p := pushParams
+	p.Deadline = time.Now().Add(time.Hour)
+
+	_, err := runActivity(t, a.PushAwait, p)
+
+	ae := appErr(t, err)
+	require.Equal(t, contract.ErrTypePushFailed, ae.Type())
+	require.Contains(t, ae.Error(), "asked to wait 10m0s")
+	require.Len(t, ep.pushes, 1)
+}

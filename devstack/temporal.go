@@ -70,8 +70,10 @@ const (
 
 // Config configures the embedded Temporal server and Web UI.
 type Config struct {
-	// DataDir holds the server's state; the SQLite database is
-	// DataDir/temporal.db. Required. It is created if missing.
+	// DataDir holds the server's state: the SQLite databases
+	// DataDir/temporal.db (history) and DataDir/temporal-visibility.db
+	// (visibility; in temporal.db for data dirs created before it). Required.
+	// It is created if missing.
 	DataDir string
 	// Host is the interface every listener binds to; default DefaultHost.
 	Host string
@@ -119,7 +121,7 @@ type Temporal struct {
 }
 
 // StartTemporal starts a Temporal server with all services in this process,
-// backed by DataDir/temporal.db, plus the Web UI unless disabled. It returns
+// backed by the SQLite files in DataDir, plus the Web UI unless disabled. It returns
 // once the frontend answers, the namespace has the configured retention and
 // search attributes, and the UI serves pages. Port conflicts on TemporalPort
 // or UIPort are reported before anything is started. ctx bounds the startup

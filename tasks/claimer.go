@@ -231,6 +231,10 @@ func (c *Claimer) startAll(ctx context.Context, claimed []store.ClaimedTask, rec
 // from a leftover run of an earlier one.
 const attemptMemo = "attempt"
 
+// codeVersionMemo names the task code version a run was started with (workflows.TaskParams.V),
+// so the gateway can tell how the run waits for its result without reading its history.
+const codeVersionMemo = "code_version"
+
 // startAttempt starts the workflow run of a freshly claimed attempt. A run still open under the
 // same id belongs to an earlier attempt (its outcome is already recorded, or the task was
 // cancelled and resubmitted): it is terminated, since every write it could still make is
@@ -267,7 +271,7 @@ func (c *Claimer) restartAttempt(ctx context.Context, t store.ClaimedTask) error
 func (c *Claimer) startRun(ctx context.Context, t store.ClaimedTask) (err error) {
 	ctx, span := traceAttempt(ctx, t)
 	defer func() { tracing.End(span, err) }()
-	memo := map[string]any{attemptMemo: t.Attempt}
+	memo := map[string]any{attemptMemo: t.Attempt, codeVersionMemo: c.cfg.CodeVersion}
 	if !t.Trace.IsZero() {
 		memo[memoTraceParent] = t.Trace.Parent
 	}

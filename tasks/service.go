@@ -12,6 +12,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/courier-oss/courier"
@@ -225,11 +226,18 @@ func (s *Service) Heartbeat(ctx context.Context, taskID string, version int64, a
 	return notRunning(err, attempt)
 }
 
-// beforeWait tells whether an attempt's run is still before its wait for the result: it runs
-// and is not recording an outcome.
+// beforeWait tells whether an attempt's run is still before its wait for the result: it runs,
+// is not recording an outcome, and waits in an activity of its own (runs of task code version
+// 2 wait in the activity that pushes, open from the start: when it is gone, the attempt is
+// over).
 func (s *Service) beforeWait(ctx context.Context, id, runID string) bool {
 	d, err := s.tc.DescribeWorkflowExecution(ctx, id, runID)
 	if err != nil || d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return false
+	}
+	var v int
+	if p := d.GetWorkflowExecutionInfo().GetMemo().GetFields()[codeVersionMemo]; p != nil &&
+		converter.GetDefaultDataConverter().FromPayload(p, &v) == nil && v >= workflows.TaskPushAwaitV {
 		return false
 	}
 	for _, a := range d.GetPendingActivities() {

@@ -72,9 +72,10 @@ type TasksConfig struct {
 	// worker answers or its queue's push_timeout passes, so an endpoint that never answers holds
 	// at most its queue's concurrency_limit of these slots and none of any other kind.
 	PushSlots int
-	// FinishSlots bounds the waits for results, finishes and sweeps this process runs at once,
-	// on the finish task queue (contract.TaskFinishQueue); default DefaultFinishSlots. They
-	// are short: a wait hands its slot back at once, a finish is one transaction.
+	// FinishSlots bounds the sweeps, and the waits for results and finishes of task code
+	// version 1, this process runs at once, on the finish task queue (contract.TaskFinishQueue);
+	// default DefaultFinishSlots. They are short: a wait hands its slot back at once, a finish is
+	// one transaction. Version 2 records outcomes in local activities on the workflow worker.
 	FinishSlots int
 	// PublicURL is the gateway's base URL as task workers reach it (for the result and
 	// heartbeat links in every push), such as http://127.0.0.1:8080.

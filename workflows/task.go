@@ -93,13 +93,13 @@ const (
 	// as an activity) and ends Failed when it leaves its task Failed, without asking
 	// workflow.GetVersion.
 	taskInputV = 1
-	// taskPushAwaitV runs one activity for the push and the wait (PushAwaitName), records the
+	// TaskPushAwaitV runs one activity for the push and the wait (PushAwaitName), records the
 	// outcome in a local activity and upserts no state for a success: 12 history events for a
 	// successful attempt, against 24 for taskInputV.
-	taskPushAwaitV = 2
+	TaskPushAwaitV = 2
 	// TaskV is the version the claimer starts new attempts with, unless told to start an older
 	// one while a fleet is upgraded (docs/deployment.md).
-	TaskV = taskPushAwaitV
+	TaskV = TaskPushAwaitV
 )
 
 // pushRetry tries a push again within its attempt when a try failed on the way (no
@@ -120,7 +120,7 @@ const pushTryMargin = 10 * time.Second
 const defaultProcessingTimeout = 10 * time.Minute
 
 // Task runs one attempt of a task version (workflow id task/<task_id>/<version>; each attempt
-// is a new run under that id). Attempts of taskPushAwaitV run pushAwaitAttempt; older ones run
+// is a new run under that id). Attempts of TaskPushAwaitV run pushAwaitAttempt; older ones run
 // as they were recorded, as follows. It pushes the task to the queue's worker on the push task queue
 // (each try bounded by the queue's push timeout, tries that failed on the way repeated within
 // the attempt), then waits for the worker's result in a second activity, on the finish task
@@ -135,7 +135,7 @@ const defaultProcessingTimeout = 10 * time.Minute
 // relies on it).
 func Task(ctx workflow.Context, p TaskParams) (TaskRunResult, error) {
 	switch {
-	case p.V >= taskPushAwaitV:
+	case p.V >= TaskPushAwaitV:
 		return pushAwaitAttempt(ctx, p)
 	case p.V < taskInputV && workflow.GetVersion(ctx, splitPushChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion:
 		return taskSinglePush(ctx, p)
@@ -283,7 +283,7 @@ func (p TaskParams) timeouts() (processing, push time.Duration) {
 	return processing, push
 }
 
-// pushAwaitAttempt runs an attempt of taskPushAwaitV: one activity on the push task queue,
+// pushAwaitAttempt runs an attempt of TaskPushAwaitV: one activity on the push task queue,
 // addressed by the attempt's activity id, pushes to the worker (its tries within the attempt)
 // and stays open until the gateway completes it with the worker's result; it alone carries the
 // processing deadline and the heartbeat timeout, which it keeps from firing while it pushes.
@@ -322,8 +322,8 @@ func pushAwaitAttempt(ctx workflow.Context, p TaskParams) (TaskRunResult, error)
 // pushAwaitTimeoutMessage says why a push-and-wait timed out: its last heartbeat tells whether
 // the push was still being tried.
 func pushAwaitTimeoutMessage(to *temporal.TimeoutError, p TaskParams, processing time.Duration) string {
-	var detail string
-	pushing := to.HasLastHeartbeatDetails() && to.LastHeartbeatDetails(&detail) == nil && detail == contract.PushingHeartbeat
+	var detail contract.PushingDetail
+	pushing := to.HasLastHeartbeatDetails() && to.LastHeartbeatDetails(&detail) == nil && detail.CourierPushing
 	switch {
 	case pushing && to.TimeoutType() == enumspb.TIMEOUT_TYPE_HEARTBEAT:
 		return "heartbeat timeout: courier stopped pushing before the worker answered (its worker process ended?)"
@@ -374,7 +374,7 @@ func taskSinglePush(ctx workflow.Context, p TaskParams) (TaskRunResult, error) {
 }
 
 // finishAttempt records the attempt's outcome in an activity on a disconnected context (runs
-// before taskPushAwaitV).
+// before TaskPushAwaitV).
 func finishAttempt(ctx workflow.Context, p TaskParams, out courier.AttemptOutcome, opts workflow.ActivityOptions) (TaskRunResult, error) {
 	var fin contract.FinishTaskResult
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
@@ -387,10 +387,13 @@ func finishAttempt(ctx workflow.Context, p TaskParams, out courier.AttemptOutcom
 }
 
 // finishLocalOptions retry recording an outcome in a local activity until the database
-// answers, as finishOptions do: one try is a single transaction.
+// answers, as finishOptions do: one try is a single transaction. The schedule-to-close
+// timeout is set because the SDK otherwise takes the start-to-close one for it, which would
+// end the retries after 30 s; retries past the local-retry threshold wait on workflow timers.
 var finishLocalOptions = workflow.LocalActivityOptions{
-	StartToCloseTimeout: 30 * time.Second,
-	RetryPolicy:         untilDone.Temporal(),
+	ScheduleToCloseTimeout: 10 * 365 * 24 * time.Hour,
+	StartToCloseTimeout:    30 * time.Second,
+	RetryPolicy:            untilDone.Temporal(),
 }
 
 // finishAttemptLocally records the attempt's outcome in a local activity on a disconnected
@@ -409,11 +412,11 @@ func finishAttemptLocally(ctx workflow.Context, p TaskParams, out courier.Attemp
 
 // attemptFinished ends the run once the row has the outcome: when the row took it, it writes
 // the task's new status to the run's search attribute, and a task left Failed fails the run.
-// From taskPushAwaitV a success writes nothing: the run completes, which says it (a state
+// From TaskPushAwaitV a success writes nothing: the run completes, which says it (a state
 // upsert is an event, a billable action and a visibility write, spent only on the states
 // operators look for: retries, failures, cancels).
 func attemptFinished(ctx workflow.Context, p TaskParams, out courier.AttemptOutcome, fin contract.FinishTaskResult) (TaskRunResult, error) {
-	if fin.Applied && (p.V < taskPushAwaitV || fin.Status != courier.TaskSuccess) {
+	if fin.Applied && (p.V < TaskPushAwaitV || fin.Status != courier.TaskSuccess) {
 		_ = workflow.UpsertTypedSearchAttributes(ctx, saTaskState.ValueSet(string(fin.Status)))
 	}
 	res := TaskRunResult{Applied: fin.Applied, Status: fin.Status, Outcome: out}

@@ -82,9 +82,12 @@ func PushBackoff(try int) time.Duration {
 	return min(d, PushRetryMax)
 }
 
-// PushingHeartbeat is the heartbeat detail PushAwaitName records while it pushes: an attempt
+// PushingDetail is the heartbeat detail PushAwaitName records while it pushes: an attempt
 // that times out with it as its last heartbeat timed out before the worker accepted the push.
-const PushingHeartbeat = "pushing"
+// A worker's own heartbeat details replace it.
+type PushingDetail struct {
+	CourierPushing bool `json:"courier_pushing"`
+}
 
 // PushTaskParams names one attempt; the payload stays in the database. The timeouts are the
 // ones Temporal enforces on this attempt (fixed at the claim), so the push tells the worker

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -102,15 +104,16 @@ func TestUsageMistakes(t *testing.T) {
 }
 
 // The task code version a fleet upgrade pins (docs/deployment.md) must be one this courier
-// knows: anything else is refused before the service starts.
+// knows: anything else is refused before anything starts (no data written, no port taken).
 func TestTaskCodeVersionIsChecked(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{
-		{"dev", "--task-code-version", "0"},
-		{"dev", "--task-code-version", "3"},
-	} {
+	for _, v := range []string{"0", "3"} {
+		dir := filepath.Join(t.TempDir(), "data")
+		args := []string{"dev", "--data-dir", dir, "--task-code-version", v}
 		_, stderr, code := runCourier(t, args...)
 		require.Equal(t, 1, code, "%v: %s", args, stderr)
 		require.Contains(t, stderr, "task code version must be from 1 to 2", "%v", args)
+		_, err := os.Stat(dir)
+		require.True(t, errors.Is(err, os.ErrNotExist), "%v: the data dir was created before the settings were checked", args)
 	}
 }

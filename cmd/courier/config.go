@@ -75,7 +75,7 @@ type TasksConfig struct {
 	PollInterval time.Duration // COURIER_TASK_POLL; fallback claim poll; default tasks.DefaultPollInterval
 	SweepEvery   time.Duration // COURIER_TASK_SWEEP_EVERY; sweeper schedule interval; default tasks.DefaultSweepEvery
 	PushSlots    int           // COURIER_TASK_PUSH_SLOTS; pushes one worker runs at once, on their own task queue; default worker.DefaultPushSlots
-	FinishSlots  int           // COURIER_TASK_FINISH_SLOTS; result waits, finishes and sweeps one worker runs at once; default worker.DefaultFinishSlots
+	FinishSlots  int           // COURIER_TASK_FINISH_SLOTS; sweeps (and version-1 result waits and finishes) one worker runs at once; default worker.DefaultFinishSlots
 	CodeVersion  int           // COURIER_TASK_CODE_VERSION; the task workflow code version new attempts start with; default workflows.TaskV
 }
 
@@ -222,7 +222,7 @@ func (c *Config) bindRuntime(fs *flag.FlagSet) {
 	c.bindBrokers(fs)
 	c.bindOutboxBatch(fs)
 	fs.IntVar(&c.Tasks.CodeVersion, "task-code-version", c.env.integer("COURIER_TASK_CODE_VERSION", workflows.TaskV), fmt.Sprintf("the task workflow code version new attempts start with, 1 to %d: set 1 while upgrading a fleet from a courier that knows only version 1, see docs/deployment.md (COURIER_TASK_CODE_VERSION)", workflows.TaskV))
-	fs.IntVar(&c.Tasks.FinishSlots, "task-finish-slots", c.env.integer("COURIER_TASK_FINISH_SLOTS", worker.DefaultFinishSlots), "task result waits, finishes and sweeps this worker runs at once, on the finish task queue (COURIER_TASK_FINISH_SLOTS)")
+	fs.IntVar(&c.Tasks.FinishSlots, "task-finish-slots", c.env.integer("COURIER_TASK_FINISH_SLOTS", worker.DefaultFinishSlots), "task sweeps (and the result waits and finishes of task code version 1) this worker runs at once, on the finish task queue (COURIER_TASK_FINISH_SLOTS)")
 }
 
 // Validate reports the first configuration error in plain words.

@@ -78,6 +78,13 @@ func runDev(ctx context.Context, args []string) error {
 	if dev.NATSPort == 4222 {
 		return errors.New("--nats-port 4222 is reserved for a system NATS; pick another port")
 	}
+	// Every setting is checked before anything starts; the addresses the embedded stack fills
+	// in later stand in here.
+	probe := cfg
+	probe.Temporal.Address, probe.DatabaseURL, probe.NATSURL = "embedded:7233", "sqlite:embedded.db", "nats://embedded:4222"
+	if err := probe.Validate(true); err != nil {
+		return err
+	}
 	log := newLogger(cfg.LogLevel)
 	if err := os.MkdirAll(dev.DataDir, 0o755); err != nil {
 		return fmt.Errorf("data dir: %w", err)
