@@ -75,7 +75,9 @@ func (b *bizWorkers) sync(ctx context.Context) {
 			r.w.Stop()
 			delete(b.running, t.Name)
 		}
-		opts := sdkworker.Options{MaxConcurrentActivityExecutionSize: 100}
+		// Pollers as on the workflows' queue: a delivery is short, so the poll round trip, not
+		// the work, bounds how fast fires due at once go out.
+		opts := sdkworker.Options{MaxConcurrentActivityExecutionSize: 100, MaxConcurrentActivityTaskPollers: 8}
 		if t.RateLimit > 0 {
 			opts.TaskQueueActivitiesPerSecond = t.RateLimit
 		}
