@@ -302,19 +302,9 @@ func pushAwaitAttempt(ctx workflow.Context, p TaskParams) (TaskRunResult, error)
 	err := workflow.ExecuteActivity(actx, contract.PushAwaitName, contract.PushTaskParams{TaskID: p.TaskID, Version: p.Version,
 		Attempt: p.Attempt, ProcessingTimeout: processing, HeartbeatTimeout: p.HeartbeatTimeout,
 		Deadline: workflow.Now(ctx).Add(processing), PushTimeout: pushTimeout}).Get(ctx, &out)
-	var app *temporal.ApplicationError
-	var to *temporal.TimeoutError
-	switch {
-	case err == nil:
-		out = workerOutcome(out)
-	case errors.As(err, &app) && app.Type() == contract.ErrTypeTaskStale:
+	out, stale := attemptEnded(ctx, out, err, func(to *temporal.TimeoutError) string { return pushAwaitTimeoutMessage(to, p, processing) })
+	if stale {
 		return TaskRunResult{Stale: true}, nil
-	case temporal.IsCanceledError(err) || ctx.Err() != nil:
-		out = courier.AttemptOutcome{Kind: courier.OutcomeCancelled, Message: "cancelled"}
-	case errors.As(err, &to):
-		out = courier.AttemptOutcome{Kind: courier.OutcomeTimeout, Message: pushAwaitTimeoutMessage(to, p, processing)}
-	default:
-		out = courier.AttemptOutcome{Kind: courier.OutcomeFailure, Message: rootMessage(err)}
 	}
 	return finishAttemptLocally(ctx, p, out)
 }
@@ -331,6 +321,26 @@ func pushAwaitTimeoutMessage(to *temporal.TimeoutError, p TaskParams, processing
 		return fmt.Sprintf("processing timeout: the push was not accepted within %s", processing)
 	}
 	return timeoutMessage(to, p)
+}
+
+// attemptEnded reads how an attempt's activity that carries the worker's result ended (err
+// from its future, out its result): the worker's outcome, a cancel, a timeout (worded by
+// timedOut), a failure; stale when the task had moved on before the push.
+func attemptEnded(ctx workflow.Context, out courier.AttemptOutcome, err error, timedOut func(*temporal.TimeoutError) string) (courier.AttemptOutcome, bool) {
+	var app *temporal.ApplicationError
+	var to *temporal.TimeoutError
+	switch {
+	case err == nil:
+		return workerOutcome(out), false
+	case errors.As(err, &app) && app.Type() == contract.ErrTypeTaskStale:
+		return courier.AttemptOutcome{}, true
+	case temporal.IsCanceledError(err) || ctx.Err() != nil:
+		return courier.AttemptOutcome{Kind: courier.OutcomeCancelled, Message: "cancelled"}, false
+	case errors.As(err, &to):
+		return courier.AttemptOutcome{Kind: courier.OutcomeTimeout, Message: timedOut(to)}, false
+	default:
+		return courier.AttemptOutcome{Kind: courier.OutcomeFailure, Message: rootMessage(err)}, false
+	}
 }
 
 // workerOutcome keeps a worker's report, read as a failure unless it says success.
@@ -356,19 +366,9 @@ func taskSinglePush(ctx workflow.Context, p TaskParams) (TaskRunResult, error) {
 	err := workflow.ExecuteActivity(pctx, contract.PushTaskName,
 		contract.PushTaskParams{TaskID: p.TaskID, Version: p.Version, Attempt: p.Attempt,
 			ProcessingTimeout: p.ProcessingTimeout, HeartbeatTimeout: p.HeartbeatTimeout}).Get(ctx, &out)
-	var app *temporal.ApplicationError
-	var to *temporal.TimeoutError
-	switch {
-	case err == nil:
-		out = workerOutcome(out)
-	case errors.As(err, &app) && app.Type() == contract.ErrTypeTaskStale:
+	out, stale := attemptEnded(ctx, out, err, func(to *temporal.TimeoutError) string { return timeoutMessage(to, p) })
+	if stale {
 		return TaskRunResult{Stale: true}, nil
-	case temporal.IsCanceledError(err) || ctx.Err() != nil:
-		out = courier.AttemptOutcome{Kind: courier.OutcomeCancelled, Message: "cancelled"}
-	case errors.As(err, &to):
-		out = courier.AttemptOutcome{Kind: courier.OutcomeTimeout, Message: timeoutMessage(to, p)}
-	default:
-		out = courier.AttemptOutcome{Kind: courier.OutcomeFailure, Message: rootMessage(err)}
 	}
 	return finishAttempt(ctx, p, out, finishOptions)
 }
