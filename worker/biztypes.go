@@ -75,11 +75,15 @@ func (b *bizWorkers) sync(ctx context.Context) {
 			r.w.Stop()
 			delete(b.running, t.Name)
 		}
-		// Pollers as on the workflows' queue: a delivery is short, so the poll round trip, not
-		// the work, bounds how fast fires due at once go out.
-		opts := sdkworker.Options{MaxConcurrentActivityExecutionSize: 100, MaxConcurrentActivityTaskPollers: 8}
+		opts := sdkworker.Options{MaxConcurrentActivityExecutionSize: 100}
 		if t.RateLimit > 0 {
+			// The SDK's 2 pollers: every poll in flight can take a task the moment the server's
+			// limiter allows one, so more pollers let bursts past the rate.
 			opts.TaskQueueActivitiesPerSecond = t.RateLimit
+		} else {
+			// Pollers as on the workflows' queue: a delivery is short, so the poll round trip,
+			// not the work, bounds how fast fires due at once go out.
+			opts.MaxConcurrentActivityTaskPollers = 8
 		}
 		w := sdkworker.New(b.tc, courier.BizTypeTaskQueue(t.Name), opts)
 		w.RegisterActivityWithOptions(b.timers.Deliver, activity.RegisterOptions{Name: contract.DeliverTimerName})
