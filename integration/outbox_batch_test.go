@@ -2,7 +2,6 @@ package integration
 
 import (
 	"fmt"
-	"net/http"
 	"testing"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/relay"
-	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/worker"
 )
 
@@ -82,29 +80,8 @@ func TestOutboxBatchModeEndToEnd(t *testing.T) {
 
 			// A batched record that failed (no stream) went dead in a delivery of its own,
 			// with its reason, counting the batch's attempt and its own.
-			dead, _, err := s.store.ListOutbox(ctx, store.OutboxFilter{Status: courier.OutboxDead, Limit: 1000})
-			require.NoError(t, err)
-			require.Len(t, dead, len(want[topics[2]]))
-			for _, r := range dead {
-				require.Equal(t, topics[2], r.Topic)
-				require.Contains(t, r.LastError, "no JetStream stream")
-				require.GreaterOrEqual(t, r.Attempts, 2)
-			}
-			desc, err := s.tc.DescribeWorkflowExecution(ctx, courier.OutboxWorkflowID(courier.DefaultSource, dead[0].ID), "")
-			require.NoError(t, err)
-			require.Equal(t, "outbox-delivery", desc.GetWorkflowExecutionInfo().GetType().GetName())
-
 			// Redrive works as for any record.
-			s.createStream("BILLING", "billing.>")
-			url, token := s.gateway(w.Relay().Wake)
-			for _, r := range dead {
-				resp := do(t, http.MethodPost, fmt.Sprintf("%s/v1/outbox/%d/redrive", url, r.ID), token, nil)
-				require.Equal(t, http.StatusAccepted, resp.StatusCode)
-			}
-			require.Eventually(t, func() bool {
-				return s.countByStatus()[courier.OutboxSent] == total
-			}, 3*time.Minute, 100*time.Millisecond, "redriven rows are delivered")
-			s.requireStreamOnce("BILLING", want[topics[2]])
+			s.requireDeadThenRedrive(w, topics[2], want[topics[2]], total, 2)
 		})
 	}
 }

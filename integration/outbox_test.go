@@ -16,6 +16,7 @@ import (
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/store"
+	"github.com/courier-oss/courier/worker"
 )
 
 var topics = []string{"orders.created", "users.registered", "billing.invoiced"}
@@ -75,6 +76,40 @@ func (s *stack) requireStreamOnce(stream string, want map[string]bool) {
 	}
 }
 
+// requireDeadThenRedrive checks that the records of topic (billing.*, which has no stream) are
+// the dead ones, each with its reason and at least minAttempts attempts, in a delivery workflow
+// of its own found by its outbox id; then it creates the BILLING stream, redrives them through
+// the gateway and checks that all total rows end sent and the stream holds each of them once.
+// It returns the dead records and the gateway's address and key.
+func (s *stack) requireDeadThenRedrive(w *worker.Worker, topic string, want map[string]bool, total int64, minAttempts int) (dead []courier.OutboxRecord, url, token string) {
+	t := s.t
+	t.Helper()
+	ctx := t.Context()
+	dead, _, err := s.store.ListOutbox(ctx, store.OutboxFilter{Status: courier.OutboxDead, Limit: 1000})
+	require.NoError(t, err)
+	require.Len(t, dead, len(want))
+	for _, r := range dead {
+		require.Equal(t, topic, r.Topic)
+		require.Contains(t, r.LastError, "no JetStream stream")
+		require.GreaterOrEqual(t, r.Attempts, minAttempts)
+	}
+	desc, err := s.tc.DescribeWorkflowExecution(ctx, courier.OutboxWorkflowID(courier.DefaultSource, dead[0].ID), "")
+	require.NoError(t, err)
+	require.Equal(t, "outbox-delivery", desc.GetWorkflowExecutionInfo().GetType().GetName())
+
+	s.createStream("BILLING", "billing.>")
+	url, token = s.gateway(w.Relay().Wake)
+	for _, r := range dead {
+		resp := do(t, http.MethodPost, fmt.Sprintf("%s/v1/outbox/%d/redrive", url, r.ID), token, nil)
+		require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	}
+	require.Eventually(t, func() bool {
+		return s.countByStatus()[courier.OutboxSent] == total
+	}, 3*time.Minute, 100*time.Millisecond, "redriven rows are delivered")
+	s.requireStreamOnce("BILLING", want)
+	return dead, url, token
+}
+
 // 1,000 rows committed across 3 topics, the third of which has no stream: every record of the
 // first two is delivered exactly once (counted on the consumer side), the third's end dead with
 // their error and are delivered once the stream exists and they are redriven. Rows of a
@@ -99,31 +134,7 @@ func TestOutboxRelayEndToEnd(t *testing.T) {
 			s.requireStreamOnce("ORDERS", want[topics[0]])
 			s.requireStreamOnce("USERS", want[topics[1]])
 
-			dead, _, err := s.store.ListOutbox(ctx, store.OutboxFilter{Status: courier.OutboxDead, Limit: 1000})
-			require.NoError(t, err)
-			require.Len(t, dead, len(want[topics[2]]))
-			for _, r := range dead {
-				require.Equal(t, topics[2], r.Topic)
-				require.Contains(t, r.LastError, "no JetStream stream")
-				require.GreaterOrEqual(t, r.Attempts, 1)
-			}
-
-			// The delivery workflow is findable by its outbox id.
-			desc, err := s.tc.DescribeWorkflowExecution(ctx, courier.OutboxWorkflowID(courier.DefaultSource, dead[0].ID), "")
-			require.NoError(t, err)
-			require.Equal(t, "outbox-delivery", desc.GetWorkflowExecutionInfo().GetType().GetName())
-
-			// Create the missing stream and redrive every dead record through the gateway.
-			s.createStream("BILLING", "billing.>")
-			url, token := s.gateway(w.Relay().Wake)
-			for _, r := range dead {
-				resp := do(t, http.MethodPost, fmt.Sprintf("%s/v1/outbox/%d/redrive", url, r.ID), token, nil)
-				require.Equal(t, http.StatusAccepted, resp.StatusCode)
-			}
-			require.Eventually(t, func() bool {
-				return s.countByStatus()[courier.OutboxSent] == total
-			}, 3*time.Minute, 100*time.Millisecond, "redriven rows are delivered")
-			s.requireStreamOnce("BILLING", want[topics[2]])
+			dead, url, token := s.requireDeadThenRedrive(w, topics[2], want[topics[2]], total, 1)
 			rec, err := s.store.GetOutbox(ctx, dead[0].ID)
 			require.NoError(t, err)
 			require.Equal(t, courier.OutboxSent, rec.Status)

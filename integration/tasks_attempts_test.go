@@ -78,7 +78,7 @@ func testSlowAcceptThenHeartbeats(t *testing.T, ts *taskStack) {
 		// The worker takes 3 s to accept: it sleeps to stand for a slow accept (a queue of its
 		// own, a busy HTTP server). The busy one heartbeats meanwhile, the other does not.
 		for i := 0; i < 3; i++ {
-			time.Sleep(time.Second)
+			time.Sleep(time.Second) // the slow accept itself (see above)
 			if p.TaskID == "busy-accept" {
 				heartbeats.add(heartbeat(t, token, p))
 			}
