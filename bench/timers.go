@@ -108,9 +108,11 @@ func RunTimers(ctx context.Context, stack Stack, cfg TimersConfig) ([]TimerResul
 	if _, _, err := st.PutBizType(ctx, courier.BizType{Name: "bench.timer", Delivery: courier.DeliveryHTTP, CallbackURL: rcv.URL, Secrets: []string{secret}}); err != nil {
 		return nil, err
 	}
+	bizTypes := st.NewBizTypeCache(0, quiet) // as courier's worker reads them
+	defer bizTypes.Close()
 	w, err := worker.New(worker.Config{DisableRelay: true, AllowLoopbackCallbacks: true, BizTypeRefresh: 200 * time.Millisecond,
 		Relay: relay.Config{TaskQueue: "bench-timers"}},
-		worker.Deps{Temporal: stack.Temporal, Publisher: nopPublisher{}, Logger: quiet, BizTypes: st,
+		worker.Deps{Temporal: stack.Temporal, Publisher: nopPublisher{}, Logger: quiet, BizTypes: bizTypes,
 			Sources: []relay.Source{{Name: courier.DefaultSource, Store: st}}})
 	if err != nil {
 		return nil, err

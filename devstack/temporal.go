@@ -445,6 +445,14 @@ func newServer(cfg Config, sqlCfg, visCfg *config.SQL, logLevel *slog.LevelVar, 
 		// The production default caches 128k mutable states; a dev box
 		// needs far fewer.
 		dynamicconfig.HistoryCacheHostLevelMaxSize.Key(): 8192,
+		// The history service reads its transfer tasks (every activity and workflow task
+		// that is not dispatched eagerly) and its due timers at most 20 times a second per
+		// shard by default, so each waits up to 50 ms before it is even read: with one
+		// shard that wait was most of a timer's lateness and of a task push's dispatch
+		// (docs/deployment.md, "The embedded engine's settings"). The rate is a ceiling: an idle
+		// queue is not read more often.
+		dynamicconfig.TransferProcessorMaxPollRPS.Key(): 200,
+		dynamicconfig.TimerProcessorMaxPollRPS.Key():    200,
 	}
 	for k, v := range cfg.DynamicConfig {
 		dc[dynamicconfig.MakeKey(k)] = v

@@ -194,14 +194,17 @@ func (s *stack) bizType(name string, rate float64) *receiver {
 }
 
 // timerWorker starts a worker that delivers timers (and relays the outbox when relay is set).
+// It reads business types through a cache of its own, as courier's worker process does.
 func (s *stack) timerWorker(relayOn bool) {
+	bizTypes := s.store.NewBizTypeCache(0, quiet)
+	s.t.Cleanup(func() { _ = bizTypes.Close() })
 	w, err := worker.New(worker.Config{
 		Relay:                  relay.Config{PollInterval: 50 * time.Millisecond, Retry: testRetry},
 		DisableRelay:           !relayOn,
 		Namespace:              s.ts.GetDefaultNamespace(),
 		AllowLoopbackCallbacks: true,
 		BizTypeRefresh:         100 * time.Millisecond,
-	}, worker.Deps{Temporal: s.tc, Publisher: s.pub, Logger: quiet, BizTypes: s.store,
+	}, worker.Deps{Temporal: s.tc, Publisher: s.pub, Logger: quiet, BizTypes: bizTypes,
 		Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store, DSN: pgDSN(s.dsn)}}})
 	require.NoError(s.t, err)
 	require.NoError(s.t, w.Start(s.t.Context()))

@@ -21,7 +21,9 @@ import (
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities"
 	"github.com/courier-oss/courier/gateway"
+	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/outbox"
+	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/timers"
 	"github.com/courier-oss/courier/webhook"
 )
@@ -617,4 +619,50 @@ func TestTimerUpdatesWithoutWorker(t *testing.T) {
 	}
 	require.Equal(t, 1, rcv.count("w-2"))
 	require.Zero(t, rcv.count("w-1"))
+}
+
+// TestTimerFollowsItsTypeAtOnce: the worker keeps business types in memory, yet a fire after a
+// change of its type uses the new settings: changed through this process's store (SQLite), or
+// through another process's (PostgreSQL, where the change is announced by notification).
+func TestTimerFollowsItsTypeAtOnce(t *testing.T) {
+	for _, dialect := range testenv.Dialects {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			s := newStack(t, dialect)
+			first := s.bizType("order.close", 0)
+			s.timerWorker(false)
+			ctx := t.Context()
+			svc := s.timerService()
+			fire := func(id string) {
+				t.Helper()
+				_, _, err := svc.Create(ctx, timers.CreateRequest{BizType: "order.close", BizID: id, FireAt: time.Now().Add(time.Second)})
+				require.NoError(t, err)
+			}
+			fire("before")
+			require.Eventually(t, func() bool { return first.count("before") == 1 }, time.Minute, 20*time.Millisecond)
+
+			// Another receiver, with its own signing secret, replaces the first.
+			secret, err := webhook.GenerateSecret()
+			require.NoError(t, err)
+			verifier, err := webhook.NewVerifier(secret)
+			require.NoError(t, err)
+			second := &receiver{got: map[string][]time.Time{}, verifier: verifier}
+			changer := s.store
+			if dialect == "postgres" {
+				changer, err = store.Open(ctx, s.dsn) // another process's connection pool
+				require.NoError(t, err)
+				t.Cleanup(func() { changer.Close() })
+			}
+			_, _, err = changer.PutBizType(ctx, courier.BizType{Name: "order.close", Delivery: courier.DeliveryHTTP,
+				CallbackURL: startHTTP(t, second), Secrets: []string{secret}})
+			require.NoError(t, err)
+			fire("after") // a second away: the notification takes milliseconds
+			require.Eventually(t, func() bool { return second.count("after") == 1 }, time.Minute, 20*time.Millisecond,
+				"the fire after the change reaches the new receiver, signed with the new secret")
+			require.Zero(t, first.count("after"), "nothing reaches the old receiver after the change")
+			second.mu.Lock()
+			defer second.mu.Unlock()
+			require.Zero(t, second.bad, "every callback verifies with the new secret")
+		})
+	}
 }

@@ -114,9 +114,12 @@ func (s *Store) PutBizType(ctx context.Context, b courier.BizType) (courier.BizT
 		if err := tx.NewSelect().Model(&stored).Where("name = ?", b.Name).Scan(ctx); err != nil {
 			return err
 		}
-		out, err = stored.bizType()
-		return err
+		if out, err = stored.bizType(); err != nil {
+			return err
+		}
+		return s.notifyBizType(ctx, tx, b.Name)
 	})
+	s.bizTypesChanged()
 	return out, created, err
 }
 
@@ -152,12 +155,61 @@ func (s *Store) ListBizTypes(ctx context.Context) ([]courier.BizType, error) {
 
 // DeleteBizType removes a business type, or returns not_found.
 func (s *Store) DeleteBizType(ctx context.Context, name string) error {
-	res, err := s.db.NewDelete().Model((*bizTypeRow)(nil)).Where("name = ?", name).Exec(ctx)
+	var n int64
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		res, err := tx.NewDelete().Model((*bizTypeRow)(nil)).Where("name = ?", name).Exec(ctx)
+		if err != nil {
+			return err
+		}
+		if n, _ = res.RowsAffected(); n == 0 {
+			return nil
+		}
+		return s.notifyBizType(ctx, tx, name)
+	})
+	s.bizTypesChanged()
 	if err != nil {
 		return err
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
+	if n == 0 {
 		return courier.Errorf(courier.CodeNotFound, "business type %q not found", name)
 	}
 	return nil
+}
+
+// notifyBizType announces a change of a business type to the BizTypeCaches of other processes
+// (PostgreSQL delivers it at commit; SQLite has no other processes to tell).
+func (s *Store) notifyBizType(ctx context.Context, tx bun.Tx, name string) error {
+	if !s.pg {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, "SELECT pg_notify('"+bizTypesChannel+"', ?)", name)
+	return err
+}
+
+// watchBizTypes calls f after every change of a business type made through this Store, until
+// unwatch is called.
+func (s *Store) watchBizTypes(f func()) (unwatch func()) {
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	if s.bizTypeWatchers == nil {
+		s.bizTypeWatchers = map[int]func(){}
+	}
+	id := s.nextWatcher
+	s.nextWatcher++
+	s.bizTypeWatchers[id] = f
+	return func() {
+		s.watchMu.Lock()
+		defer s.watchMu.Unlock()
+		delete(s.bizTypeWatchers, id)
+	}
+}
+
+// bizTypesChanged tells the watchers. It runs after the transaction, whatever its outcome: an
+// invalidation too many costs one read.
+func (s *Store) bizTypesChanged() {
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	for _, f := range s.bizTypeWatchers {
+		f()
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -19,8 +20,14 @@ import (
 
 // Store wraps one database (courier's own, or a producer's that holds only the outbox table).
 type Store struct {
-	db *bun.DB
-	pg bool
+	db  *bun.DB
+	pg  bool
+	url string // PostgreSQL only: for the connections that LISTEN
+
+	watchMu sync.Mutex
+	// bizTypeWatchers are told after every committed change of a business type (BizTypeCache).
+	bizTypeWatchers map[int]func()
+	nextWatcher     int
 }
 
 // Open connects to a database by URL: postgres://… or postgresql://… for PostgreSQL,
@@ -58,7 +65,11 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("store: connect %s: %w", redact(databaseURL), err)
 	}
-	return &Store{db: db, pg: db.Dialect().Name() == dialect.PG}, nil
+	s := &Store{db: db, pg: db.Dialect().Name() == dialect.PG}
+	if s.pg {
+		s.url = databaseURL
+	}
+	return s, nil
 }
 
 func sqliteDSN(path string) string {

@@ -194,6 +194,9 @@ func (a *app) brokerChecks() []gateway.Check {
 }
 
 func (a *app) newWorker() (*worker.Worker, error) {
+	// Timers read their business type at every fire and delivery: from memory, dropped on change.
+	bizTypes := a.store.NewBizTypeCache(0, a.log)
+	a.closers = append(a.closers, bizTypes)
 	return worker.New(worker.Config{
 		Relay: relay.Config{
 			BatchSize:     a.cfg.Outbox.BatchSize,
@@ -219,7 +222,7 @@ func (a *app) newWorker() (*worker.Worker, error) {
 		Publisher:    a.pub,
 		Metrics:      metrics.NewOutbox(a.reg),
 		Logger:       a.log,
-		BizTypes:     a.store,
+		BizTypes:     bizTypes,
 		TimerMetrics: metrics.NewTimers(a.reg),
 		Tasks:        a.store,
 		TaskMetrics:  metrics.NewTasks(a.reg),

@@ -1,0 +1,167 @@
+package store
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/lib/pq"
+
+	"github.com/courier-oss/courier"
+)
+
+// bizTypesChannel is the PostgreSQL channel every change of a business type is announced on
+// (the payload is its name), at the commit of the change.
+const bizTypesChannel = "courier_biz_types"
+
+// DefaultBizTypeCacheMaxAge bounds how long BizTypeCache serves an entry without reading it
+// again. Changes made through a Store reach every cache long before (see BizTypeCache); the
+// bound is for what bypasses it: a row edited with SQL, another process writing the same
+// SQLite file.
+const DefaultBizTypeCacheMaxAge = 30 * time.Second
+
+// BizTypeCache serves business types from memory, so a timer's fire and its delivery do not
+// read the database each time. An entry is dropped when the type changes:
+//   - through the Store it wraps (this process): before PutBizType or DeleteBizType returns;
+//   - through another process on PostgreSQL: when that commit's notification arrives on the
+//     cache's LISTEN connection (milliseconds). While that connection is down, and until its
+//     LISTEN has taken effect, the cache keeps nothing and every read goes to the database;
+//     a reconnect empties it, as notifications sent meanwhile are lost;
+//   - otherwise: after its max age.
+//
+// Errors, including not_found, are never cached.
+type BizTypeCache struct {
+	s      *Store
+	maxAge time.Duration
+	now    func() time.Time
+
+	mu sync.Mutex
+	// gen counts invalidations: a read that started before one is not kept, as it may have
+	// read the row as it was before the change.
+	gen     uint64
+	entries map[string]cachedBizType
+	// On PostgreSQL entries are kept only while the change listener's connection is up and
+	// its LISTEN has taken effect.
+	connected, listening bool
+
+	unwatch, stopListen func()
+}
+
+type cachedBizType struct {
+	b  courier.BizType
+	at time.Time
+}
+
+// NewBizTypeCache builds a cache over s's business types; maxAge ≤ 0 means
+// DefaultBizTypeCacheMaxAge. On PostgreSQL it listens for changes on a connection of its own
+// until Close. log may be nil.
+func (s *Store) NewBizTypeCache(maxAge time.Duration, log *slog.Logger) *BizTypeCache {
+	if maxAge <= 0 {
+		maxAge = DefaultBizTypeCacheMaxAge
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	c := &BizTypeCache{s: s, maxAge: maxAge, now: time.Now, entries: map[string]cachedBizType{}}
+	c.unwatch = s.watchBizTypes(c.invalidate)
+	if s.pg {
+		c.stopListen = c.listen(log)
+	}
+	return c
+}
+
+// GetBizType returns one business type, from memory when it may.
+func (c *BizTypeCache) GetBizType(ctx context.Context, name string) (courier.BizType, error) {
+	c.mu.Lock()
+	e, ok := c.entries[name]
+	if ok && c.now().Sub(e.at) < c.maxAge {
+		c.mu.Unlock()
+		return e.b, nil
+	}
+	gen, at := c.gen, c.now()
+	c.mu.Unlock()
+	b, err := c.s.GetBizType(ctx, name)
+	if err != nil {
+		return b, err
+	}
+	c.mu.Lock()
+	if c.gen == gen && c.keeps() {
+		c.entries[name] = cachedBizType{b: b, at: at}
+	}
+	c.mu.Unlock()
+	return b, nil
+}
+
+// ListBizTypes reads every business type from the database (it is not cached: the worker lists
+// them only to start and stop their delivery workers).
+func (c *BizTypeCache) ListBizTypes(ctx context.Context) ([]courier.BizType, error) {
+	return c.s.ListBizTypes(ctx)
+}
+
+// Close stops listening for changes.
+func (c *BizTypeCache) Close() error {
+	c.unwatch()
+	if c.stopListen != nil {
+		c.stopListen()
+	}
+	return nil
+}
+
+// Keeps reports whether the cache keeps what it reads: always on SQLite; on PostgreSQL while
+// its change listener is connected and listening.
+func (c *BizTypeCache) Keeps() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.keeps()
+}
+
+// keeps is Keeps with c.mu held.
+func (c *BizTypeCache) keeps() bool {
+	return !c.s.pg || (c.connected && c.listening)
+}
+
+// invalidate forgets every entry.
+func (c *BizTypeCache) invalidate() {
+	c.set(func() {})
+}
+
+// set forgets every entry and applies change (to the listener's state) under the lock.
+func (c *BizTypeCache) set(change func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
+	clear(c.entries)
+	change()
+}
+
+// listen follows the change notifications of other processes. lib/pq's listener reconnects by
+// itself and re-issues LISTEN before it reports the reconnect.
+func (c *BizTypeCache) listen(log *slog.Logger) (stop func()) {
+	l := pq.NewListener(c.s.url, 200*time.Millisecond, 10*time.Second, func(ev pq.ListenerEventType, err error) {
+		switch ev {
+		case pq.ListenerEventConnected, pq.ListenerEventReconnected:
+			c.set(func() { c.connected = true })
+		case pq.ListenerEventDisconnected, pq.ListenerEventConnectionAttemptFailed:
+			log.Debug("business type listener down; reading from the database", "error", err)
+			c.set(func() { c.connected = false })
+		}
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// Listen returns once a connection is up and listening (or the listener is closed).
+		if err := l.Listen(bizTypesChannel); err != nil {
+			log.Warn("LISTEN failed; business types are read from the database on every use", "channel", bizTypesChannel, "error", err)
+			return
+		}
+		c.set(func() { c.listening = true })
+		for range l.Notify { // closed by Close; a nil notification follows a reconnect
+			c.invalidate()
+		}
+	}()
+	return func() {
+		_ = l.Close()
+		<-done
+	}
+}

@@ -1,0 +1,5 @@
+package store
+
+// SetListenURL points the connections that LISTEN elsewhere than the database (to test what a
+// cache does while its listener cannot connect).
+func (s *Store) SetListenURL(u string) { s.url = u }
