@@ -128,4 +128,3 @@ func TestBizTypeCacheKeepsNothingWithoutItsListener(t *testing.T) {
 	require.Equal(t, "https://sql.example/cb", got.CallbackURL)
 	require.False(t, c.Keeps())
 }
-
