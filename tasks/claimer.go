@@ -31,7 +31,7 @@ type ClaimStore interface {
 
 // ClaimerConfig tunes a claimer. Zero fields take the documented defaults.
 type ClaimerConfig struct {
-	TaskQueue    string        // Temporal task queue of the task workflows (required)
+	TaskQueue    string        // the workflows' Temporal task queue; attempts run on workflows.TaskRunQueue beside it (required)
 	DSN          string        // PostgreSQL URL for LISTEN/NOTIFY wake-ups; "" polls only
 	PollInterval time.Duration // fallback poll; default 1 s
 	BatchSize    int           // tasks per claim transaction; default 100
@@ -277,7 +277,7 @@ func (c *Claimer) startRun(ctx context.Context, t store.ClaimedTask) (err error)
 	}
 	_, err = c.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       courier.TaskWorkflowID(t.TaskID, t.Version),
-		TaskQueue:                c.cfg.TaskQueue,
+		TaskQueue:                workflows.TaskRunQueue(c.cfg.TaskQueue, c.cfg.CodeVersion),
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING,
 		Memo:                     memo,

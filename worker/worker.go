@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities"
@@ -206,12 +207,17 @@ func taskWorkers(tc client.Client, workflowQueue string, cfg Config, acts *activ
 	if finishSlots <= 0 {
 		finishSlots = DefaultFinishSlots
 	}
+	// From task code version 3 the attempts' runs are on the push queue too, so their push is
+	// handed to this worker with the workflow task that schedules it (workflows.TaskRunQueue).
+	// Workflow tasks and local activities have slots of their own: the push slots stay pushes'.
 	push := sdkworker.New(tc, contract.TaskPushQueue(workflowQueue), sdkworker.Options{
 		WorkerStopTimeout:                  cfg.ShutdownTimeout,
 		MaxConcurrentActivityExecutionSize: pushSlots,
 		MaxConcurrentActivityTaskPollers:   4,
-		DisableWorkflowWorker:              true,
+		MaxConcurrentWorkflowTaskPollers:   8,
 	})
+	push.RegisterWorkflowWithOptions(workflows.Task, workflow.RegisterOptions{Name: workflows.TaskName})
+	push.RegisterActivityWithOptions(acts.Finish, activity.RegisterOptions{Name: contract.FinishTaskName}) // the runs' local finish
 	push.RegisterActivityWithOptions(acts.PushAwait, activity.RegisterOptions{Name: contract.PushAwaitName})
 	push.RegisterActivityWithOptions(acts.SendPush, activity.RegisterOptions{Name: contract.SendPushName})
 	finish := sdkworker.New(tc, contract.TaskFinishQueue(workflowQueue), sdkworker.Options{

@@ -97,10 +97,24 @@ const (
 	// outcome in a local activity and upserts no state for a success: 12 history events for a
 	// successful attempt, against 24 for taskInputV.
 	TaskPushAwaitV = 2
+	// TaskOnPushQueueV runs as TaskPushAwaitV, but the run itself is on the push task queue
+	// (TaskRunQueue) and schedules its push-and-wait on its own queue, so the worker that
+	// completes the run's first workflow task takes the push at once (eager activity dispatch)
+	// instead of the server handing it over through matching.
+	TaskOnPushQueueV = 3
 	// TaskV is the version the claimer starts new attempts with, unless told to start an older
 	// one while a fleet is upgraded (docs/deployment.md).
-	TaskV = TaskPushAwaitV
+	TaskV = TaskOnPushQueueV
 )
+
+// TaskRunQueue is the task queue an attempt of code version v runs on, beside the workflows'
+// queue workflowQueue: the push queue from TaskOnPushQueueV, workflowQueue before.
+func TaskRunQueue(workflowQueue string, v int) string {
+	if v >= TaskOnPushQueueV {
+		return contract.TaskPushQueue(workflowQueue)
+	}
+	return workflowQueue
+}
 
 // pushRetry tries a push again within its attempt when a try failed on the way (no
 // connection, no answer within the push timeout, 429 or 5xx), after the worker's Retry-After
@@ -283,15 +297,19 @@ func (p TaskParams) timeouts() (processing, push time.Duration) {
 	return processing, push
 }
 
-// pushAwaitAttempt runs an attempt of TaskPushAwaitV: one activity on the push task queue,
+// pushAwaitAttempt runs an attempt of TaskPushAwaitV and later: one activity on the push task queue,
 // addressed by the attempt's activity id, pushes to the worker (its tries within the attempt)
 // and stays open until the gateway completes it with the worker's result; it alone carries the
 // processing deadline and the heartbeat timeout, which it keeps from firing while it pushes.
 // Then a local activity records the outcome and releases the slot.
 func pushAwaitAttempt(ctx workflow.Context, p TaskParams) (TaskRunResult, error) {
 	processing, pushTimeout := p.timeouts()
+	pushQueue := contract.TaskPushQueue(workflow.GetInfo(ctx).TaskQueueName)
+	if p.V >= TaskOnPushQueueV {
+		pushQueue = "" // the run's own queue, which is the push queue: eligible for eager dispatch
+	}
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue:              contract.TaskPushQueue(workflow.GetInfo(ctx).TaskQueueName),
+		TaskQueue:              pushQueue,
 		ActivityID:             courier.TaskAttemptActivityID(p.Attempt),
 		ScheduleToCloseTimeout: processing,
 		StartToCloseTimeout:    processing,

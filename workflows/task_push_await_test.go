@@ -16,7 +16,8 @@ import (
 	"github.com/courier-oss/courier/workflows"
 )
 
-// attempt3V2 is attempt3 as the current claimer starts it: one activity pushes and waits.
+// attempt3V2 is attempt3 as the current claimer starts it (code version 2 and later: one
+// activity pushes and waits).
 var attempt3V2 = func() workflows.TaskParams {
 	p := attempt3
 	p.HeartbeatTimeout = 30 * time.Second
@@ -34,7 +35,13 @@ func (e *taskEnv) requirePushAwaitedOnce(t *testing.T, p workflows.TaskParams) {
 	require.Empty(t, e.pushes, "no separate push")
 	require.Empty(t, e.waits, "no separate wait")
 	info, params := e.pushAwaits[0], e.pushAwaitParams[0]
-	require.Equal(t, contract.TaskPushQueue(testQueue), info.TaskQueue, "pushes run on their own task queue")
+	if p.V >= workflows.TaskOnPushQueueV {
+		// The claimer starts these runs on the push queue (workflows.TaskRunQueue): the push
+		// stays on the run's own queue, so it is dispatched eagerly.
+		require.Equal(t, testQueue, info.TaskQueue, "the push-and-wait is on the run's own queue")
+	} else {
+		require.Equal(t, contract.TaskPushQueue(testQueue), info.TaskQueue, "pushes run on their own task queue")
+	}
 	require.Equal(t, courier.TaskAttemptActivityID(p.Attempt), info.ActivityID, "the result and heartbeat callbacks address it by this id")
 	require.Equal(t, p.ProcessingTimeout, info.ScheduleToCloseTimeout, "the attempt never runs past the processing deadline")
 	require.Equal(t, p.ProcessingTimeout, info.StartToCloseTimeout)
@@ -73,6 +80,28 @@ func TestPushAwaitSuccessIsFinishedAsReported(t *testing.T) {
 	env.requirePushAwaitedOnce(t, attempt3V2)
 	env.requireFinishedLocally(t)
 	env.AssertExpectations(t)
+}
+
+// Runs of code version 2, started on the workflows' queue, keep scheduling their push on the
+// push queue beside it.
+func TestPushAwaitV2SchedulesOnThePushQueue(t *testing.T) {
+	env := newTaskEnv(t, nil, nil)
+	p := attempt3V2
+	p.V = workflows.TaskPushAwaitV
+	won := courier.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200}
+	env.OnActivity(contract.PushAwaitName, mock.Anything, mock.Anything).Return(won, nil).Once()
+	env.finish = func(contract.FinishTaskParams) (contract.FinishTaskResult, error) {
+		return contract.FinishTaskResult{Applied: true, Status: courier.TaskSuccess}, nil
+	}
+	env.run(t, p)
+	env.requirePushAwaitedOnce(t, p)
+	require.Equal(t, contract.TaskPushQueue(testQueue), env.pushAwaits[0].TaskQueue)
+}
+
+func TestTaskRunQueue(t *testing.T) {
+	require.Equal(t, "courier-outbox", workflows.TaskRunQueue("courier-outbox", workflows.TaskPushAwaitV))
+	require.Equal(t, "courier-task-push", workflows.TaskRunQueue("courier-outbox", workflows.TaskOnPushQueueV))
+	require.Equal(t, "orders-task-push", workflows.TaskRunQueue("orders", workflows.TaskOnPushQueueV))
 }
 
 // How each way the activity can end becomes the attempt's outcome.

@@ -3,14 +3,18 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/courier-oss/courier/workflows"
 )
 
 // runCourier runs the test binary as courier with args and returns stdout, stderr and the exit
@@ -107,12 +111,12 @@ func TestUsageMistakes(t *testing.T) {
 // knows: anything else is refused before anything starts (no data written, no port taken).
 func TestTaskCodeVersionIsChecked(t *testing.T) {
 	t.Parallel()
-	for _, v := range []string{"0", "3"} {
+	for _, v := range []string{"0", strconv.Itoa(workflows.TaskV + 1)} {
 		dir := filepath.Join(t.TempDir(), "data")
 		args := []string{"dev", "--data-dir", dir, "--task-code-version", v}
 		_, stderr, code := runCourier(t, args...)
 		require.Equal(t, 1, code, "%v: %s", args, stderr)
-		require.Contains(t, stderr, "task code version must be from 1 to 2", "%v", args)
+		require.Contains(t, stderr, fmt.Sprintf("task code version must be from 1 to %d", workflows.TaskV), "%v", args)
 		_, err := os.Stat(dir)
 		require.True(t, errors.Is(err, os.ErrNotExist), "%v: the data dir was created before the settings were checked", args)
 	}

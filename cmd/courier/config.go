@@ -221,7 +221,7 @@ func (c *Config) bindRuntime(fs *flag.FlagSet) {
 	fs.IntVar(&c.Tasks.PushSlots, "task-push-slots", c.env.integer("COURIER_TASK_PUSH_SLOTS", worker.DefaultPushSlots), "task pushes this worker runs at once, on the push task queue; a push holds its slot until the worker answers or the queue's push_timeout passes (COURIER_TASK_PUSH_SLOTS)")
 	c.bindBrokers(fs)
 	c.bindOutboxBatch(fs)
-	fs.IntVar(&c.Tasks.CodeVersion, "task-code-version", c.env.integer("COURIER_TASK_CODE_VERSION", workflows.TaskV), fmt.Sprintf("the task workflow code version new attempts start with, 1 to %d: set 1 while upgrading a fleet from a courier that knows only version 1, see docs/deployment.md (COURIER_TASK_CODE_VERSION)", workflows.TaskV))
+	fs.IntVar(&c.Tasks.CodeVersion, "task-code-version", c.env.integer("COURIER_TASK_CODE_VERSION", workflows.TaskV), fmt.Sprintf("the task workflow code version new attempts start with, 1 to %d: set 1 while upgrading a fleet from a courier before version 2, see docs/deployment.md (COURIER_TASK_CODE_VERSION)", workflows.TaskV))
 	fs.IntVar(&c.Tasks.FinishSlots, "task-finish-slots", c.env.integer("COURIER_TASK_FINISH_SLOTS", worker.DefaultFinishSlots), "task sweeps (and the result waits and finishes of task code version 1) this worker runs at once, on the finish task queue (COURIER_TASK_FINISH_SLOTS)")
 }
 
