@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -44,6 +46,7 @@ type BizTypeCache struct {
 	// On PostgreSQL entries are kept only while the change listener's connection is up and
 	// its LISTEN has taken effect.
 	connected, listening bool
+	pingMissed           bool // the listener's connection did not answer its last ping in time
 
 	unwatch, stopListen func()
 }
@@ -118,7 +121,7 @@ func (c *BizTypeCache) Keeps() bool {
 
 // keeps is Keeps with c.mu held.
 func (c *BizTypeCache) keeps() bool {
-	return !c.s.pg || (c.connected && c.listening)
+	return !c.s.pg || (c.connected && c.listening && !c.pingMissed)
 }
 
 // invalidate forgets every entry.
@@ -135,6 +138,14 @@ func (c *BizTypeCache) set(change func()) {
 	change()
 }
 
+// The change listener pings its connection this often, and takes an answer later than the
+// timeout for a lost connection: lib/pq notices a connection that died silently only when it
+// next uses it, and until then the cache would keep entries whose changes it cannot hear.
+const (
+	bizTypePingEvery   = 5 * time.Second
+	bizTypePingTimeout = 2 * time.Second
+)
+
 // listen follows the change notifications of other processes. lib/pq's listener reconnects by
 // itself and re-issues LISTEN before it reports the reconnect.
 func (c *BizTypeCache) listen(log *slog.Logger) (stop func()) {
@@ -147,21 +158,77 @@ func (c *BizTypeCache) listen(log *slog.Logger) (stop func()) {
 			c.set(func() { c.connected = false })
 		}
 	})
-	done := make(chan struct{})
+	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
-		// Listen returns once a connection is up and listening (or the listener is closed).
-		if err := l.Listen(bizTypesChannel); err != nil {
-			log.Warn("LISTEN failed; business types are read from the database on every use", "channel", bizTypesChannel, "error", err)
+		// Listen returns once a connection is up and listening, or the listener is closed. It
+		// takes no context: an unreachable database must not hold up Close.
+		listened := make(chan error, 1)
+		go func() { listened <- l.Listen(bizTypesChannel) }()
+		select {
+		case err := <-listened:
+			switch {
+			case err == nil:
+				c.set(func() { c.listening = true })
+			case !errors.Is(err, net.ErrClosed):
+				// Nothing is kept (listening stays false); the notifications below are drained.
+				log.Warn("LISTEN failed; business types are read from the database on every use", "channel", bizTypesChannel, "error", err)
+			}
+		case <-quit:
 			return
 		}
-		c.set(func() { c.listening = true })
-		for range l.Notify { // closed by Close; a nil notification follows a reconnect
-			c.invalidate()
+		ping := time.NewTicker(bizTypePingEvery)
+		defer ping.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case _, ok := <-l.Notify: // a nil notification follows a reconnect
+				if !ok {
+					return
+				}
+				c.invalidate()
+			case <-ping.C:
+				c.ping(l, quit)
+			}
 		}
 	}()
 	return func() {
-		_ = l.Close()
+		close(quit)
 		<-done
+		// lib/pq's Close waits for a connection attempt in progress (up to its dial timeout):
+		// shutdown does not wait with it.
+		go func() { _ = l.Close() }()
+	}
+}
+
+// ping checks the listener's connection; an answer that is late or an error stops the cache
+// keeping entries until a ping is answered in time again.
+func (c *BizTypeCache) ping(l *pq.Listener, quit <-chan struct{}) {
+	res := make(chan error, 1)
+	go func() { res <- l.Ping() }()
+	select {
+	case err := <-res:
+		c.answered(err == nil)
+		return
+	case <-time.After(bizTypePingTimeout):
+		c.answered(false)
+	case <-quit:
+		return
+	}
+	select { // the late answer: keep entries again only once the connection has answered
+	case err := <-res:
+		c.answered(err == nil)
+	case <-quit:
+	}
+}
+
+// answered records whether the listener's connection answered its last ping.
+func (c *BizTypeCache) answered(ok bool) {
+	c.mu.Lock()
+	same := c.pingMissed == !ok
+	c.mu.Unlock()
+	if !same {
+		c.set(func() { c.pingMissed = !ok })
 	}
 }

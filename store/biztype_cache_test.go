@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"net/url"
 	"testing"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/internal/testenv"
+	"github.com/courier-oss/courier/mq/mqtest"
 	"github.com/courier-oss/courier/store"
 )
 
@@ -127,4 +129,40 @@ func TestBizTypeCacheKeepsNothingWithoutItsListener(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "https://sql.example/cb", got.CallbackURL)
 	require.False(t, c.Keeps())
+}
+
+// While the change listener's connection is down, notifications sent meanwhile are lost: the
+// cache keeps nothing then, and empties itself when the listener is back, so a change made by
+// another process during the outage is never served stale.
+func TestBizTypeCacheOutageServesNothingStale(t *testing.T) {
+	ctx := t.Context()
+	s, dsn := testenv.Store(t, "postgres")
+	other, err := store.Open(ctx, dsn) // another process
+	require.NoError(t, err)
+	t.Cleanup(func() { other.Close() })
+	u, err := url.Parse(dsn)
+	require.NoError(t, err)
+	proxy := mqtest.NewProxy(t, u.Host)
+	u.Host = proxy.Addr()
+	s.SetListenURL(u.String())
+
+	_, _, err = s.PutBizType(ctx, cacheTestType("https://a.example/cb"))
+	require.NoError(t, err)
+	c := liveCache(t, s, time.Hour)
+	_, err = c.GetBizType(ctx, "order.close")
+	require.NoError(t, err)
+
+	proxy.Cut()
+	require.Eventually(t, func() bool { return !c.Keeps() }, 10*time.Second, 10*time.Millisecond, "the lost connection was never noticed")
+	_, _, err = other.PutBizType(ctx, cacheTestType("https://b.example/cb")) // its notification reaches nobody
+	require.NoError(t, err)
+	got, err := c.GetBizType(ctx, "order.close")
+	require.NoError(t, err)
+	require.Equal(t, "https://b.example/cb", got.CallbackURL, "during the outage every read goes to the database")
+
+	proxy.Restore()
+	require.Eventually(t, c.Keeps, 20*time.Second, 10*time.Millisecond, "the listener never came back")
+	got, err = c.GetBizType(ctx, "order.close")
+	require.NoError(t, err)
+	require.Equal(t, "https://b.example/cb", got.CallbackURL)
 }

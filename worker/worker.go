@@ -76,7 +76,7 @@ type TasksConfig struct {
 	// FinishSlots bounds the sweeps, and the waits for results and finishes of task code
 	// version 1, this process runs at once, on the finish task queue (contract.TaskFinishQueue);
 	// default DefaultFinishSlots. They are short: a wait hands its slot back at once, a finish is
-	// one transaction. Version 2 records outcomes in local activities on the workflow worker.
+	// one transaction. Versions 2 and 3 record outcomes in local activities on the worker that runs the attempt's workflow.
 	FinishSlots int
 	// PublicURL is the gateway's base URL as task workers reach it (for the result and
 	// heartbeat links in every push), such as http://127.0.0.1:8080.
