@@ -116,7 +116,10 @@ func batchCost(ctx context.Context, tc client.Client, source string, records int
 	var ids []string
 	var token []byte
 	for {
-		resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token})
+		// Small pages: the embedded SQLite visibility store filters on search attributes
+		// without an index, and a page of the server's default 1,000 of thousands of batch
+		// runs outlasted the client's 10 s call timeout.
+		resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token, PageSize: 100})
 		if err != nil {
 			return Cost{}, fmt.Errorf("list batch workflows: %w", err)
 		}
