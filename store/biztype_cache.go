@@ -36,7 +36,6 @@ const DefaultBizTypeCacheMaxAge = 30 * time.Second
 type BizTypeCache struct {
 	s      *Store
 	maxAge time.Duration
-	now    func() time.Time
 
 	mu sync.Mutex
 	// gen counts invalidations: a read that started before one is not kept, as it may have
@@ -66,7 +65,7 @@ func (s *Store) NewBizTypeCache(maxAge time.Duration, log *slog.Logger) *BizType
 	if log == nil {
 		log = slog.Default()
 	}
-	c := &BizTypeCache{s: s, maxAge: maxAge, now: time.Now, entries: map[string]cachedBizType{}}
+	c := &BizTypeCache{s: s, maxAge: maxAge, entries: map[string]cachedBizType{}}
 	c.unwatch = s.watchBizTypes(c.invalidate)
 	if s.pg {
 		c.stopListen = c.listen(log)
@@ -78,11 +77,11 @@ func (s *Store) NewBizTypeCache(maxAge time.Duration, log *slog.Logger) *BizType
 func (c *BizTypeCache) GetBizType(ctx context.Context, name string) (courier.BizType, error) {
 	c.mu.Lock()
 	e, ok := c.entries[name]
-	if ok && c.now().Sub(e.at) < c.maxAge {
+	if ok && time.Since(e.at) < c.maxAge {
 		c.mu.Unlock()
 		return e.b, nil
 	}
-	gen, at := c.gen, c.now()
+	gen, at := c.gen, time.Now()
 	c.mu.Unlock()
 	b, err := c.s.GetBizType(ctx, name)
 	if err != nil {
