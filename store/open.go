@@ -30,6 +30,10 @@ type Store struct {
 	nextWatcher     int
 }
 
+// PostgresMaxConns bounds a Store's PostgreSQL connections, busy and idle (the listeners of
+// LISTEN/NOTIFY have their own).
+const PostgresMaxConns = 20
+
 // Open connects to a database by URL: postgres://… or postgresql://… for PostgreSQL,
 // sqlite:PATH (or a bare path ending in .db) for SQLite. SQLite files get WAL, a busy timeout
 // and immediate transactions, so concurrent writers in one process wait instead of failing.
@@ -45,7 +49,12 @@ func Open(ctx context.Context, databaseURL string) (*Store, error) {
 		if err != nil {
 			return nil, err
 		}
-		sqldb.SetMaxOpenConns(20)
+		// Every connection may stay open while idle: with database/sql's default of 2 idle
+		// connections, each burst of concurrent statements closed the connections beyond two
+		// and opened new ones for the next (a backend process each), which cost the task bench
+		// more CPU than all of courier's statements. Idle ones close after 5 minutes.
+		sqldb.SetMaxOpenConns(PostgresMaxConns)
+		sqldb.SetMaxIdleConns(PostgresMaxConns)
 		sqldb.SetConnMaxIdleTime(5 * time.Minute)
 		db = bun.NewDB(sqldb, pgdialect.New())
 	case strings.HasPrefix(databaseURL, "sqlite:"), strings.HasSuffix(databaseURL, ".db"):
