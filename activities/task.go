@@ -228,9 +228,6 @@ func (a *Tasks) Push(ctx context.Context, p contract.PushTaskParams) (courier.At
 // Finish ends an attempt in the database (status, result and the slot in one transaction)
 // and wakes the claimers.
 func (a *Tasks) Finish(ctx context.Context, p contract.FinishTaskParams) (contract.FinishTaskResult, error) {
-	if string(p.Outcome.Result) == "null" {
-		p.Outcome.Result = nil // no result: stored as NULL, not as the JSON literal
-	}
 	tracing.Link(ctx, p.Outcome.Trace, attribute.String("courier.link", "task result"))
 	fr, err := a.store.FinishTaskAttempt(ctx, p.TaskID, p.Version, p.Attempt, p.Outcome)
 	if err != nil {
@@ -242,7 +239,9 @@ func (a *Tasks) Finish(ctx context.Context, p contract.FinishTaskParams) (contra
 		}
 		a.wake()
 	}
-	return contract.FinishTaskResult{Applied: fr.Applied, Status: fr.Status, NextAttemptAt: fr.NextAttemptAt}, nil
+	// Recorded, not Applied: a success the gateway recorded as it accepted it is this
+	// workflow's outcome too.
+	return contract.FinishTaskResult{Applied: fr.Recorded, Status: fr.Status, NextAttemptAt: fr.NextAttemptAt}, nil
 }
 
 // Sweep runs the lifecycle steps in bounded batches, then checks every queue's limiter count

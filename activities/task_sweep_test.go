@@ -77,7 +77,7 @@ func (s *lifecycleStore) FinishTaskAttempt(_ context.Context, taskID string, ver
 	if s.finish != nil {
 		return s.finish(c)
 	}
-	return store.FinishResult{Applied: true, Status: courier.TaskSuccess, Queue: "parse"}, nil
+	return store.FinishResult{Applied: true, Recorded: true, Status: courier.TaskSuccess, Queue: "parse"}, nil
 }
 
 func (s *lifecycleStore) ListQueues(context.Context) ([]courier.Queue, error) {
@@ -147,11 +147,11 @@ func (w workflowStatuses) DescribeWorkflowExecution(_ context.Context, id, _ str
 	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{Status: st}}, nil
 }
 
-// Finish hands the store the attempt's outcome as it came (a JSON null result as none),
-// answers what the store did, counts the outcome and frees the claimers to claim again.
+// Finish hands the store the attempt's outcome as it came, answers what the store did, counts
+// the outcome and frees the claimers to claim again.
 func TestFinishRecordsTheOutcome(t *testing.T) {
 	st := &lifecycleStore{finish: func(finishCall) (store.FinishResult, error) {
-		return store.FinishResult{Applied: true, Status: courier.TaskPending, NextAttemptAt: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC), Queue: "parse"}, nil
+		return store.FinishResult{Applied: true, Recorded: true, Status: courier.TaskPending, NextAttemptAt: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC), Queue: "parse"}, nil
 	}}
 	m := metrics.NewTasks(prometheus.NewRegistry())
 	woken := 0
@@ -164,15 +164,13 @@ func TestFinishRecordsTheOutcome(t *testing.T) {
 	var res contract.FinishTaskResult
 	require.NoError(t, v.Get(&res))
 	require.Equal(t, contract.FinishTaskResult{Applied: true, Status: courier.TaskPending, NextAttemptAt: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}, res)
-	require.Len(t, st.finishes, 1)
-	want := out
-	want.Result = nil
-	require.Equal(t, finishCall{"doc-1", 2, 3, want}, st.finishes[0], "a null result is stored as none")
+	require.Equal(t, []finishCall{{"doc-1", 2, 3, out}}, st.finishes)
 	require.Equal(t, 1, woken, "a freed slot wakes the claimers")
 	require.Equal(t, 1.0, count(t, m.Results.WithLabelValues("parse", string(courier.OutcomeFailure))))
 }
 
-// A finish the row did not take (the task had moved on) changes nothing: no count, no wake-up.
+// A finish the row did not take (the task had moved on) changes nothing: no count, no wake-up;
+// nor does one that finds its success already recorded.
 // A store error is returned for Temporal to retry: the slot must not stay taken.
 func TestFinishOfAStaleAttemptOrAFailedWrite(t *testing.T) {
 	m := metrics.NewTasks(prometheus.NewRegistry())
@@ -191,6 +189,18 @@ func TestFinishOfAStaleAttemptOrAFailedWrite(t *testing.T) {
 	require.Equal(t, contract.FinishTaskResult{Applied: false, Status: courier.TaskCancelled}, res)
 	require.Zero(t, woken)
 	require.Zero(t, count(t, m.Results.WithLabelValues("parse", string(courier.OutcomeSuccess))))
+
+	// The same success, recorded first by the gateway as it accepted it: the run's outcome is
+	// in the row (Applied for the workflow), but it was counted and woke the claimers there.
+	recorded := &lifecycleStore{finish: func(finishCall) (store.FinishResult, error) {
+		return store.FinishResult{Recorded: true, Status: courier.TaskSuccess, Queue: "parse"}, nil
+	}}
+	v, err = runActivity(t, activities.NewTasks(recorded, "http://courier.example", false, m, func() { woken++ }).Finish, p)
+	require.NoError(t, err)
+	require.NoError(t, v.Get(&res))
+	require.Equal(t, contract.FinishTaskResult{Applied: true, Status: courier.TaskSuccess}, res)
+	require.Zero(t, woken)
+	require.Zero(t, count(t, m.Results.WithLabelValues("parse", string(courier.OutcomeSuccess))), "counted once, by the writer")
 
 	down := &lifecycleStore{finish: func(finishCall) (store.FinishResult, error) { return store.FinishResult{}, errStep }}
 	_, err = runActivity(t, activities.NewTasks(down, "http://courier.example", false, nil, nil).Finish, p)

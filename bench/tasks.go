@@ -182,7 +182,7 @@ func runTasks(ctx context.Context, tc client.Client, dbName, dbURL string, cfg T
 		defer cancel()
 		_ = tc.ScheduleClient().GetHandle(dctx, tasks.SweeperScheduleID).Delete(dctx)
 	}()
-	svc := tasks.NewService(st, tc, cfg.Namespace, w.WakeTasks, log)
+	svc := tasks.NewService(st, tc, cfg.Namespace, w.WakeTasks, nil, log)
 	gw.Config.Handler = gateway.New(gateway.Config{}, gateway.Deps{Keys: st, Outbox: st, Tasks: svc, Logger: log})
 	gw.Start()
 

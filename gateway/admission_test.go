@@ -63,7 +63,7 @@ func setupAdmission(t *testing.T, dialect string, keyRate courier.Rate) *admissi
 	rt := &recordingTimers{}
 	h := gateway.New(gateway.Config{KeyRate: keyRate}, gateway.Deps{
 		Keys: st, Outbox: st, BizTypes: st, Timers: rt,
-		Tasks:     tasks.NewService(st, nil, "", nil, nil),
+		Tasks:     tasks.NewService(st, nil, "", nil, nil, nil),
 		Gatherer:  reg,
 		Admission: metrics.NewAdmission(reg),
 	})

@@ -73,7 +73,7 @@ func newClientStack(t *testing.T) *clientStack {
 	h = gateway.New(gateway.Config{}, gateway.Deps{
 		Keys: s.store, Outbox: s.store, Runs: relay.DeliveryRuns{Temporal: s.tc, Wait: 2 * time.Second},
 		BizTypes: s.store, Timers: svc, Schedules: svc, Secrets: s.store, Wake: w.Relay().Wake,
-		Tasks:  tasks.NewService(s.store, s.tc, s.ts.GetDefaultNamespace(), w.WakeTasks, quiet),
+		Tasks:  tasks.NewService(s.store, s.tc, s.ts.GetDefaultNamespace(), w.WakeTasks, nil, quiet),
 		Logger: quiet,
 	})
 

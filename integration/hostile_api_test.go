@@ -161,7 +161,7 @@ func newHostileAPI(t *testing.T) *hostileAPI {
 	e := gateway.New(gateway.Config{MaxBodyBytes: 64 << 10, RequestTimeout: 20 * time.Second}, gateway.Deps{
 		Keys: s.store, Outbox: s.store, Runs: relay.DeliveryRuns{Temporal: s.tc, Wait: time.Second},
 		BizTypes: s.store, Timers: svc, Schedules: svc, Secrets: s.store,
-		Tasks:  tasks.NewService(s.store, s.tc, s.ts.GetDefaultNamespace(), nil, quiet),
+		Tasks:  tasks.NewService(s.store, s.tc, s.ts.GetDefaultNamespace(), nil, nil, quiet),
 		Logger: quiet,
 	})
 	srv := httptest.NewServer(e)

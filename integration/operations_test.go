@@ -68,7 +68,7 @@ func newOpsStack(t *testing.T) *opsStack {
 	require.NoError(t, cw.Start(ctx))
 	t.Cleanup(cw.Stop)
 	ts.w = cw
-	ts.svc = tasks.NewService(ts.store, ts.tc, ts.ts.GetDefaultNamespace(), cw.WakeTasks, quiet)
+	ts.svc = tasks.NewService(ts.store, ts.tc, ts.ts.GetDefaultNamespace(), cw.WakeTasks, nil, quiet)
 	h = gateway.New(gateway.Config{}, gateway.Deps{Keys: ts.store, Outbox: ts.store, Tasks: ts.svc, Logger: quiet})
 	for _, k := range []struct {
 		dst   *string

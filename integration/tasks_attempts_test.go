@@ -266,7 +266,7 @@ func TestTasksCancelTargetsTheAttemptsRun(t *testing.T) {
 	require.Eventually(t, func() bool { return ts.get("again", 1).PushedAt != nil }, time.Minute, 20*time.Millisecond)
 
 	gated := &gatedCancel{Client: ts.tc, entered: make(chan struct{}), gate: make(chan struct{})}
-	svc := tasks.NewService(ts.store, gated, ts.ts.GetDefaultNamespace(), ts.w.WakeTasks, quiet)
+	svc := tasks.NewService(ts.store, gated, ts.ts.GetDefaultNamespace(), ts.w.WakeTasks, nil, quiet)
 	cancelled := make(chan error, 1)
 	go func() {
 		_, err := svc.Cancel(ctx, "again", 1)
@@ -297,4 +297,57 @@ func TestTasksCancelTargetsTheAttemptsRun(t *testing.T) {
 	require.Equal(t, 2, got.Attempt)
 	require.Equal(t, "second life", got.Message)
 	require.Equal(t, 0, ts.inFlight("default"))
+}
+
+// TestTaskSuccessIsRecordedWhenAccepted: once a success is answered 202, the row already holds
+// it and the queue's slot is free (the next task can be claimed without waiting for the
+// attempt's workflow to run its finish); the workflow then finds the same success recorded and
+// ends with it. Every task code version, and PostgreSQL's one-statement finish.
+func TestTaskSuccessIsRecordedWhenAccepted(t *testing.T) {
+	eachTaskCodeVersion(t, testSuccessRecordedWhenAccepted)
+	t.Run("postgres", func(t *testing.T) { testSuccessRecordedWhenAccepted(t, newTaskStack(t, "postgres")) })
+}
+
+func testSuccessRecordedWhenAccepted(t *testing.T, ts *taskStack) {
+	type seen struct {
+		code   int
+		task   courier.Task
+		queue  courier.Queue
+		taskOK bool
+	}
+	after := make(chan seen, 1)
+	w := startTaskWorker(t, func(_ *taskWorker, p activities.TaskPush) {
+		code := report(t, ts.worker, p, "success", 200, "3 pages")
+		// Read at once, straight from the database: no waiting for the workflow.
+		task, err := ts.store.GetTask(context.Background(), p.TaskID, p.TaskVersion)
+		q, qerr := ts.store.GetQueue(context.Background(), p.Queue)
+		after <- seen{code: code, task: task, queue: q, taskOK: err == nil && qerr == nil}
+	})
+	ts.putQueue("default", map[string]any{"push_url": w.url, "concurrency_limit": 1, "processing_timeout": "1m"})
+	require.Equal(t, http.StatusCreated, ts.insert("done-at-once", 1, 3, "default"))
+
+	var got seen
+	select {
+	case got = <-after:
+	case <-time.After(time.Minute):
+		t.Fatal("no push")
+	}
+	require.Equal(t, http.StatusAccepted, got.code)
+	require.True(t, got.taskOK)
+	require.Equal(t, courier.TaskSuccess, got.task.Status, "the row holds the success when the 202 goes out")
+	require.Equal(t, 200, got.task.StatusCode)
+	require.Equal(t, "3 pages", got.task.Message)
+	require.JSONEq(t, `{"task":"done-at-once","attempt":1}`, string(got.task.Result))
+	require.NotNil(t, got.task.FinishedAt)
+	require.Zero(t, got.queue.InFlight, "the slot is free when the 202 goes out")
+
+	var res workflows.TaskRunResult
+	require.NoError(t, ts.tc.GetWorkflow(t.Context(), courier.TaskWorkflowID("done-at-once", 1), "").Get(t.Context(), &res))
+	require.True(t, res.Applied, "the run's outcome is the one in the row")
+	require.Equal(t, courier.TaskSuccess, res.Status)
+	final := ts.get("done-at-once", 1)
+	require.Equal(t, courier.TaskSuccess, courier.TaskStatus(final.Status))
+	require.NotNil(t, final.FinishedAt)
+	require.True(t, got.task.FinishedAt.Equal(*final.FinishedAt), "written once: the workflow's finish changed nothing (%s, then %s)", got.task.FinishedAt, final.FinishedAt)
+	require.Equal(t, 0, ts.inFlight("default"), "the slot was released once")
 }

@@ -125,7 +125,7 @@ func taskStackOn(t *testing.T, s *stack, recoverAfter time.Duration, tune func(*
 	t.Cleanup(srv.Close)
 	ts.gw = srv.URL
 	ts.w = ts.startTaskWorker()
-	ts.svc = tasks.NewService(s.store, s.tc, s.ts.GetDefaultNamespace(), ts.w.WakeTasks, quiet)
+	ts.svc = tasks.NewService(s.store, s.tc, s.ts.GetDefaultNamespace(), ts.w.WakeTasks, nil, quiet)
 	h = gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store, Tasks: ts.svc, Logger: quiet})
 	for _, k := range []struct {
 		dst   *string

@@ -177,14 +177,21 @@ func (s *Store) MarkTaskPushed(ctx context.Context, taskID string, version int64
 	if runID != "" {
 		run = runID
 	}
-	// One statement, committed on its own: RETURNING reads the row as this update left it. The
-	// queue's settings are read after it; a queue changed in between would have been read
-	// either way.
-	var rows []taskRow
-	err := s.db.NewUpdate().Model((*taskRow)(nil)).Set("pushed_at = "+s.nowSQL()).
-		Set("deadline_at = "+s.nowPlusSQL(processingTimeout)).Set("run_id = ?", run).
-		Where("task_id = ? AND version = ? AND attempt = ? AND status = 'processing'", taskID, version, attempt).
-		Returning("*").Scan(ctx, &rows)
+	// One statement, committed on its own: RETURNING reads the row as this update left it.
+	// PostgreSQL reads the queue's settings in the same statement; SQLite in a second one. A
+	// queue changed in between would have been read either way.
+	var rows []pushedRow
+	set := "SET pushed_at = " + s.nowSQL() + ", deadline_at = " + s.nowPlusSQL(processingTimeout) + ", run_id = ? " +
+		"WHERE task_id = ? AND version = ? AND attempt = ? AND status = 'processing'"
+	var err error
+	if s.pg {
+		err = s.db.NewRaw("WITH pushed AS (UPDATE courier_tasks "+set+" RETURNING *) "+
+			"SELECT pushed.*, q.config AS queue_config, q.concurrency_limit AS queue_limit, q.in_flight AS queue_in_flight, "+
+			"q.created_at AS queue_created_at, q.updated_at AS queue_updated_at "+
+			"FROM pushed JOIN courier_task_queues q ON q.name = pushed.queue", run, taskID, version, attempt).Scan(ctx, &rows)
+	} else {
+		err = s.db.NewRaw("UPDATE courier_tasks "+set+" RETURNING *", run, taskID, version, attempt).Scan(ctx, &rows)
+	}
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return PushTarget{}, false, err
 	}
@@ -195,9 +202,27 @@ func (s *Store) MarkTaskPushed(ctx context.Context, taskID string, version int64
 	if err != nil {
 		return PushTarget{}, false, err
 	}
-	q, err := s.GetQueue(ctx, t.Queue)
+	var q courier.Queue
+	if s.pg {
+		qr := queueRow{Name: t.Queue, Config: rows[0].QueueConfig, ConcurrencyLimit: rows[0].QueueLimit, InFlight: rows[0].QueueInFlight,
+			CreatedAt: rows[0].QueueCreatedAt, UpdatedAt: rows[0].QueueUpdatedAt}
+		q, err = qr.queue()
+	} else {
+		q, err = s.GetQueue(ctx, t.Queue)
+	}
 	if err != nil {
 		return PushTarget{}, false, err
 	}
 	return PushTarget{Task: t, Queue: t.Overrides.Apply(q)}, true, nil
+}
+
+// pushedRow is a task row as MarkTaskPushed's update left it, with its queue's row beside it
+// (PostgreSQL).
+type pushedRow struct {
+	taskRow
+	QueueConfig    string    `bun:"queue_config"`
+	QueueLimit     int       `bun:"queue_limit"`
+	QueueInFlight  int       `bun:"queue_in_flight"`
+	QueueCreatedAt time.Time `bun:"queue_created_at"`
+	QueueUpdatedAt time.Time `bun:"queue_updated_at"`
 }

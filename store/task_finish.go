@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -12,17 +14,83 @@ import (
 
 // FinishResult is what finishing an attempt did.
 type FinishResult struct {
-	Applied       bool               // false: the task had moved on (stale attempt); nothing changed
+	Applied bool // this call wrote the outcome (false: the task had moved on, or already held it)
+	// Recorded is true when the row holds this outcome afterwards: Applied, or the same success
+	// on the same attempt was recorded earlier (by the gateway as it accepted the result, or by
+	// this finish before its worker died).
+	Recorded      bool
 	Status        courier.TaskStatus // the task's status afterwards
 	NextAttemptAt time.Time          // for a retry
 	Queue         string
 }
 
-// FinishTaskAttempt ends an attempt in one transaction, guarded by the expected state (the
-// task in Processing on this attempt): success → Success; failure or timeout → Pending again
-// with next_attempt_at after the queue's backoff, or Failed once the attempts are spent;
-// cancelled → Cancelled. The queue's slot is released in the same transaction.
+// FinishTaskAttempt ends an attempt, guarded by the expected state (the task in Processing on
+// this attempt): success → Success; failure or timeout → Pending again with next_attempt_at
+// after the queue's backoff, or Failed once the attempts are spent; cancelled → Cancelled. The
+// queue's slot is released in the same transaction. Two writers may finish one attempt with
+// the same accepted success (the gateway and the attempt's workflow): the first writes it, the
+// second finds it Recorded and changes nothing.
 func (s *Store) FinishTaskAttempt(ctx context.Context, taskID string, version int64, attempt int, o courier.AttemptOutcome) (FinishResult, error) {
+	if string(o.Result) == "null" {
+		o.Result = nil // no result: stored as NULL, not as the JSON literal
+	}
+	if s.pg && o.Kind == courier.OutcomeSuccess {
+		return s.finishSuccess(ctx, taskID, version, attempt, o)
+	}
+	return s.finishTx(ctx, taskID, version, attempt, o)
+}
+
+// finishSuccess records a success in one autocommitted statement (PostgreSQL): the guarded
+// update of the task, the slot's release and the claimers' notification together, so the
+// queue's limiter row is locked only through this statement's commit. The same statement reads
+// the row as it was before, which says where a task that was not in Processing on this
+// attempt is; only when another writer changed it meanwhile is it read again.
+func (s *Store) finishSuccess(ctx context.Context, taskID string, version int64, attempt int, o courier.AttemptOutcome) (FinishResult, error) {
+	var result any
+	if len(o.Result) > 0 {
+		result = string(o.Result)
+	}
+	var rows []struct {
+		Status  string `bun:"status"`
+		Attempt int    `bun:"attempt"`
+		Queue   string `bun:"queue"`
+		Applied bool   `bun:"applied"`
+	}
+	err := s.db.NewRaw("WITH done AS (UPDATE courier_tasks SET status = 'success', result = ?, status_code = ?, message = ?, "+
+		"finished_at = clock_timestamp(), updated_at = clock_timestamp() "+
+		"WHERE task_id = ? AND version = ? AND attempt = ? AND status = 'processing' RETURNING queue), "+
+		"released AS (UPDATE courier_task_queues SET in_flight = in_flight - 1 FROM done WHERE name = done.queue "+
+		"RETURNING name, pg_notify('courier_tasks', name)) "+
+		"SELECT t.status, t.attempt, t.queue, EXISTS (SELECT 1 FROM released) AS applied FROM courier_tasks t WHERE t.task_id = ? AND t.version = ?",
+		result, o.StatusCode, o.Message, taskID, version, attempt, taskID, version).Scan(ctx, &rows)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return FinishResult{}, err
+	}
+	if len(rows) == 0 {
+		return FinishResult{}, nil // purged meanwhile: nothing to finish
+	}
+	r := rows[0]
+	if r.Applied {
+		return FinishResult{Applied: true, Recorded: true, Status: courier.TaskSuccess, Queue: r.Queue}, nil
+	}
+	status := courier.TaskStatus(r.Status)
+	if status == courier.TaskProcessing && r.Attempt == attempt {
+		// Not updated, yet in Processing on this attempt as the statement began: another
+		// writer finished it meanwhile. Read what it wrote; the attempt never comes back.
+		t, err := s.GetTask(ctx, taskID, version)
+		if courier.ErrorCode(err) == courier.CodeNotFound {
+			return FinishResult{}, nil
+		}
+		if err != nil {
+			return FinishResult{}, err
+		}
+		status, r.Attempt, r.Queue = t.Status, t.Attempt, t.Queue
+	}
+	return FinishResult{Recorded: r.Attempt == attempt && status == courier.TaskSuccess, Status: status, Queue: r.Queue}, nil
+}
+
+// finishTx is FinishTaskAttempt in a transaction that reads the task first under its lock.
+func (s *Store) finishTx(ctx context.Context, taskID string, version int64, attempt int, o courier.AttemptOutcome) (FinishResult, error) {
 	var fr FinishResult
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		fr = FinishResult{}
@@ -34,6 +102,10 @@ func (s *Store) FinishTaskAttempt(ctx context.Context, taskID string, version in
 			return err
 		}
 		fr.Status, fr.Queue = t.Status, t.Queue
+		if t.Attempt == attempt && t.Status == courier.TaskSuccess && o.Kind == courier.OutcomeSuccess {
+			fr.Recorded = true // the same accepted success, recorded first by another writer
+			return nil
+		}
 		if t.Status != courier.TaskProcessing || t.Attempt != attempt {
 			return nil
 		}
@@ -75,7 +147,7 @@ func (s *Store) FinishTaskAttempt(ctx context.Context, taskID string, version in
 		if err := s.releaseSlot(ctx, tx, t.Queue); err != nil {
 			return err
 		}
-		fr.Applied = true
+		fr.Applied, fr.Recorded = true, true
 		if fr.Status == courier.TaskPending {
 			var next taskRow
 			if err := tx.NewSelect().Model(&next).Column("next_attempt_at").Where("task_id = ? AND version = ?", taskID, version).Scan(ctx); err != nil {

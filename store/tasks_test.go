@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-oss/courier"
@@ -294,13 +295,24 @@ func TestTaskClaimLimitWeightsAndFinish(t *testing.T) {
 		fr, err := s.FinishTaskAttempt(ctx, got[0].TaskID, got[0].Version, 2, courier.AttemptOutcome{Kind: courier.OutcomeSuccess})
 		require.NoError(t, err)
 		require.False(t, fr.Applied, "wrong attempt")
+		require.False(t, fr.Recorded, "wrong attempt")
 		fr, err = s.FinishTaskAttempt(ctx, got[0].TaskID, got[0].Version, 1, courier.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200, Result: json.RawMessage(`{"pages":3}`)})
 		require.NoError(t, err)
 		require.True(t, fr.Applied)
+		require.True(t, fr.Recorded)
+		require.Equal(t, courier.TaskSuccess, fr.Status)
+		require.Equal(t, "parse", fr.Queue)
+		// The same success from its second writer (the gateway, then the attempt's workflow):
+		// recorded, written once, its slot released once (in_flight is checked below).
+		fr, err = s.FinishTaskAttempt(ctx, got[0].TaskID, got[0].Version, 1, courier.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200, Result: json.RawMessage(`{"pages":3}`)})
+		require.NoError(t, err)
+		require.False(t, fr.Applied, "written once")
+		require.True(t, fr.Recorded, "the row holds this success")
 		require.Equal(t, courier.TaskSuccess, fr.Status)
 		fr, err = s.FinishTaskAttempt(ctx, got[0].TaskID, got[0].Version, 1, courier.AttemptOutcome{Kind: courier.OutcomeFailure})
 		require.NoError(t, err)
 		require.False(t, fr.Applied, "a finished task refuses a second result")
+		require.False(t, fr.Recorded, "a failure is not the success the row holds")
 		done, err := s.GetTask(ctx, got[0].TaskID, got[0].Version)
 		require.NoError(t, err)
 		require.Equal(t, courier.TaskSuccess, done.Status)
@@ -319,6 +331,7 @@ func TestTaskClaimLimitWeightsAndFinish(t *testing.T) {
 		fr, err = s.FinishTaskAttempt(ctx, got[2].TaskID, got[2].Version, 1, courier.AttemptOutcome{Kind: courier.OutcomeSuccess})
 		require.NoError(t, err)
 		require.False(t, fr.Applied, "a cancelled task refuses a late result")
+		require.False(t, fr.Recorded, "a cancelled task does not hold a success")
 		_, _, err = s.CancelTask(ctx, got[0].TaskID, got[0].Version)
 		require.Equal(t, courier.CodeConflict, courier.ErrorCode(err), "a success cannot be cancelled")
 
@@ -504,6 +517,10 @@ func TestTaskRunIDRecordedByPush(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Equal(t, "run-a", target.Task.RunID)
+		require.NotNil(t, target.Task.PushedAt, "the target is the row as the push left it")
+		require.Equal(t, "https://worker.example.com/push", target.Queue.PushURL, "the target carries its queue")
+		require.Equal(t, 7*time.Second, target.Queue.PushTimeout)
+		require.Equal(t, 1, target.Queue.InFlight)
 		_, ok, err = s.MarkTaskPushed(ctx, "doc", 1, 2, time.Minute, "run-stale")
 		require.NoError(t, err)
 		require.False(t, ok)
@@ -557,5 +574,49 @@ func TestQueuePushTimeout(t *testing.T) {
 			_, _, err = s.PutQueue(ctx, courier.Queue{Name: "pt", PushTimeout: bad})
 			require.Equal(t, courier.CodeValidation, courier.ErrorCode(err), "%s", bad)
 		}
+	})
+}
+
+// The gateway and the attempt's workflow both record an accepted success, at the same moment:
+// one writes it, both see it recorded, and the slot is released once.
+func TestConcurrentSuccessIsRecordedOnce(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		const n = 20
+		_, _, err := s.PutQueue(ctx, courier.Queue{Name: "default", ConcurrencyLimit: n})
+		require.NoError(t, err)
+		for i := range n {
+			_, _, err := s.InsertTask(ctx, taskReq(fmt.Sprintf("twice-%d", i), 1, i%5+1, `{}`))
+			require.NoError(t, err)
+		}
+		claimed, err := s.ClaimTasks(ctx, "default", n, claimAll(dispatch.NewChooser(dispatch.DefaultWeights)))
+		require.NoError(t, err)
+		require.Len(t, claimed, n)
+		for _, c := range claimed {
+			var (
+				wg  sync.WaitGroup
+				frs [2]store.FinishResult
+			)
+			for w := range frs {
+				wg.Go(func() {
+					fr, err := s.FinishTaskAttempt(ctx, c.TaskID, c.Version, c.Attempt, courier.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200, Result: json.RawMessage("null")})
+					assert.NoError(t, err)
+					frs[w] = fr
+				})
+			}
+			wg.Wait()
+			require.True(t, frs[0].Applied != frs[1].Applied, "exactly one writer applies it: %+v", frs)
+			for _, fr := range frs {
+				require.True(t, fr.Recorded)
+				require.Equal(t, courier.TaskSuccess, fr.Status)
+				require.Equal(t, "default", fr.Queue)
+			}
+			got, err := s.GetTask(ctx, c.TaskID, c.Version)
+			require.NoError(t, err)
+			require.Nil(t, got.Result, "a JSON null result is stored as none")
+		}
+		q, err := s.GetQueue(ctx, "default")
+		require.NoError(t, err)
+		require.Zero(t, q.InFlight, "each slot released once")
 	})
 }

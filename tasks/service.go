@@ -17,6 +17,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities/contract"
+	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/tracing"
 	"github.com/courier-oss/courier/workflows"
@@ -31,6 +32,7 @@ type Store interface {
 	PutQueue(ctx context.Context, q courier.Queue) (courier.Queue, bool, error)
 	GetQueue(ctx context.Context, name string) (courier.Queue, error)
 	ListQueues(ctx context.Context) ([]courier.Queue, error)
+	FinishTaskAttempt(ctx context.Context, taskID string, version int64, attempt int, o courier.AttemptOutcome) (store.FinishResult, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -44,19 +46,21 @@ type Service struct {
 	tc        client.Client
 	namespace string
 	wake      func()
+	metrics   *metrics.Tasks
 	log       *slog.Logger
 }
 
 // NewService builds the service. wake nudges claimers in the same process (nil: none; other
-// processes hear PostgreSQL notifications or poll).
-func NewService(s Store, tc client.Client, namespace string, wake func(), log *slog.Logger) *Service {
+// processes hear PostgreSQL notifications or poll); m counts the results the service records
+// (nil: none).
+func NewService(s Store, tc client.Client, namespace string, wake func(), m *metrics.Tasks, log *slog.Logger) *Service {
 	if wake == nil {
 		wake = func() {}
 	}
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Service{store: s, tc: tc, namespace: namespace, wake: wake, log: log}
+	return &Service{store: s, tc: tc, namespace: namespace, wake: wake, metrics: m, log: log}
 }
 
 // Insert applies the version rules (see store.InsertTask) and wakes the claimers. A request
@@ -168,7 +172,32 @@ func (s *Service) Report(ctx context.Context, taskID string, version int64, r co
 	if errors.As(err, &nf) {
 		err = s.reportEarly(ctx, id, t.RunID, workflows.TaskResultParams{Attempt: r.Attempt, Outcome: out})
 	}
-	return notRunning(err, r.Attempt)
+	if err != nil {
+		return notRunning(err, r.Attempt)
+	}
+	if out.Kind == courier.OutcomeSuccess {
+		s.recordSuccess(ctx, taskID, version, r.Attempt, out)
+	}
+	return nil
+}
+
+// recordSuccess writes a success Temporal has accepted into the row at once, so the slot is
+// free and GET shows it when the 202 goes out, instead of once the attempt's workflow has run
+// its finish (a workflow task later). The workflow's finish then finds the same success
+// recorded and changes nothing; if this write fails, that finish records it. Failures are left
+// to the workflow: their retry and its state belong to the run.
+func (s *Service) recordSuccess(ctx context.Context, taskID string, version int64, attempt int, out courier.AttemptOutcome) {
+	fr, err := s.store.FinishTaskAttempt(context.WithoutCancel(ctx), taskID, version, attempt, out)
+	if err != nil {
+		s.log.WarnContext(ctx, "record task success (the attempt's workflow records it instead)", "task_id", taskID, "version", version, "attempt", attempt, "error", err)
+		return
+	}
+	if fr.Applied {
+		if s.metrics != nil {
+			s.metrics.Results.WithLabelValues(fr.Queue, string(out.Kind)).Inc()
+		}
+		s.wake()
+	}
 }
 
 // ReportTimeout bounds the update that hands the attempt's run a result that arrived before

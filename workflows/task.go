@@ -63,7 +63,7 @@ type TaskParams struct {
 // TaskRunResult is how one attempt's workflow ended.
 type TaskRunResult struct {
 	Stale   bool               // the task had moved on before the push; nothing was done
-	Applied bool               // the outcome changed the row (false if it had moved on meanwhile)
+	Applied bool               // the row holds the outcome (false if the task had moved on meanwhile)
 	Status  courier.TaskStatus // the task's status afterwards
 	Outcome courier.AttemptOutcome
 }

@@ -129,6 +129,8 @@ type FinishTaskParams struct {
 
 // FinishTaskResult is what finishing did.
 type FinishTaskResult struct {
+	// Applied: the row holds this outcome (written by this finish, or the same success
+	// recorded first by the gateway); false if the task had moved on.
 	Applied       bool
 	Status        courier.TaskStatus
 	NextAttemptAt time.Time

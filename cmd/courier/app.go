@@ -47,6 +47,15 @@ type app struct {
 	// interceptors go on the Temporal client: Temporal's tracing interceptor when tracing is
 	// on (startTracing).
 	interceptors []interceptor.ClientInterceptor
+	taskMetrics  *metrics.Tasks // registered once, shared by the worker and the gateway (tasks)
+}
+
+// tasksMetrics returns the task metrics, registering them on first use.
+func (a *app) tasksMetrics() *metrics.Tasks {
+	if a.taskMetrics == nil {
+		a.taskMetrics = metrics.NewTasks(a.reg)
+	}
+	return a.taskMetrics
 }
 
 func newRegistry() *prometheus.Registry {
@@ -225,7 +234,7 @@ func (a *app) newWorker() (*worker.Worker, error) {
 		BizTypes:     bizTypes,
 		TimerMetrics: metrics.NewTimers(a.reg),
 		Tasks:        a.store,
-		TaskMetrics:  metrics.NewTasks(a.reg),
+		TaskMetrics:  a.tasksMetrics(),
 	})
 }
 
@@ -247,7 +256,7 @@ func (a *app) newGateway(wake, wakeTasks func()) http.Handler {
 	}))
 	a.reg.MustRegister(metrics.NewTaskTableCollector(taskStatuses(), taskStats(a.store)))
 	return gateway.New(gateway.Config{MaxBodyBytes: a.cfg.MaxBodyBytes, RequestTimeout: a.cfg.RequestTimeout, KeyRate: a.cfg.KeyRate}, gateway.Deps{
-		Tasks:     tasks.NewService(a.store, a.temporal, a.cfg.Temporal.Namespace, wakeTasks, a.log),
+		Tasks:     tasks.NewService(a.store, a.temporal, a.cfg.Temporal.Namespace, wakeTasks, a.tasksMetrics(), a.log),
 		Keys:      a.store,
 		Outbox:    a.store,
 		Runs:      relay.DeliveryRuns{Temporal: a.temporal},
