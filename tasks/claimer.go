@@ -89,10 +89,6 @@ type Claimer struct {
 	log      *slog.Logger
 	wake     chan struct{}
 	choosers map[string]*chooser // by queue; used by Run's goroutine only
-	// starts bounds the workflow starts in flight (StartWorkers). Starts run beside the claim
-	// loop, which goes on claiming the slots freed meanwhile instead of waiting for them.
-	starts   chan struct{}
-	starting sync.WaitGroup
 }
 
 type chooser struct {
@@ -105,9 +101,7 @@ func NewClaimer(s ClaimStore, tc client.Client, cfg ClaimerConfig, log *slog.Log
 	if log == nil {
 		log = slog.Default()
 	}
-	cfg = cfg.withDefaults()
-	return &Claimer{store: s, tc: tc, cfg: cfg, log: log, wake: make(chan struct{}, 1), choosers: map[string]*chooser{},
-		starts: make(chan struct{}, cfg.StartWorkers)}
+	return &Claimer{store: s, tc: tc, cfg: cfg.withDefaults(), log: log, wake: make(chan struct{}, 1), choosers: map[string]*chooser{}}
 }
 
 // Wake asks for a claim pass now (after an insert or a freed slot in this process).
@@ -118,10 +112,8 @@ func (c *Claimer) Wake() {
 	}
 }
 
-// Run claims until ctx ends; it returns nil on cancellation, once the starts in flight have
-// returned.
+// Run claims until ctx ends; it returns nil on cancellation.
 func (c *Claimer) Run(ctx context.Context) error {
-	defer c.starting.Wait()
 	if c.cfg.DSN != "" {
 		stop := pglisten.Listen(ctx, c.cfg.DSN, "courier_tasks", c.wake, c.log)
 		defer stop()
@@ -211,28 +203,28 @@ func (c *Claimer) start(ctx context.Context, claimed []store.ClaimedTask) {
 	c.startAll(ctx, claimed, false)
 }
 
-// startAll starts the claimed attempts' runs without waiting for them: it waits only while
-// StartWorkers starts are in flight. A start that fails leaves its row in Processing without a
-// push, and recover starts it again.
 func (c *Claimer) startAll(ctx context.Context, claimed []store.ClaimedTask, recovering bool) {
+	if len(claimed) == 0 {
+		return
+	}
+	sem := make(chan struct{}, c.cfg.StartWorkers)
+	var wg sync.WaitGroup
 	for _, t := range claimed {
-		select {
-		case c.starts <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
-		c.starting.Add(1)
+		sem <- struct{}{}
+		wg.Add(1)
 		go func() {
-			defer func() { <-c.starts; c.starting.Done() }()
+			defer func() { <-sem; wg.Done() }()
 			start := c.startAttempt
 			if recovering {
 				start = c.restartAttempt
 			}
 			if err := start(ctx, t); err != nil && ctx.Err() == nil {
+				// The row stays in Processing without a push; recover starts it again.
 				c.log.Warn("task claimer: start attempt", "task_id", t.TaskID, "version", t.Version, "attempt", t.Attempt, "error", err)
 			}
 		}()
 	}
+	wg.Wait()
 }
 
 // attemptMemo names the attempt a run belongs to, so recovery can tell a run of this attempt
