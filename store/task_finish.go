@@ -34,10 +34,35 @@ func (s *Store) FinishTaskAttempt(ctx context.Context, taskID string, version in
 	if string(o.Result) == "null" {
 		o.Result = nil // no result: stored as NULL, not as the JSON literal
 	}
-	if s.pg && o.Kind == courier.OutcomeSuccess {
+	switch {
+	case o.Kind != courier.OutcomeSuccess:
+	case s.pg:
 		return s.finishSuccess(ctx, taskID, version, attempt, o)
+	default:
+		// SQLite has one writer: a success its second writer finds recorded is answered from
+		// a read, without taking the write lock.
+		fr, moved, err := s.movedOn(ctx, taskID, version, attempt)
+		if moved || err != nil {
+			return fr, err
+		}
 	}
 	return s.finishTx(ctx, taskID, version, attempt, o)
+}
+
+// movedOn reads where a task is that a finish of attempt may find moved on: moved is false
+// while it is in Processing on that attempt. A purged task has moved on with nothing to say.
+func (s *Store) movedOn(ctx context.Context, taskID string, version int64, attempt int) (fr FinishResult, moved bool, err error) {
+	t, err := s.GetTask(ctx, taskID, version)
+	if courier.ErrorCode(err) == courier.CodeNotFound {
+		return FinishResult{}, true, nil
+	}
+	if err != nil {
+		return FinishResult{}, false, err
+	}
+	if t.Status == courier.TaskProcessing && t.Attempt == attempt {
+		return FinishResult{}, false, nil
+	}
+	return FinishResult{Recorded: t.Attempt == attempt && t.Status == courier.TaskSuccess, Status: t.Status, Queue: t.Queue}, true, nil
 }
 
 // finishSuccess records a success in one autocommitted statement (PostgreSQL): the guarded
@@ -77,14 +102,11 @@ func (s *Store) finishSuccess(ctx context.Context, taskID string, version int64,
 	if status == courier.TaskProcessing && r.Attempt == attempt {
 		// Not updated, yet in Processing on this attempt as the statement began: another
 		// writer finished it meanwhile. Read what it wrote; the attempt never comes back.
-		t, err := s.GetTask(ctx, taskID, version)
-		if courier.ErrorCode(err) == courier.CodeNotFound {
-			return FinishResult{}, nil
+		fr, moved, err := s.movedOn(ctx, taskID, version, attempt)
+		if err == nil && !moved {
+			err = fmt.Errorf("store: task %q version %d attempt %d was neither finished nor moved on; try again", taskID, version, attempt)
 		}
-		if err != nil {
-			return FinishResult{}, err
-		}
-		status, r.Attempt, r.Queue = t.Status, t.Attempt, t.Queue
+		return fr, err
 	}
 	return FinishResult{Recorded: r.Attempt == attempt && status == courier.TaskSuccess, Status: status, Queue: r.Queue}, nil
 }

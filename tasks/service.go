@@ -145,7 +145,8 @@ func notRunning(err error, attempt int) error {
 }
 
 // Report delivers a worker's result for one attempt: it completes the attempt's waiting
-// activity by id, in the run the push recorded, and the workflow records it. A worker may
+// activity by id, in the run the push recorded, and the workflow records it (a success is
+// recorded here too, at once: recordSuccess). A worker may
 // report before its answer to the push has reached courier, while no wait is open yet: then the
 // result goes to the run as an update (workflows.TaskResultUpdate), which the run accepts until
 // the attempt has its outcome. A result for another attempt, for a task that is not processing,
@@ -187,7 +188,10 @@ func (s *Service) Report(ctx context.Context, taskID string, version int64, r co
 // recorded and changes nothing; if this write fails, that finish records it. Failures are left
 // to the workflow: their retry and its state belong to the run.
 func (s *Service) recordSuccess(ctx context.Context, taskID string, version int64, attempt int, out courier.AttemptOutcome) {
-	fr, err := s.store.FinishTaskAttempt(context.WithoutCancel(ctx), taskID, version, attempt, out)
+	// Not cut short by the worker hanging up: the result is accepted already.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReportTimeout)
+	defer cancel()
+	fr, err := s.store.FinishTaskAttempt(wctx, taskID, version, attempt, out)
 	if err != nil {
 		s.log.WarnContext(ctx, "record task success (the attempt's workflow records it instead)", "task_id", taskID, "version", version, "attempt", attempt, "error", err)
 		return

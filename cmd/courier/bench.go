@@ -31,6 +31,7 @@ func runBench(ctx context.Context, args []string) error {
 	}, args); err != nil {
 		return err
 	}
+	tuneGC(os.Getenv) // the bench hosts the embedded engine, as courier dev does
 	fs := flag.NewFlagSet("bench "+args[0], flag.ContinueOnError)
 	var cfg bench.OutboxConfig
 	var tcfg bench.TimersConfig

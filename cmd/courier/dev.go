@@ -78,6 +78,7 @@ func runDev(ctx context.Context, args []string) error {
 	if dev.NATSPort == 4222 {
 		return errors.New("--nats-port 4222 is reserved for a system NATS; pick another port")
 	}
+	tuneGC(os.Getenv)
 	// Every setting is checked before anything starts; the addresses the embedded stack fills
 	// in later stand in here.
 	probe := cfg
