@@ -226,7 +226,8 @@ func (a *Tasks) Push(ctx context.Context, p contract.PushTaskParams) (courier.At
 }
 
 // Finish ends an attempt in the database (status, result and the slot in one transaction)
-// and wakes the claimers.
+// and wakes the claimers. A success the gateway recorded as it accepted it is found recorded:
+// nothing changes, and the run's outcome is that success.
 func (a *Tasks) Finish(ctx context.Context, p contract.FinishTaskParams) (contract.FinishTaskResult, error) {
 	tracing.Link(ctx, p.Outcome.Trace, attribute.String("courier.link", "task result"))
 	fr, err := a.store.FinishTaskAttempt(ctx, p.TaskID, p.Version, p.Attempt, p.Outcome)

@@ -201,8 +201,8 @@ func (h *handlers) taskResult(c echo.Context) error {
 	if err := h.d.Tasks.Report(c.Request().Context(), id, v, req); err != nil {
 		return err
 	}
-	// Accepted: a success is in the row already; a failure the attempt's workflow records in a
-	// moment (GET shows it).
+	// Accepted: a success is normally in the row already; a failure (or a success whose write
+	// failed) the attempt's workflow records in a moment (GET shows it).
 	return c.JSON(http.StatusAccepted, ReportAccepted{TaskID: id, TaskVersion: v, Attempt: req.Attempt, Accepted: true})
 }
 

@@ -211,10 +211,18 @@ func TestRedriveWaitsForTheDeadRunToClose(t *testing.T) {
 
 	// A dead record whose delivery run is still open: the run sits on a queue no worker
 	// polls, as a closing run would for a moment.
+	// The row is dead in the transaction that inserts it: a relay that claimed it while it was
+	// pending would start the record's own run, which the start below would then return.
 	open := func() (int64, client.WorkflowRun) {
-		ids, err := outbox.Enqueue(ctx, s.store.DB(), outbox.Message{Topic: "orders.created", Payload: []byte(`{}`)})
-		require.NoError(t, err)
-		_, err = s.store.MarkOutboxDead(ctx, ids[0], "no stream")
+		var ids []int64
+		err := s.store.DB().RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+			var err error
+			if ids, err = outbox.Enqueue(ctx, tx, outbox.Message{Topic: "orders.created", Payload: []byte(`{}`)}); err != nil {
+				return err
+			}
+			_, err = tx.NewRaw("UPDATE courier_outbox SET status = ?, last_error = 'no stream' WHERE id = ?", courier.OutboxDead, ids[0]).Exec(ctx)
+			return err
+		})
 		require.NoError(t, err)
 		run, err := s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 			ID: courier.OutboxWorkflowID("", ids[0]), TaskQueue: "nobody-polls-this",

@@ -302,7 +302,8 @@ func TestTasksCancelTargetsTheAttemptsRun(t *testing.T) {
 // TestTaskSuccessIsRecordedWhenAccepted: once a success is answered 202, the row already holds
 // it and the queue's slot is free (the next task can be claimed without waiting for the
 // attempt's workflow to run its finish); the workflow then finds the same success recorded and
-// ends with it. Every task code version, and PostgreSQL's one-statement finish.
+// ends with it. A repeated success is accepted again and changes nothing. Every task code
+// version, and PostgreSQL's one-statement finish.
 func TestTaskSuccessIsRecordedWhenAccepted(t *testing.T) {
 	eachTaskCodeVersion(t, testSuccessRecordedWhenAccepted)
 	t.Run("postgres", func(t *testing.T) { testSuccessRecordedWhenAccepted(t, newTaskStack(t, "postgres")) })
@@ -310,10 +311,11 @@ func TestTaskSuccessIsRecordedWhenAccepted(t *testing.T) {
 
 func testSuccessRecordedWhenAccepted(t *testing.T, ts *taskStack) {
 	type seen struct {
-		code   int
-		task   courier.Task
-		queue  courier.Queue
-		taskOK bool
+		push         activities.TaskPush
+		code, repeat int
+		task         courier.Task
+		queue        courier.Queue
+		taskOK       bool
 	}
 	after := make(chan seen, 1)
 	w := startTaskWorker(t, func(_ *taskWorker, p activities.TaskPush) {
@@ -321,7 +323,9 @@ func testSuccessRecordedWhenAccepted(t *testing.T, ts *taskStack) {
 		// Read at once, straight from the database: no waiting for the workflow.
 		task, err := ts.store.GetTask(context.Background(), p.TaskID, p.TaskVersion)
 		q, qerr := ts.store.GetQueue(context.Background(), p.Queue)
-		after <- seen{code: code, task: task, queue: q, taskOK: err == nil && qerr == nil}
+		// A worker that lost its 202 reports again.
+		repeat := report(t, ts.worker, p, "success", 200, "3 pages")
+		after <- seen{push: p, code: code, repeat: repeat, task: task, queue: q, taskOK: err == nil && qerr == nil}
 	})
 	ts.putQueue("default", map[string]any{"push_url": w.url, "concurrency_limit": 1, "processing_timeout": "1m"})
 	require.Equal(t, http.StatusCreated, ts.insert("done-at-once", 1, 3, "default"))
@@ -333,6 +337,7 @@ func testSuccessRecordedWhenAccepted(t *testing.T, ts *taskStack) {
 		t.Fatal("no push")
 	}
 	require.Equal(t, http.StatusAccepted, got.code)
+	require.Equal(t, http.StatusAccepted, got.repeat, "the same success again: accepted, nothing changes")
 	require.True(t, got.taskOK)
 	require.Equal(t, courier.TaskSuccess, got.task.Status, "the row holds the success when the 202 goes out")
 	require.Equal(t, 200, got.task.StatusCode)
@@ -350,4 +355,7 @@ func testSuccessRecordedWhenAccepted(t *testing.T, ts *taskStack) {
 	require.NotNil(t, final.FinishedAt)
 	require.True(t, got.task.FinishedAt.Equal(*final.FinishedAt), "written once: the workflow's finish changed nothing (%s, then %s)", got.task.FinishedAt, final.FinishedAt)
 	require.Equal(t, 0, ts.inFlight("default"), "the slot was released once")
+	require.Equal(t, http.StatusAccepted, report(t, ts.worker, got.push, "success", 200, "3 pages"), "a repeat after the run ended")
+	require.Equal(t, http.StatusConflict, report(t, ts.worker, got.push, "failure", 500, "late"), "a different outcome is refused")
+	require.Equal(t, "3 pages", ts.get("done-at-once", 1).Message)
 }

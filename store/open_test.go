@@ -4,6 +4,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-oss/courier/internal/testenv"
@@ -20,7 +21,7 @@ func TestPostgresPoolKeepsItsConnections(t *testing.T) {
 		for range store.PostgresMaxConns {
 			wg.Go(func() {
 				_, err := s.DB().ExecContext(t.Context(), "SELECT pg_sleep(0.02)")
-				require.NoError(t, err)
+				assert.NoError(t, err)
 			})
 		}
 		wg.Wait()

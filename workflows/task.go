@@ -142,7 +142,8 @@ const defaultProcessingTimeout = 10 * time.Minute
 // timeout starts once the worker has the task. The gateway completes the wait by its id with
 // the worker's result; a result that arrives before the wait is open comes as the
 // TaskResultUpdate instead. Then one activity records the outcome and releases the slot in one
-// transaction: success, a retry later (back to Pending) or failed per the queue's policy. That
+// transaction: success, a retry later (back to Pending) or failed per the queue's policy (a
+// success the gateway already recorded as it accepted it is found there, and nothing changes). That
 // record runs on a disconnected context, so a cancel that arrives meanwhile cannot leave the
 // row in Processing. A cancelled attempt is finished as cancelled, which changes nothing when
 // the API already cancelled the row and freed its slot (a cancel from the Temporal UI or CLI
@@ -301,7 +302,8 @@ func (p TaskParams) timeouts() (processing, push time.Duration) {
 // addressed by the attempt's activity id, pushes to the worker (its tries within the attempt)
 // and stays open until the gateway completes it with the worker's result; it alone carries the
 // processing deadline and the heartbeat timeout, which it keeps from firing while it pushes.
-// Then a local activity records the outcome and releases the slot.
+// Then a local activity records the outcome and releases the slot (or finds the success the
+// gateway recorded as it accepted it).
 func pushAwaitAttempt(ctx workflow.Context, p TaskParams) (TaskRunResult, error) {
 	processing, pushTimeout := p.timeouts()
 	pushQueue := contract.TaskPushQueue(workflow.GetInfo(ctx).TaskQueueName)
