@@ -302,8 +302,8 @@ func TestTasksCancelTargetsTheAttemptsRun(t *testing.T) {
 // TestTaskSuccessIsRecordedWhenAccepted: once a success is answered 202, the row already holds
 // it and the queue's slot is free (the next task can be claimed without waiting for the
 // attempt's workflow to run its finish); the workflow then finds the same success recorded and
-// ends with it. A repeated success is accepted again and changes nothing. Every task code
-// version, and PostgreSQL's one-statement finish.
+// ends with it. A repeated success is a conflict and changes nothing. Every task code version,
+// and PostgreSQL's one-statement finish.
 func TestTaskSuccessIsRecordedWhenAccepted(t *testing.T) {
 	eachTaskCodeVersion(t, testSuccessRecordedWhenAccepted)
 	t.Run("postgres", func(t *testing.T) { testSuccessRecordedWhenAccepted(t, newTaskStack(t, "postgres")) })
@@ -337,7 +337,7 @@ func testSuccessRecordedWhenAccepted(t *testing.T, ts *taskStack) {
 		t.Fatal("no push")
 	}
 	require.Equal(t, http.StatusAccepted, got.code)
-	require.Equal(t, http.StatusAccepted, got.repeat, "the same success again: accepted, nothing changes")
+	require.Equal(t, http.StatusConflict, got.repeat, "the same success again: the attempt has its outcome")
 	require.True(t, got.taskOK)
 	require.Equal(t, courier.TaskSuccess, got.task.Status, "the row holds the success when the 202 goes out")
 	require.Equal(t, 200, got.task.StatusCode)
@@ -355,7 +355,7 @@ func testSuccessRecordedWhenAccepted(t *testing.T, ts *taskStack) {
 	require.NotNil(t, final.FinishedAt)
 	require.True(t, got.task.FinishedAt.Equal(*final.FinishedAt), "written once: the workflow's finish changed nothing (%s, then %s)", got.task.FinishedAt, final.FinishedAt)
 	require.Equal(t, 0, ts.inFlight("default"), "the slot was released once")
-	require.Equal(t, http.StatusAccepted, report(t, ts.worker, got.push, "success", 200, "3 pages"), "a repeat after the run ended")
+	require.Equal(t, http.StatusConflict, report(t, ts.worker, got.push, "success", 200, "3 pages"), "a repeat after the run ended")
 	require.Equal(t, http.StatusConflict, report(t, ts.worker, got.push, "failure", 500, "late"), "a different outcome is refused")
 	require.Equal(t, "3 pages", ts.get("done-at-once", 1).Message)
 }

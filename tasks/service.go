@@ -149,10 +149,9 @@ func notRunning(err error, attempt int) error {
 // recorded here too, at once: recordSuccess). A worker may
 // report before its answer to the push has reached courier, while no wait is open yet: then the
 // result goes to the run as an update (workflows.TaskResultUpdate), which the run accepts until
-// the attempt has its outcome. A success repeated once this attempt's success is recorded is
-// accepted again and changes nothing (a worker whose 202 was lost). Any other result for
-// another attempt, for a task that is not processing, or for an attempt that has already ended
-// is a conflict and changes nothing.
+// the attempt has its outcome. A result for another attempt, for a task that is not processing,
+// or for an attempt that has already ended (a repeated success included: GET shows it) is a
+// conflict and changes nothing.
 func (s *Service) Report(ctx context.Context, taskID string, version int64, r courier.TaskResult) error {
 	switch {
 	case !r.Status.Reportable():
@@ -165,12 +164,6 @@ func (s *Service) Report(ctx context.Context, taskID string, version int64, r co
 		return validation("result", "result must be JSON")
 	}
 	t, err := s.current(ctx, taskID, version, r.Attempt)
-	var ce *courier.Error
-	if errors.As(err, &ce) && r.Status == courier.OutcomeSuccess && ce.Details["status"] == string(courier.TaskSuccess) && ce.Details["attempt"] == r.Attempt {
-		// A success repeated after this attempt's success was recorded (the worker lost the
-		// first 202): accepted again, and nothing changes.
-		return nil
-	}
 	if err != nil {
 		return err
 	}
@@ -219,8 +212,8 @@ func (s *Service) recordSuccess(ctx context.Context, taskID string, version int6
 const ReportTimeout = 10 * time.Second
 
 // reportEarly hands a result to the attempt's run while its wait is not open. The update id is
-// per attempt, so a POST repeated while the run has not ended gets the first one's answer (and
-// a repeated success after its success was recorded is answered in Report).
+// per attempt, so a POST repeated while the run has not ended gets the first one's answer (a
+// success repeated after it was recorded is a conflict in Report).
 func (s *Service) reportEarly(ctx context.Context, id, runID string, r workflows.TaskResultParams) error {
 	uctx, cancel := context.WithTimeout(ctx, ReportTimeout)
 	defer cancel()
