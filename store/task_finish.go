@@ -62,7 +62,13 @@ func (s *Store) movedOn(ctx context.Context, taskID string, version int64, attem
 	if t.Status == courier.TaskProcessing && t.Attempt == attempt {
 		return FinishResult{}, false, nil
 	}
-	return FinishResult{Recorded: t.Attempt == attempt && t.Status == courier.TaskSuccess, Status: t.Status, Queue: t.Queue}, true, nil
+	return FinishResult{Recorded: holdsSuccess(t.Status, t.Attempt, attempt), Status: t.Status, Queue: t.Queue}, true, nil
+}
+
+// holdsSuccess says whether a row in status on rowAttempt holds the success of attempt: the
+// outcome a second writer of that success finds recorded.
+func holdsSuccess(status courier.TaskStatus, rowAttempt, attempt int) bool {
+	return rowAttempt == attempt && status == courier.TaskSuccess
 }
 
 // finishSuccess records a success in one autocommitted statement (PostgreSQL): the guarded
@@ -108,7 +114,7 @@ func (s *Store) finishSuccess(ctx context.Context, taskID string, version int64,
 		}
 		return fr, err
 	}
-	return FinishResult{Recorded: r.Attempt == attempt && status == courier.TaskSuccess, Status: status, Queue: r.Queue}, nil
+	return FinishResult{Recorded: holdsSuccess(status, r.Attempt, attempt), Status: status, Queue: r.Queue}, nil
 }
 
 // finishTx is FinishTaskAttempt in a transaction that reads the task first under its lock.
@@ -124,7 +130,7 @@ func (s *Store) finishTx(ctx context.Context, taskID string, version int64, atte
 			return err
 		}
 		fr.Status, fr.Queue = t.Status, t.Queue
-		if t.Attempt == attempt && t.Status == courier.TaskSuccess && o.Kind == courier.OutcomeSuccess {
+		if o.Kind == courier.OutcomeSuccess && holdsSuccess(t.Status, t.Attempt, attempt) {
 			fr.Recorded = true // the same accepted success, recorded first by another writer
 			return nil
 		}
