@@ -29,6 +29,12 @@ type ReportRow struct {
 	HistoryEventsPerItem float64 `json:"history_events_per_item"`
 	ActionsPerItem       float64 `json:"actions_per_item"`
 	Early                int     `json:"early"` // timers only: deliveries before their fire time
+	// Tasks only, where measured: CPU per task while the tasks ran, in the bench's process (the
+	// engine and courier) and in the PostgreSQL server; for bare, its workflow starts' CPU per
+	// task, spent before its run.
+	CPUMsPerItem         float64 `json:"cpu_ms_per_item,omitempty"`
+	PostgresCPUMsPerItem float64 `json:"postgres_cpu_ms_per_item,omitempty"`
+	StartCPUMsPerItem    float64 `json:"start_cpu_ms_per_item,omitempty"`
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -48,7 +54,12 @@ func OutboxReport(rs []Result) Report {
 // TasksReport converts task results.
 func TasksReport(rs []TaskResult) Report {
 	return reportOf("tasks", rs, func(r TaskResult) ReportRow {
-		return rowOf(r.Key, r.N, r.PerSec, r.P50, r.P99, r.Max, r.Cost)
+		row := rowOf(r.Key, r.N, r.PerSec, r.P50, r.P99, r.Max, r.Cost)
+		row.CPUMsPerItem, row.PostgresCPUMsPerItem = ms(perItem(r.CPU.Self, r.N)), ms(perItem(r.CPU.Postgres, r.N))
+		if r.Key == "bare" {
+			row.StartCPUMsPerItem = ms(perItem(r.StartCPU, r.N))
+		}
+		return row
 	})
 }
 

@@ -9,7 +9,7 @@ import (
 )
 
 // Each kind's results become rows with the same fields: rates, latencies in milliseconds, the
-// cost per item, and (timers only) the early deliveries.
+// cost per item, and (timers only) the early deliveries, (tasks only) the CPU per task.
 func TestReports(t *testing.T) {
 	t.Parallel()
 	cost := Cost{Events: 11.5, Actions: 2}
@@ -20,8 +20,17 @@ func TestReports(t *testing.T) {
 	}
 	require.Equal(t, Report{Kind: "outbox", Rows: []ReportRow{want("bare", 60, 0)}}, OutboxReport([]Result{
 		{Key: "bare", N: 30, Throughput: 60, P50: 1500 * time.Microsecond, P99: lat(20), Max: lat(300), Cost: cost}}))
-	require.Equal(t, Report{Kind: "tasks", Rows: []ReportRow{want("courier-sqlite", 40, 0)}}, TasksReport([]TaskResult{
-		{Key: "courier-sqlite", N: 30, PerSec: 40, P50: 1500 * time.Microsecond, P99: lat(20), Max: lat(300), Cost: cost}}))
+	tasks := func(scenario string, cpu, pg, start float64) ReportRow {
+		r := want(scenario, 40, 0)
+		r.CPUMsPerItem, r.PostgresCPUMsPerItem, r.StartCPUMsPerItem = cpu, pg, start
+		return r
+	}
+	require.Equal(t, Report{Kind: "tasks", Rows: []ReportRow{tasks("bare", 12, 0, 3), tasks("courier-postgres", 15, 2.5, 0)}}, TasksReport([]TaskResult{
+		{Key: "bare", N: 30, PerSec: 40, P50: 1500 * time.Microsecond, P99: lat(20), Max: lat(300), Cost: cost,
+			CPU: cpuSpent{Self: 30 * lat(12)}, StartCPU: 30 * lat(3)},
+		{Key: "courier-postgres", N: 30, PerSec: 40, P50: 1500 * time.Microsecond, P99: lat(20), Max: lat(300), Cost: cost,
+			CPU: cpuSpent{Self: 30 * lat(15), Postgres: 30 * 2500 * time.Microsecond}, StartCPU: 30 * lat(1)}}),
+		"CPU per task; the start's only for bare, whose starts courier makes inside its run")
 	require.Equal(t, Report{Kind: "timers", Rows: []ReportRow{want("courier", 10, 2)}}, TimersReport([]TimerResult{
 		{Key: "courier", N: 30, CreatePerSec: 10, P50: 1500 * time.Microsecond, P99: lat(20), Max: lat(300), Early: 2, Cost: cost}}))
 

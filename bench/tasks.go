@@ -63,6 +63,12 @@ type TaskResult struct {
 	SlotsMax  int           // courier only: most slots taken at once in the limiter row
 	SlotsAvg  float64       // courier only: mean slots taken while tasks ran
 	Cost      Cost          // history events and billable actions per task
+	// CPU is what the run spent while its tasks ran: from opening the queue (courier) or
+	// starting the worker (bare) to the last success.
+	CPU cpuSpent
+	// StartCPU is what this process spent building the backlog, before the run: for bare, the
+	// workflow starts that courier's claimer makes inside its run.
+	StartCPU time.Duration
 }
 
 // slotSamples summarises readings of a queue's in_flight.
@@ -228,7 +234,7 @@ func runTasks(ctx context.Context, tc client.Client, dbName, dbURL string, cfg T
 	// when dispatch starts.
 	run := time.Now().UnixNano()
 	inserted := make([]time.Time, cfg.Tasks)
-	backlogStart := time.Now()
+	backlogStart, inserting := time.Now(), markCPU(false)
 	err = forEach(ctx, cfg.Tasks, taskStartParallelism, func(i int) error {
 		_, _, err := svc.Insert(ctx, courier.TaskRequest{TaskID: fmt.Sprintf("%s-%d-%d", dbName, run, i), Version: 1,
 			Priority: taskPriority(i), Queue: queue, Payload: json.RawMessage(fmt.Sprintf(`{"file":"doc-%d.pdf"}`, i))})
@@ -239,6 +245,8 @@ func runTasks(ctx context.Context, tc client.Client, dbName, dbURL string, cfg T
 		return TaskResult{}, fmt.Errorf("insert: %w", err)
 	}
 	backlog := time.Since(backlogStart)
+	onPostgres := pgURL(dbURL) != ""
+	running := markCPU(onPostgres)
 	if _, _, err := svc.PutQueue(ctx, courier.Queue{Name: queue, ConcurrencyLimit: cfg.Limit, PushURL: tw.URL}); err != nil {
 		return TaskResult{}, err
 	}
@@ -279,6 +287,7 @@ func runTasks(ctx context.Context, tc client.Client, dbName, dbURL string, cfg T
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+	cpu := running.until(markCPU(onPostgres))
 	lat := make([]time.Duration, 0, cfg.Tasks)
 	for i := range cfg.Tasks {
 		at, ok := pl.firstPush(fmt.Sprintf("%s-%d-%d", dbName, run, i))
@@ -289,6 +298,7 @@ func runTasks(ctx context.Context, tc client.Client, dbName, dbURL string, cfg T
 	}
 	r := pl.result("courier tasks, "+dbName, cfg, lat, last, backlog)
 	r.SlotsMax, r.SlotsAvg = slots.max, slots.mean()
+	r.CPU, r.StartCPU = cpu, inserting.until(running).Self
 	ids := make([]string, cfg.Tasks)
 	for i := range ids {
 		ids[i] = courier.TaskWorkflowID(fmt.Sprintf("%s-%d-%d", dbName, run, i), 1)
@@ -397,7 +407,7 @@ func taskBaseline(ctx context.Context, tc client.Client, cfg TasksConfig) (TaskR
 	run := time.Now().UnixNano()
 	started := make([]time.Time, cfg.Tasks)
 	runs := make([]client.WorkflowRun, cfg.Tasks)
-	backlogStart := time.Now()
+	backlogStart, starting := time.Now(), markCPU(false)
 	err := forEach(ctx, cfg.Tasks, taskStartParallelism, func(i int) error {
 		j := taskBaseJob{ID: fmt.Sprintf("base-%d-%d", run, i), Priority: taskPriority(i)}
 		r, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: j.ID, TaskQueue: queue}, taskBaseWorkflow, j)
@@ -408,6 +418,7 @@ func taskBaseline(ctx context.Context, tc client.Client, cfg TasksConfig) (TaskR
 		return TaskResult{}, fmt.Errorf("start: %w", err)
 	}
 	backlog := time.Since(backlogStart)
+	running := markCPU(false)
 	if err := w.Start(); err != nil {
 		return TaskResult{}, err
 	}
@@ -421,6 +432,7 @@ func taskBaseline(ctx context.Context, tc client.Client, cfg TasksConfig) (TaskR
 			last = now
 		}
 	}
+	cpu := running.until(markCPU(false))
 	lat := make([]time.Duration, 0, cfg.Tasks)
 	for i := range cfg.Tasks {
 		at, ok := pl.firstPush(fmt.Sprintf("base-%d-%d", run, i))
@@ -430,6 +442,7 @@ func taskBaseline(ctx context.Context, tc client.Client, cfg TasksConfig) (TaskR
 		lat = append(lat, at.Sub(started[i]))
 	}
 	r := pl.result("bare Temporal: workflow + 1 activity, FIFO", cfg, lat, last, backlog)
+	r.CPU, r.StartCPU = cpu, starting.until(running).Self
 	ids := make([]string, cfg.Tasks)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("base-%d-%d", run, i)
@@ -613,6 +626,7 @@ func PrintTaskTable(w io.Writer, title string, rs []TaskResult) {
 		}
 		fmt.Fprintln(w)
 	}
+	printTaskCPU(w, rs)
 	if len(rs) > 1 && rs[0].PerSec > 0 {
 		// The bare scenario starts its workflows before its worker polls, so its rate leaves
 		// the starts out; courier's claimer starts each attempt's run inside the measured time.
@@ -627,6 +641,42 @@ func PrintTaskTable(w io.Writer, title string, rs []TaskResult) {
 		}
 	}
 }
+
+// printTaskCPU prints each scenario's CPU per task and, from the bare scenario's, the share of
+// the bare rate that a run which also starts one workflow per task can reach on the same cores.
+func printTaskCPU(w io.Writer, rs []TaskResult) {
+	for _, r := range rs {
+		if r.CPU.Self <= 0 {
+			continue
+		}
+		fmt.Fprintf(w, "%s: CPU per task %s in this process", r.Scenario, msString(perItem(r.CPU.Self, r.N)))
+		if r.CPU.Postgres > 0 {
+			fmt.Fprintf(w, " and %s in PostgreSQL", msString(perItem(r.CPU.Postgres, r.N)))
+		}
+		if r.Key == "bare" && r.StartCPU > 0 {
+			fmt.Fprintf(w, "; starting its workflow, before the run, cost %s more", msString(perItem(r.StartCPU, r.N)))
+		}
+		fmt.Fprintln(w)
+	}
+	if len(rs) > 1 {
+		if c, ok := startCeiling(rs[0]); ok {
+			fmt.Fprintf(w, "courier's claimer starts each task's run inside the measured time, bare starts its workflows before it: at bare's CPU per task plus one start, and the same CPU use, a run reaches %.0f%% of the bare rate\n", 100*c)
+		}
+	}
+}
+
+// startCeiling is the share of the bare scenario's rate that a run reaches when it spends the
+// CPU bare spends per task plus one workflow start, at the same CPU use: a CPU-bound run's rate
+// is its CPU use over its CPU per task.
+func startCeiling(bare TaskResult) (float64, bool) {
+	if bare.Key != "bare" || bare.CPU.Self <= 0 || bare.StartCPU <= 0 {
+		return 0, false
+	}
+	return float64(bare.CPU.Self) / float64(bare.CPU.Self+bare.StartCPU), true
+}
+
+// msString prints a duration in milliseconds with one decimal.
+func msString(d time.Duration) string { return fmt.Sprintf("%.1f ms", ms(d)) }
 
 // forEach runs fn for 0..n-1 on at most par goroutines and returns the first error; after an
 // error no new calls start.

@@ -1,0 +1,100 @@
+package bench
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// cpuMark is the CPU time spent so far by this process (the engine, courier and the bench's
+// own producers and HTTP workers, all in one process) and by the PostgreSQL server's processes
+// on this machine. CPU per item is what a CPU-bound run divides the machine by: a scenario that
+// spends more of it per item completes fewer items per second on the same cores.
+type cpuMark struct {
+	self, postgres time.Duration
+	postgresOK     bool // read, and found: false for a scenario without PostgreSQL, or where its processes cannot be read (not Linux, or not local)
+}
+
+// markCPU reads this process's clock now, and the PostgreSQL server's when the scenario runs
+// on PostgreSQL.
+func markCPU(postgres bool) cpuMark {
+	m := cpuMark{self: processCPU()}
+	if postgres {
+		m.postgres, m.postgresOK = postgresCPU("/proc")
+	}
+	return m
+}
+
+// cpuSpent is the CPU spent between two marks.
+type cpuSpent struct {
+	Self     time.Duration // this process
+	Postgres time.Duration // the PostgreSQL server's processes; 0 when not measured
+}
+
+func (m cpuMark) until(end cpuMark) cpuSpent {
+	s := cpuSpent{Self: end.self - m.self}
+	if m.postgresOK && end.postgresOK {
+		s.Postgres = end.postgres - m.postgres
+	}
+	return s
+}
+
+// perItem is a duration spread over n items.
+func perItem(d time.Duration, n int) time.Duration {
+	if n <= 0 {
+		return 0
+	}
+	return d / time.Duration(n)
+}
+
+// clockTick is the unit of the CPU times in /proc/<pid>/stat (USER_HZ, 100 on Linux).
+const clockTick = 10 * time.Millisecond
+
+// postgresCPU sums the user and system CPU time of every process named "postgres" under proc
+// (the postmaster, its backends and its writers). ok is false when proc cannot be read or has
+// no such process. A backend that exited is counted in its parent's waited-for children, which
+// this leaves out: the pool keeps its connections for the whole run.
+func postgresCPU(proc string) (time.Duration, bool) {
+	entries, err := os.ReadDir(proc)
+	if err != nil {
+		return 0, false
+	}
+	var sum time.Duration
+	found := false
+	for _, e := range entries {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile(proc + "/" + e.Name() + "/stat")
+		if err != nil {
+			continue // the process ended meanwhile
+		}
+		name, cpu, ok := parseProcStat(string(b))
+		if ok && name == "postgres" {
+			sum += cpu
+			found = true
+		}
+	}
+	return sum, found
+}
+
+// parseProcStat reads a process's name and its user plus system CPU time from the contents of
+// its /proc/<pid>/stat (proc(5): the name in parentheses is field 2, utime and stime are
+// fields 14 and 15).
+func parseProcStat(stat string) (name string, cpu time.Duration, ok bool) {
+	open, end := strings.IndexByte(stat, '('), strings.LastIndexByte(stat, ')')
+	if open < 0 || end < open {
+		return "", 0, false
+	}
+	fields := strings.Fields(stat[end+1:]) // from field 3 (state) on
+	if len(fields) < 13 {
+		return "", 0, false
+	}
+	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
+	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return "", 0, false
+	}
+	return stat[open+1 : end], time.Duration(utime+stime) * clockTick, true
+}
