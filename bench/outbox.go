@@ -145,7 +145,8 @@ func forEachDatabase(ctx context.Context, dir, pgURL string, fn func(name, url s
 }
 
 // runOutbox commits rows at the target rate and times each from its commit to its arrival at
-// a JetStream consumer.
+// a JetStream consumer. Per record, the scenario's time ends when the last row has arrived and
+// the last delivery run has closed; in batch mode, when the last row has arrived.
 func runOutbox(ctx context.Context, tc client.Client, natsURL, dbName, dbURL, streamName string, cfg OutboxConfig, batch bool, log *slog.Logger) (Result, error) {
 	rows, rate, key, scenario := cfg.Rows, cfg.Rate, "courier-"+dbName, "courier outbox, "+dbName
 	if batch {
@@ -317,10 +318,13 @@ func runOutbox(ctx context.Context, tc client.Client, natsURL, dbName, dbURL, st
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	var cost Cost
+	var (
+		cost   Cost
+		closed time.Time // per record: when the last delivery run closed (bench/runs.go)
+	)
 	if batch {
 		cost, err = batchCost(ctx, tc, source, rows)
-	} else {
+	} else if closed, err = lastClose(ctx, tc, workflowIDs); err == nil {
 		cost, err = measureCost(ctx, tc, workflowIDs)
 	}
 	if err != nil {
@@ -329,7 +333,7 @@ func runOutbox(ctx context.Context, tc client.Client, natsURL, dbName, dbURL, st
 	mu.Lock()
 	defer mu.Unlock()
 	var lat []time.Duration
-	last := start
+	last := later(start, closed)
 	for id, at := range arrived {
 		c, ok := committed[id]
 		if !ok {
