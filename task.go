@@ -359,6 +359,10 @@ type AttemptOutcome struct {
 	// Trace is the trace context of the gateway's span of the worker's result call (zero for an
 	// outcome courier decided): the finish links its span to it (docs/tracing.md).
 	Trace TraceContext `json:",omitzero"`
+	// Recorded says the gateway wrote this success into the task's row before it handed it to
+	// the attempt's run, so the run has nothing left to record (runs of task code version 4 end
+	// without their finish).
+	Recorded bool `json:",omitempty"`
 }
 
 // TaskResult is a worker's report for one attempt as the API's result endpoint takes it: the

@@ -15,6 +15,7 @@ import (
 	"github.com/uptrace/bun"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities"
@@ -358,4 +359,31 @@ func testSuccessRecordedWhenAccepted(t *testing.T, ts *taskStack) {
 	require.Equal(t, http.StatusConflict, report(t, ts.worker, got.push, "success", 200, "3 pages"), "a repeat after the run ended")
 	require.Equal(t, http.StatusConflict, report(t, ts.worker, got.push, "failure", 500, "late"), "a different outcome is refused")
 	require.Equal(t, "3 pages", ts.get("done-at-once", 1).Message)
+
+	// From code version 4 the run ends on the recorded success without a finish of its own:
+	// no local activity's marker, 11 events as a bare workflow with one activity has.
+	var (
+		p       workflows.TaskParams
+		events  int
+		markers int
+	)
+	it := ts.tc.GetWorkflowHistory(t.Context(), courier.TaskWorkflowID("done-at-once", 1), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		e, err := it.Next()
+		require.NoError(t, err)
+		events++
+		switch e.GetEventType() {
+		case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+			require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(e.GetWorkflowExecutionStartedEventAttributes().GetInput(), &p))
+		case enumspb.EVENT_TYPE_MARKER_RECORDED:
+			markers++
+		}
+	}
+	switch {
+	case p.V >= workflows.TaskRecordedV:
+		require.Zero(t, markers, "code version %d: no finish for a recorded success", p.V)
+		require.Equal(t, 11, events)
+	case p.V >= workflows.TaskPushAwaitV:
+		require.Equal(t, 1, markers, "code version %d: the finish's local activity, which found the success recorded", p.V)
+	}
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/courier-oss/courier/tracing"
 	"github.com/courier-oss/courier/tracing/otelsetup"
 	"github.com/courier-oss/courier/webhook"
+	"github.com/courier-oss/courier/worker"
 	"github.com/courier-oss/courier/workflows"
 )
 
@@ -325,79 +326,100 @@ func TestTraceTimerCreateToCallback(t *testing.T) {
 // TestTraceTaskInsertToResult: a task inserted through the gateway with a traceparent is one
 // trace to its result: the insert's span, the claimer's span, the attempt's workflow, the push
 // (which carries its traceparent), the worker's own span, and the worker's heartbeat and result
-// calls, which the gateway continues from the worker's traceparent; the finish links to the
+// calls, which the gateway continues from the worker's traceparent. The result call, which
+// records the success, links to the insert's span; the attempt's run then ends without a finish
+// (task code version 4). An attempt of code version 3 runs its finish, which links to the
 // result call's span.
 func TestTraceTaskInsertToResult(t *testing.T) {
 	for _, d := range testenv.Dialects {
-		t.Run(d, func(t *testing.T) {
-			s, exp := tracedStack(t, d)
-			ts := taskStackOn(t, s, 5*time.Second, nil)
+		t.Run(d, func(t *testing.T) { testTraceTaskInsertToResult(t, d, workflows.TaskV) })
+	}
+	t.Run("v3", func(t *testing.T) { testTraceTaskInsertToResult(t, testenv.Dialects[0], workflows.TaskOnPushQueueV) })
+}
 
-			// The task worker continues the push's trace in its own span and reports within it.
-			type pushed struct{ traceparent, heartbeat, result int }
-			done := make(chan pushed, 10)
-			var wg sync.WaitGroup
-			t.Cleanup(wg.Wait)
-			worker := startHTTP(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-				var p activities.TaskPush
-				if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
-					http.Error(rw, err.Error(), http.StatusBadRequest)
-					return
-				}
-				ctx, span := tracing.Tracer().Start(tracing.ExtractHTTP(context.Background(), r.Header), "worker processes task")
-				hasParent := 0
-				if trace.SpanContextFromContext(tracing.ExtractHTTP(context.Background(), r.Header)).IsValid() {
-					hasParent = 1
-				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					defer span.End()
-					hb, _, _ := tracedDo(ctx, http.MethodPost, p.HeartbeatURL, ts.worker, map[string]any{"attempt": p.Attempt})
-					res, _, _ := tracedDo(ctx, http.MethodPost, p.ResultURL, ts.worker,
-						map[string]any{"attempt": p.Attempt, "status": "success", "result": map[string]any{"ok": true}})
-					done <- pushed{traceparent: hasParent, heartbeat: hb, result: res}
-				}()
-				rw.WriteHeader(http.StatusAccepted)
-			}))
-			ts.putQueue("traced", map[string]any{"push_url": worker, "concurrency_limit": 2})
+func testTraceTaskInsertToResult(t *testing.T, d string, v int) {
+	s, exp := tracedStack(t, d)
+	ts := taskStackOn(t, s, 5*time.Second, func(c *worker.Config) { c.Tasks.Claimer.CodeVersion = v })
 
-			ctx, root := rootSpan(t, exp, "client insert task")
-			status, raw := tracedCall(t, ctx, http.MethodPost, ts.gw+"/v1/tasks", ts.producer,
-				map[string]any{"task_id": "doc-1", "task_version": 1, "queue": "traced", "payload": map[string]any{"file": "a.pdf"}})
-			require.Equal(t, http.StatusCreated, status, string(raw))
-			root.End()
-			traceID := root.SpanContext().TraceID()
+	// The task worker continues the push's trace in its own span and reports within it.
+	type pushed struct{ traceparent, heartbeat, result int }
+	done := make(chan pushed, 10)
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	worker := startHTTP(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		var p activities.TaskPush
+		if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
+			http.Error(rw, err.Error(), http.StatusBadRequest)
+			return
+		}
+		ctx, span := tracing.Tracer().Start(tracing.ExtractHTTP(context.Background(), r.Header), "worker processes task")
+		hasParent := 0
+		if trace.SpanContextFromContext(tracing.ExtractHTTP(context.Background(), r.Header)).IsValid() {
+			hasParent = 1
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer span.End()
+			hb, _, _ := tracedDo(ctx, http.MethodPost, p.HeartbeatURL, ts.worker, map[string]any{"attempt": p.Attempt})
+			res, _, _ := tracedDo(ctx, http.MethodPost, p.ResultURL, ts.worker,
+				map[string]any{"attempt": p.Attempt, "status": "success", "result": map[string]any{"ok": true}})
+			done <- pushed{traceparent: hasParent, heartbeat: hb, result: res}
+		}()
+		rw.WriteHeader(http.StatusAccepted)
+	}))
+	ts.putQueue("traced", map[string]any{"push_url": worker, "concurrency_limit": 2})
 
-			var p pushed
-			select {
-			case p = <-done:
-			case <-time.After(30 * time.Second):
-				t.Fatal("the task was never pushed")
-			}
-			require.Equal(t, 1, p.traceparent, "the push carries a traceparent")
-			require.Equal(t, http.StatusOK, p.heartbeat)
-			require.Equal(t, http.StatusAccepted, p.result)
-			ts.waitStatus("doc-1", 1, courier.TaskSuccess, 20*time.Second)
+	ctx, root := rootSpan(t, exp, "client insert task")
+	status, raw := tracedCall(t, ctx, http.MethodPost, ts.gw+"/v1/tasks", ts.producer,
+		map[string]any{"task_id": "doc-1", "task_version": 1, "queue": "traced", "payload": map[string]any{"file": "a.pdf"}})
+	require.Equal(t, http.StatusCreated, status, string(raw))
+	root.End()
+	traceID := root.SpanContext().TraceID()
 
-			attempt := []string{"client insert task", "POST /v1/tasks", "task claim",
-				"StartWorkflow:" + workflows.TaskName, "RunWorkflow:" + workflows.TaskName}
-			push := append(append([]string(nil), attempt...), "StartActivity:"+contract.PushAwaitName, "RunActivity:"+contract.PushAwaitName,
-				"callback POST", "worker processes task")
-			ends := requireTrace(t, exp, traceID,
-				append(append([]string(nil), push...), "POST /v1/tasks/:task_id/versions/:version/result"),
-				append(append([]string(nil), push...), "POST /v1/tasks/:task_id/versions/:version/heartbeat"),
-				append(append([]string(nil), attempt...), "StartActivity:"+contract.FinishTaskName, "RunActivity:"+contract.FinishTaskName),
-			)
-			result, finish := ends[0], ends[2]
-			require.Len(t, finish.Links, 1, "the finish links to the worker's result call")
-			require.Equal(t, result.SpanContext.SpanID(), finish.Links[0].SpanContext.SpanID())
-			require.Equal(t, traceID, finish.Links[0].SpanContext.TraceID())
-			for _, a := range result.Attributes {
-				if a.Key == "courier.task_id" {
-					require.Equal(t, "doc-1", a.Value.AsString())
-				}
-			}
-		})
+	var p pushed
+	select {
+	case p = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the task was never pushed")
+	}
+	require.Equal(t, 1, p.traceparent, "the push carries a traceparent")
+	require.Equal(t, http.StatusOK, p.heartbeat)
+	require.Equal(t, http.StatusAccepted, p.result)
+	ts.waitStatus("doc-1", 1, courier.TaskSuccess, 20*time.Second)
+
+	attempt := []string{"client insert task", "POST /v1/tasks", "task claim",
+		"StartWorkflow:" + workflows.TaskName, "RunWorkflow:" + workflows.TaskName}
+	push := append(append([]string(nil), attempt...), "StartActivity:"+contract.PushAwaitName, "RunActivity:"+contract.PushAwaitName,
+		"callback POST", "worker processes task")
+	chains := [][]string{
+		append(append([]string(nil), push...), "POST /v1/tasks/:task_id/versions/:version/result"),
+		append(append([]string(nil), push...), "POST /v1/tasks/:task_id/versions/:version/heartbeat"),
+		attempt[:2],
+	}
+	finishChain := append(append([]string(nil), attempt...), "StartActivity:"+contract.FinishTaskName, "RunActivity:"+contract.FinishTaskName)
+	if v < workflows.TaskRecordedV {
+		chains = append(chains, finishChain)
+	}
+	ends := requireTrace(t, exp, traceID, chains...)
+	result, insert := ends[0], ends[2]
+	require.Len(t, result.Links, 1, "the result call that recorded the success links to the task's insert")
+	require.Equal(t, insert.SpanContext.SpanID(), result.Links[0].SpanContext.SpanID())
+	require.Equal(t, traceID, result.Links[0].SpanContext.TraceID())
+	if v < workflows.TaskRecordedV {
+		finish := ends[3]
+		require.Len(t, finish.Links, 1, "the finish links to the worker's result call")
+		require.Equal(t, result.SpanContext.SpanID(), finish.Links[0].SpanContext.SpanID())
+		require.Equal(t, traceID, finish.Links[0].SpanContext.TraceID())
+	} else {
+		// The run has closed by now (the spans of its end are exported): no finish in it.
+		var res workflows.TaskRunResult
+		require.NoError(t, ts.tc.GetWorkflow(t.Context(), courier.TaskWorkflowID("doc-1", 1), "").Get(t.Context(), &res))
+		require.Empty(t, findChain(exp.spans(traceID), finishChain...), "a recorded success has no finish")
+	}
+	for _, a := range result.Attributes {
+		if a.Key == "courier.task_id" {
+			require.Equal(t, "doc-1", a.Value.AsString())
+		}
 	}
 }

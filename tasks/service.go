@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/attribute"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
@@ -144,14 +145,15 @@ func notRunning(err error, attempt int) error {
 	return err
 }
 
-// Report delivers a worker's result for one attempt: it completes the attempt's waiting
-// activity by id, in the run the push recorded, and the workflow records it (a success is
-// recorded here too, at once: recordSuccess). A worker may
-// report before its answer to the push has reached courier, while no wait is open yet: then the
-// result goes to the run as an update (workflows.TaskResultUpdate), which the run accepts until
-// the attempt has its outcome. A result for another attempt, for a task that is not processing,
-// or for an attempt that has already ended (a repeated success included: GET shows it) is a
-// conflict and changes nothing.
+// Report delivers a worker's result for one attempt. A success is first written into the row,
+// with the guarded finish the workflow runs (recordSuccess), and then handed to the attempt's
+// run marked Recorded, so the run ends without a finish of its own. Then, and for a failure
+// at once, it completes the attempt's waiting activity by its id, in the run the push recorded,
+// and a failure is recorded by the workflow. A worker may report before its answer to the push
+// has reached courier, while no wait is open yet: then the result goes to the run as an update
+// (workflows.TaskResultUpdate), which the run accepts until the attempt has its outcome. A
+// result for another attempt, for a task that is not processing, or for an attempt that has
+// already ended (a repeated success included: GET shows it) is a conflict and changes nothing.
 func (s *Service) Report(ctx context.Context, taskID string, version int64, r courier.TaskResult) error {
 	switch {
 	case !r.Status.Reportable():
@@ -168,43 +170,73 @@ func (s *Service) Report(ctx context.Context, taskID string, version int64, r co
 		return err
 	}
 	out := r.Outcome(tracing.FromContext(ctx))
+	if out.Kind == courier.OutcomeSuccess {
+		if out.Recorded, err = s.recordSuccess(ctx, t, r.Attempt, out); err != nil {
+			return err
+		}
+	}
+	hctx := ctx
+	if out.Recorded {
+		// Not cut short by the worker hanging up either: a run that never hears of its
+		// recorded success stays open until its deadline.
+		var cancel context.CancelFunc
+		hctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), ReportTimeout)
+		defer cancel()
+	}
 	id := courier.TaskWorkflowID(taskID, version)
-	err = s.tc.CompleteActivityByID(ctx, s.namespace, id, t.RunID, courier.TaskAttemptActivityID(r.Attempt), out, nil)
+	err = s.tc.CompleteActivityByID(hctx, s.namespace, id, t.RunID, courier.TaskAttemptActivityID(r.Attempt), out, nil)
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
-		err = s.reportEarly(ctx, id, t.RunID, workflows.TaskResultParams{Attempt: r.Attempt, Outcome: out})
+		err = s.reportEarly(hctx, id, t.RunID, workflows.TaskResultParams{Attempt: r.Attempt, Outcome: out})
+	}
+	if err != nil && out.Recorded {
+		// The row holds the success and the slot is free: that is the answer. The run ends by
+		// its own deadline (or has ended), and its finish then finds the success recorded.
+		s.log.WarnContext(ctx, "hand a recorded task success to its run (the run finds it recorded when it ends)",
+			"task_id", taskID, "version", version, "attempt", r.Attempt, "error", err)
+		return nil
 	}
 	if err != nil {
 		return notRunning(err, r.Attempt)
 	}
-	if out.Kind == courier.OutcomeSuccess {
-		s.recordSuccess(ctx, taskID, version, r.Attempt, out)
-	}
 	return nil
 }
 
-// recordSuccess writes a success Temporal has accepted into the row at once, so the slot is
-// free and GET shows it when the 202 goes out, instead of once the attempt's workflow has run
-// its finish (a workflow task later). The workflow's finish then finds the same success
-// recorded and changes nothing; if this write fails, that finish records it. Failures are left
-// to the workflow: their retry and its state belong to the run.
-func (s *Service) recordSuccess(ctx context.Context, taskID string, version int64, attempt int, out courier.AttemptOutcome) {
-	// Not cut short by the worker hanging up: the result is accepted already.
+// recordSuccess writes a worker's success into the row before the attempt's run hears of it,
+// so the slot is free and GET shows it when the 202 goes out, and the run has nothing left to
+// record. The guarded write decides between the success and whatever else ends the attempt
+// meanwhile (its deadline, a cancel): the first to change the row wins. recorded is false when
+// the write failed: the run then records the success itself, as it records failures (their
+// retry and its state belong to the run). An attempt that had already ended, a repeated
+// success included, is a conflict.
+func (s *Service) recordSuccess(ctx context.Context, t courier.Task, attempt int, out courier.AttemptOutcome) (recorded bool, err error) {
+	// Not cut short by the worker hanging up: once written, the run must hear of it.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReportTimeout)
 	defer cancel()
-	fr, err := s.store.FinishTaskAttempt(wctx, taskID, version, attempt, out)
+	fr, err := s.store.FinishTaskAttempt(wctx, t.TaskID, t.Version, attempt, out)
 	if err != nil {
-		// The attempt's workflow records it instead. (Had the write committed before the error,
-		// that finish finds it recorded, and the result goes uncounted in the metrics.)
-		s.log.WarnContext(ctx, "record task success (the attempt's workflow records it instead)", "task_id", taskID, "version", version, "attempt", attempt, "error", err)
-		return
+		// Had the write committed before the error, the run's finish finds it recorded (and
+		// the result goes uncounted in the metrics).
+		s.log.WarnContext(ctx, "record task success (the attempt's workflow records it instead)", "task_id", t.TaskID, "version", t.Version, "attempt", attempt, "error", err)
+		return false, nil
 	}
-	if fr.Applied {
-		if s.metrics != nil {
-			s.metrics.Results.WithLabelValues(fr.Queue, string(out.Kind)).Inc()
+	if !fr.Applied {
+		msg := fmt.Sprintf("attempt %d of task %q version %d is no longer running", attempt, t.TaskID, t.Version)
+		var details map[string]any
+		if fr.Status != "" { // "": purged meanwhile
+			msg += fmt.Sprintf(" (task is %s)", fr.Status)
+			details = map[string]any{"status": string(fr.Status)}
 		}
-		s.wake()
+		return false, &courier.Error{Code: courier.CodeConflict, Message: msg, Details: details}
 	}
+	if s.metrics != nil {
+		s.metrics.Results.WithLabelValues(fr.Queue, string(out.Kind)).Inc()
+	}
+	// The span that recorded it links to the task's trace, as the run's finish links to the
+	// result call's: the two are tied even when the worker sends no traceparent.
+	tracing.Link(ctx, t.Trace, attribute.String("courier.link", "task"))
+	s.wake()
+	return true, nil
 }
 
 // ReportTimeout bounds the update that hands the attempt's run a result that arrived before

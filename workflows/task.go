@@ -102,9 +102,14 @@ const (
 	// completes the run's first workflow task takes the push at once (eager activity dispatch)
 	// instead of the server handing it over through matching.
 	TaskOnPushQueueV = 3
+	// TaskRecordedV runs as TaskOnPushQueueV, but a success the gateway recorded in the row
+	// before it handed it over (AttemptOutcome.Recorded) ends the run at once, without the
+	// finish's local activity: 11 history events and 2 billable actions for a successful
+	// attempt, against 12 and 3.
+	TaskRecordedV = 4
 	// TaskV is the version the claimer starts new attempts with, unless told to start an older
 	// one while a fleet is upgraded (docs/deployment.md).
-	TaskV = TaskOnPushQueueV
+	TaskV = TaskRecordedV
 )
 
 // TaskRunQueue is the task queue an attempt of code version v runs on, beside the workflows'
@@ -143,7 +148,8 @@ const defaultProcessingTimeout = 10 * time.Minute
 // the worker's result; a result that arrives before the wait is open comes as the
 // TaskResultUpdate instead. Then one activity records the outcome and releases the slot in one
 // transaction: success, a retry later (back to Pending) or failed per the queue's policy (a
-// success the gateway already recorded as it accepted it is found there, and nothing changes). That
+// success the gateway recorded before it handed it over is found there, and nothing changes;
+// runs of TaskRecordedV skip this finish for it). That
 // record runs on a disconnected context, so a cancel that arrives meanwhile cannot leave the
 // row in Processing. A cancelled attempt is finished as cancelled, which changes nothing when
 // the API already cancelled the row and freed its slot (a cancel from the Temporal UI or CLI
@@ -303,7 +309,8 @@ func (p TaskParams) timeouts() (processing, push time.Duration) {
 // and stays open until the gateway completes it with the worker's result; it alone carries the
 // processing deadline and the heartbeat timeout, which it keeps from firing while it pushes.
 // Then a local activity records the outcome and releases the slot (or finds the success the
-// gateway recorded as it accepted it).
+// gateway recorded). From TaskRecordedV, a success the gateway says it recorded ends the run
+// without that finish.
 func pushAwaitAttempt(ctx workflow.Context, p TaskParams) (TaskRunResult, error) {
 	processing, pushTimeout := p.timeouts()
 	pushQueue := contract.TaskPushQueue(workflow.GetInfo(ctx).TaskQueueName)
@@ -323,8 +330,12 @@ func pushAwaitAttempt(ctx workflow.Context, p TaskParams) (TaskRunResult, error)
 		Attempt: p.Attempt, ProcessingTimeout: processing, HeartbeatTimeout: p.HeartbeatTimeout,
 		Deadline: workflow.Now(ctx).Add(processing), PushTimeout: pushTimeout}).Get(ctx, &out)
 	out, stale := attemptEnded(ctx, out, err, func(to *temporal.TimeoutError) string { return pushAwaitTimeoutMessage(to, p, processing) })
-	if stale {
+	switch {
+	case stale:
 		return TaskRunResult{Stale: true}, nil
+	case p.V >= TaskRecordedV && out.Kind == courier.OutcomeSuccess && out.Recorded:
+		// The row holds it and the slot is free already; a success upserts no state.
+		return TaskRunResult{Applied: true, Status: courier.TaskSuccess, Outcome: out}, nil
 	}
 	return finishAttemptLocally(ctx, p, out)
 }

@@ -82,6 +82,46 @@ func TestPushAwaitSuccessIsFinishedAsReported(t *testing.T) {
 	env.AssertExpectations(t)
 }
 
+// From code version 4, a success the gateway recorded before it handed it over ends the run at
+// once: no finish, no state upsert, the run's result says the row holds it. Code version 3
+// runs the finish for the same result (it finds the success recorded), and so does version 4
+// for a success the gateway could not record.
+func TestPushAwaitRecordedSuccessEndsTheRun(t *testing.T) {
+	recorded := courier.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200, Message: "done", Recorded: true}
+	for _, c := range []struct {
+		name     string
+		v        int
+		out      courier.AttemptOutcome
+		finishes bool
+	}{
+		{"v4 recorded", workflows.TaskRecordedV, recorded, false},
+		{"v4 not recorded", workflows.TaskRecordedV, courier.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200}, true},
+		{"v3 recorded", workflows.TaskOnPushQueueV, recorded, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			env := newTaskEnv(t, nil, nil)
+			p := attempt3V2
+			p.V = c.v
+			env.OnActivity(contract.PushAwaitName, mock.Anything, mock.Anything).Return(c.out, nil).Once()
+			env.finish = func(contract.FinishTaskParams) (contract.FinishTaskResult, error) {
+				return contract.FinishTaskResult{Applied: !c.out.Recorded, Status: courier.TaskSuccess}, nil
+			}
+
+			res := env.run(t, p)
+
+			if c.finishes {
+				require.Equal(t, []contract.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: c.out}}, env.finishes)
+				env.requireFinishedLocally(t)
+			} else {
+				require.Empty(t, env.finishes, "the gateway recorded it: nothing left to record")
+				require.Equal(t, workflows.TaskRunResult{Applied: true, Status: courier.TaskSuccess, Outcome: recorded}, res)
+			}
+			require.Empty(t, env.upserts, "a success writes no state")
+			env.requirePushAwaitedOnce(t, p)
+		})
+	}
+}
+
 // Runs of code version 2, started on the workflows' queue, keep scheduling their push on the
 // push queue beside it.
 func TestPushAwaitV2SchedulesOnThePushQueue(t *testing.T) {
