@@ -41,6 +41,19 @@ const (
 	DefaultFinishSlots = 100
 )
 
+// StickyScheduleToStart is how long the engine holds a run's next workflow task for the
+// worker that ran its last one (which has the run in its cache) before it gives the task to any
+// worker, which must then replay the run's whole history. The SDK's default is 5 s. Under
+// overload the engine itself hands such tasks over late: with 5 s, 1,500 outbox records offered
+// at 400/s (four times what the engine completes here) saw runs' last workflow tasks time out on
+// their worker's queue, go to the shared one and wait there again, so runs closed up to 58 s
+// after their record was published, each with a replay that only added to the load. With 20 s
+// the last run closed 3.5–6 s after the last record (docs/benchmarks.md, fifth round). A worker
+// that stops hands its queue back at once; one that dies is given up by the engine as soon as
+// its queue has had no poll for 10 s, so only tasks already waiting for it when it died wait
+// the full 20 s.
+const StickyScheduleToStart = 20 * time.Second
+
 // Config tunes the worker. Zero fields take the documented defaults.
 type Config struct {
 	Relay relay.Config // outbox relay; its TaskQueue is also the delivery workflows' queue
@@ -146,14 +159,7 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		cfg.Relay.TaskQueue = relay.DefaultTaskQueue
 	}
 	queue := cfg.Relay.TaskQueue // set once here: the relay, claimer, timers and sweeper all use it
-	tw := sdkworker.New(d.Temporal, queue, sdkworker.Options{
-		WorkerStopTimeout:                  cfg.ShutdownTimeout,
-		MaxConcurrentActivityExecutionSize: cfg.MaxConcurrentActivities,
-		// More pollers than the SDK's default of 2: deliveries are short, so the round trip of
-		// a poll, not the work, is what bounds throughput.
-		MaxConcurrentWorkflowTaskPollers: 8,
-		MaxConcurrentActivityTaskPollers: 8,
-	})
+	tw := sdkworker.New(d.Temporal, queue, workflowsWorkerOptions(cfg))
 	stores := map[string]activities.OutboxStore{}
 	for _, s := range d.Sources {
 		stores[s.Name] = s.Store
@@ -210,12 +216,7 @@ func taskWorkers(tc client.Client, workflowQueue string, cfg Config, acts *activ
 	// From task code version 3 the attempts' runs are on the push queue too, so their push is
 	// handed to this worker with the workflow task that schedules it (workflows.TaskRunQueue).
 	// Workflow tasks and local activities have slots of their own: the push slots stay pushes'.
-	push := sdkworker.New(tc, contract.TaskPushQueue(workflowQueue), sdkworker.Options{
-		WorkerStopTimeout:                  cfg.ShutdownTimeout,
-		MaxConcurrentActivityExecutionSize: pushSlots,
-		MaxConcurrentActivityTaskPollers:   4,
-		MaxConcurrentWorkflowTaskPollers:   8,
-	})
+	push := sdkworker.New(tc, contract.TaskPushQueue(workflowQueue), pushWorkerOptions(cfg, pushSlots))
 	push.RegisterWorkflowWithOptions(workflows.Task, workflow.RegisterOptions{Name: workflows.TaskName})
 	push.RegisterActivityWithOptions(acts.Finish, activity.RegisterOptions{Name: contract.FinishTaskName}) // the runs' local finish
 	push.RegisterActivityWithOptions(acts.PushAwait, activity.RegisterOptions{Name: contract.PushAwaitName})
@@ -230,6 +231,31 @@ func taskWorkers(tc client.Client, workflowQueue string, cfg Config, acts *activ
 	finish.RegisterActivityWithOptions(acts.Finish, activity.RegisterOptions{Name: contract.FinishTaskName})
 	finish.RegisterActivityWithOptions(acts.Sweep, activity.RegisterOptions{Name: contract.SweepTasksName})
 	return []sdkworker.Worker{push, finish}
+}
+
+// workflowsWorkerOptions are those of the worker on the workflows' own queue.
+func workflowsWorkerOptions(cfg Config) sdkworker.Options {
+	return sdkworker.Options{
+		WorkerStopTimeout:                  cfg.ShutdownTimeout,
+		MaxConcurrentActivityExecutionSize: cfg.MaxConcurrentActivities,
+		// More pollers than the SDK's default of 2: deliveries are short, so the round trip of
+		// a poll, not the work, is what bounds throughput.
+		MaxConcurrentWorkflowTaskPollers: 8,
+		MaxConcurrentActivityTaskPollers: 8,
+		StickyScheduleToStartTimeout:     StickyScheduleToStart,
+	}
+}
+
+// pushWorkerOptions are those of the worker on the task push queue, where the attempts' runs
+// are too.
+func pushWorkerOptions(cfg Config, pushSlots int) sdkworker.Options {
+	return sdkworker.Options{
+		WorkerStopTimeout:                  cfg.ShutdownTimeout,
+		MaxConcurrentActivityExecutionSize: pushSlots,
+		MaxConcurrentActivityTaskPollers:   4,
+		MaxConcurrentWorkflowTaskPollers:   8,
+		StickyScheduleToStartTimeout:       StickyScheduleToStart,
+	}
 }
 
 // Register registers courier's workflows and the outbox activities under their stable names.

@@ -1,0 +1,24 @@
+package worker
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Both workers that run workflows keep a run's next workflow task on its own worker's queue for
+// StickyScheduleToStart, not the SDK's 5 s, and keep their pollers and slots.
+func TestWorkflowWorkersOptions(t *testing.T) {
+	t.Parallel()
+	cfg := Config{ShutdownTimeout: DefaultShutdownTimeout, MaxConcurrentActivities: 150}
+	w := workflowsWorkerOptions(cfg)
+	require.Equal(t, StickyScheduleToStart, w.StickyScheduleToStartTimeout)
+	require.Equal(t, 150, w.MaxConcurrentActivityExecutionSize)
+	require.Equal(t, 8, w.MaxConcurrentWorkflowTaskPollers)
+	require.Equal(t, DefaultShutdownTimeout, w.WorkerStopTimeout)
+
+	p := pushWorkerOptions(cfg, 40)
+	require.Equal(t, StickyScheduleToStart, p.StickyScheduleToStartTimeout)
+	require.Equal(t, 40, p.MaxConcurrentActivityExecutionSize)
+	require.Equal(t, 8, p.MaxConcurrentWorkflowTaskPollers)
+}
