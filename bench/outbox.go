@@ -180,7 +180,7 @@ func runOutbox(ctx context.Context, tc client.Client, natsURL, dbName, dbURL, st
 	}
 	defer pub.Close()
 	source := "bench-" + key
-	rcfg := relay.Config{TaskQueue: "bench-" + key, PollInterval: 100 * time.Millisecond}
+	rcfg := relay.Config{TaskQueue: "bench-" + key, PollInterval: 100 * time.Millisecond, StartWorkers: relay.EmbeddedStartWorkers}
 	if batch {
 		rcfg.Batch = relay.BatchConfig{Sources: []string{source}, Max: cfg.BatchMax}
 	}

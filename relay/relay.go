@@ -113,8 +113,13 @@ const (
 	DefaultBatchSize = 100
 	// DefaultPollInterval is the fallback poll when no notification wakes the relay.
 	DefaultPollInterval = time.Second
-	// DefaultStartWorkers is how many workflow starts one claim runs at once.
+	// DefaultStartWorkers is how many workflow starts one claim runs at once: enough to hide
+	// the round trip of each start to a Temporal cluster over the network.
 	DefaultStartWorkers = 16
+	// EmbeddedStartWorkers is the same for an engine in the same process (`courier dev`, the
+	// bench), whose starts cost CPU rather than a round trip: more at once only let the relay
+	// start runs faster than the engine closes those it has (docs/deployment.md).
+	EmbeddedStartWorkers = 2
 	// DefaultLease is how long a claimed row stays with its relay before any relay re-ensures
 	// its delivery workflow.
 	DefaultLease = 30 * time.Second

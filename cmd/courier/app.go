@@ -210,6 +210,7 @@ func (a *app) newWorker() (*worker.Worker, error) {
 		Relay: relay.Config{
 			BatchSize:     a.cfg.Outbox.BatchSize,
 			PollInterval:  a.cfg.Outbox.PollInterval,
+			StartWorkers:  a.cfg.Outbox.StartWorkers,
 			Lease:         a.cfg.Outbox.Lease,
 			SentRetention: a.cfg.Outbox.Retention,
 			Retry:         a.cfg.Outbox.Retry,

@@ -37,6 +37,9 @@ type OutboxConfig struct {
 	Sources      sourceList    // COURIER_OUTBOX_SOURCES: extra producer databases, name=url,…
 	BatchSize    int           // COURIER_OUTBOX_BATCH; default relay.DefaultBatchSize
 	PollInterval time.Duration // COURIER_OUTBOX_POLL; default relay.DefaultPollInterval
+	// StartWorkers is COURIER_OUTBOX_START_WORKERS; default relay.DefaultStartWorkers, and
+	// relay.EmbeddedStartWorkers in courier dev (set before the flags are bound).
+	StartWorkers int
 	Lease        time.Duration // COURIER_OUTBOX_LEASE; default relay.DefaultLease
 	Retention    time.Duration // COURIER_OUTBOX_RETENTION: how long sent rows are kept; default relay.DefaultSentRetention
 	// Retry is COURIER_OUTBOX_ATTEMPT_TIMEOUT, COURIER_OUTBOX_RETRY_* and
@@ -198,6 +201,11 @@ func (c *Config) bindRuntime(fs *flag.FlagSet) {
 	fs.Var(&c.Outbox.Sources, "outbox-source", "extra producer database to relay from, name=database-url; repeatable (COURIER_OUTBOX_SOURCES, comma-separated)")
 	fs.IntVar(&c.Outbox.BatchSize, "outbox-batch", c.env.integer("COURIER_OUTBOX_BATCH", relay.DefaultBatchSize), "outbox rows claimed per batch (COURIER_OUTBOX_BATCH)")
 	fs.DurationVar(&c.Outbox.PollInterval, "outbox-poll", c.env.duration("COURIER_OUTBOX_POLL", relay.DefaultPollInterval), "fallback poll interval (COURIER_OUTBOX_POLL)")
+	startWorkers := relay.DefaultStartWorkers
+	if c.Outbox.StartWorkers > 0 {
+		startWorkers = c.Outbox.StartWorkers // courier dev's
+	}
+	fs.IntVar(&c.Outbox.StartWorkers, "outbox-start-workers", c.env.integer("COURIER_OUTBOX_START_WORKERS", startWorkers), "delivery workflows one claim starts at once, 1 to 256 (COURIER_OUTBOX_START_WORKERS)")
 	fs.DurationVar(&c.Outbox.Lease, "outbox-lease", c.env.duration("COURIER_OUTBOX_LEASE", relay.DefaultLease), "after this long a claimed row's delivery is re-ensured by any relay (COURIER_OUTBOX_LEASE)")
 	fs.DurationVar(&c.Outbox.Retention, "outbox-retention", c.env.duration("COURIER_OUTBOX_RETENTION", relay.DefaultSentRetention), "sent rows older than this are deleted; negative keeps them (COURIER_OUTBOX_RETENTION)")
 	d := workflows.DefaultOutboxRetry
@@ -239,6 +247,8 @@ func (c *Config) Validate(needDB bool) error {
 		return errors.New("TEMPORAL_NAMESPACE is required")
 	case (c.Temporal.TLSCert == "") != (c.Temporal.TLSKey == ""):
 		return errors.New("TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY go together")
+	case c.Outbox.StartWorkers < 1 || c.Outbox.StartWorkers > 256:
+		return fmt.Errorf("outbox start workers must be from 1 to 256, got %d", c.Outbox.StartWorkers)
 	case c.Outbox.BatchSize < 1 || c.Outbox.BatchSize > 1000:
 		return errors.New("outbox batch must be from 1 to 1000")
 	case c.Outbox.PollInterval < 10*time.Millisecond:

@@ -19,6 +19,7 @@ import (
 	"github.com/courier-oss/courier/devstack"
 	"github.com/courier-oss/courier/devstack/embeddednats"
 	"github.com/courier-oss/courier/mq"
+	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/worker"
 )
 
@@ -70,6 +71,7 @@ func runDev(ctx context.Context, args []string) error {
 	)
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	dev.bind(fs, &cfg.env)
+	cfg.Outbox.StartWorkers = relay.EmbeddedStartWorkers // the engine is in this process
 	cfg.bindRuntime(fs)
 	cfg.Temporal.Namespace = "courier"
 	if err := parse(fs, args); err != nil {
