@@ -65,7 +65,8 @@ type TaskResult struct {
 	SlotsAvg  float64       // courier only: mean slots taken while tasks ran
 	Cost      Cost          // history events and billable actions per task
 	// CPU is what the run spent while its tasks ran: from opening the queue (courier) or
-	// starting the worker (bare) to the last success.
+	// starting the worker (bare) until every run had closed (courier: as the engine's
+	// visibility store counts them) or completed (bare).
 	CPU cpuSpent
 	// StartCPU is what this process spent building the backlog, before the run: for bare, the
 	// workflow starts that courier's claimer makes inside its run.
