@@ -53,7 +53,7 @@ type Result struct {
 	Key        string // the scenario's stable name in --json output (bare, courier-sqlite, …)
 	N          int
 	Elapsed    time.Duration
-	Throughput float64 // completed per second, from the first commit to the last arrival
+	Throughput float64 // completed per second, from the first commit to the last arrival (courier per record: or to its last run closed, if later)
 	P50, P99   time.Duration
 	Max        time.Duration
 	Cost       Cost // history events and billable actions per record

@@ -52,7 +52,7 @@ type TaskResult struct {
 	N         int
 	Limit     int
 	MaxSeen   int           // most tasks the HTTP task worker held at once
-	Elapsed   time.Duration // from the first push to the last success
+	Elapsed   time.Duration // from the first push to the last success and, for courier, its last run closed
 	PerSec    float64       // completed tasks per second over Elapsed
 	P50, P99  time.Duration // from each task's insert (or workflow start) to its first push
 	Max       time.Duration
