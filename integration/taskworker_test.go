@@ -233,6 +233,11 @@ func TestTaskWorkerLibrary(t *testing.T) {
 		require.JSONEq(t, `{"echo":"tw-ok","attempt":1}`, string(task.Result))
 		require.Equal(t, "done", task.Message)
 		require.Equal(t, 200, task.StatusCode)
+		// courier stores the result before it answers the worker, so the answer may still be
+		// on its way when the task already reads as a success.
+		waitFor(t, "the worker sees its result accepted", func() bool {
+			return rig.log.count("result", "tw-ok", 0) > 0
+		})
 		require.Equal(t, 1, rig.log.count("result", "tw-ok", http.StatusAccepted))
 	})
 	t.Run("error is a failure, retried per the queue", func(t *testing.T) {
