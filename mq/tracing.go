@@ -40,19 +40,25 @@ func (t traced) Publish(ctx context.Context, m Message) (err error) {
 // PublishBatch keeps the wrapped adapter's own batch publish (PublishAll falls back to
 // concurrent publishes without it), with a producer span per message as Publish has. A batch
 // carries records of many producers' traces, so each message's span continues the trace its
-// row's headers carry, or the caller's when they carry none; the message then carries that
-// span's traceparent.
+// row's headers carry, and links to the caller's span (the batch activity) so the batch is
+// found from any of its records; a row without a trace continues the caller's. The message
+// then carries its span's traceparent.
 func (t traced) PublishBatch(ctx context.Context, msgs []Message) []error {
 	spans := make([]trace.Span, len(msgs))
 	out := make([]Message, len(msgs))
+	caller := tracing.FromContext(ctx)
 	for i, m := range msgs {
-		mctx := tracing.ContextWith(ctx, tracing.FromHeaders(m.Headers))
+		own := tracing.FromHeaders(m.Headers)
+		mctx := tracing.ContextWith(ctx, own)
 		mctx, spans[i] = tracing.Start(mctx, "publish "+m.Topic, trace.SpanKindProducer,
 			attribute.String("messaging.operation.type", "send"),
 			attribute.String("messaging.destination.name", m.Topic),
 			attribute.String("messaging.message.id", m.ID),
 			attribute.Int("messaging.batch.message_count", len(msgs)),
 		)
+		if tracing.SpanContext(own).IsValid() {
+			tracing.Link(mctx, caller)
+		}
 		m.Headers = tracing.WithHeaders(mctx, m.Headers)
 		out[i] = m
 	}

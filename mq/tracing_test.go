@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/mq"
@@ -57,11 +58,20 @@ func TestTracedKeepsTheBatchPublish(t *testing.T) {
 	second := tracing.SpanContext(tracing.FromHeaders(got[1].Headers))
 	require.Equal(t, caller.SpanContext().TraceID(), second.TraceID(), "a row without a trace continues the caller's")
 	var publishes []string
+	links := map[string][]trace.SpanContext{}
 	for _, s := range exp.GetSpans() {
-		if s.Name != "batch activity" {
-			publishes = append(publishes, s.Name)
+		if s.Name == "batch activity" {
+			continue
+		}
+		publishes = append(publishes, s.Name)
+		for _, l := range s.Links {
+			links[s.Name] = append(links[s.Name], l.SpanContext)
 		}
 	}
 	require.ElementsMatch(t, []string{"publish orders.created", "publish orders.paid"}, publishes)
+	require.Len(t, links["publish orders.created"], 1, "a message in another trace links to the batch activity")
+	require.Equal(t, caller.SpanContext().SpanID(), links["publish orders.created"][0].SpanID())
+	require.Equal(t, caller.SpanContext().TraceID(), links["publish orders.created"][0].TraceID())
+	require.Empty(t, links["publish orders.paid"], "a message in the caller's trace is its child already")
 	require.Equal(t, producer, msgs[0].Headers[courier.HeaderTraceParent], "the caller's messages are not changed")
 }
