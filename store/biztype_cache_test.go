@@ -131,10 +131,17 @@ func TestBizTypeCacheKeepsNothingWithoutItsListener(t *testing.T) {
 	require.False(t, c.Keeps())
 }
 
-// While the change listener's connection is down, notifications sent meanwhile are lost: the
-// cache keeps nothing then, and empties itself when the listener is back, so a change made by
-// another process during the outage is never served stale.
-func TestBizTypeCacheOutageServesNothingStale(t *testing.T) {
+// listenerOutage is a PostgreSQL cache whose change listener connects through a proxy the
+// test can cut or stall, holding "order.close" as it was first read, and another process's
+// store on the same database.
+type listenerOutage struct {
+	cache *store.BizTypeCache
+	other *store.Store
+	proxy *mqtest.Proxy
+}
+
+func newListenerOutage(t *testing.T) listenerOutage {
+	t.Helper()
 	ctx := t.Context()
 	s, dsn := testenv.Store(t, "postgres")
 	other, err := store.Open(ctx, dsn) // another process
@@ -151,18 +158,50 @@ func TestBizTypeCacheOutageServesNothingStale(t *testing.T) {
 	c := liveCache(t, s, time.Hour)
 	_, err = c.GetBizType(ctx, "order.close")
 	require.NoError(t, err)
+	return listenerOutage{cache: c, other: other, proxy: proxy}
+}
 
-	proxy.Cut()
-	require.Eventually(t, func() bool { return !c.Keeps() }, 10*time.Second, 10*time.Millisecond, "the lost connection was never noticed")
-	_, _, err = other.PutBizType(ctx, cacheTestType("https://b.example/cb")) // its notification reaches nobody
+// changeUnheard has the other process change the type while the cache cannot hear it; every
+// read must then go to the database.
+func (o listenerOutage) changeUnheard(t *testing.T, noticed time.Duration, what string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return !o.cache.Keeps() }, noticed, 10*time.Millisecond, "the %s was never noticed", what)
+	_, _, err := o.other.PutBizType(t.Context(), cacheTestType("https://b.example/cb"))
 	require.NoError(t, err)
-	got, err := c.GetBizType(ctx, "order.close")
+	got, err := o.cache.GetBizType(t.Context(), "order.close")
 	require.NoError(t, err)
-	require.Equal(t, "https://b.example/cb", got.CallbackURL, "during the outage every read goes to the database")
+	require.Equal(t, "https://b.example/cb", got.CallbackURL, "during the %s every read goes to the database", what)
+}
 
-	proxy.Restore()
-	require.Eventually(t, c.Keeps, 20*time.Second, 10*time.Millisecond, "the listener never came back")
-	got, err = c.GetBizType(ctx, "order.close")
+// back waits until the cache keeps entries again and checks it serves the change it missed.
+func (o listenerOutage) back(t *testing.T) {
+	t.Helper()
+	require.Eventually(t, o.cache.Keeps, 20*time.Second, 10*time.Millisecond, "the listener never came back")
+	got, err := o.cache.GetBizType(t.Context(), "order.close")
 	require.NoError(t, err)
 	require.Equal(t, "https://b.example/cb", got.CallbackURL)
+}
+
+// While the change listener's connection is down, notifications sent meanwhile are lost: the
+// cache keeps nothing then, and empties itself when the listener is back, so a change made by
+// another process during the outage is never served stale.
+func TestBizTypeCacheOutageServesNothingStale(t *testing.T) {
+	o := newListenerOutage(t)
+	o.proxy.Cut()
+	o.changeUnheard(t, 10*time.Second, "lost connection") // its notification reaches nobody
+	o.proxy.Restore()
+	o.back(t)
+}
+
+// A listener connection that goes silent without a reset (a dead network path) looks alive to
+// lib/pq, and notifications stop arriving: the cache's ping notices the missing answer and it
+// keeps nothing until the connection answers again, so a change made meanwhile by another
+// process is never served stale.
+func TestBizTypeCacheSilentConnectionServesNothingStale(t *testing.T) {
+	o := newListenerOutage(t)
+	o.proxy.Stall()
+	// The first ping after the stall goes unanswered: within one ping interval and timeout.
+	o.changeUnheard(t, 15*time.Second, "silent connection") // its notification is held back
+	o.proxy.Resume()
+	o.back(t)
 }

@@ -1,7 +1,6 @@
 package mqtest
 
 import (
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -83,10 +82,13 @@ func (c *gateConn) Close() error {
 }
 
 // Proxy is a TCP proxy on 127.0.0.1 in front of a server the test cannot stop (a shared
-// RabbitMQ, for instance). Clients dial Addr; Cut and Restore work as on a Gate.
+// RabbitMQ, for instance). Clients dial Addr; Cut and Restore work as on a Gate; Stall and
+// Resume make every connection go silent without closing it.
 type Proxy struct {
 	gate   *Gate
+	valve  *valve
 	target string
+	closed chan struct{} // closed by Close: a held-back pipe gives up
 	wg     sync.WaitGroup
 	once   sync.Once
 }
@@ -99,7 +101,7 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	if err != nil {
 		t.Fatalf("proxy: listen: %v", err)
 	}
-	p := &Proxy{gate: NewGate(l), target: target}
+	p := &Proxy{gate: NewGate(l), valve: newValve(), target: target, closed: make(chan struct{})}
 	p.wg.Add(1)
 	go p.serve()
 	t.Cleanup(p.Close)
@@ -115,10 +117,19 @@ func (p *Proxy) Cut() { p.gate.Cut() }
 // Restore lets connections through again.
 func (p *Proxy) Restore() { p.gate.Restore() }
 
+// Stall stops carrying bytes, both ways, on every connection, open or new, without closing
+// any: the client sees a server that is there and never answers, as when the network path to
+// it dies without a reset. Nothing is lost: Resume delivers what was held back.
+func (p *Proxy) Stall() { p.valve.shut() }
+
+// Resume carries bytes again after Stall.
+func (p *Proxy) Resume() { p.valve.release() }
+
 // Close stops listening, closes every connection and waits for the forwarding goroutines.
 func (p *Proxy) Close() {
 	p.once.Do(func() {
 		_ = p.gate.Listener.Close()
+		close(p.closed)
 		p.gate.Cut()
 		p.wg.Wait()
 	})
@@ -148,7 +159,7 @@ func (p *Proxy) forward(down net.Conn) {
 	defer up.Close()
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src) // a reset or a closed conn is how a cut looks from here
+		_ = p.carry(dst, src) // a reset or a closed conn is how a cut looks from here
 		// Either side ending ends both: a half-open proxied connection would hide a cut.
 		_ = dst.Close()
 		_ = src.Close()
@@ -158,4 +169,25 @@ func (p *Proxy) forward(down net.Conn) {
 	go pipe(down, up)
 	<-done
 	<-done
+}
+
+// carry copies src to dst until either fails, holding each read back while the proxy stalls.
+func (p *Proxy) carry(dst, src net.Conn) error {
+	buf := make([]byte, 32*1024)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			select {
+			case <-p.valve.flowing():
+			case <-p.closed:
+				return net.ErrClosed
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return werr
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
 }
