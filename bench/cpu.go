@@ -1,7 +1,9 @@
 package bench
 
 import (
+	"fmt"
 	"os"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"time"
@@ -12,14 +14,14 @@ import (
 // on this machine. CPU per item is what a CPU-bound run divides the machine by: a scenario that
 // spends more of it per item completes fewer items per second on the same cores.
 type cpuMark struct {
-	self, postgres time.Duration
-	postgresOK     bool // read, and found: false for a scenario without PostgreSQL, or where its processes cannot be read (not Linux, or not local)
+	self, gc, postgres time.Duration
+	postgresOK         bool // read, and found: false for a scenario without PostgreSQL, or where its processes cannot be read (not Linux, or not local)
 }
 
 // markCPU reads this process's clock now, and the PostgreSQL server's when the scenario runs
 // on PostgreSQL.
 func markCPU(postgres bool) cpuMark {
-	m := cpuMark{self: processCPU()}
+	m := cpuMark{self: processCPU(), gc: gcCPU()}
 	if postgres {
 		m.postgres, m.postgresOK = postgresCPU("/proc")
 	}
@@ -29,15 +31,32 @@ func markCPU(postgres bool) cpuMark {
 // cpuSpent is the CPU spent between two marks.
 type cpuSpent struct {
 	Self     time.Duration // this process
+	GC       time.Duration // of Self, the Go garbage collector's share (an estimate of the runtime's)
 	Postgres time.Duration // the PostgreSQL server's processes; 0 when not measured
 }
 
 func (m cpuMark) until(end cpuMark) cpuSpent {
-	s := cpuSpent{Self: end.self - m.self}
+	s := cpuSpent{Self: end.self - m.self, GC: end.gc - m.gc}
 	if m.postgresOK && end.postgresOK {
 		s.Postgres = end.postgres - m.postgres
 	}
 	return s
+}
+
+// describe says what s is per item ("CPU per task 16.7 ms in this process and 1.6 ms in
+// PostgreSQL"), or "" when nothing was measured.
+func (s cpuSpent) describe(item string, n int) string {
+	if s.Self <= 0 {
+		return ""
+	}
+	out := fmt.Sprintf("CPU per %s %s in this process", item, msString(perItem(s.Self, n)))
+	if s.GC > 0 {
+		out += fmt.Sprintf(" (%s of it collecting garbage)", msString(perItem(s.GC, n)))
+	}
+	if s.Postgres > 0 {
+		out += fmt.Sprintf(" and %s in PostgreSQL", msString(perItem(s.Postgres, n)))
+	}
+	return out
 }
 
 // perItem is a duration spread over n items.
@@ -46,6 +65,17 @@ func perItem(d time.Duration, n int) time.Duration {
 		return 0
 	}
 	return d / time.Duration(n)
+}
+
+// gcCPU is the CPU the Go garbage collector has spent in this process so far, as the runtime
+// estimates it (runtime/metrics).
+func gcCPU() time.Duration {
+	sample := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() != metrics.KindFloat64 {
+		return 0
+	}
+	return time.Duration(sample[0].Value.Float64() * float64(time.Second))
 }
 
 // clockTick is the unit of the CPU times in /proc/<pid>/stat (USER_HZ, 100 on Linux).

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -70,6 +71,35 @@ func TestMarkCPU(t *testing.T) {
 	spent := start.until(markCPU(false))
 	require.Positive(t, spent.Self, "no CPU counted after working (%d)", x)
 	require.Zero(t, spent.Postgres)
+
+	var garbage [][]byte
+	gcBefore := gcCPU()
+	for range 5 {
+		for range 1000 {
+			garbage = append(garbage, make([]byte, 64<<10))
+		}
+		garbage = garbage[:0]
+		runtime.GC()
+	}
+	require.Greater(t, gcCPU(), gcBefore, "collections spent no CPU the runtime counts")
+}
+
+// The outbox's CPU lines name each measured scenario's CPU per record, its garbage collector's
+// share and PostgreSQL's, and the process's CPU use over the scenario's time.
+func TestPrintOutboxCPU(t *testing.T) {
+	t.Parallel()
+	var b bytes.Buffer
+	printOutboxCPU(&b, []Result{
+		{Scenario: "bare", N: 100, Elapsed: 2 * time.Second, CPU: cpuSpent{Self: 1600 * time.Millisecond, GC: 50 * time.Millisecond}},
+		{Scenario: "courier outbox, postgres", N: 100, Elapsed: 2 * time.Second, CPU: cpuSpent{Self: 3400 * time.Millisecond, Postgres: 100 * time.Millisecond}},
+		{Scenario: "courier outbox batch mode, sqlite", N: 100, Elapsed: time.Second},
+	})
+	require.Equal(t, "\nbare: CPU per record 16.0 ms in this process (0.5 ms of it collecting garbage); this process used 80% of one core\n"+
+		"courier outbox, postgres: CPU per record 34.0 ms in this process and 1.0 ms in PostgreSQL; this process used 170% of one core\n", b.String())
+
+	b.Reset()
+	printOutboxCPU(&b, []Result{{Scenario: "courier outbox batch mode, sqlite", N: 100, Elapsed: time.Second}})
+	require.Empty(t, b.String(), "nothing measured, nothing printed")
 }
 
 // The CPU lines name each scenario's CPU per task, bare's starts, and what one start per task

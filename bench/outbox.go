@@ -29,6 +29,7 @@ import (
 	"github.com/courier-oss/courier/schema"
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/worker"
+	"github.com/courier-oss/courier/workflows"
 )
 
 // OutboxConfig sets up `courier bench outbox`.
@@ -57,13 +58,26 @@ type Result struct {
 	P50, P99   time.Duration
 	Max        time.Duration
 	Cost       Cost // history events and billable actions per record
+	// CPU is what the scenario spent while its records went out (bench/cpu.go): from the
+	// first commit (or bare's first start) to its last completion or, for courier per record,
+	// until every delivery run had closed. Not measured for the batch mode.
+	CPU cpuSpent
 }
 
 // Stack is the running Temporal server and NATS server a benchmark measures (cmd/courier
 // starts the embedded ones; bench itself never imports the Temporal server).
 type Stack struct {
-	Temporal client.Client
-	NATSURL  string
+	Temporal  client.Client
+	NATSURL   string
+	Namespace string // stack.Temporal's namespace; default "courier" (the embedded server's)
+}
+
+// namespace is s.Namespace or its default.
+func (s Stack) namespace() string {
+	if s.Namespace == "" {
+		return "courier"
+	}
+	return s.Namespace
 }
 
 // RunOutbox runs the outbox scenarios and the bare-Temporal baseline on one stack.
@@ -100,7 +114,7 @@ func RunOutbox(ctx context.Context, stack Stack, cfg OutboxConfig) ([]Result, er
 	}
 	i := 0
 	err = forEachDatabase(ctx, dir, cfg.PostgresURL, func(name, url string) error {
-		r, err := runOutbox(ctx, tc, stack.NATSURL, name, url, fmt.Sprintf("BENCH%d", i), cfg, false, quiet)
+		r, err := runOutbox(ctx, stack, name, url, fmt.Sprintf("BENCH%d", i), cfg, false, quiet)
 		if err != nil {
 			return fmt.Errorf("outbox on %s: %w", name, err)
 		}
@@ -110,7 +124,7 @@ func RunOutbox(ctx context.Context, stack Stack, cfg OutboxConfig) ([]Result, er
 			return nil
 		}
 		// The same database again, with a source of its own (the per-record rows are sent).
-		r, err = runOutbox(ctx, tc, stack.NATSURL, name, url, fmt.Sprintf("BENCH%d", i), cfg, true, quiet)
+		r, err = runOutbox(ctx, stack, name, url, fmt.Sprintf("BENCH%d", i), cfg, true, quiet)
 		if err != nil {
 			return fmt.Errorf("outbox batch mode on %s: %w", name, err)
 		}
@@ -127,6 +141,7 @@ func RunOutbox(ctx context.Context, stack Stack, cfg OutboxConfig) ([]Result, er
 	}
 	PrintTable(cfg.Out, title, results)
 	printCost(cfg.Out, costRows(results, func(r Result) (string, Cost) { return r.Scenario, r.Cost }))
+	printOutboxCPU(cfg.Out, results)
 	return results, nil
 }
 
@@ -147,7 +162,8 @@ func forEachDatabase(ctx context.Context, dir, pgURL string, fn func(name, url s
 // runOutbox commits rows at the target rate and times each from its commit to its arrival at
 // a JetStream consumer. Per record, the scenario's time ends when the last row has arrived and
 // the last delivery run has closed; in batch mode, when the last row has arrived.
-func runOutbox(ctx context.Context, tc client.Client, natsURL, dbName, dbURL, streamName string, cfg OutboxConfig, batch bool, log *slog.Logger) (Result, error) {
+func runOutbox(ctx context.Context, stack Stack, dbName, dbURL, streamName string, cfg OutboxConfig, batch bool, log *slog.Logger) (Result, error) {
+	tc, natsURL := stack.Temporal, stack.NATSURL
 	rows, rate, key, scenario := cfg.Rows, cfg.Rate, "courier-"+dbName, "courier outbox, "+dbName
 	if batch {
 		rows, rate, key, scenario = cfg.BatchRows, cfg.BatchRate, "courier-batch-"+dbName, "courier outbox batch mode, "+dbName
@@ -242,7 +258,8 @@ func runOutbox(ctx context.Context, tc client.Client, natsURL, dbName, dbURL, st
 		perTx = max(1, int(rate/float64(producers)/100))
 		interval = time.Duration(float64(time.Second) * float64(perTx*producers) / rate)
 	}
-	start := time.Now()
+	onPostgres := st.IsPostgres()
+	start, running := time.Now(), markCPU(onPostgres)
 	payload := []byte(`{"bench":true}`)
 	produce := func(rows int) error {
 		msgs := make([]outbox.Message, perTx)
@@ -320,12 +337,16 @@ func runOutbox(ctx context.Context, tc client.Client, natsURL, dbName, dbURL, st
 	}
 	var (
 		cost   Cost
+		cpu    cpuSpent
 		closed time.Time // per record: when the last delivery run closed (bench/runs.go)
 	)
 	if batch {
 		cost, err = batchCost(ctx, tc, source, rows)
-	} else if closed, err = lastClose(ctx, tc, workflowIDs); err == nil {
-		cost, err = measureCost(ctx, tc, workflowIDs)
+	} else if err = waitRunsClosed(ctx, tc, stack.namespace(), workflows.OutboxDeliveryName); err == nil {
+		cpu = running.until(markCPU(onPostgres))
+		if closed, err = lastClose(ctx, tc, workflowIDs); err == nil {
+			cost, err = measureCost(ctx, tc, workflowIDs)
+		}
 	}
 	if err != nil {
 		return Result{}, err
@@ -345,7 +366,7 @@ func runOutbox(ctx context.Context, tc client.Client, natsURL, dbName, dbURL, st
 		}
 	}
 	r := summarize(scenario, lat, last.Sub(start))
-	r.Key, r.Cost = key, cost
+	r.Key, r.Cost, r.CPU = key, cost, cpu
 	return r, nil
 }
 
@@ -376,7 +397,7 @@ func runBaseline(ctx context.Context, tc client.Client, cfg OutboxConfig) (Resul
 		errs []error
 		wg   sync.WaitGroup
 	)
-	start := time.Now()
+	start, running := time.Now(), markCPU(false)
 	interval := time.Duration(float64(time.Second) / cfg.Rate)
 	ids := make([]string, 0, cfg.Rows)
 	for i := 0; i < cfg.Rows; i++ {
@@ -408,6 +429,7 @@ func runBaseline(ctx context.Context, tc client.Client, cfg OutboxConfig) (Resul
 		}()
 	}
 	wg.Wait()
+	cpu := running.until(markCPU(false))
 	if len(errs) > 0 {
 		return Result{}, errors.Join(errs...)
 	}
@@ -416,7 +438,7 @@ func runBaseline(ctx context.Context, tc client.Client, cfg OutboxConfig) (Resul
 		return Result{}, err
 	}
 	r := summarize("bare Temporal, 1 no-op activity", lat, last.Sub(start))
-	r.Key, r.Cost = "bare", cost
+	r.Key, r.Cost, r.CPU = "bare", cost, cpu
 	return r, nil
 }
 
@@ -452,6 +474,23 @@ func PrintTable(w io.Writer, title string, rs []Result) {
 			fmt.Fprintf(w, "%s: %.0f%% of the bare-Temporal throughput, p50 %.1fx the baseline's\n", r.Scenario,
 				100*r.Throughput/rs[0].Throughput, float64(r.P50)/float64(max(rs[0].P50, 1)))
 		}
+	}
+}
+
+// printOutboxCPU prints each scenario's CPU per record, where measured: the run is CPU-bound
+// once the engine is saturated, so a scenario that spends more per record delivers fewer.
+func printOutboxCPU(w io.Writer, rs []Result) {
+	first := true
+	for _, r := range rs {
+		line := r.CPU.describe("record", r.N)
+		if line == "" || r.Elapsed <= 0 {
+			continue
+		}
+		if first {
+			fmt.Fprintln(w)
+			first = false
+		}
+		fmt.Fprintf(w, "%s: %s; this process used %.0f%% of one core\n", r.Scenario, line, 100*r.CPU.Self.Seconds()/r.Elapsed.Seconds())
 	}
 }
 

@@ -29,10 +29,11 @@ type ReportRow struct {
 	HistoryEventsPerItem float64 `json:"history_events_per_item"`
 	ActionsPerItem       float64 `json:"actions_per_item"`
 	Early                int     `json:"early"` // timers only: deliveries before their fire time
-	// Tasks only, where measured: CPU per task while the tasks ran, in the bench's process (the
-	// engine and courier) and in the PostgreSQL server; for bare, its workflow starts' CPU per
-	// task, spent before its run.
+	// Where measured (tasks; outbox bare and per record): CPU per item while the items ran, in
+	// the bench's process (the engine and courier) and in the PostgreSQL server; tasks only:
+	// for bare, its workflow starts' CPU per task, spent before its run.
 	CPUMsPerItem         float64 `json:"cpu_ms_per_item,omitempty"`
+	GCCPUMsPerItem       float64 `json:"gc_cpu_ms_per_item,omitempty"` // of cpu_ms_per_item, the Go garbage collector's
 	PostgresCPUMsPerItem float64 `json:"postgres_cpu_ms_per_item,omitempty"`
 	StartCPUMsPerItem    float64 `json:"start_cpu_ms_per_item,omitempty"`
 }
@@ -47,7 +48,10 @@ func WriteJSON(w io.Writer, r Report) error {
 // OutboxReport converts outbox results.
 func OutboxReport(rs []Result) Report {
 	return reportOf("outbox", rs, func(r Result) ReportRow {
-		return rowOf(r.Key, r.N, r.Throughput, r.P50, r.P99, r.Max, r.Cost)
+		row := rowOf(r.Key, r.N, r.Throughput, r.P50, r.P99, r.Max, r.Cost)
+		row.CPUMsPerItem, row.PostgresCPUMsPerItem = ms(perItem(r.CPU.Self, r.N)), ms(perItem(r.CPU.Postgres, r.N))
+		row.GCCPUMsPerItem = ms(perItem(r.CPU.GC, r.N))
+		return row
 	})
 }
 
@@ -56,6 +60,7 @@ func TasksReport(rs []TaskResult) Report {
 	return reportOf("tasks", rs, func(r TaskResult) ReportRow {
 		row := rowOf(r.Key, r.N, r.PerSec, r.P50, r.P99, r.Max, r.Cost)
 		row.CPUMsPerItem, row.PostgresCPUMsPerItem = ms(perItem(r.CPU.Self, r.N)), ms(perItem(r.CPU.Postgres, r.N))
+		row.GCCPUMsPerItem = ms(perItem(r.CPU.GC, r.N))
 		if r.Key == "bare" {
 			row.StartCPUMsPerItem = ms(perItem(r.StartCPU, r.N))
 		}

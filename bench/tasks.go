@@ -38,11 +38,8 @@ type TasksConfig struct {
 	Limit       int           // the queue's concurrency limit (the baseline's activity slots); default 20
 	Work        time.Duration // how long the HTTP task worker works on each task; default 20 ms
 	PostgresURL string        // also run against this PostgreSQL database when set
-	// Namespace is the Temporal namespace of stack.Temporal, where results complete their
-	// attempts; default "courier" (the embedded server's).
-	Namespace string
-	Timeout   time.Duration // per scenario; default 10 min
-	Out       io.Writer     // where the table goes; default stdout
+	Timeout     time.Duration // per scenario; default 10 min
+	Out         io.Writer     // where the table goes; default stdout
 }
 
 // TaskResult is one row of the task table.
@@ -106,9 +103,6 @@ func RunTasks(ctx context.Context, stack Stack, cfg TasksConfig) ([]TaskResult, 
 	if cfg.Work <= 0 {
 		cfg.Work = 20 * time.Millisecond
 	}
-	if cfg.Namespace == "" {
-		cfg.Namespace = "courier"
-	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Minute
 	}
@@ -129,7 +123,7 @@ func RunTasks(ctx context.Context, stack Stack, cfg TasksConfig) ([]TaskResult, 
 	}
 	results = append(results, base)
 	err = forEachDatabase(ctx, dir, cfg.PostgresURL, func(name, url string) error {
-		r, err := runTasks(ctx, stack.Temporal, name, url, cfg, quiet)
+		r, err := runTasks(ctx, stack.Temporal, stack.namespace(), name, url, cfg, quiet)
 		if err != nil {
 			return fmt.Errorf("tasks on %s: %w", name, err)
 		}
@@ -146,7 +140,7 @@ func RunTasks(ctx context.Context, stack Stack, cfg TasksConfig) ([]TaskResult, 
 }
 
 // runTasks is one courier scenario: worker with its claimer, gateway, HTTP task worker.
-func runTasks(ctx context.Context, tc client.Client, dbName, dbURL string, cfg TasksConfig, log *slog.Logger) (TaskResult, error) {
+func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL string, cfg TasksConfig, log *slog.Logger) (TaskResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	st, err := store.Open(ctx, dbURL)
@@ -190,7 +184,7 @@ func runTasks(ctx context.Context, tc client.Client, dbName, dbURL string, cfg T
 		defer cancel()
 		_ = tc.ScheduleClient().GetHandle(dctx, tasks.SweeperScheduleID).Delete(dctx)
 	}()
-	svc := tasks.NewService(st, tc, cfg.Namespace, w.WakeTasks, nil, log)
+	svc := tasks.NewService(st, tc, namespace, w.WakeTasks, nil, log)
 	gw.Config.Handler = gateway.New(gateway.Config{}, gateway.Deps{Keys: st, Outbox: st, Tasks: svc, Logger: log})
 	gw.Start()
 
@@ -296,7 +290,7 @@ func runTasks(ctx context.Context, tc client.Client, dbName, dbURL string, cfg T
 	for i := range ids {
 		ids[i] = courier.TaskWorkflowID(fmt.Sprintf("%s-%d-%d", dbName, run, i), 1)
 	}
-	if err := waitRunsClosed(ctx, tc, cfg.Namespace, workflows.TaskName); err != nil {
+	if err := waitRunsClosed(ctx, tc, namespace, workflows.TaskName); err != nil {
 		return TaskResult{}, err
 	}
 	cpu := running.until(markCPU(onPostgres))
@@ -659,13 +653,11 @@ func PrintTaskTable(w io.Writer, title string, rs []TaskResult) {
 // the bare rate that a run which also starts one workflow per task can reach on the same cores.
 func printTaskCPU(w io.Writer, rs []TaskResult) {
 	for _, r := range rs {
-		if r.CPU.Self <= 0 {
+		line := r.CPU.describe("task", r.N)
+		if line == "" {
 			continue
 		}
-		fmt.Fprintf(w, "%s: CPU per task %s in this process", r.Scenario, msString(perItem(r.CPU.Self, r.N)))
-		if r.CPU.Postgres > 0 {
-			fmt.Fprintf(w, " and %s in PostgreSQL", msString(perItem(r.CPU.Postgres, r.N)))
-		}
+		fmt.Fprintf(w, "%s: %s", r.Scenario, line)
 		if r.Key == "bare" && r.StartCPU > 0 {
 			fmt.Fprintf(w, "; starting its workflow, before the run, cost %s more", msString(perItem(r.StartCPU, r.N)))
 		}

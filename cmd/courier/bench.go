@@ -101,13 +101,12 @@ func runBench(ctx context.Context, args []string) error {
 		return err
 	}
 	defer tc.Close()
-	stack := bench.Stack{Temporal: tc, NATSURL: ns.URL()}
+	stack := bench.Stack{Temporal: tc, NATSURL: ns.URL(), Namespace: tmp.Namespace()}
 	switch args[0] {
 	case "timers":
 		rs, err := bench.RunTimers(ctx, stack, tcfg)
 		return report(*asJSON, err, func() bench.Report { return bench.TimersReport(rs) })
 	case "tasks":
-		kcfg.Namespace = tmp.Namespace()
 		rs, err := bench.RunTasks(ctx, stack, kcfg)
 		return report(*asJSON, err, func() bench.Report { return bench.TasksReport(rs) })
 	}
