@@ -148,6 +148,8 @@ func testResultBeforeThePushIsAnswered(t *testing.T, ts *taskStack) {
 	require.Equal(t, 1, got.Attempt)
 	require.Equal(t, "done before answering", got.Message)
 	require.JSONEq(t, `{"task":"eager","attempt":1}`, string(got.Result))
+	// The success is stored before courier answers the report, so wait for the answer.
+	waitFor(t, "the worker hears its result answered", func() bool { return len(results.all()) > 0 })
 	require.Equal(t, []int{http.StatusAccepted}, results.all())
 	p, ok := pushed.Load("eager")
 	require.True(t, ok)

@@ -28,14 +28,14 @@ import (
 )
 
 // taskWorker is a real HTTP task worker: it accepts pushes, then runs handle for each in its
-// own goroutine. It records the most pushes it ever held at once (from the push until its
-// result call returned) and the order of pushes.
+// own goroutine. It records the most pushes it ever held at once (from the push until handle
+// let go of it, or returned) and the order of pushes.
 type taskWorker struct {
 	t      *testing.T
 	url    string
 	handle func(p activities.TaskPush) // runs after the push was accepted
 	mu     sync.Mutex
-	cur    int
+	held   map[pushKey]bool
 	max    int
 	order  []activities.TaskPush
 	pushes atomic.Int64
@@ -43,7 +43,7 @@ type taskWorker struct {
 }
 
 func startTaskWorker(t *testing.T, handle func(w *taskWorker, p activities.TaskPush)) *taskWorker {
-	w := &taskWorker{t: t}
+	w := &taskWorker{t: t, held: map[pushKey]bool{}}
 	w.handle = func(p activities.TaskPush) { handle(w, p) }
 	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		var p activities.TaskPush
@@ -52,17 +52,15 @@ func startTaskWorker(t *testing.T, handle func(w *taskWorker, p activities.TaskP
 			return
 		}
 		w.mu.Lock()
-		w.cur++
-		if w.cur > w.max {
-			w.max = w.cur
-		}
+		w.held[keyOf(p)] = true
+		w.max = max(w.max, len(w.held))
 		w.order = append(w.order, p)
 		w.mu.Unlock()
 		w.pushes.Add(1)
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
-			defer func() { w.mu.Lock(); w.cur--; w.mu.Unlock() }()
+			defer w.letGo(p)
 			w.handle(p)
 		}()
 		rw.WriteHeader(http.StatusAccepted)
@@ -70,6 +68,26 @@ func startTaskWorker(t *testing.T, handle func(w *taskWorker, p activities.TaskP
 	t.Cleanup(func() { srv.Close(); w.wg.Wait() })
 	w.url = srv.URL
 	return w
+}
+
+// pushKey names one attempt of one task.
+type pushKey struct {
+	id      string
+	version int64
+	attempt int
+}
+
+func keyOf(p activities.TaskPush) pushKey {
+	return pushKey{id: p.TaskID, version: p.TaskVersion, attempt: p.Attempt}
+}
+
+// letGo ends the worker's hold on a push. A handler calls it before it reports the result:
+// courier frees the slot when it stores the result, before it answers, so the next push may
+// arrive while the report is still on its way back.
+func (w *taskWorker) letGo(p activities.TaskPush) {
+	w.mu.Lock()
+	delete(w.held, keyOf(p))
+	w.mu.Unlock()
 }
 
 func (w *taskWorker) maxConcurrent() int {
@@ -263,6 +281,7 @@ func TestTasksLimitAndWeightedOrder(t *testing.T) {
 			token := ts.worker
 			w := startTaskWorker(t, func(w *taskWorker, p activities.TaskPush) {
 				time.Sleep(20 * time.Millisecond) // parsing
+				w.letGo(p)
 				if code := report(t, token, p, "success", 200, "parsed"); code != http.StatusAccepted {
 					t.Errorf("result for %s: %d", p.TaskID, code)
 				}
@@ -384,7 +403,13 @@ func TestTasksKilledWorker(t *testing.T) {
 			for i := 0; i < 5; i++ {
 				require.Equal(t, http.StatusCreated, ts.insert(fmt.Sprintf("k%d", i), 1, 3, "default"))
 			}
-			require.Eventually(t, func() bool { return w.pushes.Load() >= 3 }, 30*time.Second, 20*time.Millisecond)
+			// The handler runs after the push was answered: wait until the dead worker has
+			// dropped three, not only been pushed them.
+			require.Eventually(t, func() bool {
+				n := 0
+				lost.Range(func(_, _ any) bool { n++; return true })
+				return n >= 3
+			}, 30*time.Second, 20*time.Millisecond)
 			require.LessOrEqual(t, ts.inFlight("default"), 3)
 			dead.Store(false) // a new worker takes over behind the same URL
 

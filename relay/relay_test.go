@@ -97,12 +97,18 @@ func TestWakeClaimsOnceAndSleeps(t *testing.T) {
 	ids := enqueue(t, st, 3)
 	r.Wake()
 	require.Eventually(t, func() bool { return s.count() == 3 }, 10*time.Second, 10*time.Millisecond)
-	for _, id := range ids {
-		rec, err := st.GetOutbox(t.Context(), id)
-		require.NoError(t, err)
-		require.Equal(t, courier.OutboxDispatched, rec.Status)
-		require.True(t, rec.NextAttemptAt.After(time.Now().Add(50*time.Minute)), "a started row waits for the orphan check")
-	}
+	// The relay marks the rows started after their starts returned.
+	require.Eventually(t, func() bool {
+		for _, id := range ids {
+			rec, err := st.GetOutbox(t.Context(), id)
+			require.NoError(t, err)
+			require.Equal(t, courier.OutboxDispatched, rec.Status)
+			if !rec.NextAttemptAt.After(time.Now().Add(50 * time.Minute)) {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "a started row waits for the orphan check")
 
 	late := enqueue(t, st, 1)
 	require.Never(t, func() bool { return s.count() > 3 }, 500*time.Millisecond, 20*time.Millisecond,

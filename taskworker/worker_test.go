@@ -379,12 +379,14 @@ func TestHeartbeatsAndTheirConflict(t *testing.T) {
 		}
 		return map[string]int{"heartbeat": 200, "result": 202}[kind]
 	})
-	code, _, _ := r.push(t, pushOf("t-hb", 2, `1`, "150ms", soon()), "")
+	// Each heartbeat waits a third of the timeout for its answer: 1.5 s leaves a loaded
+	// machine half a second to answer, so the 409 is never lost to the worker's own deadline.
+	code, _, _ := r.push(t, pushOf("t-hb", 2, `1`, "1500ms", soon()), "")
 	require.Equal(t, http.StatusAccepted, code)
 	select {
 	case cause := <-causes:
 		require.ErrorIs(t, cause, taskworker.ErrAttemptOver)
-	case <-time.After(5 * time.Second):
+	case <-time.After(15 * time.Second):
 		t.Fatal("the 409 did not end the handler's context")
 	}
 	r.waitIdle(t)

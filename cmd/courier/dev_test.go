@@ -248,12 +248,9 @@ func TestDevRunsStopsAndRestartsWithoutLoss(t *testing.T) {
 		return task.Status == "success" && string(task.Result) == `{"pages":2}`
 	}, time.Minute, 50*time.Millisecond, "the task is pushed and its result recorded")
 
-	// Metrics: the table gauges, the delivery counters and histogram, and the SDK's own.
-	mresp, err := http.Get(gw + "/metrics")
-	require.NoError(t, err)
-	mbody, _ := io.ReadAll(mresp.Body)
-	mresp.Body.Close()
-	for _, want := range []string{
+	// Metrics: the table gauges, the delivery counters and histogram, and the SDK's own. The
+	// result counter moves just after the result is stored, so read until all are there.
+	wants := []string{
 		`courier_outbox_rows{source="default",status="sent"} 1`,
 		`courier_outbox_rows{source="default",status="dead"} 1`,
 		`courier_outbox_oldest_unsent_age_seconds{source="default"} 0`,
@@ -268,7 +265,21 @@ func TestDevRunsStopsAndRestartsWithoutLoss(t *testing.T) {
 		`courier_task_slots_limit{queue="default"} 10`,
 		`courier_task_results_total{outcome="success",queue="default"} 1`,
 		`courier_task_insert_to_push_seconds_count 1`,
-	} {
+	}
+	var mbody []byte
+	require.Eventually(t, func() bool {
+		mresp, err := http.Get(gw + "/metrics")
+		require.NoError(t, err)
+		mbody, _ = io.ReadAll(mresp.Body)
+		mresp.Body.Close()
+		for _, want := range wants {
+			if !strings.Contains(string(mbody), want) {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 100*time.Millisecond, "every metric is exported")
+	for _, want := range wants {
 		require.Contains(t, string(mbody), want)
 	}
 
