@@ -362,6 +362,9 @@ func ensureSchema(c *config.SQL) (created bool, err error) {
 	return true, nil
 }
 
+// queueCheckpoint is how often the history service's queues drop the tasks they have done.
+const queueCheckpoint = 3 * time.Second
+
 // sqliteAttributes are the SQLite plugin's connect attributes: URI parameters
 // ("mode") and, for every other key, a pragma run on each new connection.
 // With WAL, synchronous=NORMAL syncs the log at checkpoints instead of at
@@ -453,6 +456,14 @@ func newServer(cfg Config, sqlCfg, visCfg *config.SQL, logLevel *slog.LevelVar, 
 		// queue is not read more often.
 		dynamicconfig.TransferProcessorMaxPollRPS.Key(): 200,
 		dynamicconfig.TimerProcessorMaxPollRPS.Key():    200,
+		// Each history queue keeps every task it has read, done or not, until its next
+		// checkpoint (Temporal's 30 s), and walks all of them whenever it splits a range of
+		// them. At a hundred and more workflows a second on one shard that is tens of
+		// thousands of tasks; after a backlog had built up once, the walking took over a
+		// quarter of the bench's CPU (docs/deployment.md, "The embedded engine's settings").
+		dynamicconfig.TransferProcessorUpdateAckInterval.Key():   queueCheckpoint,
+		dynamicconfig.TimerProcessorUpdateAckInterval.Key():      queueCheckpoint,
+		dynamicconfig.VisibilityProcessorUpdateAckInterval.Key(): queueCheckpoint,
 	}
 	for k, v := range cfg.DynamicConfig {
 		dc[dynamicconfig.MakeKey(k)] = v
