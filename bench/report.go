@@ -49,8 +49,7 @@ func WriteJSON(w io.Writer, r Report) error {
 func OutboxReport(rs []Result) Report {
 	return reportOf("outbox", rs, func(r Result) ReportRow {
 		row := rowOf(r.Key, r.N, r.Throughput, r.P50, r.P99, r.Max, r.Cost)
-		row.CPUMsPerItem, row.PostgresCPUMsPerItem = ms(perItem(r.CPU.Self, r.N)), ms(perItem(r.CPU.Postgres, r.N))
-		row.GCCPUMsPerItem = ms(perItem(r.CPU.GC, r.N))
+		row.setCPU(r.CPU, r.N)
 		return row
 	})
 }
@@ -59,13 +58,19 @@ func OutboxReport(rs []Result) Report {
 func TasksReport(rs []TaskResult) Report {
 	return reportOf("tasks", rs, func(r TaskResult) ReportRow {
 		row := rowOf(r.Key, r.N, r.PerSec, r.P50, r.P99, r.Max, r.Cost)
-		row.CPUMsPerItem, row.PostgresCPUMsPerItem = ms(perItem(r.CPU.Self, r.N)), ms(perItem(r.CPU.Postgres, r.N))
-		row.GCCPUMsPerItem = ms(perItem(r.CPU.GC, r.N))
+		row.setCPU(r.CPU, r.N)
 		if r.Key == "bare" {
 			row.StartCPUMsPerItem = ms(perItem(r.StartCPU, r.N))
 		}
 		return row
 	})
+}
+
+// setCPU fills the row's CPU per item from what n items spent.
+func (row *ReportRow) setCPU(c cpuSpent, n int) {
+	row.CPUMsPerItem = ms(perItem(c.Self, n))
+	row.GCCPUMsPerItem = ms(perItem(c.GC, n))
+	row.PostgresCPUMsPerItem = ms(perItem(c.Postgres, n))
 }
 
 // TimersReport converts timer results.
