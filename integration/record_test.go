@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/timers"
 	"github.com/courier-oss/courier/worker"
+	"github.com/courier-oss/courier/workflows"
 )
 
 // flakyPublisher fails the first failures publishes of every message, or all of them when
@@ -53,31 +55,43 @@ func TestRecordHistories(t *testing.T) {
 		t.Skip("set COURIER_RECORD_HISTORIES=1 to re-record workflow histories")
 	}
 	dir := filepath.Join("..", "workflows", "testdata", "histories")
-	// The runs record the record's state in CourierState and a dead record's run fails. The
-	// histories recorded before that (sent, retried-then-sent, dead-unknown-topic,
-	// dead-after-budget) are kept beside these and never re-recorded: they are what runs started
-	// by older workers look like. So are the *-state and dead-fails-* ones, recorded before the
-	// relay started runs with workflows.OutboxDeliveryV: record only the -v1 cases
-	// (-run 'TestRecordHistories/v1').
+	// Each case is recorded from a run the relay starts with code version v. Histories of runs
+	// started before code versions existed (v 0: sent, retried-then-sent, dead-unknown-topic,
+	// dead-after-budget without the state, and the *-state and dead-fails-* ones with it) are
+	// what runs started by older workers look like: kept, and no relay can start such runs
+	// again. Record one version's cases with -run 'TestRecordHistories/v2'.
 	cases := []struct {
 		name     string
+		v        int
 		topic    string
 		failures int
 	}{
-		{"sent-state", "orders.created", 0},
-		{"retried-then-sent-state", "orders.created", 2},
-		{"dead-fails-unknown-topic", "nowhere.created", 0},
-		{"dead-fails-after-budget", "orders.created", -1},
-		// Runs the relay starts with workflows.OutboxDeliveryV: no version marker, no "sent".
-		{"sent-v1", "orders.created", 0},
-		{"dead-v1-unknown-topic", "nowhere.created", 0},
+		{"sent-state", 0, "orders.created", 0},
+		{"retried-then-sent-state", 0, "orders.created", 2},
+		{"dead-fails-unknown-topic", 0, "nowhere.created", 0},
+		{"dead-fails-after-budget", 0, "orders.created", -1},
+		// workflows.OutboxInputV: no version marker, no "sent".
+		{"sent-v1", workflows.OutboxInputV, "orders.created", 0},
+		{"dead-v1-unknown-topic", workflows.OutboxInputV, "nowhere.created", 0},
+		// workflows.OutboxLocalFirstV: the first attempt is a local activity; after it fails,
+		// the first backoff on a timer and the rest of the budget in the activity.
+		{"sent-v2", workflows.OutboxLocalFirstV, "orders.created", 0},
+		{"retried-then-sent-v2", workflows.OutboxLocalFirstV, "orders.created", 2},
+		{"dead-v2-unknown-topic", workflows.OutboxLocalFirstV, "nowhere.created", 0},
+		{"dead-v2-after-budget", workflows.OutboxLocalFirstV, "orders.created", -1},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
+		t.Run(fmt.Sprintf("v%d/%s", c.v, c.name), func(t *testing.T) {
+			path := filepath.Join(dir, "outbox-delivery", c.name+".json")
+			if c.v == 0 {
+				_, err := os.Stat(path)
+				require.NoError(t, err, "%s is missing and cannot be recorded again: it is a run of a relay from before code versions", path)
+				t.Skipf("kept %s", path)
+			}
 			s := newStack(t, "sqlite")
 			s.createStream("ORDERS", "orders.>")
 			pub := &flakyPublisher{Publisher: s.pub, failures: c.failures, seen: map[string]int{}}
-			w, err := worker.New(worker.Config{Relay: relay.Config{PollInterval: 50 * time.Millisecond, Retry: testRetry}}, worker.Deps{
+			w, err := worker.New(worker.Config{Relay: relay.Config{PollInterval: 50 * time.Millisecond, Retry: testRetry, CodeVersion: c.v}}, worker.Deps{
 				Temporal: s.tc, Publisher: pub, Logger: quiet,
 				Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store}},
 			})
@@ -102,9 +116,9 @@ func TestRecordHistories(t *testing.T) {
 				require.NoError(t, err)
 				hist.Events = append(hist.Events, ev)
 			}
-			write(t, filepath.Join(dir, "outbox-delivery", c.name+".json"), hist)
+			write(t, path, hist)
 
-			if c.name == "sent-state" {
+			if c.name == "sent-v1" {
 				// A deliberately incompatible history: the recorded run scheduled an activity the
 				// current code never schedules. Replay must reject it.
 				for _, ev := range hist.Events {
@@ -112,7 +126,7 @@ func TestRecordHistories(t *testing.T) {
 						a.ActivityType.Name = "outbox-deliver-v0"
 					}
 				}
-				write(t, filepath.Join(dir, "broken", "outbox-delivery-renamed-activity.json"), hist)
+				writeNew(t, filepath.Join(dir, "broken", "outbox-delivery-renamed-activity.json"), hist)
 			}
 		})
 	}

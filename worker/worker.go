@@ -238,6 +238,9 @@ func workflowsWorkerOptions(cfg Config) sdkworker.Options {
 	return sdkworker.Options{
 		WorkerStopTimeout:                  cfg.ShutdownTimeout,
 		MaxConcurrentActivityExecutionSize: cfg.MaxConcurrentActivities,
+		// An outbox record's first attempt is a local activity (workflows.OutboxLocalFirstV):
+		// the same bound on publishes at once as the activities'.
+		MaxConcurrentLocalActivityExecutionSize: cfg.MaxConcurrentActivities,
 		// More pollers than the SDK's default of 2: deliveries are short, so the round trip of
 		// a poll, not the work, is what bounds throughput.
 		MaxConcurrentWorkflowTaskPollers: 8,

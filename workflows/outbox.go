@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"errors"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -23,12 +24,26 @@ const ErrTypeOutboxDead = "OutboxDead"
 // written to the CourierState search attribute, and a dead record's run ends Failed.
 const outboxFailsChange = "outbox-dead-fails"
 
-// OutboxDeliveryV is the delivery code version the relay starts new runs with
-// (OutboxDeliveryParams.V). A run that carries it in its input, which is in its history, needs
-// no workflow.GetVersion marker (an event and a search attribute upsert each) and does not
-// upsert CourierState=sent: a Completed run is a sent record. Runs started by older relays
-// have V = 0 and replay the guarded path.
-const OutboxDeliveryV = 1
+// Outbox delivery code versions, carried in OutboxDeliveryParams.V (the input is in the
+// history, so a run knows its version without workflow.GetVersion, whose first call records a
+// marker and upserts a search attribute). Runs started by older relays have V = 0 and replay the
+// path guarded by outboxFailsChange.
+const (
+	// OutboxInputV publishes in one activity that Temporal retries, writes no CourierState for a
+	// sent record (a Completed run is a sent record) and needs no version marker: 11 history
+	// events per sent record, as a bare one-activity workflow.
+	OutboxInputV = 1
+	// OutboxLocalFirstV makes the first attempt in a local activity, in the workflow task that
+	// starts the run: 6 history events per record sent at the first attempt (one workflow task,
+	// one marker) and no activity task for the engine to hand out. A first attempt that fails
+	// and may be retried waits the first backoff on a timer and leaves the rest of the budget
+	// to the activity of OutboxInputV, so a failing destination's retries stay on the server,
+	// without events or workflow tasks of their own.
+	OutboxLocalFirstV = 2
+	// OutboxV is the version the relay starts new runs with, unless told to start an older one
+	// while a fleet is upgraded (docs/deployment.md).
+	OutboxV = OutboxLocalFirstV
+)
 
 var saOutboxState = temporal.NewSearchAttributeKeyKeyword(courier.SAState)
 
@@ -70,8 +85,9 @@ type OutboxDeliveryParams struct {
 	Source string
 	ID     int64
 	Retry  RetryPolicy
-	// V is the code version the run was started for: OutboxDeliveryV from the relay, 0 in
-	// runs started before it existed (they take the path guarded by outboxFailsChange).
+	// V is the code version the run was started for: OutboxV from the relay (or the older one
+	// it was told to start), 0 in runs started before versions existed (they take the path
+	// guarded by outboxFailsChange).
 	V int `json:",omitempty"`
 }
 
@@ -93,23 +109,27 @@ var markDeadOptions = workflow.ActivityOptions{
 // sent; once the budget is spent (or the failure is permanent) it marks the record dead with
 // its last error and the run fails with it (ErrTypeOutboxDead), so the Temporal UI lists it
 // under Failures. A dead record's state is kept in CourierState; a sent one's run completes
-// (runs started before OutboxDeliveryV also write "sent" there).
+// (runs started before OutboxInputV also write "sent" there). Runs of OutboxLocalFirstV make
+// the first attempt in a local activity (deliverLocalFirst).
 func OutboxDelivery(ctx workflow.Context, p OutboxDeliveryParams) (OutboxDeliveryResult, error) {
 	// fails says whether this run writes its state and fails when the record goes dead: always
-	// from OutboxDeliveryV, and behind outboxFailsChange in runs started before it.
+	// from OutboxInputV, and behind outboxFailsChange in runs started before it.
 	fails := func() bool {
-		return p.V >= OutboxDeliveryV || workflow.GetVersion(ctx, outboxFailsChange, workflow.DefaultVersion, 1) >= 1
+		return p.V >= OutboxInputV || workflow.GetVersion(ctx, outboxFailsChange, workflow.DefaultVersion, 1) >= 1
 	}
 	retry := p.Retry.WithDefaults()
-	dctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: retry.AttemptTimeout,
-		RetryPolicy:         retry.Temporal(outboxNonRetryable...),
-	})
-	var res contract.DeliverResult
-	err := workflow.ExecuteActivity(dctx, contract.DeliverOutboxName,
-		contract.DeliverParams{Source: p.Source, ID: p.ID}).Get(ctx, &res)
+	params := contract.DeliverParams{Source: p.Source, ID: p.ID}
+	var (
+		res contract.DeliverResult
+		err error
+	)
+	if p.V >= OutboxLocalFirstV {
+		res, err = deliverLocalFirst(ctx, params, retry)
+	} else {
+		res, err = deliver(ctx, params, retry)
+	}
 	if err == nil {
-		if p.V < OutboxDeliveryV && fails() {
+		if p.V < OutboxInputV && fails() {
 			_ = workflow.UpsertTypedSearchAttributes(ctx, saOutboxState.ValueSet(string(courier.OutboxSent)))
 		}
 		return OutboxDeliveryResult{Status: courier.OutboxSent, AlreadySent: res.AlreadySent}, nil
@@ -126,6 +146,58 @@ func OutboxDelivery(ctx workflow.Context, p OutboxDeliveryParams) (OutboxDeliver
 	}
 	_ = workflow.UpsertTypedSearchAttributes(ctx, saOutboxState.ValueSet(string(courier.OutboxDead)))
 	return dead, temporal.NewNonRetryableApplicationError(lastErr, ErrTypeOutboxDead, nil, dead)
+}
+
+// deliver runs the delivery activity with the whole budget: Temporal retries it on the server
+// with the budget's backoff.
+func deliver(ctx workflow.Context, params contract.DeliverParams, retry RetryPolicy) (contract.DeliverResult, error) {
+	dctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: retry.AttemptTimeout,
+		RetryPolicy:         retry.Temporal(outboxNonRetryable...),
+	})
+	var res contract.DeliverResult
+	err := workflow.ExecuteActivity(dctx, contract.DeliverOutboxName, params).Get(ctx, &res)
+	return res, err
+}
+
+// deliverLocalFirst makes the first attempt in a local activity: it runs in the worker that
+// runs the workflow task starting the run, is recorded as one marker, and the run completes in
+// that same workflow task when it succeeds. Its retry semantics are the activity's: the attempt
+// is bounded by the budget's attempt timeout, and if this worker dies during it the workflow
+// task times out and another worker makes the attempt again (the broker drops the repeated
+// message id). A first attempt that failed and may be retried is followed by the budget's first
+// backoff on a durable timer, then the rest of the budget as the activity deliver runs, with the
+// backoff the budget gives from the second attempt on. So the attempts and waits are the
+// budget's, and a failing destination's retries wait on the server, not in a worker.
+func deliverLocalFirst(ctx workflow.Context, params contract.DeliverParams, retry RetryPolicy) (contract.DeliverResult, error) {
+	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		ScheduleToCloseTimeout: retry.AttemptTimeout,
+		StartToCloseTimeout:    retry.AttemptTimeout,
+		// One attempt; the activity reads the first backoff from it for next_attempt_at.
+		RetryPolicy: retry.firstAttempt().Temporal(outboxNonRetryable...),
+	})
+	var res contract.DeliverResult
+	err := workflow.ExecuteLocalActivity(lctx, contract.DeliverOutboxName, params).Get(ctx, &res)
+	if err == nil || retry.MaxAttempts <= 1 || !retryable(err) {
+		return res, err
+	}
+	if err := workflow.Sleep(ctx, retry.InitialInterval); err != nil {
+		return res, err // cancelled while it waited
+	}
+	return deliver(ctx, params, retry.afterFirst())
+}
+
+// retryable says whether a failed attempt may be tried again: not if the run was cancelled or
+// the error is one no retry can fix.
+func retryable(err error) bool {
+	if temporal.IsCanceledError(err) {
+		return false
+	}
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		return !app.NonRetryable() && !slices.Contains(outboxNonRetryable, app.Type())
+	}
+	return true // a timeout or a panic
 }
 
 // rootMessage extracts the activity's own error message from Temporal's wrappers, saying each

@@ -36,6 +36,24 @@ func (r RetryPolicy) Temporal(nonRetryable ...string) *temporal.RetryPolicy {
 	}
 }
 
+// firstAttempt is the budget's first attempt alone, with its first backoff (what an attempt
+// reports as its next retry time).
+func (r RetryPolicy) firstAttempt() RetryPolicy {
+	r.MaxAttempts = 1
+	return r
+}
+
+// afterFirst is what is left of a budget (with its defaults applied) once its first attempt
+// and the backoff after it are spent: one attempt fewer, each backoff the one the budget gives
+// an attempt later.
+func (r RetryPolicy) afterFirst() RetryPolicy {
+	r.InitialInterval = min(time.Duration(float64(r.InitialInterval)*r.BackoffCoef), r.MaxInterval)
+	if r.MaxAttempts > 1 {
+		r.MaxAttempts--
+	}
+	return r
+}
+
 // untilDone retries a bookkeeping activity (recording an outcome, marking a record dead,
 // reading a business type) until the database answers: from 1 s doubling to a minute, with
 // no cap on attempts, so no row is left in limbo because a write failed once.

@@ -107,17 +107,26 @@ func TestUsageMistakes(t *testing.T) {
 	}
 }
 
-// The task code version a fleet upgrade pins (docs/deployment.md) must be one this courier
-// knows: anything else is refused before anything starts (no data written, no port taken).
-func TestTaskCodeVersionIsChecked(t *testing.T) {
+// The task and outbox code versions a fleet upgrade pins (docs/deployment.md) must be ones
+// this courier knows: anything else is refused before anything starts (no data written, no
+// port taken).
+func TestCodeVersionsAreChecked(t *testing.T) {
 	t.Parallel()
-	for _, v := range []string{"0", strconv.Itoa(workflows.TaskV + 1)} {
-		dir := filepath.Join(t.TempDir(), "data")
-		args := []string{"dev", "--data-dir", dir, "--task-code-version", v}
-		_, stderr, code := runCourier(t, args...)
-		require.Equal(t, 1, code, "%v: %s", args, stderr)
-		require.Contains(t, stderr, fmt.Sprintf("task code version must be from 1 to %d", workflows.TaskV), "%v", args)
-		_, err := os.Stat(dir)
-		require.True(t, errors.Is(err, os.ErrNotExist), "%v: the data dir was created before the settings were checked", args)
+	for _, c := range []struct {
+		flag, name string
+		newest     int
+	}{
+		{"--task-code-version", "task", workflows.TaskV},
+		{"--outbox-code-version", "outbox", workflows.OutboxV},
+	} {
+		for _, v := range []string{"0", strconv.Itoa(c.newest + 1)} {
+			dir := filepath.Join(t.TempDir(), "data")
+			args := []string{"dev", "--data-dir", dir, c.flag, v}
+			_, stderr, code := runCourier(t, args...)
+			require.Equal(t, 1, code, "%v: %s", args, stderr)
+			require.Contains(t, stderr, fmt.Sprintf("%s code version must be from 1 to %d", c.name, c.newest), "%v", args)
+			_, err := os.Stat(dir)
+			require.True(t, errors.Is(err, os.ErrNotExist), "%v: the data dir was created before the settings were checked", args)
+		}
 	}
 }

@@ -46,6 +46,9 @@ type OutboxConfig struct {
 	// COURIER_OUTBOX_MAX_ATTEMPTS; default workflows.DefaultOutboxRetry.
 	Retry workflows.RetryPolicy
 	Batch relay.BatchConfig // COURIER_OUTBOX_BATCH_*: outbox_batch.go
+	// CodeVersion is COURIER_OUTBOX_CODE_VERSION: the delivery workflow code version new runs
+	// start with; default workflows.OutboxV.
+	CodeVersion int
 }
 
 // Config is the configuration shared by worker, gateway and dev. Each field names its
@@ -229,6 +232,7 @@ func (c *Config) bindRuntime(fs *flag.FlagSet) {
 	fs.IntVar(&c.Tasks.PushSlots, "task-push-slots", c.env.integer("COURIER_TASK_PUSH_SLOTS", worker.DefaultPushSlots), "task pushes this worker runs at once, on the push task queue; a push holds its slot until the worker answers or the queue's push_timeout passes (COURIER_TASK_PUSH_SLOTS)")
 	c.bindBrokers(fs)
 	c.bindOutboxBatch(fs)
+	fs.IntVar(&c.Outbox.CodeVersion, "outbox-code-version", c.env.integer("COURIER_OUTBOX_CODE_VERSION", workflows.OutboxV), fmt.Sprintf("the outbox delivery workflow code version new runs start with, 1 to %d: set 1 while upgrading a fleet from a courier before version 2, see docs/deployment.md (COURIER_OUTBOX_CODE_VERSION)", workflows.OutboxV))
 	fs.IntVar(&c.Tasks.CodeVersion, "task-code-version", c.env.integer("COURIER_TASK_CODE_VERSION", workflows.TaskV), fmt.Sprintf("the task workflow code version new attempts start with, 1 to %d: set 1 while upgrading a fleet from a courier before version 2, see docs/deployment.md (COURIER_TASK_CODE_VERSION)", workflows.TaskV))
 	fs.IntVar(&c.Tasks.FinishSlots, "task-finish-slots", c.env.integer("COURIER_TASK_FINISH_SLOTS", worker.DefaultFinishSlots), "task sweeps (and the result waits and finishes of task code version 1) this worker runs at once, on the finish task queue (COURIER_TASK_FINISH_SLOTS)")
 }
@@ -253,6 +257,8 @@ func (c *Config) Validate(needDB bool) error {
 		return errors.New("outbox batch must be from 1 to 1000")
 	case c.Outbox.PollInterval < 10*time.Millisecond:
 		return errors.New("outbox poll interval must be at least 10ms")
+	case c.Outbox.CodeVersion < 1 || c.Outbox.CodeVersion > workflows.OutboxV:
+		return fmt.Errorf("outbox code version must be from 1 to %d", workflows.OutboxV)
 	case c.Tasks.CodeVersion < 1 || c.Tasks.CodeVersion > workflows.TaskV:
 		return fmt.Errorf("task code version must be from 1 to %d", workflows.TaskV)
 	case c.Tasks.PollInterval < 10*time.Millisecond:
