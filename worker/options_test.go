@@ -14,7 +14,7 @@ func TestWorkflowWorkersOptions(t *testing.T) {
 	w := workflowsWorkerOptions(cfg)
 	require.Equal(t, StickyScheduleToStart, w.StickyScheduleToStartTimeout)
 	require.Equal(t, 150, w.MaxConcurrentActivityExecutionSize)
-	require.Equal(t, 150, w.MaxConcurrentLocalActivityExecutionSize, "an outbox record's first attempt is local: publishes stay bounded")
+	require.Zero(t, w.MaxConcurrentLocalActivityExecutionSize, "the SDK's 1,000 local slots: outbox first attempts share them with timers' reads")
 	require.Equal(t, 8, w.MaxConcurrentWorkflowTaskPollers)
 	require.Equal(t, DefaultShutdownTimeout, w.WorkerStopTimeout)
 

@@ -238,9 +238,10 @@ func workflowsWorkerOptions(cfg Config) sdkworker.Options {
 	return sdkworker.Options{
 		WorkerStopTimeout:                  cfg.ShutdownTimeout,
 		MaxConcurrentActivityExecutionSize: cfg.MaxConcurrentActivities,
-		// An outbox record's first attempt is a local activity (workflows.OutboxLocalFirstV):
-		// the same bound on publishes at once as the activities'.
-		MaxConcurrentLocalActivityExecutionSize: cfg.MaxConcurrentActivities,
+		// Local activities keep the SDK's 1,000 slots: an outbox record's first attempt
+		// (workflows.OutboxLocalFirstV) shares them with the timers' business-type reads, which
+		// must not wait long for one. Publishes at once are bounded per broker by the router's
+		// in-flight bound (mq.Router), which refuses the next one at once.
 		// More pollers than the SDK's default of 2: deliveries are short, so the round trip of
 		// a poll, not the work, is what bounds throughput.
 		MaxConcurrentWorkflowTaskPollers: 8,

@@ -160,19 +160,27 @@ func deliver(ctx workflow.Context, params contract.DeliverParams, retry RetryPol
 	return res, err
 }
 
+// LocalAttemptTimeout bounds an outbox record's first, local attempt (less if the budget's
+// attempt timeout is shorter). The workflow task that runs it stays open meanwhile, holding a
+// workflow task slot, and past the engine's 10 s workflow task timeout the SDK would have to
+// keep it alive with extra workflow tasks; an attempt that takes longer ends as a timeout and
+// the activity's attempts, with the whole attempt timeout, take over.
+const LocalAttemptTimeout = 5 * time.Second
+
 // deliverLocalFirst makes the first attempt in a local activity: it runs in the worker that
 // runs the workflow task starting the run, is recorded as one marker, and the run completes in
-// that same workflow task when it succeeds. Its retry semantics are the activity's: the attempt
-// is bounded by the budget's attempt timeout, and if this worker dies during it the workflow
-// task times out and another worker makes the attempt again (the broker drops the repeated
-// message id). A first attempt that failed and may be retried is followed by the budget's first
-// backoff on a durable timer, then the rest of the budget as the activity deliver runs, with the
-// backoff the budget gives from the second attempt on. So the attempts and waits are the
-// budget's, and a failing destination's retries wait on the server, not in a worker.
+// that same workflow task when it succeeds. The attempt is bounded by LocalAttemptTimeout; if
+// this worker dies during it, the workflow task times out and another worker makes the
+// attempt again (the broker drops the repeated message id). A first attempt that failed and
+// may be retried is followed by the budget's first backoff on a durable timer, then the rest of
+// the budget as the activity deliver runs, with the backoff the budget gives from the second
+// attempt on. So the attempts and waits are the budget's, and a failing destination's retries
+// wait on the server, not in a worker.
 func deliverLocalFirst(ctx workflow.Context, params contract.DeliverParams, retry RetryPolicy) (contract.DeliverResult, error) {
+	timeout := min(retry.AttemptTimeout, LocalAttemptTimeout)
 	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-		ScheduleToCloseTimeout: retry.AttemptTimeout,
-		StartToCloseTimeout:    retry.AttemptTimeout,
+		ScheduleToCloseTimeout: timeout,
+		StartToCloseTimeout:    timeout,
 		// One attempt; the activity reads the first backoff from it for next_attempt_at.
 		RetryPolicy: retry.firstAttempt().Temporal(outboxNonRetryable...),
 	})
@@ -181,7 +189,7 @@ func deliverLocalFirst(ctx workflow.Context, params contract.DeliverParams, retr
 	if err == nil || retry.MaxAttempts <= 1 || !retryable(err) {
 		return res, err
 	}
-	if err := workflow.Sleep(ctx, retry.InitialInterval); err != nil {
+	if err := workflow.Sleep(ctx, retry.firstBackoff()); err != nil {
 		return res, err // cancelled while it waited
 	}
 	return deliver(ctx, params, retry.afterFirst())

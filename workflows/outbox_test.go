@@ -63,49 +63,62 @@ func attemptKind(ctx context.Context) string {
 	return "activity"
 }
 
-// Transient failures are retried with exponential backoff (1 s, 2 s, 4 s of virtual time)
-// until a publish succeeds, whichever version runs: from OutboxLocalFirstV the first attempt is
-// local and the others are the activity's tries, with the same waits between them.
+// Transient failures are retried with the budget's backoff until a publish succeeds, whichever
+// version runs: from OutboxLocalFirstV the first attempt is local and the others are the
+// activity's tries, with the same waits between them (virtual time). The waits double from the
+// initial interval and stop growing at the longest wait.
 func TestOutboxDeliveryRetriesWithBackoff(t *testing.T) {
-	for _, v := range versions {
-		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) {
-			env := newEnv(t)
-			var (
-				at    []time.Time
-				kinds []string
-			)
-			env.OnActivity(contract.DeliverOutboxName, mock.Anything, mock.Anything).Return(
-				func(ctx context.Context, p contract.DeliverParams) (contract.DeliverResult, error) {
-					at = append(at, env.Now())
-					kinds = append(kinds, attemptKind(ctx))
-					if len(at) < 4 {
-						return contract.DeliverResult{}, errors.New("broker unavailable")
-					}
-					return contract.DeliverResult{}, nil
-				})
-			env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 1, Retry: budget, V: v})
-			require.NoError(t, env.GetWorkflowError())
-			var res workflows.OutboxDeliveryResult
-			require.NoError(t, env.GetWorkflowResult(&res))
-			require.Equal(t, courier.OutboxSent, res.Status)
-			require.Len(t, at, 4)
-			for i, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second} {
-				got := at[i+1].Sub(at[i])
-				require.InDelta(t, want.Seconds(), got.Seconds(), 0.5, "wait before attempt %d", i+2)
-			}
-			want := []string{"activity", "activity", "activity", "activity"}
-			if v >= workflows.OutboxLocalFirstV {
-				want[0] = "local"
-			}
-			require.Equal(t, want, kinds)
-		})
+	capped := budget
+	capped.MaxInterval = 1500 * time.Millisecond
+	for _, c := range []struct {
+		name  string
+		retry workflows.RetryPolicy
+		waits []time.Duration
+	}{
+		{"doubling", budget, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}},
+		{"capped", capped, []time.Duration{time.Second, 1500 * time.Millisecond, 1500 * time.Millisecond}},
+	} {
+		for _, v := range versions {
+			t.Run(fmt.Sprintf("%s/v%d", c.name, v), func(t *testing.T) {
+				env := newEnv(t)
+				var (
+					at    []time.Time
+					kinds []string
+				)
+				env.OnActivity(contract.DeliverOutboxName, mock.Anything, mock.Anything).Return(
+					func(ctx context.Context, p contract.DeliverParams) (contract.DeliverResult, error) {
+						at = append(at, env.Now())
+						kinds = append(kinds, attemptKind(ctx))
+						if len(at) < 4 {
+							return contract.DeliverResult{}, errors.New("broker unavailable")
+						}
+						return contract.DeliverResult{}, nil
+					})
+				env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 1, Retry: c.retry, V: v})
+				require.NoError(t, env.GetWorkflowError())
+				var res workflows.OutboxDeliveryResult
+				require.NoError(t, env.GetWorkflowResult(&res))
+				require.Equal(t, courier.OutboxSent, res.Status)
+				require.Len(t, at, 4)
+				for i, want := range c.waits {
+					got := at[i+1].Sub(at[i])
+					require.InDelta(t, want.Seconds(), got.Seconds(), 0.2, "wait before attempt %d", i+2)
+				}
+				want := []string{"activity", "activity", "activity", "activity"}
+				if v >= workflows.OutboxLocalFirstV {
+					want[0] = "local"
+				}
+				require.Equal(t, want, kinds)
+			})
+		}
 	}
 }
 
 // From OutboxLocalFirstV a record published at the first attempt is published by a local
-// activity, which carries the budget's attempt timeout and first backoff (the attempt reports
-// the latter as the record's next attempt time if it fails), and the run ends in the workflow
-// task that started it.
+// activity, bounded by LocalAttemptTimeout (the budget's attempt timeout is 30 s here) and
+// carrying the budget's first backoff (the attempt reports it as the record's next attempt time
+// if it fails). That the run then ends in the workflow task that started it, with one marker, is
+// what the recorded outbox-delivery/sent-v2.json history shows.
 func TestOutboxDeliveryFirstAttemptIsLocal(t *testing.T) {
 	env := newEnv(t)
 	var info activity.Info
@@ -123,7 +136,8 @@ func TestOutboxDeliveryFirstAttemptIsLocal(t *testing.T) {
 	require.NotNil(t, info.RetryPolicy)
 	require.Equal(t, int32(1), info.RetryPolicy.MaximumAttempts, "one local attempt; the rest of the budget is the activity's")
 	require.Equal(t, budget.InitialInterval, info.RetryPolicy.InitialInterval)
-	require.WithinDuration(t, info.StartedTime.Add(workflows.RetryPolicy(budget).WithDefaults().AttemptTimeout), info.Deadline, time.Second)
+	require.Equal(t, 30*time.Second, budget.WithDefaults().AttemptTimeout)
+	require.WithinDuration(t, info.StartedTime.Add(workflows.LocalAttemptTimeout), info.Deadline, time.Second)
 	env.AssertExpectations(t)
 }
 
@@ -137,10 +151,14 @@ func TestOutboxDeliveryDeadAfterBudget(t *testing.T) {
 	}{{0, 5}, {workflows.OutboxInputV, 5}, {workflows.OutboxLocalFirstV, 5}, {workflows.OutboxLocalFirstV, 1}, {workflows.OutboxLocalFirstV, 2}} {
 		t.Run(fmt.Sprintf("v%d/%d-attempts", c.v, c.attempts), func(t *testing.T) {
 			env := newEnv(t)
-			var kinds []string
+			var (
+				kinds []string
+				at    []time.Time
+			)
 			env.OnActivity(contract.DeliverOutboxName, mock.Anything, mock.Anything).Return(
 				func(ctx context.Context, _ contract.DeliverParams) (contract.DeliverResult, error) {
 					kinds = append(kinds, attemptKind(ctx))
+					at = append(at, env.Now())
 					return contract.DeliverResult{}, errors.New("broker unavailable")
 				})
 			var dead contract.MarkDeadParams
@@ -162,36 +180,51 @@ func TestOutboxDeliveryDeadAfterBudget(t *testing.T) {
 			require.Equal(t, int64(9), dead.ID)
 			require.Contains(t, dead.LastError, "broker unavailable")
 			require.Contains(t, res.LastError, "broker unavailable")
-			if c.attempts == 5 {
-				// 1+2+4+8 s of backoff passed in virtual time.
-				require.GreaterOrEqual(t, env.Now().Sub(start), 15*time.Second)
+			// The budget's waits passed in virtual time, and no other: 1, 2, 4, 8 s.
+			var waited time.Duration
+			for i, w := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}[:c.attempts-1] {
+				waited += w
+				require.InDelta(t, w.Seconds(), at[i+1].Sub(at[i]).Seconds(), 0.2, "wait before attempt %d", i+2)
 			}
+			require.InDelta(t, waited.Seconds(), env.Now().Sub(start).Seconds(), 0.5)
 		})
 	}
 }
 
-// A permanent failure (no stream for the topic) is not retried: dead at once, in every version.
+// A permanent failure is not retried: dead at once, without a wait, in every version. An
+// error is permanent when the activity marks it non-retryable (a refused message) or when its
+// type is one the policy lists (no stream for the topic), either alone.
 func TestOutboxDeliveryPermanentFailureIsDeadAtOnce(t *testing.T) {
-	for _, v := range versions {
-		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) {
-			env := newEnv(t)
-			calls := 0
-			env.OnActivity(contract.DeliverOutboxName, mock.Anything, mock.Anything).Return(
-				func(context.Context, contract.DeliverParams) (contract.DeliverResult, error) {
-					calls++
-					// As the activity reports it: the publisher's error as the message and the cause.
-					cause := errors.New("mq: no destination for topic orders.x")
-					return contract.DeliverResult{}, temporal.NewNonRetryableApplicationError(cause.Error(), contract.ErrTypeUnknownTopic, cause)
-				})
-			env.OnActivity(contract.MarkOutboxDeadName, mock.Anything, mock.Anything).Return(nil).Once()
-			start := env.Now()
-			env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 3, Retry: budget, V: v})
-			res := deadResult(t, env)
-			require.Equal(t, courier.OutboxDead, res.Status)
-			require.Equal(t, 1, calls)
-			require.Equal(t, "mq: no destination for topic orders.x", res.LastError, "the reason says its cause once")
-			require.Less(t, env.Now().Sub(start), budget.InitialInterval, "no backoff before a permanent failure goes dead")
-		})
+	cause := errors.New("mq: no destination for topic orders.x")
+	for _, c := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		// As the activity reports it: the publisher's error as the message and the cause.
+		{"unknown topic", temporal.NewNonRetryableApplicationError(cause.Error(), contract.ErrTypeUnknownTopic, cause), cause.Error()},
+		{"flag alone", temporal.NewNonRetryableApplicationError("refused, never published: bad header", contract.ErrTypeRefusedMessage, nil), "refused, never published: bad header"},
+		{"listed type alone", temporal.NewApplicationError("record 3 not found", contract.ErrTypeOutboxNotFound), "record 3 not found"},
+	} {
+		for _, v := range versions {
+			t.Run(fmt.Sprintf("%s/v%d", c.name, v), func(t *testing.T) {
+				env := newEnv(t)
+				calls := 0
+				env.OnActivity(contract.DeliverOutboxName, mock.Anything, mock.Anything).Return(
+					func(context.Context, contract.DeliverParams) (contract.DeliverResult, error) {
+						calls++
+						return contract.DeliverResult{}, c.err
+					})
+				env.OnActivity(contract.MarkOutboxDeadName, mock.Anything, mock.Anything).Return(nil).Once()
+				start := env.Now()
+				env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 3, Retry: budget, V: v})
+				res := deadResult(t, env)
+				require.Equal(t, courier.OutboxDead, res.Status)
+				require.Equal(t, 1, calls)
+				require.Equal(t, c.want, res.LastError, "the reason says its cause once")
+				require.Less(t, env.Now().Sub(start), budget.InitialInterval, "no backoff before a permanent failure goes dead")
+			})
+		}
 	}
 }
 

@@ -43,11 +43,22 @@ func (r RetryPolicy) firstAttempt() RetryPolicy {
 	return r
 }
 
+// firstBackoff is the budget's wait after its first attempt (with its defaults applied), as
+// Temporal computes it: the initial interval, capped at the longest wait.
+func (r RetryPolicy) firstBackoff() time.Duration {
+	return min(r.InitialInterval, r.MaxInterval)
+}
+
 // afterFirst is what is left of a budget (with its defaults applied) once its first attempt
 // and the backoff after it are spent: one attempt fewer, each backoff the one the budget gives
-// an attempt later.
+// an attempt later (capped at the longest wait, as Temporal caps them, also when a huge
+// coefficient overflows).
 func (r RetryPolicy) afterFirst() RetryPolicy {
-	r.InitialInterval = min(time.Duration(float64(r.InitialInterval)*r.BackoffCoef), r.MaxInterval)
+	next := time.Duration(float64(r.InitialInterval) * r.BackoffCoef)
+	if next <= 0 || next > r.MaxInterval {
+		next = r.MaxInterval
+	}
+	r.InitialInterval = next
 	if r.MaxAttempts > 1 {
 		r.MaxAttempts--
 	}

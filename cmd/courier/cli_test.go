@@ -130,3 +130,17 @@ func TestCodeVersionsAreChecked(t *testing.T) {
 		}
 	}
 }
+
+// An outbox budget whose longest wait is shorter than its first would make Temporal refuse the
+// delivery's retry policy, so every record would go dead at its first failure: it is refused
+// before anything starts.
+func TestOutboxRetryIntervalsAreChecked(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "data")
+	args := []string{"dev", "--data-dir", dir, "--outbox-retry-initial", "10s", "--outbox-retry-max-interval", "2s"}
+	_, stderr, code := runCourier(t, args...)
+	require.Equal(t, 1, code, "%v: %s", args, stderr)
+	require.Contains(t, stderr, "outbox retry max interval (2s) must be at least the initial interval (10s)")
+	_, err := os.Stat(dir)
+	require.True(t, errors.Is(err, os.ErrNotExist), "the data dir was created before the settings were checked")
+}

@@ -257,6 +257,9 @@ func (c *Config) Validate(needDB bool) error {
 		return errors.New("outbox batch must be from 1 to 1000")
 	case c.Outbox.PollInterval < 10*time.Millisecond:
 		return errors.New("outbox poll interval must be at least 10ms")
+	case c.Outbox.Retry.MaxInterval < c.Outbox.Retry.InitialInterval:
+		// Temporal refuses such a retry policy: every record would go dead at its first failure.
+		return fmt.Errorf("outbox retry max interval (%s) must be at least the initial interval (%s)", c.Outbox.Retry.MaxInterval, c.Outbox.Retry.InitialInterval)
 	case c.Outbox.CodeVersion < 1 || c.Outbox.CodeVersion > workflows.OutboxV:
 		return fmt.Errorf("outbox code version must be from 1 to %d", workflows.OutboxV)
 	case c.Tasks.CodeVersion < 1 || c.Tasks.CodeVersion > workflows.TaskV:
