@@ -316,6 +316,9 @@ type Task struct {
 	PushedAt      *time.Time
 	FinishedAt    *time.Time
 	RunID         string // the current attempt's Temporal run, recorded by its push (empty before it); a cancel targets exactly this run
+	// CodeVersion is the task workflow code version of that run, recorded with RunID (0 when
+	// the push did not record it): it says how the gateway hands the run a worker's result.
+	CodeVersion int
 	// Trace is the trace context of the request that inserted (or last replaced) this version.
 	Trace TraceContext
 }

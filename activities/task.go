@@ -27,7 +27,7 @@ import (
 
 // TaskStore is what the task activities need from the database.
 type TaskStore interface {
-	MarkTaskPushed(ctx context.Context, taskID string, version int64, attempt int, processingTimeout time.Duration, runID string) (store.PushTarget, bool, error)
+	MarkTaskPushed(ctx context.Context, taskID string, version int64, attempt int, processingTimeout time.Duration, run store.AttemptRun) (store.PushTarget, bool, error)
 	FinishTaskAttempt(ctx context.Context, taskID string, version int64, attempt int, o courier.AttemptOutcome) (store.FinishResult, error)
 	ListQueues(ctx context.Context) ([]courier.Queue, error)
 	ExpirePendingTasks(ctx context.Context, limit int) (int64, error)
@@ -111,7 +111,7 @@ func (a *Tasks) preparePush(ctx context.Context, p contract.PushTaskParams, star
 	remaining := max(time.Until(deadline), 0)
 	// A database blip should not cost the task an attempt: try a few times within the push.
 	for try, wait := 0, 200*time.Millisecond; ; try, wait = try+1, wait*4 {
-		target, ok, err = a.store.MarkTaskPushed(ctx, p.TaskID, p.Version, p.Attempt, remaining, runID)
+		target, ok, err = a.store.MarkTaskPushed(ctx, p.TaskID, p.Version, p.Attempt, remaining, store.AttemptRun{ID: runID, CodeVersion: p.V})
 		if err == nil || try == 3 || ctx.Err() != nil {
 			break
 		}

@@ -36,12 +36,14 @@ type pushMark struct {
 	attempt   int
 	remaining time.Duration
 	runID     string
+	v         int
 }
 
-func (s *pushStore) MarkTaskPushed(_ context.Context, taskID string, version int64, attempt int, remaining time.Duration, runID string) (store.PushTarget, bool, error) {
+func (s *pushStore) MarkTaskPushed(_ context.Context, taskID string, version int64, attempt int, remaining time.Duration, run store.AttemptRun) (store.PushTarget, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.marks = append(s.marks, pushMark{attempt, remaining, runID})
+	runID := run.ID
+	s.marks = append(s.marks, pushMark{attempt, remaining, runID, run.CodeVersion})
 	if s.stale {
 		return store.PushTarget{}, false, nil
 	}

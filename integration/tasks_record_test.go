@@ -16,11 +16,11 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities"
 	"github.com/courier-oss/courier/tasks"
-	"github.com/courier-oss/courier/workflows"
 )
 
 // TestRecordTaskHistories records task and sweeper workflow histories from real runs (make
@@ -32,8 +32,9 @@ import (
 // kept beside them and never re-recorded: they are what runs started by older workers look
 // like. So are success.json … result-before-push-answered.json, recorded before the claimer
 // started attempts with a code version (they ask workflow.GetVersion), and <case>-v1.json,
-// recorded with version 1 (the split push and wait). These runs write <case>-v<TaskV>.json,
-// and the sweeper's run.json only when it is missing.
+// recorded with version 1 (the split push and wait). These runs write <case>-v<version>.json
+// with the version the claimer chose for the attempt (5, or 4 on the queue with a heartbeat
+// timeout), each only when it is missing, as the sweeper's run.json.
 func TestRecordTaskHistories(t *testing.T) {
 	if os.Getenv("COURIER_RECORD_HISTORIES") == "" {
 		t.Skip("set COURIER_RECORD_HISTORIES=1 to re-record workflow histories")
@@ -66,6 +67,8 @@ func TestRecordTaskHistories(t *testing.T) {
 	})
 	ts.putQueue("default", map[string]any{"push_url": w.url, "heartbeat_timeout": "1s",
 		"retry": map[string]any{"initial_interval": "1h", "max_interval": "2h", "max_attempts": 3}})
+	ts.putQueue("plain", map[string]any{"push_url": w.url, // no heartbeat timeout: version 5 (workflows.TaskLocalPushV)
+		"retry": map[string]any{"initial_interval": "1h", "max_interval": "2h", "max_attempts": 3}})
 	ts.putQueue("hold", map[string]any{"push_url": w.url}) // no heartbeat timeout: it waits for the cancel
 	ts.putQueue("once", map[string]any{"push_url": w.url, "retry": map[string]any{"max_attempts": 1}})
 	// A worker that refuses the first try of a push with 503, and one that reports before it
@@ -97,8 +100,9 @@ func TestRecordTaskHistories(t *testing.T) {
 	}))
 	defer odd.Close()
 	ts.putQueue("odd", map[string]any{"push_url": odd.URL})
-	for _, id := range []string{"success", "retried", "heartbeat-timeout"} {
-		require.Equal(t, http.StatusCreated, ts.insert(id, 1, 2, "default"))
+	require.Equal(t, http.StatusCreated, ts.insert("heartbeat-timeout", 1, 2, "default"))
+	for _, id := range []string{"success", "retried"} {
+		require.Equal(t, http.StatusCreated, ts.insert(id, 1, 2, "plain"))
 	}
 	require.Equal(t, http.StatusCreated, ts.insert("cancelled", 1, 2, "hold"))
 	require.Equal(t, http.StatusCreated, ts.insert("failed", 1, 2, "once"))
@@ -126,7 +130,13 @@ func TestRecordTaskHistories(t *testing.T) {
 		mu.Unlock()
 		require.NotEmpty(t, run, c)
 		require.Eventually(t, func() bool { return closed(id, run) }, time.Minute, 50*time.Millisecond, id)
-		write(t, filepath.Join(dir, fmt.Sprintf("%s-v%d.json", c, workflows.TaskV)), history(t, ts.stack, id, run))
+		// The version the claimer chose for the attempt (tasks.AttemptCodeVersion): the
+		// queue's heartbeat timeout decides. Histories of a version recorded before are kept.
+		d, err := ts.tc.DescribeWorkflowExecution(ctx, id, run)
+		require.NoError(t, err)
+		var v int
+		require.NoError(t, converter.GetDefaultDataConverter().FromPayload(d.GetWorkflowExecutionInfo().GetMemo().GetFields()["code_version"], &v))
+		writeNew(t, filepath.Join(dir, fmt.Sprintf("%s-v%d.json", c, v)), history(t, ts.stack, id, run))
 	}
 
 	h := ts.tc.ScheduleClient().GetHandle(ctx, tasks.SweeperScheduleID)

@@ -78,7 +78,7 @@ func (s *Store) ClaimTasks(ctx context.Context, queue string, max int, choose fu
 				" ORDER BY version DESC, created_at ASC, task_id ASC LIMIT ?")
 			var rows []taskRow
 			err := tx.NewRaw(with+"UPDATE courier_tasks SET status = 'processing', attempt = attempt + 1, claimed_at = "+s.nowSQL()+
-				", pushed_at = NULL, deadline_at = NULL, run_id = NULL, updated_at = "+s.nowSQL()+" WHERE "+in+" AND status = 'pending' RETURNING *",
+				", pushed_at = NULL, deadline_at = NULL, run_id = NULL, code_version = 0, updated_at = "+s.nowSQL()+" WHERE "+in+" AND status = 'pending' RETURNING *",
 				queue, b, take[b-1]).Scan(ctx, &rows)
 			if err != nil && !errors.Is(err, sql.ErrNoRows) {
 				return err
@@ -166,31 +166,39 @@ type PushTarget struct {
 	Queue courier.Queue
 }
 
+// AttemptRun is the workflow run an attempt's push belongs to: its run id ("" when unknown) and
+// the task workflow code version it runs.
+type AttemptRun struct {
+	ID          string
+	CodeVersion int
+}
+
 // MarkTaskPushed records that an attempt is about to be pushed, its deadline (now plus the
 // processing time Temporal still allows it) and the workflow run it belongs to, if the task is
 // still in Processing on that attempt; ok is false otherwise (the attempt is stale: cancelled,
-// or an earlier run of the workflow already finished it). The run id is written in the same
+// or an earlier run of the workflow already finished it). The run is written in the same
 // guarded update, so a cancel that commits after it knows exactly which run to cancel, and one
-// that commits before it needs none (this push then finds the row cancelled).
-func (s *Store) MarkTaskPushed(ctx context.Context, taskID string, version int64, attempt int, processingTimeout time.Duration, runID string) (PushTarget, bool, error) {
+// that commits before it needs none (this push then finds the row cancelled); a result that
+// follows the push knows how to hand itself to that run.
+func (s *Store) MarkTaskPushed(ctx context.Context, taskID string, version int64, attempt int, processingTimeout time.Duration, r AttemptRun) (PushTarget, bool, error) {
 	var run any
-	if runID != "" {
-		run = runID
+	if r.ID != "" {
+		run = r.ID
 	}
 	// One statement, committed on its own: RETURNING reads the row as this update left it.
 	// PostgreSQL reads the queue's settings in the same statement; SQLite in a second one. A
 	// queue changed in between would have been read either way.
 	var rows []pushedRow
-	set := "SET pushed_at = " + s.nowSQL() + ", deadline_at = " + s.nowPlusSQL(processingTimeout) + ", run_id = ? " +
+	set := "SET pushed_at = " + s.nowSQL() + ", deadline_at = " + s.nowPlusSQL(processingTimeout) + ", run_id = ?, code_version = ? " +
 		"WHERE task_id = ? AND version = ? AND attempt = ? AND status = 'processing'"
 	var err error
 	if s.pg {
 		err = s.db.NewRaw("WITH pushed AS (UPDATE courier_tasks "+set+" RETURNING *) "+
 			"SELECT pushed.*, q.config AS queue_config, q.concurrency_limit AS queue_limit, q.in_flight AS queue_in_flight, "+
 			"q.created_at AS queue_created_at, q.updated_at AS queue_updated_at "+
-			"FROM pushed JOIN courier_task_queues q ON q.name = pushed.queue", run, taskID, version, attempt).Scan(ctx, &rows)
+			"FROM pushed JOIN courier_task_queues q ON q.name = pushed.queue", run, r.CodeVersion, taskID, version, attempt).Scan(ctx, &rows)
 	} else {
-		err = s.db.NewRaw("UPDATE courier_tasks "+set+" RETURNING *", run, taskID, version, attempt).Scan(ctx, &rows)
+		err = s.db.NewRaw("UPDATE courier_tasks "+set+" RETURNING *", run, r.CodeVersion, taskID, version, attempt).Scan(ctx, &rows)
 	}
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return PushTarget{}, false, err

@@ -60,6 +60,7 @@ type taskRow struct {
 	PushedAt      bun.NullTime `bun:"pushed_at"`
 	DeadlineAt    bun.NullTime `bun:"deadline_at"`
 	RunID         *string      `bun:"run_id"`
+	CodeVersion   int          `bun:"code_version"`
 	TraceParent   *string      `bun:"traceparent"`
 	TraceState    *string      `bun:"tracestate"`
 	FinishedAt    bun.NullTime `bun:"finished_at"`
@@ -98,6 +99,7 @@ func (r *taskRow) task() (courier.Task, error) {
 	if r.RunID != nil {
 		t.RunID = *r.RunID
 	}
+	t.CodeVersion = r.CodeVersion
 	if r.TraceParent != nil {
 		t.Trace.Parent = *r.TraceParent
 	}

@@ -271,13 +271,14 @@ func (c *Claimer) restartAttempt(ctx context.Context, t store.ClaimedTask) error
 func (c *Claimer) startRun(ctx context.Context, t store.ClaimedTask) (err error) {
 	ctx, span := traceAttempt(ctx, t)
 	defer func() { tracing.End(span, err) }()
-	memo := map[string]any{attemptMemo: t.Attempt, codeVersionMemo: c.cfg.CodeVersion}
+	v := AttemptCodeVersion(c.cfg.CodeVersion, t.HeartbeatTimeout)
+	memo := map[string]any{attemptMemo: t.Attempt, codeVersionMemo: v}
 	if !t.Trace.IsZero() {
 		memo[memoTraceParent] = t.Trace.Parent
 	}
 	_, err = c.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       courier.TaskWorkflowID(t.TaskID, t.Version),
-		TaskQueue:                workflows.TaskRunQueue(c.cfg.TaskQueue, c.cfg.CodeVersion),
+		TaskQueue:                workflows.TaskRunQueue(c.cfg.TaskQueue, v),
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING,
 		Memo:                     memo,
@@ -294,8 +295,19 @@ func (c *Claimer) startRun(ctx context.Context, t store.ClaimedTask) (err error)
 		),
 	}, workflows.TaskName, workflows.TaskParams{TaskID: t.TaskID, Version: t.Version, Attempt: t.Attempt, Queue: t.Queue,
 		Priority: t.Priority, ProcessingTimeout: t.ProcessingTimeout, HeartbeatTimeout: t.HeartbeatTimeout, PushTimeout: t.PushTimeout,
-		V: c.cfg.CodeVersion})
+		V: v})
 	return err
+}
+
+// AttemptCodeVersion is the task workflow code version an attempt starts with, given the one
+// the claimer is configured with: an attempt with a heartbeat timeout needs an activity whose
+// heartbeat timeout the worker's heartbeats extend, so it runs workflows.TaskRecordedV instead
+// of workflows.TaskLocalPushV, which has none.
+func AttemptCodeVersion(configured int, heartbeatTimeout time.Duration) int {
+	if configured >= workflows.TaskLocalPushV && heartbeatTimeout > 0 {
+		return workflows.TaskRecordedV
+	}
+	return configured
 }
 
 // SweeperScheduleID is the Temporal Schedule that runs the task sweeper.

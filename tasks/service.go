@@ -145,8 +145,10 @@ func notRunning(err error, attempt int) error {
 	return err
 }
 
-// Report delivers a worker's result for one attempt. A success is first written into the row,
-// with the guarded finish the workflow runs (recordSuccess), and then handed to the attempt's
+// Report delivers a worker's result for one attempt. An attempt of task code version 5 has
+// every result recorded in the row and handed to its run as a signal (reportToRun). For older
+// ones, a success is first written into the row,
+// with the guarded finish the workflow runs (recordOutcome), and then handed to the attempt's
 // run marked Recorded, so the run ends without a finish of its own. Then, and for a failure
 // at once, it completes the attempt's waiting activity by its id, in the run the push recorded,
 // and a failure is recorded by the workflow. A worker may report before its answer to the push
@@ -170,8 +172,11 @@ func (s *Service) Report(ctx context.Context, taskID string, version int64, r co
 		return err
 	}
 	out := r.Outcome(tracing.FromContext(ctx))
+	if t.CodeVersion >= workflows.TaskLocalPushV {
+		return s.reportToRun(ctx, t, r.Attempt, out)
+	}
 	if out.Kind == courier.OutcomeSuccess {
-		if out.Recorded, err = s.recordSuccess(ctx, t, r.Attempt, out); err != nil {
+		if _, out.Recorded, err = s.recordOutcome(ctx, t, r.Attempt, out); err != nil {
 			return err
 		}
 	}
@@ -202,14 +207,44 @@ func (s *Service) Report(ctx context.Context, taskID string, version int64, r co
 	return nil
 }
 
-// recordSuccess writes a worker's success into the row before the attempt's run hears of it,
+// reportToRun records a worker's result of an attempt of task code version 5 in the row, and
+// then hands it to the attempt's run as a signal (workflows.TaskOutcomeSignal): a success and a
+// failure alike, the failure with the queue's retry policy applied by the same finish the run
+// would run. The signal needs no workflow task to be answered, so the worker's call returns as
+// soon as the row has its result, even while the run's workflow task is still pushing to that
+// worker. If the row could not be written, the result goes to the run unrecorded, as an
+// update, and the run records it.
+func (s *Service) reportToRun(ctx context.Context, t courier.Task, attempt int, out courier.AttemptOutcome) error {
+	id := courier.TaskWorkflowID(t.TaskID, t.Version)
+	status, recorded, err := s.recordOutcome(ctx, t, attempt, out)
+	if err != nil {
+		return err
+	}
+	if !recorded {
+		return notRunning(s.reportEarly(ctx, id, t.RunID, workflows.TaskResultParams{Attempt: attempt, Outcome: out}), attempt)
+	}
+	// The row holds it: that is the answer, whatever the signal meets. A run that never gets
+	// it ends by its deadline, and its finish then finds the attempt over.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReportTimeout)
+	defer cancel()
+	out.Recorded = true
+	if err := s.tc.SignalWorkflow(sctx, id, t.RunID, workflows.TaskOutcomeSignal,
+		workflows.TaskOutcomeParams{Attempt: attempt, Outcome: out, Status: status}); err != nil {
+		s.log.WarnContext(ctx, "hand a recorded task result to its run (the run ends by its deadline)",
+			"task_id", t.TaskID, "version", t.Version, "attempt", attempt, "error", err)
+	}
+	return nil
+}
+
+// recordOutcome writes a worker's result into the row before the attempt's run hears of it,
 // so the slot is free and GET shows it when the 202 goes out, and the run has nothing left to
-// record. The guarded write decides between the success and whatever else ends the attempt
+// record. The guarded write decides between the result and whatever else ends the attempt
 // meanwhile (its deadline, a cancel): the first to change the row wins. recorded is false when
-// the write failed: the run then records the success itself, as it records failures (their
-// retry and its state belong to the run). An attempt that had already ended, a repeated
-// success included, is a conflict.
-func (s *Service) recordSuccess(ctx context.Context, t courier.Task, attempt int, out courier.AttemptOutcome) (recorded bool, err error) {
+// the write failed: the run then records the result itself. Runs before task code version 5
+// are given only successes this way, and record failures themselves (their retry and state
+// belong to the run). An attempt that had already ended, a repeated result included, is a
+// conflict.
+func (s *Service) recordOutcome(ctx context.Context, t courier.Task, attempt int, out courier.AttemptOutcome) (status courier.TaskStatus, recorded bool, err error) {
 	// Not cut short by the worker hanging up: once written, the run must hear of it.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReportTimeout)
 	defer cancel()
@@ -217,8 +252,8 @@ func (s *Service) recordSuccess(ctx context.Context, t courier.Task, attempt int
 	if err != nil {
 		// Had the write committed before the error, the run's finish finds it recorded (and
 		// the result goes uncounted in the metrics).
-		s.log.WarnContext(ctx, "record task success (the attempt's workflow records it instead)", "task_id", t.TaskID, "version", t.Version, "attempt", attempt, "error", err)
-		return false, nil
+		s.log.WarnContext(ctx, "record task result (the attempt's workflow records it instead)", "task_id", t.TaskID, "version", t.Version, "attempt", attempt, "error", err)
+		return "", false, nil
 	}
 	if !fr.Applied {
 		msg := fmt.Sprintf("attempt %d of task %q version %d is no longer running", attempt, t.TaskID, t.Version)
@@ -227,7 +262,7 @@ func (s *Service) recordSuccess(ctx context.Context, t courier.Task, attempt int
 			msg += fmt.Sprintf(" (task is %s)", fr.Status)
 			details = map[string]any{"status": string(fr.Status)}
 		}
-		return false, &courier.Error{Code: courier.CodeConflict, Message: msg, Details: details}
+		return "", false, &courier.Error{Code: courier.CodeConflict, Message: msg, Details: details}
 	}
 	if s.metrics != nil {
 		s.metrics.Results.WithLabelValues(fr.Queue, string(out.Kind)).Inc()
@@ -236,7 +271,7 @@ func (s *Service) recordSuccess(ctx context.Context, t courier.Task, attempt int
 	// result call's: the two are tied even when the worker sends no traceparent.
 	tracing.Link(ctx, t.Trace, attribute.String("courier.link", "task"))
 	s.wake()
-	return true, nil
+	return fr.Status, true, nil
 }
 
 // ReportTimeout bounds the update that hands the attempt's run a result that arrived before
@@ -281,6 +316,11 @@ func (s *Service) Heartbeat(ctx context.Context, taskID string, version int64, a
 	t, err := s.current(ctx, taskID, version, attempt)
 	if err != nil {
 		return err
+	}
+	if t.CodeVersion >= workflows.TaskLocalPushV {
+		// Such an attempt has no heartbeat timeout (the claimer starts it only then): there is
+		// nothing to extend, and the attempt runs.
+		return nil
 	}
 	var d []any
 	if len(details) > 0 {

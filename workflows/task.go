@@ -107,9 +107,14 @@ const (
 	// finish's local activity: 11 history events and 2 billable actions for a successful
 	// attempt, against 12 and 3.
 	TaskRecordedV = 4
+	// TaskLocalPushV pushes in a local activity and waits in the run itself, on a timer for the
+	// processing deadline, for the outcome the gateway recorded in the row (TaskOutcomeSignal):
+	// no activity at all (localPushAttempt). The claimer starts it for attempts without a
+	// heartbeat timeout, and TaskRecordedV for the others.
+	TaskLocalPushV = 5
 	// TaskV is the version the claimer starts new attempts with, unless told to start an older
 	// one while a fleet is upgraded (docs/deployment.md).
-	TaskV = TaskRecordedV
+	TaskV = TaskLocalPushV
 )
 
 // TaskRunQueue is the task queue an attempt of code version v runs on, beside the workflows'
@@ -139,7 +144,8 @@ const pushTryMargin = 10 * time.Second
 const defaultProcessingTimeout = 10 * time.Minute
 
 // Task runs one attempt of a task version (workflow id task/<task_id>/<version>; each attempt
-// is a new run under that id). Attempts of TaskPushAwaitV run pushAwaitAttempt; older ones run
+// is a new run under that id). Attempts of TaskLocalPushV run localPushAttempt, those of
+// TaskPushAwaitV to TaskRecordedV pushAwaitAttempt; older ones run
 // as they were recorded, as follows. It pushes the task to the queue's worker on the push task queue
 // (each try bounded by the queue's push timeout, tries that failed on the way repeated within
 // the attempt), then waits for the worker's result in a second activity, on the finish task
@@ -156,6 +162,8 @@ const defaultProcessingTimeout = 10 * time.Minute
 // relies on it).
 func Task(ctx workflow.Context, p TaskParams) (TaskRunResult, error) {
 	switch {
+	case p.V >= TaskLocalPushV:
+		return localPushAttempt(ctx, p)
 	case p.V >= TaskPushAwaitV:
 		return pushAwaitAttempt(ctx, p)
 	case p.V < taskInputV && workflow.GetVersion(ctx, splitPushChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion:

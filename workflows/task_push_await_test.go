@@ -16,12 +16,13 @@ import (
 	"github.com/courier-oss/courier/workflows"
 )
 
-// attempt3V2 is attempt3 as the current claimer starts it (code version 2 and later: one
+// attempt3V2 is attempt3 as the claimer starts it for a queue with a heartbeat timeout (code
+// version 2 to 4; one
 // activity pushes and waits).
 var attempt3V2 = func() workflows.TaskParams {
 	p := attempt3
 	p.HeartbeatTimeout = 30 * time.Second
-	p.V = workflows.TaskV
+	p.V = workflows.TaskRecordedV
 	return p
 }()
 

@@ -104,6 +104,9 @@ type PushTaskParams struct {
 	Deadline time.Time
 	// PushTimeout bounds one try's HTTP request; zero: courier.DefaultPushTimeout.
 	PushTimeout time.Duration
+	// V is the task workflow code version of the run that pushes (workflows.TaskParams.V),
+	// recorded in the row with the run's id; 0 in pushes of runs from before it was passed.
+	V int `json:",omitempty"`
 }
 
 // SendPushResult is an accepted push.

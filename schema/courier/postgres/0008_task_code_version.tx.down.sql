@@ -1,0 +1,1 @@
+ALTER TABLE courier_tasks DROP COLUMN code_version;
