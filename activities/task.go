@@ -70,6 +70,20 @@ type Tasks struct {
 	wake          func() // nudges the claimers in this process after a slot is freed
 	workflows     WorkflowDescriber
 	clients       callback.Pool // one HTTP client (and connection pool) per push policy
+	// localPushes bounds the pushes of task code version 5, which run as local activities
+	// and so are not bounded by the push worker's activity slots: one token per push in flight
+	// (nil: unbounded).
+	localPushes chan struct{}
+}
+
+// SetLocalPushSlots bounds the pushes this process's local activities make at once (task code
+// version 5) to n, as the push worker's activity slots bound the other versions' pushes: a
+// stuck endpoint holds at most n, and the runs' finishes, which share the local-activity slots,
+// never wait behind them.
+func (a *Tasks) SetLocalPushSlots(n int) {
+	if n > 0 {
+		a.localPushes = make(chan struct{}, n)
+	}
 }
 
 // SetWorkflows lets the sweeper check overdue attempts' workflows; without it, that step is
@@ -175,6 +189,14 @@ func (a *Tasks) observePushed(t courier.Task, attempt int) {
 // sent one; a 4xx answer or a refused address fails the attempt at once.
 func (a *Tasks) SendPush(ctx context.Context, p contract.PushTaskParams) (contract.SendPushResult, error) {
 	info := activity.GetInfo(ctx)
+	if info.IsLocalActivity && a.localPushes != nil {
+		select {
+		case a.localPushes <- struct{}{}:
+			defer func() { <-a.localPushes }()
+		case <-ctx.Done():
+			return contract.SendPushResult{}, ctx.Err()
+		}
+	}
 	pr, err := a.preparePush(ctx, p, info.StartedTime, info.WorkflowExecution.RunID)
 	if err != nil {
 		return contract.SendPushResult{}, err

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -199,4 +200,48 @@ func TestLegacyPushStaysOpenForTheResult(t *testing.T) {
 	require.Len(t, ep.pushes, 1)
 	require.WithinDuration(t, before.Add(10*time.Minute), ep.pushes[0].Deadline, 5*time.Second)
 	require.Empty(t, ep.pushes[0].HeartbeatTimeout)
+}
+
+// The pushes of task code version 5 are local activities, which the push worker's activity
+// slots do not bound: SetLocalPushSlots does. With one slot, a second local push waits until
+// the first has its answer, and a push as an activity is not held back by it.
+func TestLocalPushesAreBounded(t *testing.T) {
+	var held atomic.Int32
+	gate := make(chan struct{})
+	ep := startPushEndpoint(t, func(w http.ResponseWriter, r *http.Request) {
+		held.Add(1)
+		if r.Header.Get(webhook.HeaderID) == "task/doc-1/2/1" {
+			<-gate
+		}
+		w.WriteHeader(http.StatusAccepted)
+	})
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(open) // before the endpoint closes, which waits for the held push
+	st := &pushStore{queue: pushQueue(ep.url)}
+	a := activities.NewTasks(st, "http://courier.example:8080/", true, nil, nil)
+	a.SetLocalPushSlots(1)
+	local := func(attempt int) chan error {
+		done := make(chan error, 1)
+		go func() {
+			var s testsuite.WorkflowTestSuite
+			env := s.NewTestActivityEnvironment()
+			env.RegisterActivity(a.SendPush)
+			p := pushParams
+			p.Attempt = attempt
+			_, err := env.ExecuteLocalActivity(a.SendPush, p)
+			done <- err
+		}()
+		return done
+	}
+	first := local(1)
+	require.Eventually(t, func() bool { return held.Load() == 1 }, 10*time.Second, 5*time.Millisecond)
+	second := local(2)
+	_, err := runActivity(t, a.SendPush, func() contract.PushTaskParams { p := pushParams; p.Attempt = 3; return p }())
+	require.NoError(t, err, "a push as an activity takes no local push slot")
+	require.Never(t, func() bool { return held.Load() > 2 }, 300*time.Millisecond, 10*time.Millisecond, "the second local push waits for the slot")
+	open()
+	require.NoError(t, <-first)
+	require.NoError(t, <-second)
+	require.EqualValues(t, 3, held.Load())
 }

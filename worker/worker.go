@@ -216,6 +216,7 @@ func taskWorkers(tc client.Client, workflowQueue string, cfg Config, acts *activ
 	// From task code version 3 the attempts' runs are on the push queue too, so their push is
 	// handed to this worker with the workflow task that schedules it (workflows.TaskRunQueue).
 	// Workflow tasks and local activities have slots of their own: the push slots stay pushes'.
+	acts.SetLocalPushSlots(pushSlots) // version-5 pushes are local activities: the same bound
 	push := sdkworker.New(tc, contract.TaskPushQueue(workflowQueue), pushWorkerOptions(cfg, pushSlots))
 	push.RegisterWorkflowWithOptions(workflows.Task, workflow.RegisterOptions{Name: workflows.TaskName})
 	push.RegisterActivityWithOptions(acts.Finish, activity.RegisterOptions{Name: contract.FinishTaskName}) // the runs' local finish
