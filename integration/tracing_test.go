@@ -328,12 +328,13 @@ func TestTraceTimerCreateToCallback(t *testing.T) {
 // (which carries its traceparent), the worker's own span, and the worker's heartbeat and result
 // calls, which the gateway continues from the worker's traceparent. The result call, which
 // records the success, links to the insert's span; the attempt's run then ends without a finish
-// (task code version 4). An attempt of code version 3 runs its finish, which links to the
-// result call's span.
+// (task code version 4 and 5; version 5 pushes in a local activity). An attempt of code
+// version 3 runs its finish, which links to the result call's span.
 func TestTraceTaskInsertToResult(t *testing.T) {
 	for _, d := range testenv.Dialects {
 		t.Run(d, func(t *testing.T) { testTraceTaskInsertToResult(t, d, workflows.TaskV) })
 	}
+	t.Run("v4", func(t *testing.T) { testTraceTaskInsertToResult(t, testenv.Dialects[0], workflows.TaskRecordedV) })
 	t.Run("v3", func(t *testing.T) { testTraceTaskInsertToResult(t, testenv.Dialects[0], workflows.TaskOnPushQueueV) })
 }
 
@@ -390,7 +391,11 @@ func testTraceTaskInsertToResult(t *testing.T, d string, v int) {
 
 	attempt := []string{"client insert task", "POST /v1/tasks", "task claim",
 		"StartWorkflow:" + workflows.TaskName, "RunWorkflow:" + workflows.TaskName}
-	push := append(append([]string(nil), attempt...), "StartActivity:"+contract.PushAwaitName, "RunActivity:"+contract.PushAwaitName,
+	pushName := contract.PushAwaitName
+	if v >= workflows.TaskLocalPushV {
+		pushName = contract.SendPushName // a local activity, traced as one
+	}
+	push := append(append([]string(nil), attempt...), "StartActivity:"+pushName, "RunActivity:"+pushName,
 		"callback POST", "worker processes task")
 	chains := [][]string{
 		append(append([]string(nil), push...), "POST /v1/tasks/:task_id/versions/:version/result"),
