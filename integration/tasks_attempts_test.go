@@ -363,7 +363,7 @@ func testSuccessRecordedWhenAccepted(t *testing.T, ts *taskStack) {
 	require.Equal(t, "3 pages", ts.get("done-at-once", 1).Message)
 
 	// From code version 4 the run ends on the recorded success without a finish of its own:
-	// 11 events as a bare workflow with one activity has (version 5: with no activity).
+	// 11 events as a bare workflow with one activity has (version 5: 12, with no activity).
 	var (
 		p       workflows.TaskParams
 		events  int
@@ -383,9 +383,11 @@ func testSuccessRecordedWhenAccepted(t *testing.T, ts *taskStack) {
 	}
 	switch {
 	case p.V >= workflows.TaskLocalPushV:
-		// The run's one marker is its local push; no finish, no activity.
+		// The run's one marker is its local push; no finish, no activity: started, a workflow
+		// task with the marker, the deadline's timer, a workflow task with the result's
+		// update accepted and completed, completed.
 		require.Equal(t, 1, markers, "code version %d: the push's local activity, and no finish", p.V)
-		require.Equal(t, 11, events)
+		require.Equal(t, 12, events)
 	case p.V >= workflows.TaskRecordedV:
 		require.Zero(t, markers, "code version %d: no finish for a recorded success", p.V)
 		require.Equal(t, 11, events)

@@ -146,7 +146,7 @@ func notRunning(err error, attempt int) error {
 }
 
 // Report delivers a worker's result for one attempt. An attempt of task code version 5 has
-// every result recorded in the row and handed to its run as a signal (reportToRun). For older
+// every result recorded in the row, answered, then handed to its run (reportToRun). For older
 // ones, a success is first written into the row,
 // with the guarded finish the workflow runs (recordOutcome), and then handed to the attempt's
 // run marked Recorded, so the run ends without a finish of its own. Then, and for a failure
@@ -207,13 +207,11 @@ func (s *Service) Report(ctx context.Context, taskID string, version int64, r co
 	return nil
 }
 
-// reportToRun records a worker's result of an attempt of task code version 5 in the row, and
-// then hands it to the attempt's run as a signal (workflows.TaskOutcomeSignal): a success and a
-// failure alike, the failure with the queue's retry policy applied by the same finish the run
-// would run. The signal needs no workflow task to be answered, so the worker's call returns as
-// soon as the row has its result, even while the run's workflow task is still pushing to that
-// worker. If the row could not be written, the result goes to the run unrecorded, as an
-// update, and the run records it.
+// reportToRun records a worker's result of an attempt of task code version 5 in the row, a
+// success and a failure alike (the failure with the queue's retry policy applied by the same
+// finish the run would run), answers, and then hands it to the attempt's run as the
+// workflows.TaskResultUpdate marked recorded. If the row could not be written, the result goes
+// to the run unrecorded, as the same update, and the run records it before the answer.
 func (s *Service) reportToRun(ctx context.Context, t courier.Task, attempt int, out courier.AttemptOutcome) error {
 	id := courier.TaskWorkflowID(t.TaskID, t.Version)
 	status, recorded, err := s.recordOutcome(ctx, t, attempt, out)
@@ -223,17 +221,39 @@ func (s *Service) reportToRun(ctx context.Context, t courier.Task, attempt int, 
 	if !recorded {
 		return notRunning(s.reportEarly(ctx, id, t.RunID, workflows.TaskResultParams{Attempt: attempt, Outcome: out}), attempt)
 	}
-	// The row holds it: that is the answer, whatever the signal meets. A run that never gets
-	// it ends by its deadline, and its finish then finds the attempt over.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReportTimeout)
-	defer cancel()
+	// The row holds it: that is the answer. The run hears of it after the answer has gone out,
+	// so a worker that reports before it answers the push (the run's workflow task stays open
+	// until it does) is not kept waiting. A run that never hears of it ends by its deadline,
+	// and its finish then finds the attempt over.
 	out.Recorded = true
-	if err := s.tc.SignalWorkflow(sctx, id, t.RunID, workflows.TaskOutcomeSignal,
-		workflows.TaskOutcomeParams{Attempt: attempt, Outcome: out, Status: status}); err != nil {
-		s.log.WarnContext(ctx, "hand a recorded task result to its run (the run ends by its deadline)",
-			"task_id", t.TaskID, "version", t.Version, "attempt", attempt, "error", err)
-	}
+	r := workflows.TaskResultParams{Attempt: attempt, Outcome: out, Status: status}
+	go func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), HandOverTimeout)
+		defer cancel()
+		if err := s.handOver(uctx, id, t.RunID, r); err != nil {
+			s.log.WarnContext(uctx, "hand a recorded task result to its run (the run ends by its deadline)",
+				"task_id", t.TaskID, "version", t.Version, "attempt", attempt, "error", err)
+		}
+	}()
 	return nil
+}
+
+// HandOverTimeout bounds how long the gateway keeps handing a recorded result to an attempt's
+// run (task code version 5) after it has answered the worker: the run takes it once its
+// workflow task that pushes has ended, which lasts at most the push's tries.
+const HandOverTimeout = 2 * time.Minute
+
+// handOver gives an attempt's run of task code version 5 the result recorded in its row, as
+// the workflows.TaskResultUpdate (update id per attempt, so a repeat is answered by the first).
+func (s *Service) handOver(ctx context.Context, id, runID string, r workflows.TaskResultParams) error {
+	h, err := s.tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID: id, RunID: runID, UpdateID: fmt.Sprintf("result-%d", r.Attempt),
+		UpdateName: workflows.TaskResultUpdate, Args: []any{r}, WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err != nil {
+		return err
+	}
+	return h.Get(ctx, nil)
 }
 
 // recordOutcome writes a worker's result into the row before the attempt's run hears of it,

@@ -42,6 +42,9 @@ const taskFailsChange = "task-failed-fails"
 type TaskResultParams struct {
 	Attempt int
 	Outcome courier.AttemptOutcome
+	// Status is the task's status as the gateway's finish left it, for an outcome it recorded
+	// in the row (Outcome.Recorded; runs of TaskLocalPushV only).
+	Status courier.TaskStatus `json:",omitempty"`
 }
 
 // TaskParams is one attempt of a task version, as its claimer started it. The payload stays in
@@ -108,7 +111,7 @@ const (
 	// attempt, against 12 and 3.
 	TaskRecordedV = 4
 	// TaskLocalPushV pushes in a local activity and waits in the run itself, on a timer for the
-	// processing deadline, for the outcome the gateway recorded in the row (TaskOutcomeSignal):
+	// processing deadline, for the result the gateway recorded in the row (TaskResultUpdate):
 	// no activity at all (localPushAttempt). The claimer starts it for attempts without a
 	// heartbeat timeout, and TaskRecordedV for the others.
 	TaskLocalPushV = 5

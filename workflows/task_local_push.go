@@ -12,27 +12,14 @@ import (
 	"github.com/courier-oss/courier/activities/contract"
 )
 
-// TaskOutcomeSignal hands a run of TaskLocalPushV the outcome the gateway has recorded in the
-// task's row: the worker's result, written with the same guarded finish the run would run. A
-// signal is durable as soon as the engine has it and needs no workflow task to be answered, so
-// a worker that reports before it answers the push is never kept waiting on the run's open
-// workflow task.
-const TaskOutcomeSignal = "task-outcome"
-
-// TaskOutcomeParams is what TaskOutcomeSignal carries.
-type TaskOutcomeParams struct {
-	Attempt int
-	Outcome courier.AttemptOutcome // Recorded is set
-	Status  courier.TaskStatus     // the task's status as the gateway's finish left it
-}
-
 // localPushAttempt runs an attempt of TaskLocalPushV. The push is a local activity, in the
 // workflow task that starts the run (its tries within the attempt, as the activity of
 // TaskPushAwaitV makes them); then the run itself waits, on a timer for the processing
-// deadline, for the outcome the gateway recorded in the row (TaskOutcomeSignal). There is no
-// activity, so a successful attempt costs the engine two workflow tasks and no activity task.
-// A result the gateway could not record comes as TaskResultUpdate and is recorded here, as are
-// a timeout, a cancel and a push that failed. The claimer starts such runs only for attempts
+// deadline, for the worker's result, which the gateway hands over as TaskResultUpdate after it
+// has recorded it in the row and answered the worker (so a worker that reports before it
+// answers the push never waits on this run's open workflow task). There is no activity, so a
+// successful attempt costs the engine two workflow tasks and no activity task. A result the
+// gateway could not record is recorded here, as are a timeout, a cancel and a push that failed. The claimer starts such runs only for attempts
 // without a heartbeat timeout: a heartbeat extends an activity's heartbeat timeout, and this
 // run has no activity to extend.
 func localPushAttempt(ctx workflow.Context, p TaskParams) (TaskRunResult, error) {
@@ -40,8 +27,8 @@ func localPushAttempt(ctx workflow.Context, p TaskParams) (TaskRunResult, error)
 	deadline := workflow.Now(ctx).Add(processing)
 
 	var (
-		recorded *TaskOutcomeParams      // the gateway's, from the row
-		reported *courier.AttemptOutcome // unrecorded, from an update
+		recorded *TaskResultParams       // recorded in the row by the gateway
+		reported *courier.AttemptOutcome // not recorded: the run records it
 		over     bool
 	)
 	reports := workflow.NewBufferedChannel(ctx, 1)
@@ -56,22 +43,18 @@ func localPushAttempt(ctx workflow.Context, p TaskParams) (TaskRunResult, error)
 			if err := refuse(r); err != nil {
 				return err
 			}
-			o := r.Outcome
-			reported = &o
+			if r.Outcome.Recorded {
+				recorded = &r
+			} else {
+				o := r.Outcome
+				reported = &o
+			}
 			reports.SendAsync(true)
 			return nil
 		},
 		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, r TaskResultParams) error { return refuse(r) }},
 	); err != nil {
 		return TaskRunResult{}, err
-	}
-	signals := workflow.GetSignalChannel(ctx, TaskOutcomeSignal)
-	take := func(c workflow.ReceiveChannel, _ bool) {
-		var s TaskOutcomeParams
-		c.Receive(ctx, &s)
-		if s.Attempt == p.Attempt && recorded == nil && reported == nil {
-			recorded = &s
-		}
 	}
 
 	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
@@ -82,19 +65,8 @@ func localPushAttempt(ctx workflow.Context, p TaskParams) (TaskRunResult, error)
 	pushErr := workflow.ExecuteLocalActivity(lctx, contract.SendPushName, contract.PushTaskParams{TaskID: p.TaskID,
 		Version: p.Version, Attempt: p.Attempt, ProcessingTimeout: processing, Deadline: deadline,
 		PushTimeout: pushTimeout, V: p.V}).Get(ctx, nil)
-	// An outcome that reached the run while it pushed is the attempt's, whatever the push's
-	// own answer: the worker had the task.
-	for recorded == nil && reported == nil {
-		var s TaskOutcomeParams
-		ok, _ := signals.ReceiveAsyncWithMoreFlag(&s)
-		if !ok {
-			break
-		}
-		if s.Attempt == p.Attempt {
-			recorded = &s
-		}
-	}
-
+	// A result that reached the run while it pushed is the attempt's, whatever the push's own
+	// answer: the worker had the task.
 	var out courier.AttemptOutcome
 	switch {
 	case recorded != nil || reported != nil:
@@ -122,7 +94,6 @@ func localPushAttempt(ctx workflow.Context, p TaskParams) (TaskRunResult, error)
 		if remaining := deadline.Sub(workflow.Now(ctx)); remaining > 0 {
 			timer := workflow.NewTimer(ctx, remaining)
 			sel := workflow.NewSelector(ctx)
-			sel.AddReceive(signals, take)
 			sel.AddReceive(reports, func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) })
 			sel.AddFuture(timer, func(f workflow.Future) { timedOut = f.Get(ctx, nil) == nil })
 			for recorded == nil && reported == nil && !timedOut && ctx.Err() == nil {

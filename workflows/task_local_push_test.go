@@ -3,6 +3,7 @@ package workflows_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -58,12 +59,17 @@ func (l *localPushes) requirePushedLocally(t *testing.T, e *taskEnv, p workflows
 		ProcessingTimeout: p.ProcessingTimeout, PushTimeout: p.PushTimeout, Deadline: params.Deadline, V: workflows.TaskLocalPushV}, params)
 }
 
-// signalAfter sends the outcome the gateway recorded, d after the run starts.
-func signalAfter(e *taskEnv, d time.Duration, s workflows.TaskOutcomeParams) {
-	e.RegisterDelayedCallback(func() { e.SignalWorkflow(workflows.TaskOutcomeSignal, s) }, d)
+// reportAfter hands the run a result as the gateway does, d after the run starts, and records
+// whether the run refused it.
+func reportAfter(t *testing.T, e *taskEnv, d time.Duration, r workflows.TaskResultParams, refused *bool) {
+	e.RegisterDelayedCallback(func() {
+		e.UpdateWorkflow(workflows.TaskResultUpdate, fmt.Sprintf("result-%d", r.Attempt), &testsuite.TestUpdateCallback{
+			OnAccept: func() {}, OnReject: func(error) { *refused = true }, OnComplete: func(any, error) {},
+		}, r)
+	}, d)
 }
 
-// An outcome the gateway recorded ends the run as the row says, without a finish of its own: a
+// A result the gateway recorded (handed over as the update, marked recorded) ends the run as the row says, without a finish of its own: a
 // success with nothing more, a failure that goes back to pending with its state, a failure that
 // leaves the task Failed by failing the run.
 func TestLocalPushRecordedOutcomeEndsTheRun(t *testing.T) {
@@ -84,12 +90,15 @@ func TestLocalPushRecordedOutcomeEndsTheRun(t *testing.T) {
 			env := newTaskEnv(t, pushes.push(nil), nil)
 			recorded := c.out
 			recorded.Recorded = true
-			// One for another attempt first: a stale signal changes nothing.
-			signalAfter(env, time.Second, workflows.TaskOutcomeParams{Attempt: 2, Outcome: recorded, Status: courier.TaskCancelled})
-			signalAfter(env, 2*time.Second, workflows.TaskOutcomeParams{Attempt: 3, Outcome: recorded, Status: c.status})
+			// One for another attempt first: it is refused and changes nothing.
+			var staleRefused, refused bool
+			reportAfter(t, env, time.Second, workflows.TaskResultParams{Attempt: 2, Outcome: recorded, Status: courier.TaskCancelled}, &staleRefused)
+			reportAfter(t, env, 2*time.Second, workflows.TaskResultParams{Attempt: 3, Outcome: recorded, Status: c.status}, &refused)
 
 			res := env.run(t, attempt3V5)
 
+			require.True(t, staleRefused, "a result for another attempt is refused")
+			require.False(t, refused)
 			require.Empty(t, env.finishes, "the gateway recorded it: nothing left to record")
 			require.Equal(t, workflows.TaskRunResult{Applied: true, Status: c.status, Outcome: recorded}, noResultIsNilRun(res))
 			require.Equal(t, c.state, states(env))
