@@ -233,7 +233,7 @@ func (c *Config) bindRuntime(fs *flag.FlagSet) {
 	c.bindBrokers(fs)
 	c.bindOutboxBatch(fs)
 	fs.IntVar(&c.Outbox.CodeVersion, "outbox-code-version", c.env.integer("COURIER_OUTBOX_CODE_VERSION", workflows.OutboxV), fmt.Sprintf("the outbox delivery workflow code version new runs start with, 1 to %d: set 1 while upgrading a fleet from a courier before version 2, see docs/deployment.md (COURIER_OUTBOX_CODE_VERSION)", workflows.OutboxV))
-	fs.IntVar(&c.Tasks.CodeVersion, "task-code-version", c.env.integer("COURIER_TASK_CODE_VERSION", workflows.TaskV), fmt.Sprintf("the task workflow code version new attempts start with, 1 to %d: set 1 while upgrading a fleet from a courier before version 2, see docs/deployment.md (COURIER_TASK_CODE_VERSION)", workflows.TaskV))
+	fs.IntVar(&c.Tasks.CodeVersion, "task-code-version", c.env.integer("COURIER_TASK_CODE_VERSION", workflows.TaskV), fmt.Sprintf("the task workflow code version new attempts start with, 1 to %d: while a fleet is upgraded, the newest version every process knows (4 from a courier before version 5); on Temporal Cloud 4 costs fewer actions per task, see docs/deployment.md (COURIER_TASK_CODE_VERSION)", workflows.TaskV))
 	fs.IntVar(&c.Tasks.FinishSlots, "task-finish-slots", c.env.integer("COURIER_TASK_FINISH_SLOTS", worker.DefaultFinishSlots), "task sweeps (and the result waits and finishes of task code version 1) this worker runs at once, on the finish task queue (COURIER_TASK_FINISH_SLOTS)")
 }
 
