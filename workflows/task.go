@@ -193,27 +193,8 @@ func pushAndWait(ctx workflow.Context, p TaskParams) (out courier.AttemptOutcome
 
 	// The worker's result normally completes the wait. One that arrives while no wait is open
 	// comes as an update, accepted until the attempt has its outcome.
-	var reported *courier.AttemptOutcome
-	over := false
-	results := workflow.NewBufferedChannel(ctx, 1)
-	refuse := func(r TaskResultParams) error {
-		if r.Attempt != p.Attempt || over || reported != nil {
-			return temporal.NewApplicationError(fmt.Sprintf("attempt %d is no longer running", r.Attempt), ErrTypeAttemptOver)
-		}
-		return nil
-	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, TaskResultUpdate,
-		func(ctx workflow.Context, r TaskResultParams) error {
-			if err := refuse(r); err != nil {
-				return err
-			}
-			o := r.Outcome
-			reported = &o
-			results.SendAsync(true)
-			return nil
-		},
-		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, r TaskResultParams) error { return refuse(r) }},
-	); err != nil {
+	results, err := takeResults(ctx, p.Attempt)
+	if err != nil {
 		return out, false, err
 	}
 	early := func(c workflow.ReceiveChannel, _ bool) { c.Receive(ctx, nil) }
@@ -231,38 +212,24 @@ func pushAndWait(ctx workflow.Context, p TaskParams) (out courier.AttemptOutcome
 	pushed := false
 	sel := workflow.NewSelector(ctx)
 	sel.AddFuture(push, func(f workflow.Future) { pushed, pushErr = true, f.Get(ctx, nil) })
-	sel.AddReceive(results, early)
+	sel.AddReceive(results.ch, early)
 	sel.Select(ctx)
-	if reported != nil {
-		over = true
+	if results.got != nil {
+		results.over = true
 		if !pushed {
 			cancelPush() // the worker has the task: its answer to the push no longer matters
 		}
-		return workerOutcome(*reported), false, nil
+		return workerOutcome(results.got.Outcome), false, nil
 	}
 	if pushErr != nil {
-		over = true
-		var app *temporal.ApplicationError
-		var to *temporal.TimeoutError
-		switch {
-		case errors.As(pushErr, &app) && app.Type() == contract.ErrTypeTaskStale:
-			return out, true, nil
-		case temporal.IsCanceledError(pushErr) || ctx.Err() != nil:
-			return courier.AttemptOutcome{Kind: courier.OutcomeCancelled, Message: "cancelled"}, false, nil
-		case errors.As(pushErr, &to) && to.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_CLOSE:
-			return courier.AttemptOutcome{Kind: courier.OutcomeTimeout,
-				Message: fmt.Sprintf("processing timeout: the push was not accepted within %s", processing)}, false, nil
-		case errors.As(pushErr, &to):
-			return courier.AttemptOutcome{Kind: courier.OutcomeFailure,
-				Message: fmt.Sprintf("push: no answer within the push timeout (%s)", pushTimeout)}, false, nil
-		default:
-			return courier.AttemptOutcome{Kind: courier.OutcomeFailure, Message: rootMessage(pushErr)}, false, nil
-		}
+		results.over = true
+		out, stale := pushEnded(ctx, pushErr, processing, pushTimeout)
+		return out, stale, nil
 	}
 
 	remaining := deadline.Sub(workflow.Now(ctx))
 	if remaining <= 0 {
-		over = true
+		results.over = true
 		return courier.AttemptOutcome{Kind: courier.OutcomeTimeout, Message: fmt.Sprintf("processing timeout: no result within %s", processing)}, false, nil
 	}
 	wctx, cancelWait := workflow.WithCancel(ctx)
@@ -280,14 +247,14 @@ func pushAndWait(ctx workflow.Context, p TaskParams) (out courier.AttemptOutcome
 	waited := false
 	sel = workflow.NewSelector(ctx)
 	sel.AddFuture(wait, func(f workflow.Future) { waited, waitErr = true, f.Get(ctx, &out) })
-	sel.AddReceive(results, early)
+	sel.AddReceive(results.ch, early)
 	sel.Select(ctx)
-	over = true
-	if reported != nil {
+	results.over = true
+	if results.got != nil {
 		if !waited {
 			cancelWait()
 		}
-		return workerOutcome(*reported), false, nil
+		return workerOutcome(results.got.Outcome), false, nil
 	}
 	var to *temporal.TimeoutError
 	switch {
@@ -299,6 +266,61 @@ func pushAndWait(ctx workflow.Context, p TaskParams) (out courier.AttemptOutcome
 		return courier.AttemptOutcome{Kind: courier.OutcomeTimeout, Message: timeoutMessage(to, p)}, false, nil
 	default:
 		return courier.AttemptOutcome{Kind: courier.OutcomeFailure, Message: rootMessage(waitErr)}, false, nil
+	}
+}
+
+// attemptResults takes the worker's results of one attempt that reach its run as
+// TaskResultUpdate: the first one for the attempt while the attempt has no outcome (got, and a
+// value on ch); one for another attempt, a second one, or one after over is refused with
+// ErrTypeAttemptOver.
+type attemptResults struct {
+	attempt int
+	got     *TaskResultParams
+	over    bool // the attempt has its outcome otherwise
+	ch      workflow.Channel
+}
+
+// takeResults registers the run's TaskResultUpdate handler for attempt.
+func takeResults(ctx workflow.Context, attempt int) (*attemptResults, error) {
+	a := &attemptResults{attempt: attempt, ch: workflow.NewBufferedChannel(ctx, 1)}
+	refuse := func(r TaskResultParams) error {
+		if r.Attempt != a.attempt || a.over || a.got != nil {
+			return temporal.NewApplicationError(fmt.Sprintf("attempt %d is no longer running", r.Attempt), ErrTypeAttemptOver)
+		}
+		return nil
+	}
+	err := workflow.SetUpdateHandlerWithOptions(ctx, TaskResultUpdate,
+		func(ctx workflow.Context, r TaskResultParams) error {
+			if err := refuse(r); err != nil {
+				return err
+			}
+			a.got = &r
+			a.ch.SendAsync(true)
+			return nil
+		},
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, r TaskResultParams) error { return refuse(r) }},
+	)
+	return a, err
+}
+
+// pushEnded reads a push that failed (err from the push's future): stale when the task had
+// moved on before it, otherwise the attempt's outcome.
+func pushEnded(ctx workflow.Context, err error, processing, pushTimeout time.Duration) (out courier.AttemptOutcome, stale bool) {
+	var app *temporal.ApplicationError
+	var to *temporal.TimeoutError
+	switch {
+	case errors.As(err, &app) && app.Type() == contract.ErrTypeTaskStale:
+		return out, true
+	case temporal.IsCanceledError(err) || ctx.Err() != nil:
+		return courier.AttemptOutcome{Kind: courier.OutcomeCancelled, Message: "cancelled"}, false
+	case errors.As(err, &to) && to.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_CLOSE:
+		return courier.AttemptOutcome{Kind: courier.OutcomeTimeout,
+			Message: fmt.Sprintf("processing timeout: the push was not accepted within %s", processing)}, false
+	case errors.As(err, &to):
+		return courier.AttemptOutcome{Kind: courier.OutcomeFailure,
+			Message: fmt.Sprintf("push: no answer within the push timeout (%s)", pushTimeout)}, false
+	default:
+		return courier.AttemptOutcome{Kind: courier.OutcomeFailure, Message: rootMessage(err)}, false
 	}
 }
 
