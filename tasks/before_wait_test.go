@@ -3,6 +3,7 @@ package tasks
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
@@ -60,4 +61,13 @@ func TestBeforeWait(t *testing.T) {
 			require.Equal(t, c.want, s.beforeWait(t.Context(), "task/t-1/1", "run-1"))
 		})
 	}
+}
+
+// An attempt with a heartbeat timeout needs an activity its heartbeats extend: the claimer
+// starts it at version 4 even when told to start version 5; every other choice stands.
+func TestAttemptCodeVersion(t *testing.T) {
+	require.Equal(t, workflows.TaskRecordedV, AttemptCodeVersion(workflows.TaskLocalPushV, time.Second))
+	require.Equal(t, workflows.TaskLocalPushV, AttemptCodeVersion(workflows.TaskLocalPushV, 0))
+	require.Equal(t, workflows.TaskOnPushQueueV, AttemptCodeVersion(workflows.TaskOnPushQueueV, time.Second), "an older pinned version is kept")
+	require.Equal(t, 1, AttemptCodeVersion(1, 0))
 }
