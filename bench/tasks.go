@@ -22,7 +22,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/schema"
@@ -134,7 +134,7 @@ func RunTasks(ctx context.Context, stack Stack, cfg TasksConfig) ([]TaskResult, 
 		return results, err
 	}
 	PrintTaskTable(cfg.Out, fmt.Sprintf("tasks: %d per scenario over priorities 1-5, limit %d, %s of work per task (at most %.0f/s), weights %s",
-		cfg.Tasks, cfg.Limit, cfg.Work, float64(cfg.Limit)/cfg.Work.Seconds(), formatShares(weightShares(courier.DefaultQueueWeights))), results)
+		cfg.Tasks, cfg.Limit, cfg.Work, float64(cfg.Limit)/cfg.Work.Seconds(), formatShares(weightShares(courier.DefaultBandWeights))), results)
 	printCost(cfg.Out, costRows(results, func(r TaskResult) (string, Cost) { return r.Scenario, r.Cost }))
 	return results, nil
 }
@@ -197,7 +197,7 @@ func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL st
 		resultErrs []error
 	)
 	tw := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		var p activities.TaskPush
+		var p api.TaskPush
 		if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
 			http.Error(rw, err.Error(), http.StatusBadRequest)
 			return
@@ -319,7 +319,7 @@ func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL st
 
 // postResult reports success the way a task worker does: to the push's result URL, with a
 // worker-scope key, naming the attempt.
-func postResult(ctx context.Context, hc *http.Client, token string, p activities.TaskPush) error {
+func postResult(ctx context.Context, hc *http.Client, token string, p api.TaskPush) error {
 	body, err := json.Marshal(courier.TaskResult{Attempt: p.Attempt, Status: courier.OutcomeSuccess, StatusCode: 200, Message: "done"})
 	if err != nil {
 		return err

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
 )
@@ -234,7 +235,7 @@ func setupTasks(t *testing.T) *taskFixture {
 }
 
 // call sends a JSON body (if any) and decodes a success response into out (if given).
-func (f *taskFixture) call(t *testing.T, method, path, token, body string, out any) (int, gateway.ErrorBody) {
+func (f *taskFixture) call(t *testing.T, method, path, token, body string, out any) (int, api.ErrorBody) {
 	t.Helper()
 	var r io.Reader
 	ct := ""
@@ -274,19 +275,19 @@ func TestInsertTask(t *testing.T) {
 	t.Parallel()
 	f := setupTasks(t)
 
-	var got gateway.TaskJSON
+	var got api.Task
 	f.svc.answer(answer{task: pending("t-1", 1, `{"a":1}`), outcome: courier.TaskCreated})
 	st, eb := f.call(t, "POST", "/v1/tasks", f.producer, `{"task_id":"t-1","task_version":1,"payload":{"a":1}}`, &got)
 	require.Equal(t, http.StatusCreated, st, "%+v", eb)
-	require.Equal(t, "created", got.Outcome)
+	require.EqualValues(t, "created", got.Outcome)
 	require.Equal(t, "t-1", got.TaskID)
 	require.EqualValues(t, 1, got.TaskVersion)
-	require.Equal(t, "pending", got.Status)
+	require.EqualValues(t, "pending", got.Status)
 	require.JSONEq(t, `{"a":1}`, string(got.Payload))
 	require.Equal(t, "task/t-1/1", got.WorkflowID)
 	require.NotNil(t, got.NextAttemptAt, "a pending task shows when it may next be claimed")
 	require.NotNil(t, got.ExpiresAt)
-	require.Equal(t, gateway.TaskOverridesJSON{}, got.Overrides)
+	require.Equal(t, api.TaskOverrides{}, got.Overrides)
 	require.Equal(t, courier.TaskRequest{TaskID: "t-1", Version: 1, Payload: json.RawMessage(`{"a":1}`)}, f.svc.lastInsert(),
 		"defaults are the service's: priority, queue and overrides arrive unset")
 	require.Equal(t, 3, got.Priority, "the service's defaults show in the response")
@@ -303,7 +304,7 @@ func TestInsertTask(t *testing.T) {
 	require.Equal(t, http.StatusCreated, st, "%+v", eb)
 	require.Equal(t, courier.TaskRequest{TaskID: "t-2", Version: 4, Priority: 1, Queue: "emails", Payload: json.RawMessage(`"hi"`),
 		Overrides: overrides}, f.svc.lastInsert())
-	require.Equal(t, gateway.TaskOverridesJSON{PendingTimeout: "30s", ProcessingTimeout: "2m0s", HeartbeatTimeout: "1.5s", MaxAttempts: 5},
+	require.Equal(t, api.TaskOverrides{PendingTimeout: api.PositiveDuration(30 * time.Second), ProcessingTimeout: api.PositiveDuration(2 * time.Minute), HeartbeatTimeout: api.PositiveDuration(1500 * time.Millisecond), MaxAttempts: 5},
 		got.Overrides)
 	require.Equal(t, 1, got.Priority)
 	require.Equal(t, "emails", got.Queue)
@@ -312,15 +313,15 @@ func TestInsertTask(t *testing.T) {
 		f.svc.answer(answer{task: pending("t-1", 1, `{"a":2}`), outcome: courier.TaskReplaced})
 		st, eb := f.call(t, "POST", "/v1/tasks", f.producer, `{"task_id":"t-1","task_version":1,"payload":{"a":2}}`, &got)
 		require.Equal(t, http.StatusOK, st, "%+v", eb)
-		require.Equal(t, "replaced", got.Outcome)
+		require.EqualValues(t, "replaced", got.Outcome)
 		require.JSONEq(t, `{"a":2}`, string(got.Payload))
 	})
 	t.Run("existing", func(t *testing.T) {
 		f.svc.answer(answer{task: processing("t-3", 1, 1), outcome: courier.TaskExisting})
 		st, eb := f.call(t, "POST", "/v1/tasks", f.producer, `{"task_id":"t-3","task_version":1,"payload":{"new":true}}`, &got)
 		require.Equal(t, http.StatusOK, st, "%+v", eb)
-		require.Equal(t, "existing", got.Outcome)
-		require.Equal(t, "processing", got.Status)
+		require.EqualValues(t, "existing", got.Outcome)
+		require.EqualValues(t, "processing", got.Status)
 		require.JSONEq(t, `{}`, string(got.Payload), "the answer shows the task the service has, not the request")
 		require.Nil(t, got.NextAttemptAt, "only pending tasks show next_attempt_at")
 		require.Nil(t, got.ExpiresAt)
@@ -414,7 +415,7 @@ func TestGetAndCancelTask(t *testing.T) {
 	v2 := processing("t-1", 2, 3)
 	v2.Status = courier.TaskPending
 
-	var got gateway.TaskJSON
+	var got api.Task
 	f.svc.answer(answer{task: v2})
 	st, eb := f.call(t, "GET", "/v1/tasks/t-1", f.producer, "", &got)
 	require.Equal(t, http.StatusOK, st, "%+v", eb)
@@ -426,7 +427,7 @@ func TestGetAndCancelTask(t *testing.T) {
 	require.Equal(t, http.StatusOK, st, "%+v", eb)
 	require.Equal(t, fakeCall{"Get", "t-1", 1}, f.svc.lastCall())
 	require.EqualValues(t, 1, got.TaskVersion)
-	require.Equal(t, "failed", got.Status)
+	require.EqualValues(t, "failed", got.Status)
 	require.Equal(t, 500, got.StatusCode)
 	require.Equal(t, "boom", got.Message)
 	require.JSONEq(t, `{"why":"boom"}`, string(got.Result))
@@ -468,7 +469,7 @@ func TestGetAndCancelTask(t *testing.T) {
 	st, eb = f.call(t, "DELETE", "/v1/tasks/t-1/versions/2", f.producer, "", &got)
 	require.Equal(t, http.StatusOK, st, "%+v", eb)
 	require.Equal(t, fakeCall{"Cancel", "t-1", 2}, f.svc.lastCall())
-	require.Equal(t, "cancelled", got.Status)
+	require.EqualValues(t, "cancelled", got.Status)
 	require.Equal(t, "cancelled through the API", got.Message)
 	st, _ = f.call(t, "DELETE", "/v1/tasks/t-1/versions/2", f.producer, "", &got)
 	require.Equal(t, http.StatusOK, st, "a repeated cancel, answered with the task as it is, is a 200 too")
@@ -487,10 +488,10 @@ func TestTaskResultAndHeartbeat(t *testing.T) {
 	t.Parallel()
 	f := setupTasks(t)
 
-	var acc gateway.ReportAccepted
+	var acc api.ReportAccepted
 	st, eb := f.call(t, "POST", "/v1/tasks/t-1/versions/1/heartbeat", f.worker, `{"attempt":2,"details":{"progress":0.5}}`, &acc)
 	require.Equal(t, http.StatusOK, st, "%+v", eb)
-	require.Equal(t, gateway.ReportAccepted{TaskID: "t-1", TaskVersion: 1, Attempt: 2, Accepted: true}, acc)
+	require.Equal(t, api.ReportAccepted{TaskID: "t-1", TaskVersion: 1, Attempt: 2, Accepted: true}, acc)
 	require.Equal(t, fakeCall{"Heartbeat", "t-1", 1}, f.svc.lastCall())
 	require.Equal(t, 2, f.svc.lastBeat().attempt)
 	require.JSONEq(t, `{"progress":0.5}`, string(f.svc.lastBeat().details))
@@ -502,7 +503,7 @@ func TestTaskResultAndHeartbeat(t *testing.T) {
 	st, eb = f.call(t, "POST", "/v1/tasks/t-1/versions/1/result", f.worker,
 		`{"attempt":2,"status":"success","status_code":200,"message":"ok","result":{"n":1}}`, &acc)
 	require.Equal(t, http.StatusAccepted, st, "%+v", eb)
-	require.Equal(t, gateway.ReportAccepted{TaskID: "t-1", TaskVersion: 1, Attempt: 2, Accepted: true}, acc)
+	require.Equal(t, api.ReportAccepted{TaskID: "t-1", TaskVersion: 1, Attempt: 2, Accepted: true}, acc)
 	require.Equal(t, fakeCall{"Report", "t-1", 1}, f.svc.lastCall())
 	require.Equal(t, courier.TaskResult{Attempt: 2, Status: courier.OutcomeSuccess, StatusCode: 200, Message: "ok",
 		Result: json.RawMessage(`{"n":1}`)}, f.svc.lastReport())
@@ -650,7 +651,7 @@ func TestQueuesAPI(t *testing.T) {
 		"heartbeat_timeout":"30s","retry":{"initial_interval":"2s","backoff":1.5,"max_interval":"1m","max_attempts":7},
 		"success_retention":"2h","purge_age":"72h"}`
 	emails := courier.Queue{Name: "emails", PushURL: "https://worker.example/tasks", Secrets: []string{"whsec_c2VjcmV0c2VjcmV0c2VjcmV0"},
-		AllowPrivate: true, ConcurrencyLimit: 4, Weights: [5]int{50, 20, 15, 10, 5}, PendingTimeout: time.Hour,
+		AllowPrivate: true, ConcurrencyLimit: 4, Weights: courier.BandWeights{50, 20, 15, 10, 5}, PendingTimeout: time.Hour,
 		ProcessingTimeout: 5 * time.Minute, PushTimeout: 45 * time.Second, HeartbeatTimeout: 30 * time.Second,
 		Retry:            courier.TaskRetry{MaxAttempts: 7, InitialInterval: 2 * time.Second, Backoff: 1.5, MaxInterval: time.Minute},
 		SuccessRetention: 2 * time.Hour, PurgeAge: 72 * time.Hour}
@@ -661,13 +662,14 @@ func TestQueuesAPI(t *testing.T) {
 	raw, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	require.NotContains(t, string(raw), "whsec_c2VjcmV0c2VjcmV0c2VjcmV0", "secrets are never shown")
-	var q gateway.QueueJSON
+	var q api.Queue
 	require.NoError(t, json.Unmarshal(raw, &q))
 	require.Equal(t, emails, f.svc.lastPut(), "durations parsed, name from the path")
-	require.Equal(t, gateway.QueueJSON{Name: "emails", PushURL: "https://worker.example/tasks", SecretsCount: 1, AllowPrivate: true,
-		ConcurrencyLimit: 4, Weights: [5]int{50, 20, 15, 10, 5}, PendingTimeout: "1h0m0s", ProcessingTimeout: "5m0s",
-		PushTimeout: "45s", HeartbeatTimeout: "30s", Retry: gateway.RetryJSON{InitialInterval: "2s", Backoff: 1.5, MaxInterval: "1m0s", MaxAttempts: 7},
-		SuccessRetention: "2h0m0s", PurgeAge: "72h0m0s", CreatedAt: fakeNow, UpdatedAt: fakeNow}, q)
+	require.Equal(t, api.Queue{Name: "emails", PushURL: "https://worker.example/tasks", SecretsCount: 1, AllowPrivate: true,
+		ConcurrencyLimit: 4, Weights: courier.BandWeights{50, 20, 15, 10, 5}, PendingTimeout: api.Duration(time.Hour), ProcessingTimeout: api.Duration(5 * time.Minute),
+		PushTimeout: api.Duration(45 * time.Second), HeartbeatTimeout: api.Duration(30 * time.Second),
+		Retry:            api.Retry{InitialInterval: api.PositiveDuration(2 * time.Second), Backoff: 1.5, MaxInterval: api.PositiveDuration(time.Minute), MaxAttempts: 7},
+		SuccessRetention: api.Duration(2 * time.Hour), PurgeAge: api.Duration(72 * time.Hour), CreatedAt: fakeNow, UpdatedAt: fakeNow}, q)
 
 	f.svc.answer(answer{queue: storedQueue(emails), created: false})
 	st, eb := f.call(t, "PUT", "/v1/queues/emails", f.admin, body, &q)
@@ -680,8 +682,8 @@ func TestQueuesAPI(t *testing.T) {
 		st, eb := f.call(t, "PUT", "/v1/queues/bulk", f.admin, `{}`, &q)
 		require.Equal(t, http.StatusCreated, st, "%+v", eb)
 		require.Equal(t, courier.Queue{Name: "bulk"}, f.svc.lastPut(), "omitted fields arrive unset: defaults are the service's")
-		require.Equal(t, courier.DefaultQueueWeights, q.Weights)
-		require.Equal(t, "0s", q.HeartbeatTimeout, "heartbeats are off by default")
+		require.Equal(t, courier.DefaultBandWeights, q.Weights)
+		require.Zero(t, q.HeartbeatTimeout, "heartbeats are off by default")
 		require.Equal(t, 0, q.SecretsCount)
 	})
 	t.Run("secrets left out are kept", func(t *testing.T) {
@@ -703,14 +705,14 @@ func TestQueuesAPI(t *testing.T) {
 			st, eb := f.call(t, "PUT", "/v1/queues/bulk", f.admin, `{"heartbeat_timeout":`+off+`}`, &q)
 			require.Equal(t, http.StatusOK, st, "%s: %+v", off, eb)
 			require.Zero(t, f.svc.lastPut().HeartbeatTimeout, off)
-			require.Equal(t, "0s", q.HeartbeatTimeout)
+			require.Zero(t, q.HeartbeatTimeout)
 		}
 	})
 	t.Run("weights null", func(t *testing.T) {
 		st, eb := f.call(t, "PUT", "/v1/queues/bulk", f.admin, `{"weights":null}`, &q)
 		require.Equal(t, http.StatusOK, st, "%+v", eb)
 		require.Zero(t, f.svc.lastPut().Weights, "null weights arrive unset: the service's defaults apply")
-		require.Equal(t, courier.DefaultQueueWeights, q.Weights)
+		require.Equal(t, courier.DefaultBandWeights, q.Weights)
 	})
 
 	n := f.svc.callCount()
@@ -758,7 +760,7 @@ func TestQueuesAPI(t *testing.T) {
 	st, eb = f.call(t, "GET", "/v1/queues/emails", f.admin, "", &q)
 	require.Equal(t, http.StatusOK, st, "%+v", eb)
 	require.Equal(t, "emails", q.Name)
-	require.Equal(t, "30s", q.HeartbeatTimeout)
+	require.Equal(t, api.Duration(30*time.Second), q.HeartbeatTimeout)
 	require.Equal(t, fakeCall{"GetQueue", "emails", 0}, f.svc.lastCall())
 	f.svc.answer(answer{err: courier.Errorf(courier.CodeNotFound, "queue %q not found", "nope")})
 	st, eb = f.call(t, "GET", "/v1/queues/nope", f.admin, "", nil)
@@ -766,7 +768,7 @@ func TestQueuesAPI(t *testing.T) {
 	require.Equal(t, courier.CodeNotFound, eb.Error.Code)
 
 	var list struct {
-		Queues []gateway.QueueJSON `json:"items"`
+		Queues []api.Queue `json:"items"`
 	}
 	f.svc.answer(answer{queues: []courier.Queue{bulk, storedQueue(emails)}})
 	st, eb = f.call(t, "GET", "/v1/queues", f.admin, "", &list)
@@ -851,15 +853,15 @@ func TestOpenAPIDocumentsRoutes(t *testing.T) {
 
 	props := openAPISchemaProps(doc)
 	for schema, v := range map[string]any{
-		"TaskRequest":    gateway.TaskRequestJSON{},
-		"TaskOverrides":  gateway.TaskOverridesJSON{},
-		"Task":           gateway.TaskJSON{},
+		"TaskRequest":    api.TaskRequest{},
+		"TaskOverrides":  api.TaskOverrides{},
+		"Task":           api.Task{},
 		"TaskResult":     courier.TaskResult{},
-		"Heartbeat":      gateway.HeartbeatJSON{},
-		"ReportAccepted": gateway.ReportAccepted{},
-		"QueueRequest":   gateway.QueueRequest{},
-		"Queue":          gateway.QueueJSON{},
-		"Retry":          gateway.RetryJSON{},
+		"Heartbeat":      api.Heartbeat{},
+		"ReportAccepted": api.ReportAccepted{},
+		"QueueRequest":   api.QueueConfig{},
+		"Queue":          api.Queue{},
+		"Retry":          api.Retry{},
 	} {
 		require.Contains(t, props, schema)
 		require.ElementsMatch(t, jsonNames(v), props[schema], "schema %s", schema)

@@ -21,6 +21,7 @@ import (
 	"go.temporal.io/server/temporaltest"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/devstack/embeddednats"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
@@ -323,7 +324,7 @@ func TestTimerDeliveriesAreRouted(t *testing.T) {
 		_, _, err := s.store.PutBizType(ctx, courier.BizType{Name: name, Delivery: courier.DeliveryMQ, Topic: topic})
 		require.NoError(t, err)
 		delay := 10 * time.Millisecond
-		_, _, err = svc.Create(ctx, timers.CreateRequest{BizType: name, BizID: "u-1", Delay: &delay, Payload: []byte(`{"user":1}`)})
+		_, _, err = svc.Create(ctx, api.TimerRequest{BizType: name, BizID: "u-1", When: api.After(delay), Payload: []byte(`{"user":1}`)})
 		require.NoError(t, err)
 	}
 	require.Eventually(t, func() bool {

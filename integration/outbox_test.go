@@ -171,7 +171,7 @@ func TestRepeatedDeliveryOfSentRecordPublishesNothing(t *testing.T) {
 		AlreadySent bool
 	}
 	require.NoError(t, run.Get(ctx, &res))
-	require.Equal(t, "sent", res.Status)
+	require.EqualValues(t, "sent", res.Status)
 	require.True(t, res.AlreadySent)
 	got, _ := s.streamIDs("ORDERS")
 	require.Empty(t, got)

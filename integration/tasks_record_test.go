@@ -19,7 +19,7 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/tasks"
 )
 
@@ -44,7 +44,7 @@ func TestRecordTaskHistories(t *testing.T) {
 	token := ts.worker
 	var mu sync.Mutex
 	runs := map[string]string{} // case → run id of its first attempt
-	w := startTaskWorker(t, func(w *taskWorker, p activities.TaskPush) {
+	w := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) {
 		if p.Attempt == 1 {
 			d, err := ts.tc.DescribeWorkflowExecution(ctx, courier.TaskWorkflowID(p.TaskID, p.TaskVersion), "")
 			if err == nil {
@@ -75,7 +75,7 @@ func TestRecordTaskHistories(t *testing.T) {
 	// answers the push.
 	var tries sync.Map
 	odd := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		var p activities.TaskPush
+		var p api.TaskPush
 		if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
 			http.Error(rw, err.Error(), http.StatusBadRequest)
 			return

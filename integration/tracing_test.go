@@ -24,8 +24,8 @@ import (
 	"go.temporal.io/server/temporaltest"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/activities"
 	"github.com/courier-oss/courier/activities/contract"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/outbox"
@@ -348,7 +348,7 @@ func testTraceTaskInsertToResult(t *testing.T, d string, v int) {
 	var wg sync.WaitGroup
 	t.Cleanup(wg.Wait)
 	worker := startHTTP(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		var p activities.TaskPush
+		var p api.TaskPush
 		if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
 			http.Error(rw, err.Error(), http.StatusBadRequest)
 			return

@@ -15,10 +15,10 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/internal/pglisten"
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/store"
-	"github.com/courier-oss/courier/timers"
 	"github.com/courier-oss/courier/tracing"
 	"github.com/courier-oss/courier/workflows"
 )
@@ -170,7 +170,7 @@ func (c Config) withDefaults() Config {
 
 // TimerArmer creates timers for rows on outbox.TimerTopic (the timer service).
 type TimerArmer interface {
-	Create(ctx context.Context, r timers.CreateRequest) (timers.Timer, bool, error)
+	Create(ctx context.Context, r api.TimerRequest) (api.Timer, bool, error)
 }
 
 // Relay moves committed outbox rows into delivery workflows.
@@ -427,7 +427,7 @@ func (r *Relay) armTimer(ctx context.Context, src Source, id int64) {
 		fail("timer row payload is not valid: " + err.Error())
 		return
 	}
-	_, _, err = r.timers.Create(ctx, timers.CreateRequest{BizType: row.BizType, BizID: row.BizID, FireAt: row.FireAt, Payload: row.Payload})
+	_, _, err = r.timers.Create(ctx, api.TimerRequest{BizType: row.BizType, BizID: row.BizID, When: api.At(row.FireAt), Payload: row.Payload})
 	switch courier.ErrorCode(err) {
 	case courier.CodeValidation, courier.CodeConflict, courier.CodeTooLarge, courier.CodeInvalid:
 		fail(err.Error())

@@ -145,7 +145,7 @@ func TestTaskHeadSurvivesPurge(t *testing.T) {
 			_, _, err := s.InsertTask(ctx, taskReq("d", v, 3, `{"big":"payload"}`))
 			require.NoError(t, err)
 		}
-		claimed, err := s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(dispatch.DefaultWeights)))
+		claimed, err := s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
 		require.NoError(t, err)
 		require.Len(t, claimed, 1, "version 2 was superseded")
 		fr, err := s.FinishTaskAttempt(ctx, "d", 3, 1, courier.AttemptOutcome{Kind: courier.OutcomeFailure, Result: json.RawMessage(`{"e":1}`)})
@@ -180,7 +180,7 @@ func TestTaskHeadSurvivesPurge(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, courier.TaskReplaced, out)
 		require.Equal(t, 0, again.Attempts, "a fresh retry budget")
-		claimed, err = s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(dispatch.DefaultWeights)))
+		claimed, err = s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
 		require.NoError(t, err)
 		require.Len(t, claimed, 1)
 		require.Equal(t, 2, claimed[0].Attempt, "attempt numbers keep counting across lives")
@@ -264,7 +264,7 @@ func TestTaskClaimLimitWeightsAndFinish(t *testing.T) {
 		ctx := context.Background()
 		q, _, err := s.PutQueue(ctx, courier.Queue{Name: "parse", ConcurrencyLimit: 4, Retry: courier.TaskRetry{MaxAttempts: 2}})
 		require.NoError(t, err)
-		require.Equal(t, courier.DefaultQueueWeights, q.Weights)
+		require.Equal(t, courier.DefaultBandWeights, q.Weights)
 		for i := 0; i < 10; i++ {
 			for p := 1; p <= 5; p++ {
 				r := taskReq(fmt.Sprintf("t%d-p%d", i, p), int64(1+i%2), p, `{}`)
@@ -273,7 +273,7 @@ func TestTaskClaimLimitWeightsAndFinish(t *testing.T) {
 				require.NoError(t, err)
 			}
 		}
-		ch := dispatch.NewChooser(dispatch.DefaultWeights)
+		ch := dispatch.NewChooser(courier.DefaultBandWeights)
 		got, err := s.ClaimTasks(ctx, "parse", 100, claimAll(ch))
 		require.NoError(t, err)
 		require.Len(t, got, 4, "never more than the limit")
@@ -343,7 +343,7 @@ func TestTaskClaimLimitWeightsAndFinish(t *testing.T) {
 		_, err = s.DB().NewRaw("UPDATE courier_tasks SET next_attempt_at = '2000-01-01 00:00:00+00:00', priority = 1 WHERE task_id = ? AND version = ?",
 			got[1].TaskID, got[1].Version).Exec(ctx)
 		require.NoError(t, err)
-		next, err := s.ClaimTasks(ctx, "parse", 1, claimAll(dispatch.NewChooser(dispatch.Weights{100, 1, 1, 1, 1})))
+		next, err := s.ClaimTasks(ctx, "parse", 1, claimAll(dispatch.NewChooser(courier.BandWeights{100, 1, 1, 1, 1})))
 		require.NoError(t, err)
 		require.Len(t, next, 1)
 		require.Equal(t, got[1].TaskID, next[0].TaskID)
@@ -386,7 +386,7 @@ func TestTaskSweeperSteps(t *testing.T) {
 		require.NoError(t, err)
 
 		// An expired pending task is never claimed, and the sweeper fails it.
-		got, err := s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(dispatch.DefaultWeights)))
+		got, err := s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
 		require.NoError(t, err)
 		require.Len(t, got, 1, "only f/2 is due and not expired")
 		require.Equal(t, "f", got[0].TaskID)
@@ -431,7 +431,7 @@ func TestTaskReplaceRacingClaim(t *testing.T) {
 		ctx := context.Background()
 		_, _, err := s.PutQueue(ctx, courier.Queue{Name: "race", ConcurrencyLimit: 1000})
 		require.NoError(t, err)
-		ch := dispatch.NewChooser(dispatch.DefaultWeights)
+		ch := dispatch.NewChooser(courier.DefaultBandWeights)
 		for round := 0; round < 30; round++ {
 			id := fmt.Sprintf("r%d", round)
 			r := taskReq(id, 1, 3, `{"n":0}`)
@@ -469,7 +469,7 @@ func TestTaskOverdueByDeadline(t *testing.T) {
 			_, _, err := s.InsertTask(ctx, taskReq(id, 1, 3, `{}`))
 			require.NoError(t, err)
 		}
-		claimed, err := s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(dispatch.DefaultWeights)))
+		claimed, err := s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
 		require.NoError(t, err)
 		require.Len(t, claimed, 2)
 		_, ok, err := s.MarkTaskPushed(ctx, "long", 1, 1, time.Hour, store.AttemptRun{})
@@ -505,7 +505,7 @@ func TestTaskRunIDRecordedByPush(t *testing.T) {
 		require.NoError(t, err)
 		_, _, err = s.InsertTask(ctx, taskReq("doc", 1, 3, `{}`))
 		require.NoError(t, err)
-		claimed, err := s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(dispatch.DefaultWeights)))
+		claimed, err := s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
 		require.NoError(t, err)
 		require.Len(t, claimed, 1)
 		require.Equal(t, 7*time.Second, claimed[0].PushTimeout, "the claim carries the queue's push timeout")
@@ -542,7 +542,7 @@ func TestTaskRunIDRecordedByPush(t *testing.T) {
 		require.Empty(t, got.RunID, "a re-submission forgets the old attempt's run")
 		require.Zero(t, got.CodeVersion, "and its code version")
 
-		_, err = s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(dispatch.DefaultWeights)))
+		_, err = s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
 		require.NoError(t, err)
 		_, ok, err = s.MarkTaskPushed(ctx, "doc", 1, 2, time.Minute, store.AttemptRun{ID: "run-b", CodeVersion: 4})
 		require.NoError(t, err)
@@ -552,7 +552,7 @@ func TestTaskRunIDRecordedByPush(t *testing.T) {
 		require.Equal(t, courier.TaskPending, fr.Status)
 		_, err = s.DB().NewRaw("UPDATE courier_tasks SET next_attempt_at = '2000-01-01 00:00:00+00:00' WHERE task_id = 'doc'").Exec(ctx)
 		require.NoError(t, err)
-		claimed, err = s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(dispatch.DefaultWeights)))
+		claimed, err = s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
 		require.NoError(t, err)
 		require.Len(t, claimed, 1)
 		got, err = s.GetTask(ctx, "doc", 1)
@@ -591,7 +591,7 @@ func TestConcurrentSuccessIsRecordedOnce(t *testing.T) {
 			_, _, err := s.InsertTask(ctx, taskReq(fmt.Sprintf("twice-%d", i), 1, i%5+1, `{}`))
 			require.NoError(t, err)
 		}
-		claimed, err := s.ClaimTasks(ctx, "default", n, claimAll(dispatch.NewChooser(dispatch.DefaultWeights)))
+		claimed, err := s.ClaimTasks(ctx, "default", n, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
 		require.NoError(t, err)
 		require.Len(t, claimed, n)
 		for _, c := range claimed {

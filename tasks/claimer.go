@@ -92,7 +92,7 @@ type Claimer struct {
 }
 
 type chooser struct {
-	weights [5]int
+	weights courier.BandWeights
 	c       *dispatch.Chooser
 }
 
@@ -139,7 +139,7 @@ func (c *Claimer) Run(ctx context.Context) error {
 func (c *Claimer) choose(q courier.Queue) func(store.BandCounts, int) store.BandCounts {
 	ch := c.choosers[q.Name]
 	if ch == nil || ch.weights != q.Weights {
-		ch = &chooser{weights: q.Weights, c: dispatch.NewChooser(dispatch.Weights(q.Weights))}
+		ch = &chooser{weights: q.Weights, c: dispatch.NewChooser(q.Weights)}
 		c.choosers[q.Name] = ch
 	}
 	return func(ready store.BandCounts, slots int) store.BandCounts {
