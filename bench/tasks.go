@@ -53,7 +53,7 @@ type TaskResult struct {
 	PerSec    float64       // completed tasks per second over Elapsed
 	P50, P99  time.Duration // from each task's insert (or workflow start) to its first push
 	Max       time.Duration
-	Shares    [5]float64    // percent of the pushes per band while every band had a backlog
+	Shares    [courier.PriorityBands]float64    // percent of the pushes per band while every band had a backlog
 	SharesOf  int           // how many pushes Shares counts
 	Duplicate int           // pushes of a task that had been pushed before (retries)
 	Backlog   time.Duration // how long inserting (or starting) the backlog took
@@ -540,8 +540,8 @@ func (l *pushLog) result(name string, cfg TasksConfig, lat []time.Duration, last
 func taskPriority(i int) int { return i%courier.MaxPriority + 1 }
 
 // bandSizes is how many of n tasks taskPriority puts in each band.
-func bandSizes(n int) [5]int {
-	var sizes [5]int
+func bandSizes(n int) [courier.PriorityBands]int {
+	var sizes [courier.PriorityBands]int
 	for i := range sizes {
 		sizes[i] = n / 5
 		if i < n%5 {
@@ -555,13 +555,13 @@ func bandSizes(n int) [5]int {
 // a backlog: bands are taken in push order up to and including the push that took the first
 // band's last task (its claim still saw that band non-empty). sizes are the bands' backlogs at
 // the start; n is how many pushes the shares count (0 if some band started empty).
-func backlogShares(order []int, sizes [5]int) (shares [5]float64, n int) {
+func backlogShares(order []int, sizes [courier.PriorityBands]int) (shares [courier.PriorityBands]float64, n int) {
 	for _, s := range sizes {
 		if s == 0 {
 			return shares, 0
 		}
 	}
-	var counts [5]int
+	var counts [courier.PriorityBands]int
 	for _, b := range order {
 		if b < 1 || b > 5 {
 			continue
@@ -581,8 +581,8 @@ func backlogShares(order []int, sizes [5]int) (shares [5]float64, n int) {
 }
 
 // weightShares turns a queue's weights into percentages.
-func weightShares(w [5]int) [5]float64 {
-	var out [5]float64
+func weightShares(w courier.BandWeights) [courier.PriorityBands]float64 {
+	var out [courier.PriorityBands]float64
 	sum := 0
 	for _, v := range w {
 		sum += v
@@ -596,7 +596,7 @@ func weightShares(w [5]int) [5]float64 {
 }
 
 // formatShares prints percentages as "35/25/20/12/8".
-func formatShares(s [5]float64) string {
+func formatShares(s [courier.PriorityBands]float64) string {
 	parts := make([]string, len(s))
 	for i, v := range s {
 		parts[i] = fmt.Sprintf("%.0f", v)

@@ -18,7 +18,7 @@ func NewChooser(w courier.BandWeights) *Chooser {
 	return &Chooser{w: w}
 }
 
-// Pick returns the band (1..5) that gets the next slot among those for which hasWork is true,
+// Pick returns the band (1 to courier.PriorityBands) that gets the next slot among those for which hasWork is true,
 // or false if no band with a positive weight has work.
 func (c *Chooser) Pick(hasWork func(band int) bool) (int, bool) {
 	total, best := 0, -1
