@@ -305,6 +305,35 @@ type Task struct {
 	Trace TraceContext
 }
 
+// TaskFilter selects task versions for a list, newest first. Zero fields do not filter.
+type TaskFilter struct {
+	Queue         string
+	Status        TaskStatus
+	Priority      int       // 1 to MaxPriority
+	CreatedAfter  time.Time // created at or after
+	CreatedBefore time.Time // created before
+	Limit         int       // versions per page; the store bounds it
+	// After continues a list past the version it names (the last one of the previous page).
+	After *TaskKey
+}
+
+// TaskKey names one task version in the order lists use: newest first.
+type TaskKey struct {
+	CreatedAt time.Time `json:"created_at"`
+	TaskID    string    `json:"task_id"`
+	Version   int64     `json:"version"`
+}
+
+// Valid reports whether s is one of the known statuses.
+func (s TaskStatus) Valid() bool {
+	for _, v := range TaskStatuses {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
 // TaskInsertOutcome says what an insert did.
 type TaskInsertOutcome string
 

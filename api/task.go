@@ -54,7 +54,7 @@ type Task struct {
 	Priority      int                       `json:"priority"`
 	Status        courier.TaskStatus        `json:"status"`
 	Outcome       courier.TaskInsertOutcome `json:"outcome,omitempty"` // an insert's answer only: created, replaced, existing
-	Payload       json.RawMessage           `json:"payload"`
+	Payload       json.RawMessage           `json:"payload,omitempty"` // left out of lists
 	Overrides     TaskOverrides             `json:"overrides"`
 	Attempt       int                       `json:"attempt"`  // the current attempt's number (name it in results)
 	Attempts      int                       `json:"attempts"` // attempts used since the task was (re)submitted
@@ -85,6 +85,13 @@ func TaskOf(t courier.Task) Task {
 		out.ExpiresAt = t.ExpiresAt
 	}
 	return out
+}
+
+// TaskPage is one page of a task list (GET /v1/tasks), newest first; its items leave out the
+// payload and the result (GET one version for those). NextPageToken is empty on the last page.
+type TaskPage struct {
+	Items         []Task `json:"items"`
+	NextPageToken string `json:"next_page_token,omitempty"`
 }
 
 // Heartbeat is the body of POST /v1/tasks/{task_id}/versions/{v}/heartbeat (scope worker).

@@ -83,24 +83,14 @@ func (c *Client) ListOutbox(ctx context.Context, q OutboxQuery) (*OutboxPage, er
 // AllOutbox yields every record q selects, page after page, starting at q.PageToken. It stops
 // at the first error, which it yields.
 func (c *Client) AllOutbox(ctx context.Context, q OutboxQuery) iter.Seq2[OutboxRecord, error] {
-	return func(yield func(OutboxRecord, error) bool) {
-		for {
-			page, err := c.ListOutbox(ctx, q)
-			if err != nil {
-				yield(OutboxRecord{}, err)
-				return
-			}
-			for _, r := range page.Items {
-				if !yield(r, nil) {
-					return
-				}
-			}
-			if page.NextPageToken == "" {
-				return
-			}
-			q.PageToken = page.NextPageToken
+	return pages(func(token string) ([]OutboxRecord, string, error) {
+		q.PageToken = token
+		p, err := c.ListOutbox(ctx, q)
+		if err != nil {
+			return nil, "", err
 		}
-	}
+		return p.Items, p.NextPageToken, nil
+	}, q.PageToken)
 }
 
 // RedriveOutbox sends a dead record of source ("": courier's own) again (scope admin). A

@@ -3,8 +3,11 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"iter"
 	"net/http"
+	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
@@ -22,6 +25,20 @@ type TaskRequest = api.TaskRequest
 // Task is a task version as the API shows it; Outcome says what InsertTask did.
 type Task = api.Task
 
+// TaskPage is one page of a task list, newest first; its items leave out payload and result.
+type TaskPage = api.TaskPage
+
+// TaskQuery selects task versions for ListTasks. Zero fields do not filter.
+type TaskQuery struct {
+	Queue         string
+	Status        courier.TaskStatus
+	Priority      int       // 1 to 5
+	CreatedAfter  time.Time // created at or after
+	CreatedBefore time.Time // created before
+	Limit         int       // versions per page, 1–1000; 0: the gateway's default (100)
+	PageToken     string    // TaskPage.NextPageToken of the previous page
+}
+
 // ReportAccepted answers a result or heartbeat that reached its attempt.
 type ReportAccepted = api.ReportAccepted
 
@@ -36,6 +53,46 @@ func (c *Client) InsertTask(ctx context.Context, r TaskRequest) (*Task, error) {
 		return nil, err
 	}
 	return &out, nil
+}
+
+// ListTasks reads one page of task versions, newest first, without payloads and results (GET
+// a version for those); pass the page's NextPageToken as q.PageToken for the next one, or use
+// AllTasks.
+func (c *Client) ListTasks(ctx context.Context, q TaskQuery) (*TaskPage, error) {
+	v := url.Values{}
+	for k, s := range map[string]string{"queue": q.Queue, "status": string(q.Status), "page_token": q.PageToken} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	for k, n := range map[string]int{"priority": q.Priority, "limit": q.Limit} {
+		if n != 0 {
+			v.Set(k, strconv.Itoa(n))
+		}
+	}
+	for k, t := range map[string]time.Time{"created_after": q.CreatedAfter, "created_before": q.CreatedBefore} {
+		if !t.IsZero() {
+			v.Set(k, t.UTC().Format(time.RFC3339Nano))
+		}
+	}
+	var out TaskPage
+	if _, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/tasks", query: v, idempotent: true, out: &out}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// AllTasks yields every task version q selects, page after page, starting at q.PageToken. It
+// stops at the first error, which it yields.
+func (c *Client) AllTasks(ctx context.Context, q TaskQuery) iter.Seq2[Task, error] {
+	return pages(func(token string) ([]Task, string, error) {
+		q.PageToken = token
+		p, err := c.ListTasks(ctx, q)
+		if err != nil {
+			return nil, "", err
+		}
+		return p.Items, p.NextPageToken, nil
+	}, q.PageToken)
 }
 
 // GetTask reads the latest stored version of a task.

@@ -97,22 +97,12 @@ func (c *Client) ListTimers(ctx context.Context, q TimerQuery) (*TimerPage, erro
 // AllTimers yields every timer q selects, page after page. It stops at the first error, which
 // it yields.
 func (c *Client) AllTimers(ctx context.Context, q TimerQuery) iter.Seq2[Timer, error] {
-	return func(yield func(Timer, error) bool) {
-		for {
-			page, err := c.ListTimers(ctx, q)
-			if err != nil {
-				yield(Timer{}, err)
-				return
-			}
-			for _, t := range page.Items {
-				if !yield(t, nil) {
-					return
-				}
-			}
-			if page.NextPageToken == "" {
-				return
-			}
-			q.PageToken = page.NextPageToken
+	return pages(func(token string) ([]Timer, string, error) {
+		q.PageToken = token
+		p, err := c.ListTimers(ctx, q)
+		if err != nil {
+			return nil, "", err
 		}
-	}
+		return p.Items, p.NextPageToken, nil
+	}, q.PageToken)
 }

@@ -135,6 +135,7 @@ func New(cfg Config, d Deps) *echo.Echo {
 	if d.Tasks != nil {
 		workerScope := requireScope(d.Keys, adm, courier.ScopeWorker)
 		v1.POST("/tasks", h.insertTask, producer)
+		v1.GET("/tasks", h.listTasks, producer)
 		v1.GET("/tasks/:task_id", h.getLatestTask, producer)
 		v1.GET("/tasks/:task_id/versions/:version", h.getTask, producer)
 		v1.DELETE("/tasks/:task_id/versions/:version", h.cancelTask, producer)

@@ -3,7 +3,9 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -20,6 +22,7 @@ type TaskService interface {
 	Insert(ctx context.Context, r courier.TaskRequest) (courier.Task, courier.TaskInsertOutcome, error)
 	Get(ctx context.Context, taskID string, version int64) (courier.Task, error)
 	Latest(ctx context.Context, taskID string) (courier.Task, error)
+	List(ctx context.Context, f courier.TaskFilter) ([]courier.Task, bool, error)
 	Cancel(ctx context.Context, taskID string, version int64) (courier.Task, error)
 	Report(ctx context.Context, taskID string, version int64, r courier.TaskResult) error
 	Heartbeat(ctx context.Context, taskID string, version int64, attempt int, details json.RawMessage) error
@@ -58,6 +61,73 @@ func (h *handlers) insertTask(c echo.Context) error {
 	}
 	return c.JSON(http.StatusOK, out)
 }
+
+// listTasks pages through task versions newest first, filtered by queue, status, priority and
+// creation time, without payloads and results (GET one version for those). The page token is
+// sealed to its query, like a timer list's.
+func (h *handlers) listTasks(c echo.Context) error {
+	var f courier.TaskFilter
+	var err error
+	if f.Queue = c.QueryParam("queue"); f.Queue != "" {
+		if err := courier.CheckName("queue", f.Queue); err != nil {
+			return err
+		}
+	}
+	if f.Status = courier.TaskStatus(c.QueryParam("status")); f.Status != "" && !f.Status.Valid() {
+		return &courier.Error{Code: courier.CodeInvalid, Message: fmt.Sprintf("status must be one of %s", taskStatusNames),
+			Details: map[string]any{"field": "status"}}
+	}
+	if f.Priority, err = queryInt(c, "priority", 0, 1, courier.MaxPriority); err != nil {
+		return err
+	}
+	if f.CreatedAfter, err = queryTime(c, "created_after"); err != nil {
+		return err
+	}
+	if f.CreatedBefore, err = queryTime(c, "created_before"); err != nil {
+		return err
+	}
+	if f.Limit, err = queryInt(c, "limit", 100, 1, 1000); err != nil {
+		return err
+	}
+	query := strings.Join([]string{"tasks", f.Queue, string(f.Status), c.QueryParam("priority"),
+		c.QueryParam("created_after"), c.QueryParam("created_before")}, "\x00")
+	ctx := c.Request().Context()
+	cursor, err := h.pages.open(ctx, query, c.QueryParam("page_token"))
+	if err != nil {
+		return err
+	}
+	if cursor != nil {
+		f.After = new(courier.TaskKey)
+		if err := json.Unmarshal(cursor, f.After); err != nil {
+			return err // sealed by this gateway fleet: never a client's doing
+		}
+	}
+	tasks, more, err := h.d.Tasks.List(ctx, f)
+	if err != nil {
+		return err
+	}
+	page := api.TaskPage{Items: make([]api.Task, len(tasks))}
+	for i, t := range tasks {
+		page.Items[i] = api.TaskOf(t)
+	}
+	if more && len(tasks) > 0 {
+		last := tasks[len(tasks)-1]
+		next, _ := json.Marshal(courier.TaskKey{CreatedAt: last.CreatedAt, TaskID: last.TaskID, Version: last.Version})
+		if page.NextPageToken, err = h.pages.seal(ctx, query, next); err != nil {
+			return err
+		}
+	}
+	return c.JSON(http.StatusOK, page)
+}
+
+// taskStatusNames lists the statuses for a refusal.
+var taskStatusNames = func() string {
+	names := make([]string, len(courier.TaskStatuses))
+	for i, s := range courier.TaskStatuses {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
+}()
 
 func (h *handlers) getLatestTask(c echo.Context) error {
 	id, _, err := taskPath(c, false)

@@ -33,6 +33,7 @@ type cannedTasks struct {
 	reports []courier.TaskResult
 	beats   []fakeBeat
 	puts    []courier.Queue // PutQueue arguments as received
+	lists   []courier.TaskFilter
 }
 
 // answer is what a method of cannedTasks returns: each method takes the fields its signature
@@ -43,6 +44,8 @@ type answer struct {
 	queue   courier.Queue             // PutQueue, GetQueue
 	created bool                      // PutQueue
 	queues  []courier.Queue           // ListQueues
+	tasks   []courier.Task            // List
+	more    bool                      // List
 	err     error                     // every method
 }
 
@@ -147,6 +150,20 @@ func (f *cannedTasks) Latest(_ context.Context, taskID string) (courier.Task, er
 	defer f.mu.Unlock()
 	a := f.record("Latest", taskID, 0)
 	return a.task, a.err
+}
+
+func (f *cannedTasks) List(_ context.Context, filter courier.TaskFilter) ([]courier.Task, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := f.record("List", filter.Queue, 0)
+	f.lists = append(f.lists, filter)
+	return a.tasks, a.more, a.err
+}
+
+func (f *cannedTasks) lastList() courier.TaskFilter {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lists[len(f.lists)-1]
 }
 
 func (f *cannedTasks) Cancel(_ context.Context, taskID string, version int64) (courier.Task, error) {
@@ -877,4 +894,51 @@ func TestUnusableSecretsRefused(t *testing.T) {
 	require.Equal(t, 422, st, "%+v", eb)
 	require.Equal(t, courier.CodeValidation, eb.Error.Code)
 	require.Equal(t, "secrets", eb.Error.Details["field"])
+}
+
+// GET /v1/tasks reads its filters, refuses bad ones before the service, and pages with a token
+// sealed to the query.
+func TestListTasks(t *testing.T) {
+	f := setupTasks(t)
+	t1 := courier.Task{TaskID: "a", Version: 2, Queue: "parse", Priority: 1, Status: courier.TaskFailed, CreatedAt: fakeNow}
+	t2 := courier.Task{TaskID: "b", Version: 1, Queue: "parse", Priority: 1, Status: courier.TaskFailed, CreatedAt: fakeNow.Add(-time.Second)}
+	f.svc.answer(answer{tasks: []courier.Task{t1, t2}, more: true})
+	const q = "/v1/tasks?queue=parse&status=failed&priority=1&created_after=2026-01-01T00:00:00Z&created_before=2026-04-01T00:00:00Z&limit=2"
+	var page api.TaskPage
+	st, eb := f.call(t, "GET", q, f.producer, "", &page)
+	require.Equal(t, http.StatusOK, st, "%+v", eb)
+	require.Len(t, page.Items, 2)
+	require.Equal(t, "task/a/2", page.Items[0].WorkflowID)
+	require.NotEmpty(t, page.NextPageToken)
+	got := f.svc.lastList()
+	require.Equal(t, courier.TaskFilter{Queue: "parse", Status: courier.TaskFailed, Priority: 1, Limit: 2,
+		CreatedAfter: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), CreatedBefore: time.Date(2026, 4, 1, 0, 0, 0, 0, time.UTC)}, got)
+
+	// The token continues after the page's last version, for this query only.
+	f.svc.answer(answer{tasks: []courier.Task{}})
+	st, eb = f.call(t, "GET", q+"&page_token="+page.NextPageToken, f.producer, "", &page)
+	require.Equal(t, http.StatusOK, st, "%+v", eb)
+	require.Equal(t, &courier.TaskKey{CreatedAt: t2.CreatedAt, TaskID: "b", Version: 1}, f.svc.lastList().After)
+	require.Empty(t, page.NextPageToken)
+	calls := f.svc.callCount()
+	st, eb = f.call(t, "GET", "/v1/tasks?queue=other&page_token="+page.NextPageToken+"x", f.producer, "", nil)
+	require.Equal(t, http.StatusBadRequest, st)
+	require.Equal(t, "page_token", eb.Error.Details["field"])
+
+	for _, bad := range []struct{ query, field string }{
+		{"status=done", "status"},
+		{"priority=0", "priority"},
+		{"priority=6", "priority"},
+		{"created_after=yesterday", "created_after"},
+		{"created_before=2026-01-01", "created_before"},
+		{"limit=1001", "limit"},
+		{"queue=a%2Fb", "queue"},
+	} {
+		st, eb := f.call(t, "GET", "/v1/tasks?"+bad.query, f.producer, "", nil)
+		require.Equal(t, http.StatusBadRequest, st, bad.query)
+		require.Equal(t, bad.field, eb.Error.Details["field"], bad.query)
+	}
+	require.Equal(t, calls, f.svc.callCount(), "refused lists never reach the service")
+	st, _ = f.call(t, "GET", "/v1/tasks", f.worker, "", nil)
+	require.Equal(t, http.StatusForbidden, st, "listing needs the producer scope")
 }

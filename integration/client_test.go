@@ -3,6 +3,7 @@ package integration
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -425,6 +426,21 @@ func TestClientEveryCall(t *testing.T) {
 		_, err = producer.GetTaskVersion(ctx, "doc 2", 9)
 		require.ErrorIs(t, err, cc.ErrNotFound)
 		require.ErrorIs(t, err, &courier.Error{Code: courier.CodeNotFound})
+
+		// The list finds them again, newest first, page by page.
+		page, err := producer.ListTasks(ctx, cc.TaskQuery{Status: courier.TaskCancelled})
+		require.NoError(t, err)
+		require.Len(t, page.Items, 1)
+		require.Equal(t, "doc 2", page.Items[0].TaskID)
+		var all []string
+		for tk, err := range producer.AllTasks(ctx, cc.TaskQuery{Limit: 1}) {
+			require.NoError(t, err)
+			require.Nil(t, tk.Payload, "lists leave payloads out")
+			all = append(all, fmt.Sprintf("%s/%d", tk.TaskID, tk.TaskVersion))
+		}
+		require.Equal(t, []string{"doc 2/5", "doc 1/1"}, all)
+		_, err = producer.ListTasks(ctx, cc.TaskQuery{Queue: "tw", Priority: 9})
+		require.ErrorIs(t, err, cc.ErrInvalid)
 	})
 
 	t.Run("authentication", func(t *testing.T) {

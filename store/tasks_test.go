@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -620,5 +621,69 @@ func TestConcurrentSuccessIsRecordedOnce(t *testing.T) {
 		q, err := s.GetQueue(ctx, "default")
 		require.NoError(t, err)
 		require.Zero(t, q.InFlight, "each slot released once")
+	})
+}
+
+// A task list pages newest first through every version the filter selects, without payloads,
+// and a page boundary inside a run of versions created at the same instant loses none of them.
+func TestTaskList(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := t.Context()
+		_, _, err := s.PutQueue(ctx, courier.Queue{Name: "mail"}.WithDefaults())
+		require.NoError(t, err)
+		for i := range 25 {
+			_, _, err := s.InsertTask(ctx, taskReq(fmt.Sprintf("t-%02d", i), 1, i%courier.MaxPriority+1, `{"big":true}`))
+			require.NoError(t, err)
+		}
+		_, _, err = s.InsertTask(ctx, courier.TaskRequest{TaskID: "other", Version: 1, Queue: "mail", Payload: json.RawMessage(`1`)})
+		require.NoError(t, err)
+		// Five versions share one creation time: the order falls back to task id and version.
+		_, err = s.DB().NewRaw("UPDATE courier_tasks SET created_at = (SELECT created_at FROM courier_tasks WHERE task_id = 't-10') WHERE task_id IN ('t-10', 't-11', 't-12', 't-13', 't-14')").Exec(ctx)
+		require.NoError(t, err)
+		setStatus(t, s, "t-03", 1, courier.TaskFailed)
+
+		var seen []string
+		f := courier.TaskFilter{Queue: courier.DefaultQueueName, Limit: 4}
+		for page := 0; ; page++ {
+			require.Less(t, page, 10, "the list ends")
+			tasks, more, err := s.ListTasks(ctx, f)
+			require.NoError(t, err)
+			require.LessOrEqual(t, len(tasks), 4)
+			for _, tk := range tasks {
+				require.Nil(t, tk.Payload, "pages leave payloads out")
+				seen = append(seen, tk.TaskID)
+			}
+			if !more {
+				break
+			}
+			last := tasks[len(tasks)-1]
+			f.After = &courier.TaskKey{CreatedAt: last.CreatedAt, TaskID: last.TaskID, Version: last.Version}
+		}
+		require.Len(t, seen, 25, "every version of the queue once: %v", seen)
+		require.ElementsMatch(t, []string{"t-10", "t-11", "t-12", "t-13", "t-14"}, seen[slices.Index(seen, "t-14"):slices.Index(seen, "t-14")+5],
+			"the versions created together come in a row, by task id descending")
+		require.Equal(t, "t-24", seen[0], "newest first")
+
+		failed, more, err := s.ListTasks(ctx, courier.TaskFilter{Status: courier.TaskFailed})
+		require.NoError(t, err)
+		require.False(t, more)
+		require.Len(t, failed, 1)
+		require.Equal(t, "t-03", failed[0].TaskID)
+
+		high, _, err := s.ListTasks(ctx, courier.TaskFilter{Priority: 1, Queue: courier.DefaultQueueName})
+		require.NoError(t, err)
+		require.Len(t, high, 5)
+		mail, _, err := s.ListTasks(ctx, courier.TaskFilter{Queue: "mail"})
+		require.NoError(t, err)
+		require.Len(t, mail, 1)
+
+		newest, _, err := s.ListTasks(ctx, courier.TaskFilter{Limit: 1})
+		require.NoError(t, err)
+		none, _, err := s.ListTasks(ctx, courier.TaskFilter{CreatedAfter: newest[0].CreatedAt.Add(time.Millisecond)})
+		require.NoError(t, err)
+		require.Empty(t, none)
+		before, _, err := s.ListTasks(ctx, courier.TaskFilter{CreatedBefore: newest[0].CreatedAt, Limit: 1000})
+		require.NoError(t, err)
+		require.Len(t, before, 25, "every version but the newest")
 	})
 }
