@@ -24,6 +24,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/mq"
+	"github.com/courier-oss/courier/mq/natsmq"
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/schema"
@@ -190,7 +191,7 @@ func runOutbox(ctx context.Context, stack Stack, dbName, dbURL, streamName strin
 	if err != nil {
 		return Result{}, err
 	}
-	pub, err := mq.DialNATS(natsURL, "courier-bench")
+	pub, err := natsmq.Dial(natsURL, "courier-bench")
 	if err != nil {
 		return Result{}, err
 	}

@@ -14,7 +14,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/mq"
+	"github.com/courier-oss/courier/mq/natsmq"
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/store"
@@ -37,7 +37,7 @@ func runWorkerProcess() int {
 	if err != nil {
 		return fail(err)
 	}
-	pub, err := mq.DialNATS(os.Getenv("COURIER_IT_NATS"), "crash-worker")
+	pub, err := natsmq.Dial(os.Getenv("COURIER_IT_NATS"), "crash-worker")
 	if err != nil {
 		return fail(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/mq"
+	"github.com/courier-oss/courier/mq/natsmq"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/timers"
@@ -58,7 +59,7 @@ type stack struct {
 	js    jetstream.JetStream
 	store *store.Store
 	dsn   string
-	pub   *mq.NATS
+	pub   *natsmq.Publisher
 
 	rcv    *receiver // timer callbacks, started by callbacks()
 	secret string
@@ -83,7 +84,7 @@ func newStack(t *testing.T, dialect string, opts ...temporaltest.TestServerOptio
 	require.NoError(t, err)
 
 	st, dsn := testenv.Store(t, dialect)
-	pub, err := mq.DialNATS(ns.URL(), "courier-test")
+	pub, err := natsmq.Dial(ns.URL(), "courier-test")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	return &stack{t: t, ts: ts, tc: tc, nats: ns, js: js, store: st, dsn: dsn, pub: pub}

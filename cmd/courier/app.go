@@ -25,6 +25,7 @@ import (
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/mq"
+	"github.com/courier-oss/courier/mq/brokers"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/schema"
 	"github.com/courier-oss/courier/store"
@@ -157,26 +158,26 @@ func (a *app) dialTemporal(ctx context.Context) error {
 
 // dialBrokers connects to every configured broker and routes topics to them.
 func (a *app) dialBrokers() error {
-	var brokers []mq.Broker
+	var dialed []mq.Broker
 	closeAll := func() {
-		for _, b := range brokers {
+		for _, b := range dialed {
 			_ = b.Publisher.Close()
 		}
 	}
 	for _, spec := range a.cfg.brokerSpecs() {
-		pub, err := mq.DialNamed(spec.URL, mq.DefaultClientName)
+		pub, err := brokers.DialNamed(spec.URL, brokers.DefaultClientName)
 		if err != nil {
 			closeAll()
 			return fmt.Errorf("broker %q: %w", spec.Name, err)
 		}
-		brokers = append(brokers, mq.Broker{Name: spec.Name, Addr: mq.RedactURL(spec.URL), Publisher: pub})
+		dialed = append(dialed, mq.Broker{Name: spec.Name, Addr: mq.RedactURL(spec.URL), Publisher: pub})
 	}
-	names := make([]string, len(brokers))
-	for i, b := range brokers {
+	names := make([]string, len(dialed))
+	for i, b := range dialed {
 		names[i] = b.Name
 	}
 	r, err := mq.NewRouter(mq.RouterConfig{
-		Brokers:     brokers,
+		Brokers:     dialed,
 		Routes:      a.cfg.Brokers.Routes,
 		Default:     a.cfg.Brokers.Default,
 		MaxInFlight: a.cfg.Brokers.MaxInFlight,
