@@ -17,7 +17,6 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/outbox"
-	"github.com/courier-oss/courier/store"
 )
 
 // OutboxJSON is an outbox record as the API shows it. Payload is the raw bytes,
@@ -147,7 +146,7 @@ func (h *handlers) listOutbox(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	f := store.OutboxFilter{Status: courier.OutboxStatus(c.QueryParam("status")), Topic: c.QueryParam("topic")}
+	f := courier.OutboxFilter{Status: courier.OutboxStatus(c.QueryParam("status")), Topic: c.QueryParam("topic")}
 	if f.Status != "" && !f.Status.Valid() {
 		return &courier.Error{Code: courier.CodeInvalid, Message: fmt.Sprintf("status must be one of pending, dispatched, sent, dead; got %q", f.Status),
 			Details: map[string]any{"field": "status"}}
@@ -311,7 +310,7 @@ func (h *handlers) redriveDeadOutbox(c echo.Context) error {
 		}
 		src = req.Source
 	}
-	f := store.DeadFilter{Topic: req.Topic}
+	f := courier.DeadFilter{Topic: req.Topic}
 	if f.Topic != "" {
 		if err := courier.CheckTopicPattern("topic", f.Topic); err != nil {
 			return err
@@ -373,7 +372,7 @@ func (h *handlers) redriveDeadOutbox(c echo.Context) error {
 
 // closedRuns returns the ids of refs whose last delivery run is closed (all of them without
 // Deps.Runs). A run that does not close within a moment is left out: busy.
-func (h *handlers) closedRuns(ctx context.Context, src string, refs []store.DeadRef) ([]int64, error) {
+func (h *handlers) closedRuns(ctx context.Context, src string, refs []courier.DeadRef) ([]int64, error) {
 	if h.d.Runs == nil {
 		ids := make([]int64, len(refs))
 		for i, r := range refs {
