@@ -205,7 +205,7 @@ func runOutbox(ctx context.Context, stack Stack, dbName, dbURL, streamName strin
 		Temporal: tc, Publisher: pub, Logger: log,
 		// A source name per scenario keeps workflow ids apart from earlier scenarios on the
 		// same server (outbox/<source>/<id>).
-		Sources: []relay.Source{{Name: source, Store: st, DSN: pgURL(dbURL)}},
+		Sources: []relay.Source{{Name: source, Store: st}},
 	})
 	if err != nil {
 		return Result{}, err
@@ -494,13 +494,6 @@ func printOutboxCPU(w io.Writer, rs []Result) {
 		}
 		fmt.Fprintf(w, "%s: %s; this process used %.0f%% of one core\n", r.Scenario, line, 100*r.CPU.Self.Seconds()/r.Elapsed.Seconds())
 	}
-}
-
-func pgURL(u string) string {
-	if len(u) > 8 && u[:8] == "postgres" {
-		return u
-	}
-	return ""
 }
 
 // scratchSchema creates a throwaway schema in the given PostgreSQL database, so the benchmark

@@ -45,7 +45,7 @@ func runWorkerProcess() int {
 		Relay: relay.Config{BatchSize: 50, PollInterval: 50 * time.Millisecond, Lease: 2 * time.Second, Retry: testRetry},
 	}, worker.Deps{
 		Temporal: tc, Publisher: pub, Logger: quiet,
-		Sources: []relay.Source{{Name: courier.DefaultSource, Store: st, DSN: pgDSN(os.Getenv("COURIER_IT_DB"))}},
+		Sources: []relay.Source{{Name: courier.DefaultSource, Store: st}},
 	})
 	if err != nil {
 		return fail(err)

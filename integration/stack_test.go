@@ -106,7 +106,7 @@ func (s *stack) startWorker(disableRelay bool) *worker.Worker {
 		DisableRelay:    disableRelay,
 	}, worker.Deps{
 		Temporal:  s.tc,
-		Sources:   []relay.Source{{Name: courier.DefaultSource, Store: s.store, DSN: pgDSN(s.dsn)}},
+		Sources:   []relay.Source{{Name: courier.DefaultSource, Store: s.store}},
 		Publisher: s.pub,
 		Logger:    quiet,
 	})
@@ -114,13 +114,6 @@ func (s *stack) startWorker(disableRelay bool) *worker.Worker {
 	require.NoError(s.t, w.Start(s.t.Context()))
 	s.t.Cleanup(w.Stop)
 	return w
-}
-
-func pgDSN(dsn string) string {
-	if len(dsn) > 8 && dsn[:8] == "postgres" {
-		return dsn
-	}
-	return ""
 }
 
 // gateway serves the real gateway over HTTP and returns its URL and an admin token.
@@ -206,7 +199,7 @@ func (s *stack) timerWorker(relayOn bool) {
 		AllowLoopbackCallbacks: true,
 		BizTypeRefresh:         100 * time.Millisecond,
 	}, worker.Deps{Temporal: s.tc, Publisher: s.pub, Logger: quiet, BizTypes: bizTypes,
-		Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store, DSN: pgDSN(s.dsn)}}})
+		Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store}}})
 	require.NoError(s.t, err)
 	require.NoError(s.t, w.Start(s.t.Context()))
 	s.t.Cleanup(w.Stop)

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"syscall"
 	"time"
 
@@ -79,7 +78,7 @@ func (a *app) openDB(ctx context.Context, migrate bool) error {
 			return fmt.Errorf("migrate: %w", err)
 		}
 	}
-	a.sources = []relay.Source{{Name: courier.DefaultSource, Store: st, DSN: pgDSN(a.cfg.DatabaseURL)}}
+	a.sources = []relay.Source{{Name: courier.DefaultSource, Store: st}}
 	for _, spec := range a.cfg.Outbox.Sources {
 		src, err := store.Open(ctx, spec.URL)
 		if err != nil {
@@ -91,16 +90,9 @@ func (a *app) openDB(ctx context.Context, migrate bool) error {
 				return fmt.Errorf("outbox source %s: migrate: %w", spec.Name, err)
 			}
 		}
-		a.sources = append(a.sources, relay.Source{Name: spec.Name, Store: src, DSN: pgDSN(spec.URL)})
+		a.sources = append(a.sources, relay.Source{Name: spec.Name, Store: src})
 	}
 	return nil
-}
-
-func pgDSN(u string) string {
-	if strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://") {
-		return u
-	}
-	return ""
 }
 
 // connect opens the databases, Temporal and the brokers, in that order; migrate applies
@@ -222,7 +214,7 @@ func (a *app) newWorker() (*worker.Worker, error) {
 		AllowLoopbackCallbacks: a.dev,
 		Namespace:              a.cfg.Temporal.Namespace,
 		Tasks: worker.TasksConfig{
-			Claimer:     tasks.ClaimerConfig{DSN: pgDSN(a.cfg.DatabaseURL), PollInterval: a.cfg.Tasks.PollInterval, CodeVersion: a.cfg.Tasks.CodeVersion},
+			Claimer:     tasks.ClaimerConfig{PollInterval: a.cfg.Tasks.PollInterval, CodeVersion: a.cfg.Tasks.CodeVersion},
 			PublicURL:   a.cfg.Tasks.PublicURL,
 			SweepEvery:  a.cfg.Tasks.SweepEvery,
 			PushSlots:   a.cfg.Tasks.PushSlots,
