@@ -389,7 +389,9 @@ func (s *Store) DeleteSentOutbox(ctx context.Context, before time.Time, limit in
 }
 
 // EnqueueOutbox inserts one message in its own transaction (for the gateway's publish endpoint;
-// producers with a database use outbox.Enqueue inside their own transaction instead).
+// producers with a database use outbox.Enqueue inside their own transaction instead). It goes
+// through outbox.Enqueue, so the message is checked and written (store/outboxsql) exactly as a
+// producer's would be.
 func (s *Store) EnqueueOutbox(ctx context.Context, m outbox.Message) (courier.OutboxRecord, error) {
 	var rec courier.OutboxRecord
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
