@@ -22,6 +22,7 @@ import (
 	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/devstack/embeddednats"
 	"github.com/courier-oss/courier/mq"
+	"github.com/courier-oss/courier/mq/natsmq"
 	"github.com/courier-oss/courier/webhook"
 )
 
@@ -118,7 +119,7 @@ func TestTimerDeliverMQ(t *testing.T) {
 	srv, err := embeddednats.Start(embeddednats.Config{Port: -1, StoreDir: t.TempDir()})
 	require.NoError(t, err)
 	defer srv.Shutdown()
-	pub, err := mq.DialNATS(srv.URL(), "test")
+	pub, err := natsmq.Dial(srv.URL(), "test")
 	require.NoError(t, err)
 	defer pub.Close()
 	js, _ := jetstream.New(pub.Conn())

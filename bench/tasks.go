@@ -165,7 +165,7 @@ func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL st
 		AllowLoopbackCallbacks: true,
 		Relay:                  relay.Config{TaskQueue: "bench-tasks-" + dbName},
 		Tasks: worker.TasksConfig{
-			Claimer:    tasks.ClaimerConfig{DSN: pgURL(dbURL)},
+			Claimer:    tasks.ClaimerConfig{},
 			PublicURL:  "http://" + gw.Listener.Addr().String(),
 			SweepEvery: time.Hour,
 		},
@@ -241,7 +241,7 @@ func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL st
 		return TaskResult{}, fmt.Errorf("insert: %w", err)
 	}
 	backlog := time.Since(backlogStart)
-	onPostgres := pgURL(dbURL) != ""
+	onPostgres := st.IsPostgres()
 	running := markCPU(onPostgres)
 	if _, _, err := svc.PutQueue(ctx, courier.Queue{Name: queue, ConcurrencyLimit: cfg.Limit, PushURL: tw.URL}); err != nil {
 		return TaskResult{}, err

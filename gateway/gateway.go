@@ -16,16 +16,15 @@ import (
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/outbox"
-	"github.com/courier-oss/courier/store"
 )
 
 // OutboxStore is what the outbox endpoints need.
 type OutboxStore interface {
 	GetOutbox(ctx context.Context, id int64) (courier.OutboxRecord, error)
-	ListOutbox(ctx context.Context, f store.OutboxFilter) ([]courier.OutboxRecord, bool, error)
+	ListOutbox(ctx context.Context, f courier.OutboxFilter) ([]courier.OutboxRecord, bool, error)
 	RedriveOutbox(ctx context.Context, id int64) (courier.OutboxRecord, error)
 	EnqueueOutbox(ctx context.Context, m outbox.Message) (courier.OutboxRecord, error)
-	DeadOutbox(ctx context.Context, f store.DeadFilter, limit int) ([]store.DeadRef, error)
+	DeadOutbox(ctx context.Context, f courier.DeadFilter, limit int) ([]courier.DeadRef, error)
 	RedriveDeadOutbox(ctx context.Context, ids []int64) (int64, error)
 }
 

@@ -85,7 +85,7 @@ func (f *fixture) do(t *testing.T, method, path, token, contentType string, body
 }
 
 func (f *fixture) count(t *testing.T) int {
-	recs, _, err := f.st.ListOutbox(t.Context(), store.OutboxFilter{Limit: 1000})
+	recs, _, err := f.st.ListOutbox(t.Context(), courier.OutboxFilter{Limit: 1000})
 	require.NoError(t, err)
 	return len(recs)
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/outbox"
-	"github.com/courier-oss/courier/store"
 )
 
 // outboxCursor is what an outbox page token carries: where the next page starts and the query
@@ -78,7 +77,7 @@ func (h *handlers) listOutbox(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	f := store.OutboxFilter{Status: courier.OutboxStatus(c.QueryParam("status")), Topic: c.QueryParam("topic")}
+	f := courier.OutboxFilter{Status: courier.OutboxStatus(c.QueryParam("status")), Topic: c.QueryParam("topic")}
 	if f.Status != "" && !f.Status.Valid() {
 		return &courier.Error{Code: courier.CodeInvalid, Message: fmt.Sprintf("status must be one of pending, dispatched, sent, dead; got %q", f.Status),
 			Details: map[string]any{"field": "status"}}
@@ -218,7 +217,7 @@ func (h *handlers) redriveDeadOutbox(c echo.Context) error {
 		}
 		src = req.Source
 	}
-	f := store.DeadFilter{Topic: req.Topic}
+	f := courier.DeadFilter{Topic: req.Topic}
 	if f.Topic != "" {
 		if err := courier.CheckTopicPattern("topic", f.Topic); err != nil {
 			return err
@@ -280,7 +279,7 @@ func (h *handlers) redriveDeadOutbox(c echo.Context) error {
 
 // closedRuns returns the ids of refs whose last delivery run is closed (all of them without
 // Deps.Runs). A run that does not close within a moment is left out: busy.
-func (h *handlers) closedRuns(ctx context.Context, src string, refs []store.DeadRef) ([]int64, error) {
+func (h *handlers) closedRuns(ctx context.Context, src string, refs []courier.DeadRef) ([]int64, error) {
 	if h.d.Runs == nil {
 		ids := make([]int64, len(refs))
 		for i, r := range refs {

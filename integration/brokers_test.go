@@ -27,6 +27,7 @@ import (
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/mq"
+	"github.com/courier-oss/courier/mq/natsmq"
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/store"
@@ -142,7 +143,7 @@ func (s *routedStack) route(watch bool, routes ...mq.Route) {
 	s.t.Helper()
 	var brokers []mq.Broker
 	for _, c := range []*natsCluster{s.points, s.coupons} {
-		pub, err := mq.DialNATS(c.url(), "courier-test")
+		pub, err := natsmq.Dial(c.url(), "courier-test")
 		require.NoError(s.t, err)
 		brokers = append(brokers, mq.Broker{Name: c.name, Addr: c.url(), Publisher: pub})
 	}

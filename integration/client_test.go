@@ -58,12 +58,12 @@ func newClientStack(t *testing.T) *clientStack {
 		BizTypeRefresh:         100 * time.Millisecond,
 		ShutdownTimeout:        2 * time.Second,
 		Tasks: worker.TasksConfig{
-			Claimer:    tasks.ClaimerConfig{DSN: pgDSN(s.dsn), PollInterval: 200 * time.Millisecond, RecoverAfter: 5 * time.Second},
+			Claimer:    tasks.ClaimerConfig{PollInterval: 200 * time.Millisecond, RecoverAfter: 5 * time.Second},
 			PublicURL:  srv.URL,
 			SweepEvery: time.Hour,
 		},
 	}, worker.Deps{Temporal: s.tc, Publisher: s.pub, Logger: quiet, BizTypes: s.store, Tasks: s.store,
-		Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store, DSN: pgDSN(s.dsn)}}})
+		Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store}}})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(w.Stop)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/outbox"
-	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/worker"
 )
 
@@ -85,7 +84,7 @@ func (s *stack) requireDeadThenRedrive(w *worker.Worker, topic string, want map[
 	t := s.t
 	t.Helper()
 	ctx := t.Context()
-	dead, _, err := s.store.ListOutbox(ctx, store.OutboxFilter{Status: courier.OutboxDead, Limit: 1000})
+	dead, _, err := s.store.ListOutbox(ctx, courier.OutboxFilter{Status: courier.OutboxDead, Limit: 1000})
 	require.NoError(t, err)
 	require.Len(t, dead, len(want))
 	for _, r := range dead {

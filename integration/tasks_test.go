@@ -166,7 +166,7 @@ func (ts *taskStack) startTaskWorker() *worker.Worker {
 		AllowLoopbackCallbacks: true,
 		ShutdownTimeout:        2 * time.Second,
 		Tasks: worker.TasksConfig{
-			Claimer:    tasks.ClaimerConfig{DSN: pgDSN(ts.dsn), PollInterval: 200 * time.Millisecond, RecoverAfter: ts.recoverAfter},
+			Claimer:    tasks.ClaimerConfig{PollInterval: 200 * time.Millisecond, RecoverAfter: ts.recoverAfter},
 			PublicURL:  ts.gw,
 			SweepEvery: time.Hour,
 		},

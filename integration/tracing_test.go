@@ -29,7 +29,6 @@ import (
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/outbox"
-	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/tracing"
 	"github.com/courier-oss/courier/tracing/otelsetup"
 	"github.com/courier-oss/courier/webhook"
@@ -232,7 +231,7 @@ func TestTraceOutboxProducerToPublish(t *testing.T) {
 			traceID := root.SpanContext().TraceID()
 
 			// The row carries the producer's trace context in its headers.
-			recs, _, err := s.store.ListOutbox(ctx, store.OutboxFilter{Limit: 10})
+			recs, _, err := s.store.ListOutbox(ctx, courier.OutboxFilter{Limit: 10})
 			require.NoError(t, err)
 			require.Len(t, recs, 1)
 			require.Equal(t, tracing.FromContext(ctx).Parent, recs[0].Headers[courier.HeaderTraceParent])

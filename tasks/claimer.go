@@ -16,7 +16,6 @@ import (
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/dispatch"
-	"github.com/courier-oss/courier/internal/pglisten"
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/tracing"
 	"github.com/courier-oss/courier/workflows"
@@ -27,12 +26,15 @@ type ClaimStore interface {
 	ListQueues(ctx context.Context) ([]courier.Queue, error)
 	ClaimTasks(ctx context.Context, queue string, max int, choose func(ready store.BandCounts, slots int) store.BandCounts) ([]store.ClaimedTask, error)
 	UnpushedTasks(ctx context.Context, olderThan time.Duration, limit int) ([]store.ClaimedTask, error)
+	// Listen calls notify on the database's notifications on channel (store.TasksChannel:
+	// tasks of another process may be claimable) until stop is called; a database without
+	// notifications does nothing, and the claimer's poll does the work.
+	Listen(ctx context.Context, channel string, notify func(), log *slog.Logger) (stop func())
 }
 
 // ClaimerConfig tunes a claimer. Zero fields take the documented defaults.
 type ClaimerConfig struct {
 	TaskQueue    string        // the workflows' Temporal task queue; attempts run on workflows.TaskRunQueue beside it (required)
-	DSN          string        // PostgreSQL URL for LISTEN/NOTIFY wake-ups; "" polls only
 	PollInterval time.Duration // fallback poll; default 1 s
 	BatchSize    int           // tasks per claim transaction; default 100
 	StartWorkers int           // concurrent workflow starts; default 16
@@ -114,10 +116,8 @@ func (c *Claimer) Wake() {
 
 // Run claims until ctx ends; it returns nil on cancellation.
 func (c *Claimer) Run(ctx context.Context) error {
-	if c.cfg.DSN != "" {
-		stop := pglisten.Listen(ctx, c.cfg.DSN, "courier_tasks", c.wake, c.log)
-		defer stop()
-	}
+	stop := c.store.Listen(ctx, store.TasksChannel, c.Wake, c.log)
+	defer stop()
 	poll := time.NewTicker(c.cfg.PollInterval)
 	defer poll.Stop()
 	lastRecover := time.Now()
