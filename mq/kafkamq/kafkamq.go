@@ -34,6 +34,17 @@ const (
 	// context's deadline; a record it gave up on may still land within this time, which the
 	// next publish of the same message makes a duplicate with the same Courier-Message-Id.
 	DeliveryTimeout = 30 * time.Second
+	// metadataMinAge and unknownTopicRetries bound how long a publish to a topic the cluster
+	// does not have takes to fail as mq.ErrUnknownTopic: franz-go asks the cluster for the
+	// topic again at most every metadataMinAge, and gives up after unknownTopicRetries answers
+	// without it. franz-go's defaults (5 s, 4) take 20 s and more, longer than an outbox
+	// record's first attempt (5 s), which then timed out instead of naming the missing topic.
+	metadataMinAge      = 500 * time.Millisecond
+	unknownTopicRetries = 3
+	// UnknownTopicBound is about how long a publish to a missing topic takes to fail with
+	// mq.ErrUnknownTopic: a metadata query per retry, each after metadataMinAge, plus their
+	// round trips.
+	UnknownTopicBound = (unknownTopicRetries + 1) * metadataMinAge * 2
 )
 
 // Publisher publishes to Apache Kafka (or a broker speaking its protocol) with an idempotent
@@ -80,6 +91,8 @@ func Dial(rawURL, clientName string, extra ...kgo.Opt) (*Publisher, error) {
 		kgo.RequiredAcks(kgo.AllISRAcks()), // also what the idempotent producer (on by default) needs
 		kgo.RecordDeliveryTimeout(DeliveryTimeout),
 		kgo.ProducerLinger(0), // Publish waits for its record: do not hold it back for a batch
+		kgo.MetadataMinAge(metadataMinAge),
+		kgo.UnknownTopicRetries(unknownTopicRetries),
 	}
 	if cfg.tls != nil {
 		opts = append(opts, kgo.DialTLSConfig(cfg.tls))
