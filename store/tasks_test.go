@@ -677,13 +677,26 @@ func TestTaskList(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, mail, 1)
 
-		newest, _, err := s.ListTasks(ctx, courier.TaskFilter{Limit: 1})
+		all, _, err := s.ListTasks(ctx, courier.TaskFilter{Limit: 1000})
 		require.NoError(t, err)
-		none, _, err := s.ListTasks(ctx, courier.TaskFilter{CreatedAfter: newest[0].CreatedAt.Add(time.Millisecond)})
+		require.Len(t, all, 26)
+		cut := all[12].CreatedAt
+		var older, newer int
+		for _, tk := range all {
+			if tk.CreatedAt.Before(cut) {
+				older++
+			} else {
+				newer++
+			}
+		}
+		before, _, err := s.ListTasks(ctx, courier.TaskFilter{CreatedBefore: cut, Limit: 1000})
+		require.NoError(t, err)
+		require.Len(t, before, older, "created_before excludes its own instant")
+		after, _, err := s.ListTasks(ctx, courier.TaskFilter{CreatedAfter: cut, Limit: 1000})
+		require.NoError(t, err)
+		require.Len(t, after, newer, "created_after includes its own instant")
+		none, _, err := s.ListTasks(ctx, courier.TaskFilter{CreatedAfter: all[0].CreatedAt.Add(time.Millisecond)})
 		require.NoError(t, err)
 		require.Empty(t, none)
-		before, _, err := s.ListTasks(ctx, courier.TaskFilter{CreatedBefore: newest[0].CreatedAt, Limit: 1000})
-		require.NoError(t, err)
-		require.Len(t, before, 25, "every version but the newest")
 	})
 }
