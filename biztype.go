@@ -28,9 +28,18 @@ type BizType struct {
 	AllowPrivate   bool          // callbacks may reach private-network addresses
 	InsertRate     float64       // timers created per second on each gateway; 0 = unlimited
 	InsertBurst    int           // burst of InsertRate; 0 = the rate rounded up
-	CreatedAt      time.Time
+	TimerMode      TimerMode     // how its timers are kept; default TimerModeWorkflow
+	TimerRetention time.Duration // bucketed timers' rows are kept this long once finished; default 7 days
+	// FailureURL and FailureTopic receive a signed event when one of the type's timers fails
+	// for good (its retry budget spent, or refused); empty: no notification.
+	FailureURL   string
+	FailureTopic string
+	CreatedAt    time.Time
 	UpdatedAt      time.Time
 }
+
+// DefaultTimerRetention is how long a bucketed timer's row is kept once it is finished.
+const DefaultTimerRetention = 7 * 24 * time.Hour
 
 // WithDefaults fills unset fields with their documented defaults.
 func (b BizType) WithDefaults() BizType {
@@ -48,6 +57,12 @@ func (b BizType) WithDefaults() BizType {
 	}
 	if b.MaxAttempts == 0 {
 		b.MaxAttempts = 10
+	}
+	if b.TimerMode == "" {
+		b.TimerMode = TimerModeWorkflow
+	}
+	if b.TimerRetention == 0 {
+		b.TimerRetention = DefaultTimerRetention
 	}
 	return b
 }
@@ -75,6 +90,20 @@ func (b BizType) Validate() error {
 		return bad("retry.max_attempts", "retry max attempts must be from 1 to 1000")
 	case b.RateLimit < 0 || b.RateLimit > 10000:
 		return bad("rate_limit_per_second", "rate limit must be from 0 (unlimited) to 10000 per second")
+	case !b.TimerMode.Valid():
+		return bad("timer_mode", "timer_mode must be %q or %q", TimerModeWorkflow, TimerModeBucketed)
+	case b.TimerRetention < time.Minute || b.TimerRetention > 366*24*time.Hour:
+		return bad("timer_retention", "timer_retention must be from 1m to 8784h")
+	}
+	if b.FailureURL != "" {
+		if err := CheckCallbackURL("failure_url", b.FailureURL); err != nil {
+			return err
+		}
+	}
+	if b.FailureTopic != "" {
+		if err := CheckTopic("failure_topic", b.FailureTopic); err != nil {
+			return err
+		}
 	}
 	if err := CheckRate("insert_rate_per_second", "insert_burst", b.InsertLimit()); err != nil {
 		return err

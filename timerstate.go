@@ -1,5 +1,10 @@
 package courier
 
+import (
+	"strconv"
+	"time"
+)
+
 // TimerState is where a timer is in its life. The timer workflow keeps it (its state query,
 // its updates' answers, its result or failure details), writes it to the CourierState search
 // attribute, and the API answers with it; the values are in recorded histories and in the API
@@ -26,4 +31,55 @@ func (s TimerState) Valid() bool {
 		return true
 	}
 	return false
+}
+
+// TimerMode is how a business type keeps its timers.
+type TimerMode string
+
+// Timer modes.
+const (
+	// TimerModeWorkflow keeps each timer in a workflow of its own (timer/<biz_type>/<biz_id>):
+	// the default, and the one to choose for timers that are rescheduled or inspected in the
+	// Temporal UI.
+	TimerModeWorkflow TimerMode = "workflow"
+	// TimerModeBucketed keeps timers as rows in courier's database, delivered by one workflow
+	// per business type and second (TimerBucketWorkflowID): for volume, at a fraction of the
+	// engine's cost per timer.
+	TimerModeBucketed TimerMode = "bucketed"
+)
+
+// Valid says whether m is a known mode.
+func (m TimerMode) Valid() bool { return m == TimerModeWorkflow || m == TimerModeBucketed }
+
+// TimerBucket is the bucket a bucketed timer firing at t falls in: the Unix second of t.
+func TimerBucket(t time.Time) int64 { return t.Unix() }
+
+// TimerBucketWorkflowID is the deterministic workflow id of a business type's bucket:
+// timer-bucket/<biz_type>/<unix second>.
+func TimerBucketWorkflowID(bizType string, bucket int64) string {
+	return "timer-bucket/" + bizType + "/" + strconv.FormatInt(bucket, 10)
+}
+
+// TimerRecord is a bucketed timer as courier's database keeps it.
+type TimerRecord struct {
+	BizType     string
+	BizID       string
+	FireAt      time.Time
+	State       TimerState
+	Payload     []byte // JSON, delivered as it is
+	RequestHash string // identifies the create request, so a repeat is recognised
+	Version     int    // bumped by every reschedule
+	Attempts    int    // delivery attempts made
+	LastError   string
+	DeliveryID  string // the same for every attempt of one firing; consumers deduplicate on it
+	Trace       TraceContext
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+	FinishedAt  *time.Time // delivered, failed or cancelled at
+}
+
+// TimerKey names one timer.
+type TimerKey struct {
+	BizType string
+	BizID   string
 }

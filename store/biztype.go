@@ -29,6 +29,10 @@ type bizTypeRow struct {
 	AllowPrivate   bool      `bun:"allow_private"`
 	InsertRate     float64   `bun:"insert_rate_per_second"`
 	InsertBurst    int       `bun:"insert_burst"`
+	TimerMode      string    `bun:"timer_mode"`
+	TimerRetention int64     `bun:"timer_retention_ms"`
+	FailureURL     string    `bun:"failure_url"`
+	FailureTopic   string    `bun:"failure_topic"`
 	CreatedAt      time.Time `bun:"created_at,skipupdate"`
 	UpdatedAt      time.Time `bun:"updated_at"`
 }
@@ -42,8 +46,11 @@ func (r *bizTypeRow) bizType() (courier.BizType, error) {
 		RetryMax:       time.Duration(r.RetryMax) * time.Millisecond,
 		MaxAttempts:    r.MaxAttempts, RateLimit: r.RateLimit, AllowPrivate: r.AllowPrivate,
 		InsertRate: r.InsertRate, InsertBurst: r.InsertBurst,
+		TimerMode: courier.TimerMode(r.TimerMode), TimerRetention: time.Duration(r.TimerRetention) * time.Millisecond,
+		FailureURL: r.FailureURL, FailureTopic: r.FailureTopic,
 		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
 	}
+	b = b.WithDefaults() // rows written before a setting existed
 	return b, json.Unmarshal([]byte(r.Secrets), &b.Secrets)
 }
 
@@ -95,6 +102,8 @@ func (s *Store) PutBizType(ctx context.Context, b courier.BizType) (courier.BizT
 			RequestTimeout: b.RequestTimeout.Milliseconds(), RetryInitial: b.RetryInitial.Milliseconds(),
 			RetryBackoff: b.RetryBackoff, RetryMax: b.RetryMax.Milliseconds(), MaxAttempts: b.MaxAttempts,
 			RateLimit: b.RateLimit, AllowPrivate: b.AllowPrivate, InsertRate: b.InsertRate, InsertBurst: b.InsertBurst,
+			TimerMode: string(b.TimerMode), TimerRetention: b.TimerRetention.Milliseconds(),
+			FailureURL: b.FailureURL, FailureTopic: b.FailureTopic,
 		}
 		n, err := tx.NewSelect().Model((*bizTypeRow)(nil)).Where("name = ?", b.Name).Count(ctx)
 		if err != nil {

@@ -1,0 +1,467 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/courier-oss/courier"
+)
+
+// timerRow is a bucketed timer (courier_timers, migration 0010).
+type timerRow struct {
+	bun.BaseModel `bun:"table:courier_timers"`
+
+	BizType     string       `bun:"biz_type,pk"`
+	BizID       string       `bun:"biz_id,pk"`
+	FireAt      time.Time    `bun:"fire_at"`
+	Bucket      int64        `bun:"bucket"`
+	State       string       `bun:"state"`
+	Payload     string       `bun:"payload"`
+	RequestHash string       `bun:"request_hash"`
+	Version     int          `bun:"version"`
+	Attempts    int          `bun:"attempts"`
+	LastError   string       `bun:"last_error"`
+	Claim       *string      `bun:"claim"`
+	DeliveryID  string       `bun:"delivery_id"`
+	TraceParent *string      `bun:"traceparent"`
+	TraceState  *string      `bun:"tracestate"`
+	CreatedAt   time.Time    `bun:"created_at"`
+	UpdatedAt   time.Time    `bun:"updated_at"`
+	FinishedAt  bun.NullTime `bun:"finished_at"`
+}
+
+func (r *timerRow) record() courier.TimerRecord {
+	rec := courier.TimerRecord{
+		BizType: r.BizType, BizID: r.BizID, FireAt: r.FireAt.UTC(), State: courier.TimerState(r.State),
+		Payload: []byte(r.Payload), RequestHash: r.RequestHash, Version: r.Version, Attempts: r.Attempts,
+		LastError: r.LastError, DeliveryID: r.DeliveryID, CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
+		FinishedAt: nullTime(r.FinishedAt),
+	}
+	if r.TraceParent != nil {
+		rec.Trace.Parent = *r.TraceParent
+	}
+	if r.TraceState != nil {
+		rec.Trace.State = *r.TraceState
+	}
+	return rec
+}
+
+func records(rows []timerRow) []courier.TimerRecord {
+	out := make([]courier.TimerRecord, len(rows))
+	for i := range rows {
+		out[i] = rows[i].record()
+	}
+	return out
+}
+
+// TimerInsert says what inserting one bucketed timer did.
+type TimerInsert struct {
+	Record courier.TimerRecord // the stored timer: the new one, or the one already there
+	// Created: the insert stored it. Otherwise a timer with the key was there already: with the
+	// same request (RequestHash), a repeat; with another, Conflict.
+	Created  bool
+	Conflict bool
+}
+
+// timerColumns are the columns a timer is read with.
+const timerColumns = "biz_type, biz_id, fire_at, bucket, state, payload, request_hash, version, attempts, last_error, " +
+	"claim, delivery_id, traceparent, tracestate, created_at, updated_at, finished_at"
+
+// MaxTimerBatch bounds the timers one call inserts: a batch is one statement.
+const MaxTimerBatch = 1000
+
+// InsertTimers stores bucketed timers in one transaction: each record is created, or found
+// already there (a repeat when its RequestHash matches, a conflict otherwise). Records carry
+// their fire time (truncated to milliseconds), payload, request hash and trace; their state is
+// scheduled. Nothing is half-written: either every new record is stored or none.
+func (s *Store) InsertTimers(ctx context.Context, recs []courier.TimerRecord) ([]TimerInsert, error) {
+	if len(recs) == 0 {
+		return nil, nil
+	}
+	if len(recs) > MaxTimerBatch {
+		return nil, fmt.Errorf("store: %d timers in one insert, at most %d", len(recs), MaxTimerBatch)
+	}
+	out := make([]TimerInsert, len(recs))
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		values := make([]string, 0, len(recs))
+		args := make([]any, 0, len(recs)*8)
+		for _, r := range recs {
+			fire := r.FireAt.UTC().Truncate(time.Millisecond)
+			values = append(values, "(?, ?, ?, ?, 'scheduled', ?, ?, ?, ?, "+s.nowSQL()+", "+s.nowSQL()+")")
+			args = append(args, r.BizType, r.BizID, s.timeArg(fire), courier.TimerBucket(fire), string(r.Payload), r.RequestHash,
+				nullString(r.Trace.Parent), nullString(r.Trace.State))
+		}
+		var created []timerRow
+		err := tx.NewRaw("INSERT INTO courier_timers (biz_type, biz_id, fire_at, bucket, state, payload, request_hash, "+
+			"traceparent, tracestate, created_at, updated_at) VALUES "+strings.Join(values, ", ")+
+			" ON CONFLICT (biz_type, biz_id) DO NOTHING RETURNING "+timerColumns, args...).Scan(ctx, &created)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		byKey := map[courier.TimerKey]*timerRow{}
+		for i := range created {
+			byKey[courier.TimerKey{BizType: created[i].BizType, BizID: created[i].BizID}] = &created[i]
+		}
+		var missing []courier.TimerKey
+		for _, r := range recs {
+			if k := (courier.TimerKey{BizType: r.BizType, BizID: r.BizID}); byKey[k] == nil {
+				missing = append(missing, k)
+			}
+		}
+		existing, err := s.timersByKey(ctx, tx, missing)
+		if err != nil {
+			return err
+		}
+		for i, r := range recs {
+			k := courier.TimerKey{BizType: r.BizType, BizID: r.BizID}
+			if row := byKey[k]; row != nil {
+				out[i] = TimerInsert{Record: row.record(), Created: true}
+				delete(byKey, k) // a key twice in one batch: the second is the first's repeat
+				existing[k] = row
+				continue
+			}
+			row := existing[k]
+			if row == nil {
+				return fmt.Errorf("store: timer %s/%s neither inserted nor found", r.BizType, r.BizID)
+			}
+			out[i] = TimerInsert{Record: row.record(), Conflict: row.RequestHash != r.RequestHash}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// timersByKey reads the timers of keys.
+func (s *Store) timersByKey(ctx context.Context, db bun.IDB, keys []courier.TimerKey) (map[courier.TimerKey]*timerRow, error) {
+	out := map[courier.TimerKey]*timerRow{}
+	if len(keys) == 0 {
+		return out, nil
+	}
+	conds := make([]string, len(keys))
+	args := make([]any, 0, 2*len(keys))
+	for i, k := range keys {
+		conds[i] = "(biz_type = ? AND biz_id = ?)"
+		args = append(args, k.BizType, k.BizID)
+	}
+	var rows []timerRow
+	err := db.NewRaw("SELECT "+timerColumns+" FROM courier_timers WHERE "+strings.Join(conds, " OR "), args...).Scan(ctx, &rows)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, err
+	}
+	for i := range rows {
+		out[courier.TimerKey{BizType: rows[i].BizType, BizID: rows[i].BizID}] = &rows[i]
+	}
+	return out, nil
+}
+
+func timerNotFound(bizType, bizID string) error {
+	return courier.Errorf(courier.CodeNotFound, "no timer %s/%s", bizType, bizID)
+}
+
+// GetTimerRecord returns one bucketed timer, or not_found.
+func (s *Store) GetTimerRecord(ctx context.Context, bizType, bizID string) (courier.TimerRecord, error) {
+	rows, err := s.timersByKey(ctx, s.db, []courier.TimerKey{{BizType: bizType, BizID: bizID}})
+	if err != nil {
+		return courier.TimerRecord{}, err
+	}
+	for _, r := range rows {
+		return r.record(), nil
+	}
+	return courier.TimerRecord{}, timerNotFound(bizType, bizID)
+}
+
+// updateScheduled applies set to the timer if it is still scheduled and returns it as it is
+// afterwards; changed says whether set applied (false: the timer had fired or was cancelled,
+// and is returned as it is).
+func (s *Store) updateScheduled(ctx context.Context, bizType, bizID, set string, args ...any) (courier.TimerRecord, bool, error) {
+	var rows []timerRow
+	err := s.db.NewRaw("UPDATE courier_timers SET "+set+", version = version + 1, updated_at = "+s.nowSQL()+
+		" WHERE biz_type = ? AND biz_id = ? AND state = 'scheduled' RETURNING "+timerColumns,
+		append(args, bizType, bizID)...).Scan(ctx, &rows)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return courier.TimerRecord{}, false, err
+	}
+	if len(rows) == 1 {
+		return rows[0].record(), true, nil
+	}
+	rec, err := s.GetTimerRecord(ctx, bizType, bizID)
+	return rec, false, err
+}
+
+// CancelTimerRecord cancels a scheduled bucketed timer. A cancel that returns changed is
+// final: the timer's delivery claims only scheduled rows, so it can never fire afterwards.
+// A timer already firing, delivered, failed or cancelled is returned as it is.
+func (s *Store) CancelTimerRecord(ctx context.Context, bizType, bizID string) (courier.TimerRecord, bool, error) {
+	return s.updateScheduled(ctx, bizType, bizID, "state = 'cancelled', finished_at = "+s.nowSQL())
+}
+
+// RescheduleTimerRecord moves a scheduled bucketed timer to fireAt (and its bucket). A timer
+// no longer scheduled is returned as it is, with changed false.
+func (s *Store) RescheduleTimerRecord(ctx context.Context, bizType, bizID string, fireAt time.Time) (courier.TimerRecord, bool, error) {
+	fire := fireAt.UTC().Truncate(time.Millisecond)
+	return s.updateScheduled(ctx, bizType, bizID, "fire_at = ?, bucket = ?", s.timeArg(fire), courier.TimerBucket(fire))
+}
+
+// ClaimDueTimers claims up to limit of bizType's timers that are due (fire_at at or before the
+// database's clock) in bucket or an earlier one, oldest first: they become firing, their
+// attempts counted and marked with claim. A claim is idempotent: while rows marked with claim
+// are still firing (the delivery that claimed them ended before it finished them), they are
+// returned again instead of new ones, so a delivery retried after a crash delivers the same
+// timers. Timers cancelled first are never claimed; timers claimed first cannot be cancelled.
+func (s *Store) ClaimDueTimers(ctx context.Context, bizType string, bucket int64, claim string, limit int) ([]courier.TimerRecord, error) {
+	var rows []timerRow
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		err := tx.NewRaw("SELECT "+timerColumns+" FROM courier_timers WHERE claim = ? AND state = 'firing'", claim).Scan(ctx, &rows)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if len(rows) > 0 {
+			return nil
+		}
+		// Arguments by index: the pick runs before the update on PostgreSQL and inside it on
+		// SQLite.
+		pick := "SELECT biz_type, biz_id FROM courier_timers WHERE biz_type = ?2 AND bucket <= ?3 AND state = 'scheduled'" +
+			" AND fire_at <= " + s.nowSQL() + " ORDER BY fire_at LIMIT ?4"
+		with, in := "", "(biz_type, biz_id) IN ("+pick+")"
+		if s.pg {
+			with, in = "WITH picked AS MATERIALIZED ("+pick+" FOR UPDATE SKIP LOCKED) ",
+				"(biz_type, biz_id) IN (SELECT biz_type, biz_id FROM picked)"
+		}
+		// The delivery id (claim/biz_id) is the same for every try of this delivery, and new for
+		// a redelivery.
+		err = tx.NewRaw(with+"UPDATE courier_timers SET state = 'firing', claim = ?0, delivery_id = ?1 || biz_id, "+
+			"attempts = attempts + 1, updated_at = "+s.nowSQL()+" WHERE "+in+" AND state = 'scheduled' RETURNING "+timerColumns,
+			claim, claim+"/", bizType, bucket, limit).Scan(ctx, &rows)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		return err
+	})
+	return records(rows), err
+}
+
+// NextDueTimer is the fire time of bizType's earliest scheduled timer in bucket or an earlier
+// one; ok is false when there is none.
+func (s *Store) NextDueTimer(ctx context.Context, bizType string, bucket int64) (at time.Time, ok bool, err error) {
+	var rows []timerRow
+	err = s.db.NewRaw("SELECT "+timerColumns+" FROM courier_timers WHERE biz_type = ? AND bucket <= ? AND state = 'scheduled'"+
+		" ORDER BY fire_at LIMIT 1", bizType, bucket).Scan(ctx, &rows)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return time.Time{}, false, err
+	}
+	if len(rows) == 0 {
+		return time.Time{}, false, nil
+	}
+	return rows[0].FireAt.UTC(), true, nil
+}
+
+// TimerOutcome is how one claimed timer's bucket delivery ended.
+type TimerOutcome struct {
+	BizID     string
+	Delivered bool
+	// LastError is why the delivery failed; the timer then stays firing, handed to a run of its
+	// own that retries it (or, with Failed, fails it for good).
+	LastError string
+	Failed    bool // the failure is final: no retry can change it
+}
+
+// FinishTimerClaim records how claim's deliveries ended and lets go of the claim: delivered
+// timers are delivered; failed ones keep firing with their error, out of the claim, for the
+// runs that take them over (RecordTimerResult ends them).
+func (s *Store) FinishTimerClaim(ctx context.Context, bizType, claim string, outcomes []TimerOutcome) error {
+	var delivered []string
+	failed := map[string]string{}
+	for _, o := range outcomes {
+		if o.Delivered {
+			delivered = append(delivered, o.BizID)
+		} else {
+			failed[o.BizID] = o.LastError
+		}
+	}
+	return s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if len(delivered) > 0 {
+			_, err := tx.NewRaw("UPDATE courier_timers SET state = 'delivered', claim = NULL, last_error = '', finished_at = "+
+				s.nowSQL()+", updated_at = "+s.nowSQL()+" WHERE biz_type = ? AND claim = ? AND biz_id IN (?)",
+				bizType, claim, bun.List(delivered)).Exec(ctx)
+			if err != nil {
+				return err
+			}
+		}
+		for id, msg := range failed {
+			_, err := tx.NewRaw("UPDATE courier_timers SET claim = NULL, last_error = ?, updated_at = "+s.nowSQL()+
+				" WHERE biz_type = ? AND biz_id = ? AND claim = ?", msg, bizType, id, claim).Exec(ctx)
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// RecordTimerResult ends a firing bucketed timer: delivered, or failed with its last error,
+// after attempts in all. A timer that is not firing (a repeat of the call) is left as it is;
+// ok says whether this call ended it.
+func (s *Store) RecordTimerResult(ctx context.Context, bizType, bizID string, state courier.TimerState, attempts int, lastError string) (bool, error) {
+	if state != courier.TimerDelivered && state != courier.TimerFailed {
+		return false, fmt.Errorf("store: a timer ends delivered or failed, not %s", state)
+	}
+	res, err := s.db.NewRaw("UPDATE courier_timers SET state = ?, attempts = ?, last_error = ?, claim = NULL, finished_at = "+
+		s.nowSQL()+", updated_at = "+s.nowSQL()+" WHERE biz_type = ? AND biz_id = ? AND state = 'firing'",
+		string(state), attempts, lastError, bizType, bizID).Exec(ctx)
+	if err != nil {
+		return false, err
+	}
+	n, _ := res.RowsAffected()
+	return n == 1, nil
+}
+
+// RedeliverTimerRecord makes a failed bucketed timer firing again, its attempts and error
+// cleared and its version bumped, for a new delivery (a run of its own). A timer that is not
+// failed is returned as it is, with ok false.
+func (s *Store) RedeliverTimerRecord(ctx context.Context, bizType, bizID string) (courier.TimerRecord, bool, error) {
+	var rows []timerRow
+	err := s.db.NewRaw("UPDATE courier_timers SET state = 'firing', attempts = 0, last_error = '', claim = NULL, "+
+		"finished_at = NULL, version = version + 1, updated_at = "+s.nowSQL()+
+		" WHERE biz_type = ? AND biz_id = ? AND state = 'failed' RETURNING "+timerColumns, bizType, bizID).Scan(ctx, &rows)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return courier.TimerRecord{}, false, err
+	}
+	if len(rows) == 1 {
+		return rows[0].record(), true, nil
+	}
+	rec, err := s.GetTimerRecord(ctx, bizType, bizID)
+	return rec, false, err
+}
+
+// TimerFilter selects bucketed timers for a list, newest first. Zero fields do not filter.
+type TimerFilter struct {
+	BizType        string
+	State          courier.TimerState
+	FinishedAfter  time.Time // finished (delivered, failed, cancelled) at or after
+	FinishedBefore time.Time // finished before
+	Limit          int       // timers per page; at most MaxTimerPage
+	After          *TimerCursor
+}
+
+// TimerCursor continues a list after the timer it names (the last of the previous page).
+type TimerCursor struct {
+	CreatedAt time.Time `json:"created_at"`
+	BizType   string    `json:"biz_type"`
+	BizID     string    `json:"biz_id"`
+}
+
+// MaxTimerPage bounds one page of a timer list.
+const MaxTimerPage = 1000
+
+// ListTimerRecords returns one page of the bucketed timers f selects, newest first (by
+// creation, then key, descending), and whether another page follows.
+func (s *Store) ListTimerRecords(ctx context.Context, f TimerFilter) ([]courier.TimerRecord, bool, error) {
+	limit := f.Limit
+	if limit <= 0 || limit > MaxTimerPage {
+		limit = 100
+	}
+	var conds []string
+	var args []any
+	add := func(cond string, a ...any) { conds, args = append(conds, cond), append(args, a...) }
+	if f.BizType != "" {
+		add("biz_type = ?", f.BizType)
+	}
+	if f.State != "" {
+		add("state = ?", string(f.State))
+	}
+	if !f.FinishedAfter.IsZero() {
+		add("finished_at >= ?", s.timeArg(f.FinishedAfter))
+	}
+	if !f.FinishedBefore.IsZero() {
+		add("finished_at < ?", s.timeArg(f.FinishedBefore))
+	}
+	if c := f.After; c != nil {
+		at := s.timeArg(c.CreatedAt)
+		add("(created_at < ? OR (created_at = ? AND biz_type < ?) OR (created_at = ? AND biz_type = ? AND biz_id < ?))",
+			at, at, c.BizType, at, c.BizType, c.BizID)
+	}
+	where := ""
+	if len(conds) > 0 {
+		where = " WHERE " + strings.Join(conds, " AND ")
+	}
+	var rows []timerRow
+	err := s.db.NewRaw("SELECT "+timerColumns+" FROM courier_timers"+where+
+		" ORDER BY created_at DESC, biz_type DESC, biz_id DESC LIMIT ?", append(args, limit+1)...).Scan(ctx, &rows)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, false, err
+	}
+	more := len(rows) > limit
+	return records(rows[:min(len(rows), limit)]), more, nil
+}
+
+// TimerBucketRef names a business type's bucket.
+type TimerBucketRef struct {
+	BizType string `bun:"biz_type"`
+	Bucket  int64  `bun:"bucket"`
+}
+
+// OverdueTimerBuckets lists up to limit buckets holding timers still scheduled although they
+// fell due more than grace ago: their bucket's workflow never ran (a crash between a timer's
+// insert and its bucket's start) or ended before they were due. Starting those buckets'
+// workflows delivers them.
+func (s *Store) OverdueTimerBuckets(ctx context.Context, grace time.Duration, limit int) ([]TimerBucketRef, error) {
+	var out []TimerBucketRef
+	err := s.db.NewRaw("SELECT DISTINCT biz_type, bucket FROM courier_timers WHERE state = 'scheduled' AND fire_at < "+
+		s.nowPlusSQL(-grace)+" ORDER BY bucket LIMIT ?", limit).Scan(ctx, &out)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = nil
+	}
+	return out, err
+}
+
+// StrandedTimers lists up to limit bucketed timers that have been firing without a claim for
+// longer than grace: handed to a run of their own that was never started (a crash between the
+// hand-over and the start). Starting those runs again delivers them.
+func (s *Store) StrandedTimers(ctx context.Context, grace time.Duration, limit int) ([]courier.TimerRecord, error) {
+	var rows []timerRow
+	err := s.db.NewRaw("SELECT "+timerColumns+" FROM courier_timers WHERE state = 'firing' AND claim IS NULL AND updated_at <= "+
+		s.nowPlusSQL(-grace)+" ORDER BY updated_at LIMIT ?", limit).Scan(ctx, &rows)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, err
+	}
+	return records(rows), nil
+}
+
+// PurgeTimerRecords deletes up to limit of bizType's finished timers (delivered, failed,
+// cancelled) that finished more than retention ago, and returns how many it deleted.
+func (s *Store) PurgeTimerRecords(ctx context.Context, bizType string, retention time.Duration, limit int) (int64, error) {
+	res, err := s.db.NewRaw("DELETE FROM courier_timers WHERE (biz_type, biz_id) IN (SELECT biz_type, biz_id FROM courier_timers"+
+		" WHERE biz_type = ? AND state IN ('delivered', 'failed', 'cancelled') AND finished_at < "+s.nowPlusSQL(-retention)+
+		" LIMIT ?)", bizType, limit).Exec(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// CountTimerRecords counts bucketed timers by business type and state (for metrics).
+func (s *Store) CountTimerRecords(ctx context.Context) (map[string]map[courier.TimerState]int64, error) {
+	var rows []struct {
+		BizType string `bun:"biz_type"`
+		State   string `bun:"state"`
+		N       int64  `bun:"n"`
+	}
+	err := s.db.NewRaw("SELECT biz_type, state, COUNT(*) AS n FROM courier_timers GROUP BY biz_type, state").Scan(ctx, &rows)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, err
+	}
+	out := map[string]map[courier.TimerState]int64{}
+	for _, r := range rows {
+		if out[r.BizType] == nil {
+			out[r.BizType] = map[courier.TimerState]int64{}
+		}
+		out[r.BizType][courier.TimerState(r.State)] = r.N
+	}
+	return out, nil
+}
