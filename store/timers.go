@@ -13,7 +13,7 @@ import (
 	"github.com/courier-oss/courier"
 )
 
-// timerRow is a bucketed timer (courier_timers, migration 0010).
+// timerRow is a bucketed timer (courier_timers, migration 0011).
 type timerRow struct {
 	bun.BaseModel `bun:"table:courier_timers"`
 
