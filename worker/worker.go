@@ -178,14 +178,8 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		if ins, ok := d.Tasks.(relay.TaskInserter); ok { // courier's store is: rows of outbox.InsertTask
 			w.relay.SetTasks(ins, w.claim.Wake)
 		}
-		acts := activities.NewTasks(d.Tasks, cfg.Tasks.PublicURL, cfg.AllowLoopbackCallbacks, d.TaskMetrics, w.claim.Wake)
-		acts.SetWorkflows(d.Temporal)
-		// Runs recorded before the task queues were split schedule these on the workflows'
-		// queue: they stay served there until those runs are gone.
-		tw.RegisterActivityWithOptions(acts.Push, activity.RegisterOptions{Name: contract.PushTaskName})
-		tw.RegisterActivityWithOptions(acts.Finish, activity.RegisterOptions{Name: contract.FinishTaskName})
-		tw.RegisterActivityWithOptions(acts.Sweep, activity.RegisterOptions{Name: contract.SweepTasksName})
-		w.taskWorkers = taskWorkers(d.Temporal, queue, cfg, acts)
+		w.taskWorkers = taskWorkers(d.Temporal, queue, cfg, activities.TasksDeps{Store: d.Tasks, PublicURL: cfg.Tasks.PublicURL,
+			AllowLoopback: cfg.AllowLoopbackCallbacks, Workflows: d.Temporal, Metrics: d.TaskMetrics, Wake: w.claim.Wake})
 	}
 	if d.BizTypes != nil {
 		timerActs := activities.NewTimers(d.BizTypes, d.Publisher, cfg.AllowLoopbackCallbacks, d.TimerMetrics)
@@ -205,7 +199,7 @@ func New(cfg Config, d Deps) (*Worker, error) {
 // bound; waits, finishes and sweeps on another, with theirs. A push endpoint that accepts and
 // never answers then holds push slots only: outbox deliveries, finishes (which release the
 // queue's slots) and sweeps never wait behind it.
-func taskWorkers(tc client.Client, workflowQueue string, cfg Config, acts *activities.Tasks) []sdkworker.Worker {
+func taskWorkers(tc client.Client, workflowQueue string, cfg Config, deps activities.TasksDeps) []sdkworker.Worker {
 	pushSlots, finishSlots := cfg.Tasks.PushSlots, cfg.Tasks.FinishSlots
 	if pushSlots <= 0 {
 		pushSlots = DefaultPushSlots
@@ -213,10 +207,11 @@ func taskWorkers(tc client.Client, workflowQueue string, cfg Config, acts *activ
 	if finishSlots <= 0 {
 		finishSlots = DefaultFinishSlots
 	}
-	// From task code version 3 the attempts' runs are on the push queue too, so their push is
-	// handed to this worker with the workflow task that schedules it (workflows.TaskRunQueue).
-	// Workflow tasks and local activities have slots of their own: the push slots stay pushes'.
-	acts.SetLocalPushSlots(pushSlots) // version-5 pushes are local activities: the same bound
+	// The attempts' runs are on the push queue too, so a push-and-wait is handed to this worker
+	// with the workflow task that schedules it. Workflow tasks and local activities have slots
+	// of their own: the push slots stay pushes'. Local pushes get the same bound.
+	deps.LocalPushSlots = pushSlots
+	acts := activities.NewTasks(deps)
 	push := sdkworker.New(tc, contract.TaskPushQueue(workflowQueue), pushWorkerOptions(cfg, pushSlots))
 	push.RegisterWorkflowWithOptions(workflows.Task, workflow.RegisterOptions{Name: workflows.TaskName})
 	push.RegisterActivityWithOptions(acts.Finish, activity.RegisterOptions{Name: contract.FinishTaskName}) // the runs' local finish
@@ -228,8 +223,6 @@ func taskWorkers(tc client.Client, workflowQueue string, cfg Config, acts *activ
 		MaxConcurrentActivityTaskPollers:   4,
 		DisableWorkflowWorker:              true,
 	})
-	finish.RegisterActivityWithOptions(acts.AwaitResult, activity.RegisterOptions{Name: contract.AwaitResultName})
-	finish.RegisterActivityWithOptions(acts.Finish, activity.RegisterOptions{Name: contract.FinishTaskName})
 	finish.RegisterActivityWithOptions(acts.Sweep, activity.RegisterOptions{Name: contract.SweepTasksName})
 	return []sdkworker.Worker{push, finish}
 }

@@ -95,21 +95,27 @@ func TestWorkflowsScheduleTheirRetryPolicies(t *testing.T) {
 	})
 
 	t.Run("task", func(t *testing.T) {
-		env := newTaskEnv(t, nil, nil)
+		env := newTaskEnv(t)
 		got := retriesOf(env.TestWorkflowEnvironment)
-		env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
-		env.OnActivity(contract.AwaitResultName, mock.Anything, mock.Anything).
-			Return(courier.AttemptOutcome{Kind: courier.OutcomeSuccess}, nil).Once()
-		env.run(t, attempt3)
+		env.onPush(accepted)
+		env.run(t, attempt3) // the deadline passes: the run records the timeout
 		require.Equal(t, &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second,
 			MaximumAttempts: courier.PushTries, NonRetryableErrorTypes: []string{contract.ErrTypePushFailed, contract.ErrTypeTaskStale}},
 			got[contract.SendPushName])
-		require.Equal(t, &temporal.RetryPolicy{MaximumAttempts: 1}, got[contract.AwaitResultName])
+		require.Equal(t, untilDone, got[contract.FinishTaskName])
+	})
+
+	t.Run("task with a heartbeat timeout", func(t *testing.T) {
+		env := newTaskEnv(t)
+		got := retriesOf(env.TestWorkflowEnvironment)
+		env.onPushAwait(completed(contract.AttemptResult{Attempt: 3, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess}}))
+		env.run(t, attempt3Heartbeat)
+		require.Equal(t, &temporal.RetryPolicy{MaximumAttempts: 1}, got[contract.PushAwaitName])
 		require.Equal(t, untilDone, got[contract.FinishTaskName])
 	})
 
 	t.Run("sweeper", func(t *testing.T) {
-		env := newTaskEnv(t, nil, nil)
+		env := newTaskEnv(t)
 		got := retriesOf(env.TestWorkflowEnvironment)
 		env.ExecuteWorkflow(workflows.TaskSweeperName, contract.SweepParams{})
 		require.True(t, env.IsWorkflowCompleted())

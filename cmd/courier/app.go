@@ -221,7 +221,7 @@ func (a *app) newWorker() (*worker.Worker, error) {
 		AllowLoopbackCallbacks: a.dev,
 		Namespace:              a.cfg.Temporal.Namespace,
 		Tasks: worker.TasksConfig{
-			Claimer:     tasks.ClaimerConfig{DSN: pgDSN(a.cfg.DatabaseURL), PollInterval: a.cfg.Tasks.PollInterval, CodeVersion: a.cfg.Tasks.CodeVersion},
+			Claimer:     tasks.ClaimerConfig{DSN: pgDSN(a.cfg.DatabaseURL), PollInterval: a.cfg.Tasks.PollInterval},
 			PublicURL:   a.cfg.Tasks.PublicURL,
 			SweepEvery:  a.cfg.Tasks.SweepEvery,
 			PushSlots:   a.cfg.Tasks.PushSlots,

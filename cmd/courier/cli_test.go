@@ -107,8 +107,8 @@ func TestUsageMistakes(t *testing.T) {
 	}
 }
 
-// The task and outbox code versions a fleet upgrade pins (docs/deployment.md) must be ones
-// this courier knows: anything else is refused before anything starts (no data written, no
+// The outbox code version a fleet upgrade pins (docs/deployment.md) must be one this courier
+// knows: anything else is refused before anything starts (no data written, no
 // port taken).
 func TestCodeVersionsAreChecked(t *testing.T) {
 	t.Parallel()
@@ -116,7 +116,6 @@ func TestCodeVersionsAreChecked(t *testing.T) {
 		flag, name string
 		newest     int
 	}{
-		{"--task-code-version", "task", workflows.TaskV},
 		{"--outbox-code-version", "outbox", workflows.OutboxV},
 	} {
 		for _, v := range []string{"0", strconv.Itoa(c.newest + 1)} {

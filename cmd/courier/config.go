@@ -81,8 +81,7 @@ type TasksConfig struct {
 	PollInterval time.Duration // COURIER_TASK_POLL; fallback claim poll; default tasks.DefaultPollInterval
 	SweepEvery   time.Duration // COURIER_TASK_SWEEP_EVERY; sweeper schedule interval; default tasks.DefaultSweepEvery
 	PushSlots    int           // COURIER_TASK_PUSH_SLOTS; pushes one worker runs at once, on their own task queue; default worker.DefaultPushSlots
-	FinishSlots  int           // COURIER_TASK_FINISH_SLOTS; sweeps (and version-1 result waits and finishes) one worker runs at once; default worker.DefaultFinishSlots
-	CodeVersion  int           // COURIER_TASK_CODE_VERSION; the task workflow code version new attempts start with; default workflows.TaskV
+	FinishSlots  int           // COURIER_TASK_FINISH_SLOTS; sweeps one worker runs at once; default worker.DefaultFinishSlots
 }
 
 type sourceList []sourceSpec
@@ -233,8 +232,7 @@ func (c *Config) bindRuntime(fs *flag.FlagSet) {
 	c.bindBrokers(fs)
 	c.bindOutboxBatch(fs)
 	fs.IntVar(&c.Outbox.CodeVersion, "outbox-code-version", c.env.integer("COURIER_OUTBOX_CODE_VERSION", workflows.OutboxV), fmt.Sprintf("the outbox delivery workflow code version new runs start with, 1 to %d: set 1 while upgrading a fleet from a courier before version 2, see docs/deployment.md (COURIER_OUTBOX_CODE_VERSION)", workflows.OutboxV))
-	fs.IntVar(&c.Tasks.CodeVersion, "task-code-version", c.env.integer("COURIER_TASK_CODE_VERSION", workflows.TaskV), fmt.Sprintf("the task workflow code version new attempts start with, 1 to %d: while a fleet is upgraded, the newest version every process knows (4 from a courier before version 5); on Temporal Cloud 4 costs fewer actions per task, see docs/deployment.md (COURIER_TASK_CODE_VERSION)", workflows.TaskV))
-	fs.IntVar(&c.Tasks.FinishSlots, "task-finish-slots", c.env.integer("COURIER_TASK_FINISH_SLOTS", worker.DefaultFinishSlots), "task sweeps (and the result waits and finishes of task code version 1) this worker runs at once, on the finish task queue (COURIER_TASK_FINISH_SLOTS)")
+	fs.IntVar(&c.Tasks.FinishSlots, "task-finish-slots", c.env.integer("COURIER_TASK_FINISH_SLOTS", worker.DefaultFinishSlots), "task sweeps this worker runs at once, on the finish task queue (COURIER_TASK_FINISH_SLOTS)")
 }
 
 // Validate reports the first configuration error in plain words.
@@ -262,8 +260,6 @@ func (c *Config) Validate(needDB bool) error {
 		return fmt.Errorf("outbox retry max interval (%s) must be at least the initial interval (%s)", c.Outbox.Retry.MaxInterval, c.Outbox.Retry.InitialInterval)
 	case c.Outbox.CodeVersion < 1 || c.Outbox.CodeVersion > workflows.OutboxV:
 		return fmt.Errorf("outbox code version must be from 1 to %d", workflows.OutboxV)
-	case c.Tasks.CodeVersion < 1 || c.Tasks.CodeVersion > workflows.TaskV:
-		return fmt.Errorf("task code version must be from 1 to %d", workflows.TaskV)
 	case c.Tasks.PollInterval < 10*time.Millisecond:
 		return errors.New("task poll interval must be at least 10ms")
 	case c.Tasks.PushSlots < 1 || c.Tasks.PushSlots > 10000:
