@@ -40,10 +40,6 @@ type Config struct {
 	// delivery workflow exists (covers a relay that crashed between claim and start); default 30 s.
 	Lease time.Duration
 	Retry workflows.RetryPolicy // delivery budget; default workflows.DefaultOutboxRetry
-	// CodeVersion is the delivery workflow code version new runs start with
-	// (workflows.OutboxDeliveryParams.V); default workflows.OutboxV. An older version is for a
-	// fleet being upgraded from a courier that does not know the newest (docs/deployment.md).
-	CodeVersion int
 	// OrphanCheck is how long after its delivery started a row is looked at again, to re-ensure
 	// its workflow still exists (an idempotent start); default 1 h.
 	OrphanCheck time.Duration
@@ -160,9 +156,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Batch.Linger <= 0 {
 		c.Batch.Linger = DefaultBatchLinger
-	}
-	if c.CodeVersion <= 0 {
-		c.CodeVersion = workflows.OutboxV
 	}
 	c.Retry = c.Retry.WithDefaults()
 	return c
@@ -397,7 +390,7 @@ func (r *Relay) startBatch(ctx context.Context, source string, recs []store.Clai
 		),
 	}
 	_, err := r.tc.ExecuteWorkflow(ctx, opts, workflows.OutboxBatchName, workflows.OutboxBatchParams{
-		Source: source, IDs: ids, Retry: r.cfg.Retry, V: workflows.OutboxBatchV,
+		Source: source, IDs: ids, Retry: r.cfg.Retry,
 	})
 	return err
 }
@@ -494,7 +487,7 @@ func (r *Relay) startOne(ctx context.Context, source string, rec store.ClaimedRe
 		),
 	}
 	_, err = r.tc.ExecuteWorkflow(ctx, opts, workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{
-		Source: source, ID: rec.ID, Retry: r.cfg.Retry, V: r.cfg.CodeVersion,
+		Source: source, ID: rec.ID, Retry: r.cfg.Retry,
 	})
 	return err
 }

@@ -182,8 +182,7 @@ func (s *Service) Create(ctx context.Context, r CreateRequest) (Timer, bool, err
 			temporal.NewSearchAttributeKeyKeyword(courier.SAState).ValueSet(string(courier.TimerScheduled)),
 			temporal.NewSearchAttributeKeyTime(courier.SAFireAt).ValueSet(fireAt),
 		),
-	}, workflows.TimerName, workflows.TimerParams{BizType: r.BizType, BizID: r.BizID, FireAt: fireAt, Payload: r.Payload,
-		V: workflows.TimerV})
+	}, workflows.TimerName, workflows.TimerParams{BizType: r.BizType, BizID: r.BizID, FireAt: fireAt, Payload: r.Payload})
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &already) {
 		existing, herr := s.memoHash(ctx, id)

@@ -232,8 +232,8 @@ func workflowsWorkerOptions(cfg Config) sdkworker.Options {
 	return sdkworker.Options{
 		WorkerStopTimeout:                  cfg.ShutdownTimeout,
 		MaxConcurrentActivityExecutionSize: cfg.MaxConcurrentActivities,
-		// Local activities keep the SDK's 1,000 slots: an outbox record's first attempt
-		// (workflows.OutboxLocalFirstV) shares them with the timers' business-type reads, which
+		// Local activities keep the SDK's 1,000 slots: an outbox record's first attempt (a local
+		// activity of its delivery run) shares them with the timers' business-type reads, which
 		// must not wait long for one. Publishes at once are bounded per broker by the router's
 		// in-flight bound (mq.Router), which refuses the next one at once.
 		// More pollers than the SDK's default of 2: deliveries are short, so the round trip of

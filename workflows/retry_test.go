@@ -1,6 +1,7 @@
 package workflows_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -73,13 +74,16 @@ func TestWorkflowsScheduleTheirRetryPolicies(t *testing.T) {
 	t.Run("outbox", func(t *testing.T) {
 		env := newEnv(t)
 		got := retriesOf(env)
+		// The first, local attempt fails on the way; the activity then fails for good.
+		env.OnActivity(contract.DeliverOutboxName, mock.Anything, mock.Anything).
+			Return(contract.DeliverResult{}, errors.New("broker unavailable")).Once()
 		env.OnActivity(contract.DeliverOutboxName, mock.Anything, mock.Anything).
 			Return(contract.DeliverResult{}, temporal.NewNonRetryableApplicationError("x", contract.ErrTypeUnknownTopic, nil))
 		env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{Source: "default", ID: 7, Retry: budget})
 		require.True(t, env.IsWorkflowCompleted())
-		require.Equal(t, &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 10 * time.Second,
-			MaximumAttempts: 5, NonRetryableErrorTypes: []string{contract.ErrTypeUnknownTopic, contract.ErrTypeOutboxNotFound, contract.ErrTypeUnknownSource}},
-			got[contract.DeliverOutboxName])
+		require.Equal(t, &temporal.RetryPolicy{InitialInterval: 2 * time.Second, BackoffCoefficient: 2, MaximumInterval: 10 * time.Second,
+			MaximumAttempts: 4, NonRetryableErrorTypes: []string{contract.ErrTypeUnknownTopic, contract.ErrTypeOutboxNotFound, contract.ErrTypeUnknownSource}},
+			got[contract.DeliverOutboxName], "the activity has the budget left after the local attempt and its backoff")
 		require.Equal(t, untilDone, got[contract.MarkOutboxDeadName])
 	})
 

@@ -205,7 +205,7 @@ func TestTimerContinuesAsNewWhenSuggested(t *testing.T) {
 	require.NoError(t, rejected)
 	p := continuedWith(t, env)
 	require.Equal(t, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: env.start.Add(2 * time.Hour).UTC(),
-		Payload: []byte(`{"k":1}`), Version: 1, V: workflows.TimerV}, normalize(p))
+		Payload: []byte(`{"k":1}`), Version: 1}, normalize(p))
 	require.Empty(t, env.delivered, "the old run never fires")
 }
 
@@ -264,21 +264,4 @@ func TestTimerContinuedRunCancels(t *testing.T) {
 func normalize(p workflows.TimerParams) workflows.TimerParams {
 	p.FireAt = p.FireAt.UTC()
 	return p
-}
-
-// A run started with TimerV fails a failed delivery as runs before it did, without a version
-// marker.
-func TestTimerVFailsWithoutVersionMarker(t *testing.T) {
-	env := newTimerEnv(t, func(int) error {
-		return temporal.NewNonRetryableApplicationError("gone", contract.ErrTypePermanentDelivery, nil)
-	})
-	env.OnGetVersion(mock.Anything, workflow.DefaultVersion, 1).Run(func(args mock.Arguments) {
-		t.Errorf("GetVersion(%v) in a TimerV run", args.Get(0))
-	}).Return(workflow.Version(1)).Maybe()
-	env.ExecuteWorkflow(workflows.TimerName, workflows.TimerParams{BizType: "orders", BizID: "o-1",
-		FireAt: env.start.Add(time.Minute), Payload: []byte(`{}`), V: workflows.TimerV})
-	require.True(t, env.IsWorkflowCompleted())
-	var app *temporal.ApplicationError
-	require.ErrorAs(t, env.GetWorkflowError(), &app)
-	require.Equal(t, workflows.ErrTypeTimerFailed, app.Type())
 }

@@ -215,7 +215,6 @@ func (a *app) newWorker() (*worker.Worker, error) {
 			SentRetention: a.cfg.Outbox.Retention,
 			Retry:         a.cfg.Outbox.Retry,
 			Batch:         a.cfg.Outbox.Batch,
-			CodeVersion:   a.cfg.Outbox.CodeVersion,
 		},
 		ShutdownTimeout:        a.cfg.ShutdownTimeout,
 		AllowLoopbackCallbacks: a.dev,

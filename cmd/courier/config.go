@@ -46,9 +46,6 @@ type OutboxConfig struct {
 	// COURIER_OUTBOX_MAX_ATTEMPTS; default workflows.DefaultOutboxRetry.
 	Retry workflows.RetryPolicy
 	Batch relay.BatchConfig // COURIER_OUTBOX_BATCH_*: outbox_batch.go
-	// CodeVersion is COURIER_OUTBOX_CODE_VERSION: the delivery workflow code version new runs
-	// start with; default workflows.OutboxV.
-	CodeVersion int
 }
 
 // Config is the configuration shared by worker, gateway and dev. Each field names its
@@ -231,7 +228,6 @@ func (c *Config) bindRuntime(fs *flag.FlagSet) {
 	fs.IntVar(&c.Tasks.PushSlots, "task-push-slots", c.env.integer("COURIER_TASK_PUSH_SLOTS", worker.DefaultPushSlots), "task pushes this worker runs at once, on the push task queue; a push holds its slot until the worker answers or the queue's push_timeout passes (COURIER_TASK_PUSH_SLOTS)")
 	c.bindBrokers(fs)
 	c.bindOutboxBatch(fs)
-	fs.IntVar(&c.Outbox.CodeVersion, "outbox-code-version", c.env.integer("COURIER_OUTBOX_CODE_VERSION", workflows.OutboxV), fmt.Sprintf("the outbox delivery workflow code version new runs start with, 1 to %d: set 1 while upgrading a fleet from a courier before version 2, see docs/deployment.md (COURIER_OUTBOX_CODE_VERSION)", workflows.OutboxV))
 	fs.IntVar(&c.Tasks.FinishSlots, "task-finish-slots", c.env.integer("COURIER_TASK_FINISH_SLOTS", worker.DefaultFinishSlots), "task sweeps this worker runs at once, on the finish task queue (COURIER_TASK_FINISH_SLOTS)")
 }
 
@@ -258,8 +254,6 @@ func (c *Config) Validate(needDB bool) error {
 	case c.Outbox.Retry.MaxInterval < c.Outbox.Retry.InitialInterval:
 		// Temporal refuses such a retry policy: every record would go dead at its first failure.
 		return fmt.Errorf("outbox retry max interval (%s) must be at least the initial interval (%s)", c.Outbox.Retry.MaxInterval, c.Outbox.Retry.InitialInterval)
-	case c.Outbox.CodeVersion < 1 || c.Outbox.CodeVersion > workflows.OutboxV:
-		return fmt.Errorf("outbox code version must be from 1 to %d", workflows.OutboxV)
 	case c.Tasks.PollInterval < 10*time.Millisecond:
 		return errors.New("task poll interval must be at least 10ms")
 	case c.Tasks.PushSlots < 1 || c.Tasks.PushSlots > 10000:
