@@ -164,8 +164,8 @@ func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL st
 		DisableRelay:           true,
 		AllowLoopbackCallbacks: true,
 		Relay:                  relay.Config{TaskQueue: "bench-tasks-" + dbName},
-		Tasks: worker.TasksConfig{
-			Claimer:    tasks.ClaimerConfig{DSN: pgURL(dbURL)},
+		Tasks: tasks.Config{
+			DSN:        pgURL(dbURL),
 			PublicURL:  "http://" + gw.Listener.Addr().String(),
 			SweepEvery: time.Hour,
 		},

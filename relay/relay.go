@@ -166,10 +166,23 @@ type TimerArmer interface {
 	Create(ctx context.Context, r timers.CreateRequest) (timers.Timer, bool, error)
 }
 
+// Deps are the relay's collaborators.
+type Deps struct {
+	Sources []Source // the databases to relay from; the one named "default" is courier's own
+	// Tasks inserts the tasks of rows on outbox.TaskTopic (courier's store); nil: such rows go
+	// dead ("tasks are not enabled").
+	Tasks TaskInserter
+	// WakeTasks nudges the task claimers after an insert; nil: none.
+	WakeTasks func()
+	// Timers arms the timers of rows on outbox.TimerTopic (the timer service); nil: such rows
+	// go dead ("timers are not enabled").
+	Timers TimerArmer
+	Logger *slog.Logger // nil: slog.Default()
+}
+
 // Relay moves committed outbox rows into delivery workflows.
 type Relay struct {
-	timers TimerArmer // nil: timer rows fail as dead ("timers are not enabled")
-	// tasks inserts task rows (nil: they fail as dead); wakeTasks nudges the claimers.
+	timers    TimerArmer
 	tasks     TaskInserter
 	wakeTasks func()
 	tc        client.Client
@@ -182,20 +195,21 @@ type Relay struct {
 	after func(time.Duration) <-chan time.Time
 }
 
-// New builds a relay over the sources.
-func New(tc client.Client, cfg Config, sources []Source, log *slog.Logger) *Relay {
-	if log == nil {
-		log = slog.Default()
+// New builds a relay over d's sources.
+func New(tc client.Client, cfg Config, d Deps) *Relay {
+	if d.Logger == nil {
+		d.Logger = slog.Default()
 	}
-	wakes := make([]chan struct{}, len(sources))
+	wakes := make([]chan struct{}, len(d.Sources))
 	for i := range wakes {
 		wakes[i] = make(chan struct{}, 1)
 	}
-	return &Relay{tc: tc, cfg: cfg.withDefaults(), sources: sources, log: log, wakes: wakes, after: time.After}
+	if d.WakeTasks == nil {
+		d.WakeTasks = func() {}
+	}
+	return &Relay{timers: d.Timers, tasks: d.Tasks, wakeTasks: d.WakeTasks, tc: tc, cfg: cfg.withDefaults(),
+		sources: d.Sources, log: d.Logger, wakes: wakes, after: time.After}
 }
-
-// SetTimers enables rows that arm timers (outbox.ArmTimer).
-func (r *Relay) SetTimers(t TimerArmer) { r.timers = t }
 
 // Wake nudges every source loop to claim now (for writers in the same process, such as a
 // redrive through the gateway in dev mode).

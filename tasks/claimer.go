@@ -29,56 +29,13 @@ type ClaimStore interface {
 	UnpushedTasks(ctx context.Context, olderThan time.Duration, limit int) ([]store.ClaimedTask, error)
 }
 
-// ClaimerConfig tunes a claimer. Zero fields take the documented defaults.
-type ClaimerConfig struct {
-	TaskQueue    string        // the workflows' Temporal task queue; attempts run on contract.TaskPushQueue beside it (required)
-	DSN          string        // PostgreSQL URL for LISTEN/NOTIFY wake-ups; "" polls only
-	PollInterval time.Duration // fallback poll; default 1 s
-	BatchSize    int           // tasks per claim transaction; default 100
-	StartWorkers int           // concurrent workflow starts; default 16
-	// RecoverAfter is how long a claimed task may wait for its push before its workflow is
-	// started again (a claimer crashed between claim and start); default 30 s.
-	RecoverAfter time.Duration
-}
-
-// Defaults of ClaimerConfig, applied to its zero fields, and of the sweeper's interval;
-// courier's flags take theirs from here.
-const (
-	// DefaultPollInterval is the fallback claim poll when no notification wakes the claimer.
-	DefaultPollInterval = time.Second
-	// DefaultBatchSize is how many tasks one claim transaction takes.
-	DefaultBatchSize = 100
-	// DefaultStartWorkers is how many workflow starts one claim runs at once.
-	DefaultStartWorkers = 16
-	// DefaultRecoverAfter is how long a claimed task may wait for its push before its workflow
-	// is started again.
-	DefaultRecoverAfter = 30 * time.Second
-	// DefaultSweepEvery is the sweeper schedule's interval (EnsureSweeper).
-	DefaultSweepEvery = time.Minute
-)
-
-func (c ClaimerConfig) withDefaults() ClaimerConfig {
-	if c.PollInterval <= 0 {
-		c.PollInterval = DefaultPollInterval
-	}
-	if c.BatchSize <= 0 {
-		c.BatchSize = DefaultBatchSize
-	}
-	if c.StartWorkers <= 0 {
-		c.StartWorkers = DefaultStartWorkers
-	}
-	if c.RecoverAfter <= 0 {
-		c.RecoverAfter = DefaultRecoverAfter
-	}
-	return c
-}
-
 // Claimer moves ready tasks into attempt workflows while their queue has free slots. Every
 // worker runs one; the limiter row in the database makes them agree on the limit.
 type Claimer struct {
 	store    ClaimStore
 	tc       client.Client
-	cfg      ClaimerConfig
+	queue    string // the workflows' task queue; attempts run on contract.TaskPushQueue beside it
+	cfg      Config
 	log      *slog.Logger
 	wake     chan struct{}
 	choosers map[string]*chooser // by queue; used by Run's goroutine only
@@ -89,12 +46,14 @@ type chooser struct {
 	c       *dispatch.Chooser
 }
 
-// NewClaimer builds a claimer.
-func NewClaimer(s ClaimStore, tc client.Client, cfg ClaimerConfig, log *slog.Logger) *Claimer {
+// NewClaimer builds a claimer whose attempts run beside the workflows' task queue
+// workflowQueue (on contract.TaskPushQueue).
+func NewClaimer(s ClaimStore, tc client.Client, workflowQueue string, cfg Config, log *slog.Logger) *Claimer {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Claimer{store: s, tc: tc, cfg: cfg.withDefaults(), log: log, wake: make(chan struct{}, 1), choosers: map[string]*chooser{}}
+	return &Claimer{store: s, tc: tc, queue: workflowQueue, cfg: cfg.WithDefaults(), log: log,
+		wake: make(chan struct{}, 1), choosers: map[string]*chooser{}}
 }
 
 // Wake asks for a claim pass now (after an insert or a freed slot in this process).
@@ -266,7 +225,7 @@ func (c *Claimer) startRun(ctx context.Context, t store.ClaimedTask) (err error)
 	}
 	_, err = c.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       courier.TaskWorkflowID(t.TaskID, t.Version),
-		TaskQueue:                contract.TaskPushQueue(c.cfg.TaskQueue),
+		TaskQueue:                contract.TaskPushQueue(c.queue),
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING,
 		Memo:                     memo,
@@ -289,8 +248,8 @@ func (c *Claimer) startRun(ctx context.Context, t store.ClaimedTask) (err error)
 // SweeperScheduleID is the Temporal Schedule that runs the task sweeper.
 const SweeperScheduleID = "courier-task-sweeper"
 
-// EnsureSweeper creates the sweeper's schedule if it does not exist: every interval, with
-// overlaps skipped, so exactly one sweep runs at a time.
+// EnsureSweeper creates the sweeper's schedule if it does not exist: every interval (0:
+// DefaultSweepEvery), with overlaps skipped, so exactly one sweep runs at a time.
 func EnsureSweeper(ctx context.Context, tc client.Client, taskQueue string, every time.Duration) error {
 	if every <= 0 {
 		every = DefaultSweepEvery

@@ -27,7 +27,9 @@ type attemptStore struct {
 	finished []courier.AttemptOutcome
 }
 
-func (s *attemptStore) GetTask(context.Context, string, int64) (courier.Task, error) { return s.task, nil }
+func (s *attemptStore) GetTask(context.Context, string, int64) (courier.Task, error) {
+	return s.task, nil
+}
 
 func (s *attemptStore) FinishTaskAttempt(_ context.Context, _ string, _ int64, _ int, o courier.AttemptOutcome) (store.FinishResult, error) {
 	if s.down {

@@ -206,6 +206,8 @@ func (a *app) newWorker() (*worker.Worker, error) {
 	// Timers read their business type at every fire and delivery: from memory, dropped on change.
 	bizTypes := a.store.NewBizTypeCache(0, a.log)
 	a.closers = append(a.closers, bizTypes)
+	tasksConfig := a.cfg.Tasks
+	tasksConfig.DSN = pgDSN(a.cfg.DatabaseURL)
 	return worker.New(worker.Config{
 		Relay: relay.Config{
 			BatchSize:     a.cfg.Outbox.BatchSize,
@@ -219,13 +221,7 @@ func (a *app) newWorker() (*worker.Worker, error) {
 		ShutdownTimeout:        a.cfg.ShutdownTimeout,
 		AllowLoopbackCallbacks: a.dev,
 		Namespace:              a.cfg.Temporal.Namespace,
-		Tasks: worker.TasksConfig{
-			Claimer:     tasks.ClaimerConfig{DSN: pgDSN(a.cfg.DatabaseURL), PollInterval: a.cfg.Tasks.PollInterval},
-			PublicURL:   a.cfg.Tasks.PublicURL,
-			SweepEvery:  a.cfg.Tasks.SweepEvery,
-			PushSlots:   a.cfg.Tasks.PushSlots,
-			FinishSlots: a.cfg.Tasks.FinishSlots,
-		},
+		Tasks:                  tasksConfig,
 	}, worker.Deps{
 		Temporal:     a.temporal,
 		Sources:      a.sources,

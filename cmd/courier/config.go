@@ -61,7 +61,9 @@ type Config struct {
 	MaxBodyBytes    int64         // COURIER_MAX_BODY_BYTES; default gateway.DefaultMaxBodyBytes
 	RequestTimeout  time.Duration // COURIER_REQUEST_TIMEOUT; bound on one gateway request's work; default gateway.DefaultRequestTimeout
 	Outbox          OutboxConfig
-	Tasks           TasksConfig
+	// Tasks is COURIER_PUBLIC_URL, COURIER_TASK_POLL, COURIER_TASK_SWEEP_EVERY,
+	// COURIER_TASK_PUSH_SLOTS and COURIER_TASK_FINISH_SLOTS; the defaults are tasks.Config's.
+	Tasks tasks.Config
 
 	// KeyRate is the request rate of each API key without its own, per gateway instance:
 	// COURIER_KEY_RATE_LIMIT requests/s (default DefaultKeyRatePerSecond; 0 = unlimited) and
@@ -70,15 +72,6 @@ type Config struct {
 	KeyRate courier.Rate
 
 	env envReader // reads the environment for the flags' defaults; Validate reports what did not parse
-}
-
-// TasksConfig tunes prioritized tasks.
-type TasksConfig struct {
-	PublicURL    string        // COURIER_PUBLIC_URL; the gateway's base URL as task workers reach it
-	PollInterval time.Duration // COURIER_TASK_POLL; fallback claim poll; default tasks.DefaultPollInterval
-	SweepEvery   time.Duration // COURIER_TASK_SWEEP_EVERY; sweeper schedule interval; default tasks.DefaultSweepEvery
-	PushSlots    int           // COURIER_TASK_PUSH_SLOTS; pushes one worker runs at once, on their own task queue; default worker.DefaultPushSlots
-	FinishSlots  int           // COURIER_TASK_FINISH_SLOTS; sweeps one worker runs at once; default worker.DefaultFinishSlots
 }
 
 type sourceList []sourceSpec
@@ -225,10 +218,10 @@ func (c *Config) bindRuntime(fs *flag.FlagSet) {
 	fs.StringVar(&c.Tasks.PublicURL, "public-url", env("COURIER_PUBLIC_URL", ""), "the gateway's base URL as task workers reach it, for the result and heartbeat links in each push (COURIER_PUBLIC_URL; dev: the gateway's address)")
 	fs.DurationVar(&c.Tasks.PollInterval, "task-poll", c.env.duration("COURIER_TASK_POLL", tasks.DefaultPollInterval), "fallback task claim poll interval (COURIER_TASK_POLL)")
 	fs.DurationVar(&c.Tasks.SweepEvery, "task-sweep-every", c.env.duration("COURIER_TASK_SWEEP_EVERY", tasks.DefaultSweepEvery), "task sweeper schedule interval (COURIER_TASK_SWEEP_EVERY)")
-	fs.IntVar(&c.Tasks.PushSlots, "task-push-slots", c.env.integer("COURIER_TASK_PUSH_SLOTS", worker.DefaultPushSlots), "task pushes this worker runs at once, on the push task queue; a push holds its slot until the worker answers or the queue's push_timeout passes (COURIER_TASK_PUSH_SLOTS)")
+	fs.IntVar(&c.Tasks.PushSlots, "task-push-slots", c.env.integer("COURIER_TASK_PUSH_SLOTS", tasks.DefaultPushSlots), "task pushes this worker runs at once, on the push task queue; a push holds its slot until the worker answers or the queue's push_timeout passes (COURIER_TASK_PUSH_SLOTS)")
+	fs.IntVar(&c.Tasks.FinishSlots, "task-finish-slots", c.env.integer("COURIER_TASK_FINISH_SLOTS", tasks.DefaultFinishSlots), "task sweeps this worker runs at once, on the finish task queue (COURIER_TASK_FINISH_SLOTS)")
 	c.bindBrokers(fs)
 	c.bindOutboxBatch(fs)
-	fs.IntVar(&c.Tasks.FinishSlots, "task-finish-slots", c.env.integer("COURIER_TASK_FINISH_SLOTS", worker.DefaultFinishSlots), "task sweeps this worker runs at once, on the finish task queue (COURIER_TASK_FINISH_SLOTS)")
 }
 
 // Validate reports the first configuration error in plain words.

@@ -13,7 +13,21 @@ import (
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities"
 	"github.com/courier-oss/courier/activities/contract"
+	"github.com/courier-oss/courier/workflows"
 )
+
+// registerTimers registers timers on the workflows' worker: the timer workflow and the
+// business-type read its runs make as a local activity. The deliveries run on each business
+// type's own worker (bizWorkers), which registers them in registerTimerDelivery.
+func registerTimers(r sdkworker.Registry, acts *activities.Timers) {
+	workflows.RegisterTimers(r)
+	r.RegisterActivityWithOptions(acts.LoadBizType, activity.RegisterOptions{Name: contract.LoadBizTypeName})
+}
+
+// registerTimerDelivery registers the timer deliveries on a business type's worker.
+func registerTimerDelivery(r sdkworker.Registry, acts *activities.Timers) {
+	r.RegisterActivityWithOptions(acts.Deliver, activity.RegisterOptions{Name: contract.DeliverTimerName})
+}
 
 // BizTypeLister lists the configured business types.
 type BizTypeLister interface {
@@ -86,7 +100,7 @@ func (b *bizWorkers) sync(ctx context.Context) {
 			opts.MaxConcurrentActivityTaskPollers = 8
 		}
 		w := sdkworker.New(b.tc, courier.BizTypeTaskQueue(t.Name), opts)
-		w.RegisterActivityWithOptions(b.timers.Deliver, activity.RegisterOptions{Name: contract.DeliverTimerName})
+		registerTimerDelivery(w, b.timers)
 		if err := w.Start(); err != nil {
 			b.log.Warn("starting the business type's worker failed", "biz_type", t.Name, "error", err)
 			continue
