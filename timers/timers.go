@@ -231,7 +231,7 @@ func (s *Service) Get(ctx context.Context, bizType, bizID string) (Timer, error)
 	if err != nil {
 		return Timer{}, err
 	}
-	var st workflows.TimerState
+	var st workflows.TimerSnapshot
 	switch d.GetWorkflowExecutionInfo().GetStatus() {
 	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
 		// Without a run id the query reaches the timer's current run, whichever run that is.
@@ -258,7 +258,7 @@ func (s *Service) Get(ctx context.Context, bizType, bizID string) (Timer, error)
 		err := s.tc.GetWorkflow(ctx, id, "").Get(ctx, nil)
 		var app *temporal.ApplicationError
 		if !errors.As(err, &app) || app.Type() != workflows.ErrTypeTimerFailed || app.Details(&st) != nil {
-			st = workflows.TimerState{State: courier.TimerFailed, LastError: "workflow failed"}
+			st = workflows.TimerSnapshot{State: courier.TimerFailed, LastError: "workflow failed"}
 			if err != nil {
 				st.LastError = "workflow failed: " + err.Error()
 			}
@@ -298,7 +298,7 @@ func (s *Service) update(ctx context.Context, bizType, bizID, name string, args 
 	h, err := s.tc.UpdateWorkflow(uctx, client.UpdateWorkflowOptions{
 		WorkflowID: id, UpdateName: name, Args: args, WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
-	var st workflows.TimerState
+	var st workflows.TimerSnapshot
 	if err == nil {
 		err = h.Get(uctx, &st)
 	}

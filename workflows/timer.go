@@ -22,7 +22,7 @@ const (
 	// ErrTypeTimerFailed is the failure type of a timer run whose delivery failed (its budget
 	// spent, a permanent refusal, an unknown business type): the run ends Failed with the last
 	// error as the message, so the Temporal UI lists it under Failures. Its details carry the
-	// TimerState.
+	// TimerSnapshot.
 	ErrTypeTimerFailed = "TimerFailed"
 )
 
@@ -37,9 +37,11 @@ type TimerParams struct {
 	Version int
 }
 
-// TimerState is what the state query, the updates and the workflow result report.
-type TimerState struct {
-	State     courier.TimerState
+// TimerSnapshot is a timer as its run sees it: what the state query (QueryTimerState), the
+// updates and the workflow result report. Its field names are in recorded histories and query
+// results; the type's name is not.
+type TimerSnapshot struct {
+	State     courier.TimerState // where the timer is in its life
 	FireAt    time.Time
 	Attempts  int
 	LastError string
@@ -76,8 +78,8 @@ var timerDeliveryNonRetryable = []string{contract.ErrTypePermanentDelivery, cont
 // retry budget. A cancel that was accepted wins: the timer never fires after it. Any number of
 // reschedules works: a scheduled timer continues as new when the server suggests it. A timer
 // whose delivery failed ends Failed (ErrTypeTimerFailed) with its state in the details.
-func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
-	st := TimerState{State: courier.TimerScheduled, FireAt: p.FireAt, Version: p.Version}
+func Timer(ctx workflow.Context, p TimerParams) (TimerSnapshot, error) {
+	st := TimerSnapshot{State: courier.TimerScheduled, FireAt: p.FireAt, Version: p.Version}
 	changed := false
 	updates := 0 // changes accepted by this run
 	// publish keeps the state and fire time searchable in the Temporal UI and the list API.
@@ -85,7 +87,7 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 		_ = workflow.UpsertTypedSearchAttributes(ctx,
 			saState.ValueSet(string(st.State)), saFireAt.ValueSet(st.FireAt))
 	}
-	if err := workflow.SetQueryHandler(ctx, QueryTimerState, func() (TimerState, error) { return st, nil }); err != nil {
+	if err := workflow.SetQueryHandler(ctx, QueryTimerState, func() (TimerSnapshot, error) { return st, nil }); err != nil {
 		return st, err
 	}
 	mustBeScheduled := func(verb string) error {
@@ -95,7 +97,7 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 		return nil
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateReschedule,
-		func(ctx workflow.Context, req RescheduleRequest) (TimerState, error) {
+		func(ctx workflow.Context, req RescheduleRequest) (TimerSnapshot, error) {
 			st.FireAt, changed = req.FireAt, true
 			st.Version++
 			updates++
@@ -111,7 +113,7 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 		return st, err
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateCancel,
-		func(ctx workflow.Context) (TimerState, error) {
+		func(ctx workflow.Context) (TimerSnapshot, error) {
 			st.State, changed = courier.TimerCancelled, true
 			st.Version++
 			updates++
@@ -202,6 +204,6 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 
 // timerFailure is how a failed timer's run ends: Failed with the last error as the message and
 // the state in the details (timers.Service.Get reads it from there).
-func timerFailure(st TimerState) error {
+func timerFailure(st TimerSnapshot) error {
 	return temporal.NewNonRetryableApplicationError(st.LastError, ErrTypeTimerFailed, nil, st)
 }

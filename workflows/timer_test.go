@@ -55,10 +55,10 @@ func newTimerEnv(t *testing.T, deliver func(n int) error) *timerEnv {
 	return env
 }
 
-func (e *timerEnv) run(t *testing.T, in time.Duration) workflows.TimerState {
+func (e *timerEnv) run(t *testing.T, in time.Duration) workflows.TimerSnapshot {
 	e.ExecuteWorkflow(workflows.TimerName, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: e.start.Add(in), Payload: []byte(`{}`)})
 	require.True(t, e.IsWorkflowCompleted())
-	var st workflows.TimerState
+	var st workflows.TimerSnapshot
 	// A failed delivery ends the run Failed, with the last error as the message and the state
 	// in the details; every other outcome completes with the state as the result.
 	var app *temporal.ApplicationError
@@ -173,7 +173,7 @@ func TestTimerStateQuery(t *testing.T) {
 	env.RegisterDelayedCallback(func() {
 		v, err := env.QueryWorkflow(workflows.QueryTimerState)
 		require.NoError(t, err)
-		var st workflows.TimerState
+		var st workflows.TimerSnapshot
 		require.NoError(t, v.Get(&st))
 		require.Equal(t, courier.TimerScheduled, st.State)
 		require.True(t, env.start.Add(time.Hour).Equal(st.FireAt))
@@ -253,7 +253,7 @@ func TestTimerContinuedRunCancels(t *testing.T) {
 	env.ExecuteWorkflow(workflows.TimerName, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: env.start.Add(time.Hour), Payload: []byte(`{}`), Version: 41})
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
-	var st workflows.TimerState
+	var st workflows.TimerSnapshot
 	require.NoError(t, env.GetWorkflowResult(&st))
 	require.NoError(t, rejected)
 	require.Equal(t, courier.TimerCancelled, st.State)
