@@ -46,6 +46,37 @@ type OutboxRecord struct {
 	Malformed string
 }
 
+// OutboxFilter selects outbox records for a listing. Records come in ascending id order, after
+// AfterID.
+type OutboxFilter struct {
+	Status  OutboxStatus // "" for every status
+	Topic   string       // "" for every topic
+	AfterID int64        // keyset pagination: ids greater than this
+	Limit   int          // records per page; 0 means 100, and at most 1000 are returned
+	// WithPayload loads the payloads; without it records carry only PayloadBytes, so a page of
+	// large records costs the reader nothing.
+	WithPayload bool
+	// PayloadBudget bounds the payload bytes one page loads (WithPayload only): the page ends
+	// before the record that would pass it, but always holds at least one record. 0 means the
+	// store's default (4 MiB).
+	PayloadBudget int64
+}
+
+// DeadFilter chooses dead outbox records for a bulk redrive. A dead record's next_attempt_at is
+// when it went dead.
+type DeadFilter struct {
+	Topic      string    // a topic pattern (MatchTopic); empty: every topic
+	DeadSince  time.Time // zero: no lower bound; inclusive
+	DeadBefore time.Time // zero: no upper bound; exclusive
+	AfterID    int64     // records with a greater id only
+}
+
+// DeadRef names one dead outbox record by id and topic; its payload stays in the database.
+type DeadRef struct {
+	ID    int64
+	Topic string
+}
+
 // DefaultSource names courier's own database among the outbox sources.
 const DefaultSource = "default"
 

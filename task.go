@@ -24,11 +24,9 @@ const (
 // TaskStatuses lists every status, for metrics and validation.
 var TaskStatuses = []TaskStatus{TaskPending, TaskProcessing, TaskSuccess, TaskFailed, TaskStopped, TaskSuperseded, TaskCancelled}
 
-// Limits on task requests.
+// Limits on task requests (the priorities are in priority.go).
 const (
 	MaxTaskIDBytes   = MaxIDBytes
-	MaxPriority      = 5
-	DefaultPriority  = 3
 	DefaultQueueName = "default"
 )
 
@@ -64,14 +62,15 @@ func (r TaskRetry) Delay(n int) time.Duration {
 }
 
 // Queue is a task queue's configuration: where its tasks are pushed, how many may be in
-// Processing at once, how bands share the slots, and the lifecycle timings.
+// Processing at once, how bands share the slots, and the lifecycle timings. Its JSON tags are
+// the shape the store keeps it in (durations in nanoseconds); the API shows it as api.Queue.
 type Queue struct {
 	Name             string        `json:"-"`
 	PushURL          string        `json:"push_url"`          // workers' endpoint; empty: tasks wait
 	Secrets          []string      `json:"secrets"`           // push signing secrets (whsec_…), newest first
 	AllowPrivate     bool          `json:"allow_private"`     // pushes may reach private-network addresses
 	ConcurrencyLimit int           `json:"concurrency_limit"` // tasks in Processing at once; default 10
-	Weights          [5]int        `json:"weights"`           // bands 1..5; default 35,25,20,12,8
+	Weights          BandWeights   `json:"weights"`           // default DefaultBandWeights
 	PendingTimeout   time.Duration `json:"pending_timeout"`   // Pending longer → Failed; default 24 h
 	// ProcessingTimeout bounds one attempt from its push to its result; default 10 min.
 	ProcessingTimeout time.Duration `json:"processing_timeout"`
@@ -104,16 +103,13 @@ const (
 	PushTries          = 3
 )
 
-// DefaultQueueWeights give bands 1–3 about 80 % of the slots while every band has a backlog.
-var DefaultQueueWeights = [5]int{35, 25, 20, 12, 8}
-
 // WithDefaults fills unset fields with their documented defaults.
 func (q Queue) WithDefaults() Queue {
 	if q.ConcurrencyLimit == 0 {
 		q.ConcurrencyLimit = 10
 	}
-	if q.Weights == ([5]int{}) {
-		q.Weights = DefaultQueueWeights
+	if q.Weights == (BandWeights{}) {
+		q.Weights = DefaultBandWeights
 	}
 	if q.PendingTimeout == 0 {
 		q.PendingTimeout = 24 * time.Hour
@@ -181,7 +177,7 @@ func (q Queue) Validate() error {
 	case q.PurgeAge < time.Minute:
 		return badField("purge_age", "purge_age must be at least 1m")
 	}
-	if err := CheckWeights(q.Weights[:]); err != nil {
+	if err := q.Weights.Validate(); err != nil {
 		return err
 	}
 	if err := q.checkAdmission(); err != nil {
@@ -203,22 +199,8 @@ func (q Queue) Validate() error {
 	return nil
 }
 
-// CheckWeights checks a queue's priority weights as given: five of them, each from 1 to 1000.
-// A zero weight would starve its band, so all-zero weights are refused rather than read as
-// "use the defaults" (leave the field out for those).
-func CheckWeights(w []int) error {
-	if len(w) != 5 {
-		return badField("weights", "weights must list five weights, for priorities 1 to 5")
-	}
-	for i, v := range w {
-		if v < 1 || v > 1000 {
-			return badField("weights", "every priority weight must be from 1 to 1000 (weight of priority %d is %d): a zero weight would starve its band", i+1, v)
-		}
-	}
-	return nil
-}
-
-// TaskOverrides are per-task settings that replace the queue's.
+// TaskOverrides are per-task settings that replace the queue's. Its JSON tags are the shape
+// the store keeps them in; the API's is api.TaskOverrides.
 type TaskOverrides struct {
 	PendingTimeout    time.Duration `json:"pending_timeout,omitempty"`
 	ProcessingTimeout time.Duration `json:"processing_timeout,omitempty"`
@@ -323,6 +305,35 @@ type Task struct {
 	AttemptHeartbeatTimeout time.Duration
 	// Trace is the trace context of the request that inserted (or last replaced) this version.
 	Trace TraceContext
+}
+
+// TaskFilter selects task versions for a list, newest first. Zero fields do not filter.
+type TaskFilter struct {
+	Queue         string
+	Status        TaskStatus
+	Priority      int       // 1 to MaxPriority
+	CreatedAfter  time.Time // created at or after
+	CreatedBefore time.Time // created before
+	Limit         int       // versions per page; the store bounds it
+	// After continues a list past the version it names (the last one of the previous page).
+	After *TaskKey
+}
+
+// TaskKey names one task version in the order lists use: newest first.
+type TaskKey struct {
+	CreatedAt time.Time `json:"created_at"`
+	TaskID    string    `json:"task_id"`
+	Version   int64     `json:"version"`
+}
+
+// Valid reports whether s is one of the known statuses.
+func (s TaskStatus) Valid() bool {
+	for _, v := range TaskStatuses {
+		if s == v {
+			return true
+		}
+	}
+	return false
 }
 
 // TaskInsertOutcome says what an insert did.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities/contract"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/callback"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/store"
@@ -45,21 +46,6 @@ type WorkflowDescriber interface {
 // OverdueGrace is how long past its processing timeout an attempt may stay in Processing
 // before the sweeper checks its workflow.
 const OverdueGrace = 2 * time.Minute
-
-// TaskPush is the JSON body courier POSTs to a queue's push_url.
-type TaskPush struct {
-	TaskID      string          `json:"task_id"`
-	TaskVersion int64           `json:"task_version"`
-	Attempt     int             `json:"attempt"`
-	Priority    int             `json:"priority"`
-	Queue       string          `json:"queue"`
-	Payload     json.RawMessage `json:"payload"`
-	Deadline    time.Time       `json:"deadline"` // the processing timeout runs out at this time
-	// HeartbeatTimeout, when set, is how often (at most) the worker must call HeartbeatURL.
-	HeartbeatTimeout string `json:"heartbeat_timeout,omitempty"`
-	ResultURL        string `json:"result_url"`    // POST the result here, naming the attempt
-	HeartbeatURL     string `json:"heartbeat_url"` // POST here to show the attempt is alive
-}
 
 // Tasks pushes task attempts to workers and records how they end.
 type Tasks struct {
@@ -149,12 +135,9 @@ func (a *Tasks) preparePush(ctx context.Context, p contract.PushTaskParams, runI
 	if q.PushURL == "" {
 		return pushRequest{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("queue %q has no push_url", q.Name), contract.ErrTypePushFailed, nil)
 	}
-	push := TaskPush{TaskID: t.TaskID, TaskVersion: t.Version, Attempt: p.Attempt, Priority: t.Priority, Queue: t.Queue,
-		Payload: t.Payload, Deadline: p.Deadline.UTC(),
+	push := api.TaskPush{TaskID: t.TaskID, TaskVersion: t.Version, Attempt: p.Attempt, Priority: t.Priority, Queue: t.Queue,
+		Payload: t.Payload, Deadline: p.Deadline.UTC(), HeartbeatTimeout: api.PositiveDuration(p.HeartbeatTimeout),
 		ResultURL: a.reportURL(t.TaskID, t.Version, "result"), HeartbeatURL: a.reportURL(t.TaskID, t.Version, "heartbeat")}
-	if p.HeartbeatTimeout > 0 {
-		push.HeartbeatTimeout = p.HeartbeatTimeout.String()
-	}
 	body, err := json.Marshal(push)
 	if err != nil {
 		return pushRequest{}, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrTypePushFailed, err)

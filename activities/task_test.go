@@ -18,6 +18,7 @@ import (
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities"
 	"github.com/courier-oss/courier/activities/contract"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/webhook"
 )
@@ -58,14 +59,14 @@ func (s *pushStore) MarkTaskPushed(_ context.Context, taskID string, version int
 type pushEndpoint struct {
 	url    string
 	mu     sync.Mutex
-	pushes []activities.TaskPush
+	pushes []api.TaskPush
 	ids    []string
 }
 
 func startPushEndpoint(t *testing.T, answer func(w http.ResponseWriter, r *http.Request)) *pushEndpoint {
 	e := &pushEndpoint{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var p activities.TaskPush
+		var p api.TaskPush
 		require.NoError(t, json.NewDecoder(r.Body).Decode(&p))
 		e.mu.Lock()
 		e.pushes = append(e.pushes, p)
@@ -116,7 +117,7 @@ func TestSendPushEndsWhenTheWorkerAccepts(t *testing.T) {
 	require.Len(t, ep.pushes, 1)
 	got := ep.pushes[0]
 	require.True(t, p.Deadline.Equal(got.Deadline), "the worker is told the workflow's deadline")
-	require.Empty(t, got.HeartbeatTimeout)
+	require.Zero(t, got.HeartbeatTimeout)
 	require.Equal(t, 3, got.Attempt)
 	require.Equal(t, "http://courier.example:8080/v1/tasks/doc-1/versions/2/result", got.ResultURL)
 	require.Equal(t, "http://courier.example:8080/v1/tasks/doc-1/versions/2/heartbeat", got.HeartbeatURL)

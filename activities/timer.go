@@ -12,6 +12,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities/contract"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/callback"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/mq"
@@ -75,16 +76,6 @@ func (a *Timers) LoadBizType(ctx context.Context, name string) (contract.BizType
 	}, nil
 }
 
-// TimerCallback is the JSON body of a timer's callback or MQ message.
-type TimerCallback struct {
-	DeliveryID string          `json:"delivery_id"`
-	BizType    string          `json:"biz_type"`
-	BizID      string          `json:"biz_id"`
-	FireAt     time.Time       `json:"fire_at"`
-	Attempt    int32           `json:"attempt"`
-	Payload    json.RawMessage `json:"payload"`
-}
-
 // Deliver sends one fired timer and returns the attempt number that succeeded. 429, 5xx and
 // timeouts are retried by the workflow's policy (a Retry-After sets the next delay); other
 // statuses and refused targets fail at once.
@@ -102,7 +93,7 @@ func (a *Timers) Deliver(ctx context.Context, p contract.DeliverTimerParams) (n 
 	if len(payload) == 0 {
 		payload = json.RawMessage("null")
 	}
-	body, err := json.Marshal(TimerCallback{DeliveryID: p.DeliveryID, BizType: p.BizType, BizID: p.BizID,
+	body, err := json.Marshal(api.TimerCallback{DeliveryID: p.DeliveryID, BizType: p.BizType, BizID: p.BizID,
 		FireAt: p.FireAt.UTC(), Attempt: attempt, Payload: payload})
 	if err != nil {
 		return 0, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrTypePermanentDelivery, err)

@@ -19,8 +19,10 @@ import (
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities"
 	"github.com/courier-oss/courier/activities/contract"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/devstack/embeddednats"
 	"github.com/courier-oss/courier/mq"
+	"github.com/courier-oss/courier/mq/natsmq"
 	"github.com/courier-oss/courier/webhook"
 )
 
@@ -57,7 +59,7 @@ func TestTimerDeliverHTTP(t *testing.T) {
 	verifier, _ := webhook.NewVerifier(secret)
 	var status atomic.Int64
 	status.Store(200)
-	var got activities.TimerCallback
+	var got api.TimerCallback
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		if err := verifier.Verify(body, r.Header); err != nil {
@@ -117,7 +119,7 @@ func TestTimerDeliverMQ(t *testing.T) {
 	srv, err := embeddednats.Start(embeddednats.Config{Port: -1, StoreDir: t.TempDir()})
 	require.NoError(t, err)
 	defer srv.Shutdown()
-	pub, err := mq.DialNATS(srv.URL(), "test")
+	pub, err := natsmq.Dial(srv.URL(), "test")
 	require.NoError(t, err)
 	defer pub.Close()
 	js, _ := jetstream.New(pub.Conn())
@@ -133,7 +135,7 @@ func TestTimerDeliverMQ(t *testing.T) {
 	msg, err := st.GetMsg(context.Background(), 1)
 	require.NoError(t, err)
 	require.Equal(t, "timer/coupon.expiry/c-9/run-1", msg.Header.Get(mq.HeaderMessageID))
-	var body activities.TimerCallback
+	var body api.TimerCallback
 	require.NoError(t, json.Unmarshal(msg.Data, &body))
 	require.JSONEq(t, `{"coupon":"c-9"}`, string(body.Payload))
 

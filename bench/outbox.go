@@ -24,6 +24,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/mq"
+	"github.com/courier-oss/courier/mq/natsmq"
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/schema"
@@ -190,7 +191,7 @@ func runOutbox(ctx context.Context, stack Stack, dbName, dbURL, streamName strin
 	if err != nil {
 		return Result{}, err
 	}
-	pub, err := mq.DialNATS(natsURL, "courier-bench")
+	pub, err := natsmq.Dial(natsURL, "courier-bench")
 	if err != nil {
 		return Result{}, err
 	}
@@ -204,7 +205,7 @@ func runOutbox(ctx context.Context, stack Stack, dbName, dbURL, streamName strin
 		Temporal: tc, Publisher: pub, Logger: log,
 		// A source name per scenario keeps workflow ids apart from earlier scenarios on the
 		// same server (outbox/<source>/<id>).
-		Sources: []relay.Source{{Name: source, Store: st, DSN: pgURL(dbURL)}},
+		Sources: []relay.Source{{Name: source, Store: st}},
 	})
 	if err != nil {
 		return Result{}, err
@@ -493,13 +494,6 @@ func printOutboxCPU(w io.Writer, rs []Result) {
 		}
 		fmt.Fprintf(w, "%s: %s; this process used %.0f%% of one core\n", r.Scenario, line, 100*r.CPU.Self.Seconds()/r.Elapsed.Seconds())
 	}
-}
-
-func pgURL(u string) string {
-	if len(u) > 8 && u[:8] == "postgres" {
-		return u
-	}
-	return ""
 }
 
 // scratchSchema creates a throwaway schema in the given PostgreSQL database, so the benchmark

@@ -22,7 +22,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/schema"
@@ -53,14 +53,14 @@ type TaskResult struct {
 	PerSec    float64       // completed tasks per second over Elapsed
 	P50, P99  time.Duration // from each task's insert (or workflow start) to its first push
 	Max       time.Duration
-	Shares    [5]float64    // percent of the pushes per band while every band had a backlog
-	SharesOf  int           // how many pushes Shares counts
-	Duplicate int           // pushes of a task that had been pushed before (retries)
-	Backlog   time.Duration // how long inserting (or starting) the backlog took
-	Held      time.Duration // mean time the HTTP task worker held a task (push to its report done)
-	SlotsMax  int           // courier only: most slots taken at once in the limiter row
-	SlotsAvg  float64       // courier only: mean slots taken while tasks ran
-	Cost      Cost          // history events and billable actions per task
+	Shares    [courier.PriorityBands]float64 // percent of the pushes per band while every band had a backlog
+	SharesOf  int                            // how many pushes Shares counts
+	Duplicate int                            // pushes of a task that had been pushed before (retries)
+	Backlog   time.Duration                  // how long inserting (or starting) the backlog took
+	Held      time.Duration                  // mean time the HTTP task worker held a task (push to its report done)
+	SlotsMax  int                            // courier only: most slots taken at once in the limiter row
+	SlotsAvg  float64                        // courier only: mean slots taken while tasks ran
+	Cost      Cost                           // history events and billable actions per task
 	// CPU is what the run spent while its tasks ran: from opening the queue (courier) or
 	// starting the worker (bare) until every run had closed (courier: as the engine's
 	// visibility store counts them) or completed (bare).
@@ -134,7 +134,7 @@ func RunTasks(ctx context.Context, stack Stack, cfg TasksConfig) ([]TaskResult, 
 		return results, err
 	}
 	PrintTaskTable(cfg.Out, fmt.Sprintf("tasks: %d per scenario over priorities 1-5, limit %d, %s of work per task (at most %.0f/s), weights %s",
-		cfg.Tasks, cfg.Limit, cfg.Work, float64(cfg.Limit)/cfg.Work.Seconds(), formatShares(weightShares(courier.DefaultQueueWeights))), results)
+		cfg.Tasks, cfg.Limit, cfg.Work, float64(cfg.Limit)/cfg.Work.Seconds(), formatShares(weightShares(courier.DefaultBandWeights))), results)
 	printCost(cfg.Out, costRows(results, func(r TaskResult) (string, Cost) { return r.Scenario, r.Cost }))
 	return results, nil
 }
@@ -165,7 +165,6 @@ func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL st
 		AllowLoopbackCallbacks: true,
 		Relay:                  relay.Config{TaskQueue: "bench-tasks-" + dbName},
 		Tasks: tasks.Config{
-			DSN:        pgURL(dbURL),
 			PublicURL:  "http://" + gw.Listener.Addr().String(),
 			SweepEvery: time.Hour,
 		},
@@ -197,7 +196,7 @@ func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL st
 		resultErrs []error
 	)
 	tw := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		var p activities.TaskPush
+		var p api.TaskPush
 		if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
 			http.Error(rw, err.Error(), http.StatusBadRequest)
 			return
@@ -241,7 +240,7 @@ func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL st
 		return TaskResult{}, fmt.Errorf("insert: %w", err)
 	}
 	backlog := time.Since(backlogStart)
-	onPostgres := pgURL(dbURL) != ""
+	onPostgres := st.IsPostgres()
 	running := markCPU(onPostgres)
 	if _, _, err := svc.PutQueue(ctx, courier.Queue{Name: queue, ConcurrencyLimit: cfg.Limit, PushURL: tw.URL}); err != nil {
 		return TaskResult{}, err
@@ -319,7 +318,7 @@ func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL st
 
 // postResult reports success the way a task worker does: to the push's result URL, with a
 // worker-scope key, naming the attempt.
-func postResult(ctx context.Context, hc *http.Client, token string, p activities.TaskPush) error {
+func postResult(ctx context.Context, hc *http.Client, token string, p api.TaskPush) error {
 	body, err := json.Marshal(courier.TaskResult{Attempt: p.Attempt, Status: courier.OutcomeSuccess, StatusCode: 200, Message: "done"})
 	if err != nil {
 		return err
@@ -540,8 +539,8 @@ func (l *pushLog) result(name string, cfg TasksConfig, lat []time.Duration, last
 func taskPriority(i int) int { return i%courier.MaxPriority + 1 }
 
 // bandSizes is how many of n tasks taskPriority puts in each band.
-func bandSizes(n int) [5]int {
-	var sizes [5]int
+func bandSizes(n int) [courier.PriorityBands]int {
+	var sizes [courier.PriorityBands]int
 	for i := range sizes {
 		sizes[i] = n / 5
 		if i < n%5 {
@@ -555,13 +554,13 @@ func bandSizes(n int) [5]int {
 // a backlog: bands are taken in push order up to and including the push that took the first
 // band's last task (its claim still saw that band non-empty). sizes are the bands' backlogs at
 // the start; n is how many pushes the shares count (0 if some band started empty).
-func backlogShares(order []int, sizes [5]int) (shares [5]float64, n int) {
+func backlogShares(order []int, sizes [courier.PriorityBands]int) (shares [courier.PriorityBands]float64, n int) {
 	for _, s := range sizes {
 		if s == 0 {
 			return shares, 0
 		}
 	}
-	var counts [5]int
+	var counts [courier.PriorityBands]int
 	for _, b := range order {
 		if b < 1 || b > 5 {
 			continue
@@ -581,8 +580,8 @@ func backlogShares(order []int, sizes [5]int) (shares [5]float64, n int) {
 }
 
 // weightShares turns a queue's weights into percentages.
-func weightShares(w [5]int) [5]float64 {
-	var out [5]float64
+func weightShares(w courier.BandWeights) [courier.PriorityBands]float64 {
+	var out [courier.PriorityBands]float64
 	sum := 0
 	for _, v := range w {
 		sum += v
@@ -596,7 +595,7 @@ func weightShares(w [5]int) [5]float64 {
 }
 
 // formatShares prints percentages as "35/25/20/12/8".
-func formatShares(s [5]float64) string {
+func formatShares(s [courier.PriorityBands]float64) string {
 	parts := make([]string, len(s))
 	for i, v := range s {
 		parts[i] = fmt.Sprintf("%.0f", v)

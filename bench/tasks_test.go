@@ -68,7 +68,7 @@ func TestBacklogShares(t *testing.T) {
 
 func TestFormatShares(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, "35/25/20/12/8", formatShares(weightShares(courier.DefaultQueueWeights)))
+	require.Equal(t, "35/25/20/12/8", formatShares(weightShares(courier.DefaultBandWeights)))
 	require.Equal(t, "20/20/20/20/20", formatShares(weightShares([5]int{1, 1, 1, 1, 1})))
 }
 

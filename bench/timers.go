@@ -21,7 +21,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/mq"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/schema"
@@ -92,7 +92,7 @@ func RunTimers(ctx context.Context, stack Stack, cfg TimersConfig) ([]TimerResul
 		done    = make(chan struct{})
 	)
 	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var cb activities.TimerCallback
+		var cb api.TimerCallback
 		_ = json.NewDecoder(r.Body).Decode(&cb)
 		now := time.Now()
 		mu.Lock()
@@ -130,7 +130,7 @@ func RunTimers(ctx context.Context, stack Stack, cfg TimersConfig) ([]TimerResul
 		id := fmt.Sprintf("b-%d-%d", start.UnixNano(), i)
 		at := first.Add(time.Duration(i) * cfg.Window / time.Duration(cfg.Timers))
 		due[id] = at.Truncate(time.Millisecond)
-		if _, _, err := svc.Create(ctx, timers.CreateRequest{BizType: "bench.timer", BizID: id, FireAt: at}); err != nil {
+		if _, _, err := svc.Create(ctx, api.TimerRequest{BizType: "bench.timer", BizID: id, When: api.At(at)}); err != nil {
 			return nil, err
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -270,3 +271,28 @@ func (c *Client) once(ctx context.Context, cl call, body []byte) (int, error) {
 
 // seg escapes one path segment (an id, a name); the gateway decodes each exactly once.
 func seg(s string) string { return url.PathEscape(s) }
+
+// pages yields the items of one list page after page, from the page token start, until a page
+// has no next token. It stops at the first error, which it yields.
+func pages[T any](page func(token string) ([]T, string, error), start string) iter.Seq2[T, error] {
+	return func(yield func(T, error) bool) {
+		token := start
+		for {
+			items, next, err := page(token)
+			if err != nil {
+				var zero T
+				yield(zero, err)
+				return
+			}
+			for _, it := range items {
+				if !yield(it, nil) {
+					return
+				}
+			}
+			if next == "" {
+				return
+			}
+			token = next
+		}
+	}
+}

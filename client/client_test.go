@@ -196,42 +196,6 @@ func TestRetryAfterHeader(t *testing.T) {
 	require.InDelta(t, time.Minute.Seconds(), retryAfter(at).Seconds(), 2)
 }
 
-func TestDurationJSON(t *testing.T) {
-	t.Parallel()
-	b, err := json.Marshal(QueueConfig{ProcessingTimeout: Duration(90 * time.Second)})
-	require.NoError(t, err)
-	require.JSONEq(t, `{"processing_timeout":"1m30s"}`, string(b), "zero durations are left out")
-
-	var q Queue
-	require.NoError(t, json.Unmarshal([]byte(`{"heartbeat_timeout":"0s","pending_timeout":"24h0m0s","purge_age":""}`), &q))
-	require.Zero(t, q.HeartbeatTimeout)
-	require.Equal(t, Duration(24*time.Hour), q.PendingTimeout)
-	require.Error(t, json.Unmarshal([]byte(`{"pending_timeout":5}`), &q))
-}
-
-func TestTimerRequestJSON(t *testing.T) {
-	t.Parallel()
-	at := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-	for _, tc := range []struct {
-		in   TimerRequest
-		want string
-	}{
-		{TimerRequest{BizType: "o", BizID: "1", Delay: Duration(time.Minute)}, `{"biz_type":"o","biz_id":"1","delay":"1m0s"}`},
-		{TimerRequest{BizType: "o", BizID: "1"}, `{"biz_type":"o","biz_id":"1","delay":"0s"}`},
-		{TimerRequest{BizType: "o", BizID: "1", FireAt: at, Payload: json.RawMessage(`{"a":1}`)},
-			`{"biz_type":"o","biz_id":"1","fire_at":"2030-01-02T03:04:05Z","payload":{"a":1}}`},
-		{TimerRequest{BizType: "o", BizID: "1", FireAt: at, Delay: Duration(time.Second)},
-			`{"biz_type":"o","biz_id":"1","fire_at":"2030-01-02T03:04:05Z","delay":"1s"}`},
-	} {
-		b, err := json.Marshal(tc.in)
-		require.NoError(t, err)
-		require.JSONEq(t, tc.want, string(b))
-	}
-	b, err := json.Marshal(Reschedule{Delay: Duration(time.Hour)})
-	require.NoError(t, err)
-	require.JSONEq(t, `{"delay":"1h0m0s"}`, string(b))
-}
-
 func TestNewRefusesBadBaseURLs(t *testing.T) {
 	t.Parallel()
 	for _, u := range []string{"", "127.0.0.1:8080", "ftp://x", "http://", "http://x/?a=b"} {

@@ -1,35 +1,27 @@
 package client
 
 import (
-	"encoding/json"
-	"fmt"
 	"time"
+
+	"github.com/courier-oss/courier/api"
 )
 
-// Duration is a time.Duration as the API writes it: a Go duration string ("30s", "1h30m0s").
-// Fields of this type are left out of requests when zero (the gateway's default applies).
-type Duration time.Duration
+// The API's shapes are defined once, in package api; the client names them as its own so a
+// caller needs one import. See api for each type's fields.
+type (
+	// Duration is a length of time as the API writes it ("30s"); zero is left out of requests.
+	Duration = api.Duration
+	// PositiveDuration is a Duration of a field that has no use for zero (a timeout, an
+	// interval); zero is left out of requests, so the default applies.
+	PositiveDuration = api.PositiveDuration
+	// Retry is a retry policy of a queue or a business type.
+	Retry = api.Retry
+	// When says when a timer fires: build it with At or After.
+	When = api.When
+)
 
-// String is the Go duration string.
-func (d Duration) String() string { return time.Duration(d).String() }
+// At is a When that fires at t.
+func At(t time.Time) When { return api.At(t) }
 
-// MarshalJSON writes the Go duration string.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
-
-// UnmarshalJSON reads a Go duration string; "" and "0" are zero.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("a duration must be a string such as \"30s\": %w", err)
-	}
-	if s == "" || s == "0" {
-		*d = 0
-		return nil
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return err
-	}
-	*d = Duration(v)
-	return nil
-}
+// After is a When that fires d after the gateway takes the request.
+func After(d time.Duration) When { return api.After(d) }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 )
 
 // Error is a request the gateway refused (or that a proxy in front of it answered with an
@@ -108,19 +109,10 @@ func codeOfStatus(status int) courier.Code {
 	return courier.CodeInternal
 }
 
-// errorBody is the gateway's error shape: {"error":{"code","message","details"}}.
-type errorBody struct {
-	Error struct {
-		Code    courier.Code   `json:"code"`
-		Message string         `json:"message"`
-		Details map[string]any `json:"details"`
-	} `json:"error"`
-}
-
 // newError reads a non-2xx answer.
 func newError(method, path string, resp *http.Response, body []byte) *Error {
 	e := &Error{StatusCode: resp.StatusCode, Method: method, Path: path, RetryAfter: retryAfter(resp.Header.Get("Retry-After"))}
-	var eb errorBody
+	var eb api.ErrorBody
 	if json.Unmarshal(body, &eb) == nil && eb.Error.Code != "" {
 		e.Code, e.Message, e.Details = eb.Error.Code, eb.Error.Message, eb.Error.Details
 		return e

@@ -2,55 +2,20 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"iter"
 	"net/http"
 	"net/url"
 	"strconv"
-	"time"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 )
 
 // PublishRequest is one message for the outbox (POST /v1/outbox, scope producer).
-type PublishRequest struct {
-	Topic   string            `json:"topic"`             // e.g. "orders.created" (docs/api.md: the topic rule)
-	Key     string            `json:"key,omitempty"`     // optional partition/ordering key
-	Payload json.RawMessage   `json:"payload"`           // required: any JSON value
-	Headers map[string]string `json:"headers,omitempty"` // optional; no Nats-* or Courier-* names
-}
+type PublishRequest = api.PublishRequest
 
-// OutboxRecord is an outbox record as the API shows it. Payload is the payload as it was posted:
-// the JSON value when PayloadEncoding is "json", a base64 string of the bytes when it is
-// "base64" (PayloadData decodes either); lists leave it out unless OutboxQuery.IncludePayload.
-// PayloadBytes is always set.
-type OutboxRecord struct {
-	Source          string               `json:"source"`
-	ID              int64                `json:"id"`
-	Topic           string               `json:"topic"`
-	Key             string               `json:"key,omitempty"`
-	Payload         json.RawMessage      `json:"payload,omitempty"`
-	PayloadEncoding string               `json:"payload_encoding,omitempty"` // json or base64
-	PayloadBytes    int                  `json:"payload_bytes"`
-	Headers         map[string]string    `json:"headers,omitempty"`
-	Status          courier.OutboxStatus `json:"status"` // pending, dispatched, sent, dead
-	Attempts        int                  `json:"attempts"`
-	NextAttemptAt   time.Time            `json:"next_attempt_at"`
-	CreatedAt       time.Time            `json:"created_at"`
-	SentAt          *time.Time           `json:"sent_at,omitempty"`
-	LastError       string               `json:"last_error,omitempty"`
-	WorkflowID      string               `json:"workflow_id"`
-}
-
-// PayloadData returns the payload's bytes as stored: the JSON itself, or the decoded base64.
-func (r OutboxRecord) PayloadData() ([]byte, error) {
-	if r.PayloadEncoding != "base64" {
-		return r.Payload, nil
-	}
-	var b []byte
-	err := json.Unmarshal(r.Payload, &b)
-	return b, err
-}
+// OutboxRecord is an outbox record as the API shows it (PayloadData decodes its payload).
+type OutboxRecord = api.OutboxRecord
 
 // OutboxQuery selects records for ListOutbox. Zero fields do not filter.
 type OutboxQuery struct {
@@ -63,10 +28,7 @@ type OutboxQuery struct {
 }
 
 // OutboxPage is one page of records in ascending id order; NextPageToken is empty on the last.
-type OutboxPage struct {
-	Items         []OutboxRecord `json:"items"`
-	NextPageToken string         `json:"next_page_token,omitempty"`
-}
+type OutboxPage = api.OutboxPage
 
 func sourceQuery(source string) url.Values {
 	if source == "" {
@@ -121,24 +83,14 @@ func (c *Client) ListOutbox(ctx context.Context, q OutboxQuery) (*OutboxPage, er
 // AllOutbox yields every record q selects, page after page, starting at q.PageToken. It stops
 // at the first error, which it yields.
 func (c *Client) AllOutbox(ctx context.Context, q OutboxQuery) iter.Seq2[OutboxRecord, error] {
-	return func(yield func(OutboxRecord, error) bool) {
-		for {
-			page, err := c.ListOutbox(ctx, q)
-			if err != nil {
-				yield(OutboxRecord{}, err)
-				return
-			}
-			for _, r := range page.Items {
-				if !yield(r, nil) {
-					return
-				}
-			}
-			if page.NextPageToken == "" {
-				return
-			}
-			q.PageToken = page.NextPageToken
+	return pages(func(token string) ([]OutboxRecord, string, error) {
+		q.PageToken = token
+		p, err := c.ListOutbox(ctx, q)
+		if err != nil {
+			return nil, "", err
 		}
-	}
+		return p.Items, p.NextPageToken, nil
+	}, q.PageToken)
 }
 
 // RedriveOutbox sends a dead record of source ("": courier's own) again (scope admin). A
@@ -154,21 +106,12 @@ func (c *Client) RedriveOutbox(ctx context.Context, source string, id int64) (*O
 	return &out, nil
 }
 
-// RedriveFilter selects dead records for RedriveDead. Zero fields do not filter.
-type RedriveFilter struct {
-	Source     string     `json:"source,omitempty"`      // outbox source; "": courier's own
-	Topic      string     `json:"topic,omitempty"`       // NATS-style pattern: "orders.*" (one token), "orders.>" (the rest)
-	DeadSince  *time.Time `json:"dead_since,omitempty"`  // went dead at or after
-	DeadBefore *time.Time `json:"dead_before,omitempty"` // went dead before
-	Max        int        `json:"max,omitempty"`         // records to take at most, 1–10000; 0: the gateway's default (1000)
-}
+// RedriveFilter selects dead records for RedriveDead. Zero fields do not filter; Max nil takes
+// the gateway's default (1,000).
+type RedriveFilter = api.RedriveFilter
 
 // RedriveResult says what RedriveDead did.
-type RedriveResult struct {
-	Redriven int  `json:"redriven"` // records made pending again
-	Busy     int  `json:"busy"`     // matching records left dead because their last delivery run was still open; call again a second later
-	More     bool `json:"more"`     // matching dead records remain beyond Max; call again for the next ones
-}
+type RedriveResult = api.RedriveResult
 
 // RedriveDead sends the dead records f matches again, in bounded batches (POST
 // /v1/outbox/redrive, scope admin). Safe to retry: a repeat only redrives records still dead.

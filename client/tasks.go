@@ -3,66 +3,44 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"iter"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 )
 
 // TaskOverrides replace the queue's settings for one task. Zero fields keep the queue's.
-type TaskOverrides struct {
-	PendingTimeout    Duration `json:"pending_timeout,omitzero"`
-	ProcessingTimeout Duration `json:"processing_timeout,omitzero"`
-	HeartbeatTimeout  Duration `json:"heartbeat_timeout,omitzero"`
-	MaxAttempts       int      `json:"max_attempts,omitempty"`
-}
+type TaskOverrides = api.TaskOverrides
 
 // TaskRequest inserts a task version (POST /v1/tasks, scope producer). The same version again
 // returns the stored task (or replaces one that is pending with other content, failed, stopped
 // or cancelled), so an insert is retried safely; a version below the highest known is
 // ErrConflict with details.current_version.
-type TaskRequest struct {
-	TaskID      string          `json:"task_id"`
-	TaskVersion int64           `json:"task_version"`       // at least 1
-	Priority    int             `json:"priority,omitempty"` // 1 (high) to 5 (low); 0: 3
-	Queue       string          `json:"queue,omitempty"`    // "": default
-	Payload     json.RawMessage `json:"payload,omitempty"`  // any JSON, at most 512 KiB; pushed to the worker as it is
-	Overrides   TaskOverrides   `json:"overrides,omitzero"`
-}
+type TaskRequest = api.TaskRequest
 
-// Task is a task version as the API shows it.
-type Task struct {
-	TaskID        string                    `json:"task_id"`
-	TaskVersion   int64                     `json:"task_version"`
-	Queue         string                    `json:"queue"`
-	Priority      int                       `json:"priority"`
-	Status        courier.TaskStatus        `json:"status"`
-	Outcome       courier.TaskInsertOutcome `json:"outcome,omitempty"` // InsertTask only: created, replaced, existing
-	Payload       json.RawMessage           `json:"payload"`
-	Overrides     TaskOverrides             `json:"overrides"`
-	Attempt       int                       `json:"attempt"`  // the current attempt's number (name it in results)
-	Attempts      int                       `json:"attempts"` // attempts used since the task was (re)submitted
-	Result        json.RawMessage           `json:"result,omitempty"`
-	StatusCode    int                       `json:"status_code,omitempty"`
-	Message       string                    `json:"message,omitempty"`
-	WorkflowID    string                    `json:"workflow_id"`
-	CreatedAt     time.Time                 `json:"created_at"`
-	UpdatedAt     time.Time                 `json:"updated_at"`
-	NextAttemptAt *time.Time                `json:"next_attempt_at,omitempty"`
-	ExpiresAt     *time.Time                `json:"expires_at,omitempty"`
-	ClaimedAt     *time.Time                `json:"claimed_at,omitempty"`
-	PushedAt      *time.Time                `json:"pushed_at,omitempty"`
-	FinishedAt    *time.Time                `json:"finished_at,omitempty"`
+// Task is a task version as the API shows it; Outcome says what InsertTask did.
+type Task = api.Task
+
+// TaskPage is one page of a task list, newest first; its items leave out payload and result.
+type TaskPage = api.TaskPage
+
+// TaskQuery selects task versions for ListTasks. Zero fields do not filter.
+type TaskQuery struct {
+	Queue         string
+	Status        courier.TaskStatus
+	Priority      int       // 1 to 5
+	CreatedAfter  time.Time // created at or after
+	CreatedBefore time.Time // created before
+	Limit         int       // versions per page, 1–1000; 0: the gateway's default (100)
+	PageToken     string    // TaskPage.NextPageToken of the previous page
 }
 
 // ReportAccepted answers a result or heartbeat that reached its attempt.
-type ReportAccepted struct {
-	TaskID      string `json:"task_id"`
-	TaskVersion int64  `json:"task_version"`
-	Attempt     int    `json:"attempt"`
-	Accepted    bool   `json:"accepted"`
-}
+type ReportAccepted = api.ReportAccepted
 
 func taskVersionPath(taskID string, version int64) string {
 	return "/v1/tasks/" + seg(taskID) + "/versions/" + strconv.FormatInt(version, 10)
@@ -75,6 +53,46 @@ func (c *Client) InsertTask(ctx context.Context, r TaskRequest) (*Task, error) {
 		return nil, err
 	}
 	return &out, nil
+}
+
+// ListTasks reads one page of task versions, newest first, without payloads and results (GET
+// a version for those); pass the page's NextPageToken as q.PageToken for the next one, or use
+// AllTasks.
+func (c *Client) ListTasks(ctx context.Context, q TaskQuery) (*TaskPage, error) {
+	v := url.Values{}
+	for k, s := range map[string]string{"queue": q.Queue, "status": string(q.Status), "page_token": q.PageToken} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	for k, n := range map[string]int{"priority": q.Priority, "limit": q.Limit} {
+		if n != 0 {
+			v.Set(k, strconv.Itoa(n))
+		}
+	}
+	for k, t := range map[string]time.Time{"created_after": q.CreatedAfter, "created_before": q.CreatedBefore} {
+		if !t.IsZero() {
+			v.Set(k, t.UTC().Format(time.RFC3339Nano))
+		}
+	}
+	var out TaskPage
+	if _, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/tasks", query: v, idempotent: true, out: &out}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// AllTasks yields every task version q selects, page after page, starting at q.PageToken. It
+// stops at the first error, which it yields.
+func (c *Client) AllTasks(ctx context.Context, q TaskQuery) iter.Seq2[Task, error] {
+	return pages(func(token string) ([]Task, string, error) {
+		q.PageToken = token
+		p, err := c.ListTasks(ctx, q)
+		if err != nil {
+			return nil, "", err
+		}
+		return p.Items, p.NextPageToken, nil
+	}, q.PageToken)
 }
 
 // GetTask reads the latest stored version of a task.
@@ -118,19 +136,13 @@ func (c *Client) ReportResult(ctx context.Context, taskID string, version int64,
 	return &out, nil
 }
 
-// heartbeatBody is the body of a heartbeat.
-type heartbeatBody struct {
-	Attempt int             `json:"attempt"`
-	Details json.RawMessage `json:"details,omitempty"`
-}
-
 // Heartbeat tells courier that attempt is alive (scope worker), extending its heartbeat
 // timeout; details (optional JSON) is recorded with it. ErrConflict means the attempt is over:
 // stop working on it.
 func (c *Client) Heartbeat(ctx context.Context, taskID string, version int64, attempt int, details json.RawMessage) (*ReportAccepted, error) {
 	var out ReportAccepted
 	_, err := c.do(ctx, call{method: http.MethodPost, path: taskVersionPath(taskID, version) + "/heartbeat",
-		body: heartbeatBody{Attempt: attempt, Details: details}, idempotent: true, out: &out})
+		body: api.Heartbeat{Attempt: attempt, Details: details}, idempotent: true, out: &out})
 	if err != nil {
 		return nil, err
 	}
@@ -140,48 +152,10 @@ func (c *Client) Heartbeat(ctx context.Context, taskID string, version int64, at
 // QueueConfig is a queue's configuration (PUT /v1/queues/{name}, scope admin). A PUT replaces
 // the whole configuration; zero fields take their defaults (docs/tasks.md), except Secrets: nil
 // keeps the stored ones, an empty non-nil slice removes them.
-type QueueConfig struct {
-	PushURL           string   `json:"push_url,omitempty"`
-	Secrets           []string `json:"secrets,omitzero"` // whsec_… push-signing secrets; two during a rotation
-	AllowPrivate      bool     `json:"allow_private,omitempty"`
-	ConcurrencyLimit  int      `json:"concurrency_limit,omitempty"`
-	Weights           []int    `json:"weights,omitempty"` // five weights, priorities 1–5
-	PendingTimeout    Duration `json:"pending_timeout,omitzero"`
-	ProcessingTimeout Duration `json:"processing_timeout,omitzero"`
-	PushTimeout       Duration `json:"push_timeout,omitzero"`
-	HeartbeatTimeout  Duration `json:"heartbeat_timeout,omitzero"` // zero: off
-	Retry             Retry    `json:"retry,omitzero"`
-	SuccessRetention  Duration `json:"success_retention,omitzero"`
-	PurgeAge          Duration `json:"purge_age,omitzero"`
-	InsertRate        float64  `json:"insert_rate_per_second,omitempty"` // admission control; 0: unlimited
-	InsertBurst       int      `json:"insert_burst,omitempty"`
-	MaxPending        int      `json:"max_pending,omitempty"` // 0: unbounded backlog
-}
+type QueueConfig = api.QueueConfig
 
-// Queue is a queue as the API shows it; secrets are only counted.
-type Queue struct {
-	Name              string    `json:"name"`
-	PushURL           string    `json:"push_url"`
-	SecretsCount      int       `json:"secrets_count"`
-	AllowPrivate      bool      `json:"allow_private"`
-	ConcurrencyLimit  int       `json:"concurrency_limit"`
-	InFlight          int       `json:"in_flight"`
-	Weights           [5]int    `json:"weights"`
-	PendingTimeout    Duration  `json:"pending_timeout"`
-	ProcessingTimeout Duration  `json:"processing_timeout"`
-	PushTimeout       Duration  `json:"push_timeout"`
-	HeartbeatTimeout  Duration  `json:"heartbeat_timeout"`
-	Retry             Retry     `json:"retry"`
-	SuccessRetention  Duration  `json:"success_retention"`
-	PurgeAge          Duration  `json:"purge_age"`
-	CreatedAt         time.Time `json:"created_at"`
-	UpdatedAt         time.Time `json:"updated_at"`
-	InsertRate        float64   `json:"insert_rate_per_second"`
-	InsertBurst       int       `json:"insert_burst"`
-	MaxPending        int       `json:"max_pending"`
-
-	Created bool `json:"-"` // PutQueue: the call created it (201) rather than replaced it
-}
+// Queue is a queue as the API shows it; Created says PutQueue created it.
+type Queue = api.Queue
 
 // PutQueue creates or replaces a queue (scope admin).
 func (c *Client) PutQueue(ctx context.Context, name string, cfg QueueConfig) (*Queue, error) {
@@ -205,9 +179,7 @@ func (c *Client) GetQueue(ctx context.Context, name string) (*Queue, error) {
 
 // ListQueues reads every queue (scope admin).
 func (c *Client) ListQueues(ctx context.Context) ([]Queue, error) {
-	var out struct {
-		Items []Queue `json:"items"`
-	}
+	var out api.List[Queue]
 	if _, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/queues", idempotent: true, out: &out}); err != nil {
 		return nil, err
 	}

@@ -2,84 +2,26 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"iter"
 	"net/http"
 	"net/url"
 	"strconv"
-	"time"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 )
 
-// TimerRequest arms a timer (POST /v1/timers, scope producer): at FireAt, or, when FireAt is
-// zero, Delay after the gateway accepts it (a zero Delay fires at once). The same request again
-// (same fire time or delay, and payload) returns the timer the first one created, so a create
-// is retried safely; a different request for the same biz_type and biz_id is ErrConflict.
-type TimerRequest struct {
-	BizType string
-	BizID   string
-	FireAt  time.Time
-	Delay   Duration
-	Payload json.RawMessage // sent with the callback or message; optional
-}
+// TimerRequest arms a timer (POST /v1/timers, scope producer) at a fire time or after a delay
+// (When: At or After). The same request again returns the timer the first one created, so a
+// create is retried safely; a different request for the same biz_type and biz_id is
+// ErrConflict.
+type TimerRequest = api.TimerRequest
 
-// timerWire is the request's JSON: fire_at, or delay when there is no fire_at (both when both
-// are set, which the gateway refuses).
-type timerWire struct {
-	BizType string          `json:"biz_type,omitempty"`
-	BizID   string          `json:"biz_id,omitempty"`
-	FireAt  *time.Time      `json:"fire_at,omitempty"`
-	Delay   *Duration       `json:"delay,omitempty"`
-	Payload json.RawMessage `json:"payload,omitempty"`
-}
+// Reschedule moves a timer (When: At or After).
+type Reschedule = api.Reschedule
 
-func whenWire(fireAt time.Time, delay Duration) (*time.Time, *Duration) {
-	var at *time.Time
-	var d *Duration
-	if !fireAt.IsZero() {
-		at = &fireAt
-	}
-	if fireAt.IsZero() || delay != 0 {
-		d = &delay
-	}
-	return at, d
-}
-
-// MarshalJSON writes the request as the gateway takes it.
-func (r TimerRequest) MarshalJSON() ([]byte, error) {
-	w := timerWire{BizType: r.BizType, BizID: r.BizID, Payload: r.Payload}
-	w.FireAt, w.Delay = whenWire(r.FireAt, r.Delay)
-	return json.Marshal(w)
-}
-
-// Reschedule moves a timer: to FireAt, or, when FireAt is zero, Delay from now.
-type Reschedule struct {
-	FireAt time.Time
-	Delay  Duration
-}
-
-// MarshalJSON writes the request as the gateway takes it.
-func (r Reschedule) MarshalJSON() ([]byte, error) {
-	var w timerWire
-	w.FireAt, w.Delay = whenWire(r.FireAt, r.Delay)
-	return json.Marshal(w)
-}
-
-// Timer is a timer as the API shows it.
-type Timer struct {
-	BizType    string             `json:"biz_type"`
-	BizID      string             `json:"biz_id"`
-	State      courier.TimerState `json:"state"` // courier.TimerScheduled, courier.TimerFiring, …
-	FireAt     time.Time          `json:"fire_at"`
-	Attempts   int                `json:"attempts"`
-	LastError  string             `json:"last_error,omitempty"`
-	Version    int                `json:"version"`
-	WorkflowID string             `json:"workflow_id"`
-	Payload    json.RawMessage    `json:"payload,omitempty"`
-
-	Created bool `json:"-"` // CreateTimer: this call armed it (201); false: it existed (200)
-}
+// Timer is a timer as the API shows it; Created says CreateTimer armed it (201).
+type Timer = api.Timer
 
 // TimerQuery selects timers for ListTimers. Zero fields do not filter.
 type TimerQuery struct {
@@ -90,10 +32,7 @@ type TimerQuery struct {
 }
 
 // TimerPage is one page of timers; NextPageToken is empty on the last.
-type TimerPage struct {
-	Items         []Timer `json:"items"`
-	NextPageToken string  `json:"next_page_token,omitempty"`
-}
+type TimerPage = api.TimerPage
 
 func timerPath(bizType, bizID string) string { return "/v1/timers/" + seg(bizType) + "/" + seg(bizID) }
 
@@ -158,22 +97,12 @@ func (c *Client) ListTimers(ctx context.Context, q TimerQuery) (*TimerPage, erro
 // AllTimers yields every timer q selects, page after page. It stops at the first error, which
 // it yields.
 func (c *Client) AllTimers(ctx context.Context, q TimerQuery) iter.Seq2[Timer, error] {
-	return func(yield func(Timer, error) bool) {
-		for {
-			page, err := c.ListTimers(ctx, q)
-			if err != nil {
-				yield(Timer{}, err)
-				return
-			}
-			for _, t := range page.Items {
-				if !yield(t, nil) {
-					return
-				}
-			}
-			if page.NextPageToken == "" {
-				return
-			}
-			q.PageToken = page.NextPageToken
+	return pages(func(token string) ([]Timer, string, error) {
+		q.PageToken = token
+		p, err := c.ListTimers(ctx, q)
+		if err != nil {
+			return nil, "", err
 		}
-	}
+		return p.Items, p.NextPageToken, nil
+	}, q.PageToken)
 }

@@ -4,16 +4,20 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/courier-oss/courier"
 )
 
-func shares(t *testing.T, c *Chooser, picks int, hasWork func(int) bool) [Bands]float64 {
-	var counts [Bands]int
+const bands = courier.PriorityBands
+
+func shares(t *testing.T, c *Chooser, picks int, hasWork func(int) bool) [bands]float64 {
+	var counts [bands]int
 	for i := 0; i < picks; i++ {
 		b, ok := c.Pick(hasWork)
 		require.True(t, ok)
 		counts[b-1]++
 	}
-	var out [Bands]float64
+	var out [bands]float64
 	for i, n := range counts {
 		out[i] = float64(n) / float64(picks)
 	}
@@ -23,7 +27,7 @@ func shares(t *testing.T, c *Chooser, picks int, hasWork func(int) bool) [Bands]
 // Under saturation (every band has a backlog) each band's share over 10,000 picks is within
 // ±5 % of its configured weight.
 func TestSharesUnderSaturation(t *testing.T) {
-	for _, w := range []Weights{DefaultWeights, {1, 1, 1, 1, 1}, {50, 0, 30, 0, 20}, {97, 1, 1, 1, 0}} {
+	for _, w := range []courier.BandWeights{courier.DefaultBandWeights, {1, 1, 1, 1, 1}, {50, 1, 30, 1, 20}, {997, 1, 1, 1, 1000}} {
 		got := shares(t, NewChooser(w), 10_000, func(int) bool { return true })
 		total := 0
 		for _, v := range w {
@@ -35,17 +39,17 @@ func TestSharesUnderSaturation(t *testing.T) {
 		}
 	}
 	// The default gives bands 1-3 about 80 %.
-	got := shares(t, NewChooser(Weights{}), 10_000, func(int) bool { return true })
+	got := shares(t, NewChooser(courier.DefaultBandWeights), 10_000, func(int) bool { return true })
 	require.InDelta(t, 0.80, got[0]+got[1]+got[2], 0.01)
 }
 
 // An empty band's share goes to the others, in proportion to their weights.
 func TestEmptyBandShareGoesToOthers(t *testing.T) {
-	w := DefaultWeights
+	w := courier.DefaultBandWeights
 	got := shares(t, NewChooser(w), 10_000, func(b int) bool { return b != 1 })
 	require.Zero(t, got[0], "an empty band gets nothing")
 	rest := w[1] + w[2] + w[3] + w[4]
-	for i := 1; i < Bands; i++ {
+	for i := 1; i < bands; i++ {
 		want := float64(w[i]) / float64(rest)
 		require.InDelta(t, want, got[i], want*0.05, "band %d", i+1)
 	}
@@ -55,7 +59,7 @@ func TestEmptyBandShareGoesToOthers(t *testing.T) {
 }
 
 func TestNoWorkAndNoStarvation(t *testing.T) {
-	c := NewChooser(DefaultWeights)
+	c := NewChooser(courier.DefaultBandWeights)
 	_, ok := c.Pick(func(int) bool { return false })
 	require.False(t, ok)
 	// The lowest band is served at least once in every run of sum/weight picks.
@@ -70,10 +74,4 @@ func TestNoWorkAndNoStarvation(t *testing.T) {
 		}
 	}
 	require.LessOrEqual(t, gap, 100/8+1)
-}
-
-func TestWeightsValidate(t *testing.T) {
-	require.NoError(t, DefaultWeights.Validate())
-	require.Error(t, Weights{}.Validate())
-	require.Error(t, Weights{1, -1, 0, 0, 0}.Validate())
 }

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/internal/ratelimit"
 	"github.com/courier-oss/courier/metrics"
-	"github.com/courier-oss/courier/timers"
 )
 
 // limitTTL is how long a gateway trusts a business type's or queue's insert rate it has read:
@@ -165,13 +165,13 @@ type admittedTimers struct {
 	types BizTypeStore
 }
 
-func (t admittedTimers) Create(ctx context.Context, r timers.CreateRequest) (timers.Timer, bool, error) {
+func (t admittedTimers) Create(ctx context.Context, r api.TimerRequest) (api.Timer, bool, error) {
 	err := t.a.admitInsert(ctx, metrics.RefusedBizTypeRate, "biz_type", r.BizType, func(ctx context.Context, name string) (courier.Rate, error) {
 		b, err := t.types.GetBizType(ctx, name)
 		return b.InsertLimit(), err
 	})
 	if err != nil {
-		return timers.Timer{}, false, err
+		return api.Timer{}, false, err
 	}
 	return t.TimerService.Create(ctx, r)
 }

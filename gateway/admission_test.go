@@ -15,12 +15,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/tasks"
-	"github.com/courier-oss/courier/timers"
 )
 
 // Rates in these tests are tiny (one token per 1000 s), so what is admitted is decided by the
@@ -34,11 +34,12 @@ type recordingTimers struct {
 	created []string
 }
 
-func (r *recordingTimers) Create(_ context.Context, req timers.CreateRequest) (timers.Timer, bool, error) {
+func (r *recordingTimers) Create(_ context.Context, req api.TimerRequest) (api.Timer, bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.created = append(r.created, req.BizType+"/"+req.BizID)
-	return timers.Timer{BizType: req.BizType, BizID: req.BizID, State: "scheduled", FireAt: req.FireAt,
+	at, _, _ := req.When.Resolve(time.Now())
+	return api.Timer{BizType: req.BizType, BizID: req.BizID, State: "scheduled", FireAt: at,
 		WorkflowID: "timer/" + req.BizType + "/" + req.BizID}, true, nil
 }
 
@@ -87,7 +88,7 @@ func keyID(token string) string {
 }
 
 // send makes one request and returns the status, the Retry-After header and the error body.
-func (f *admissionFixture) send(t *testing.T, method, path, token, body string) (int, string, gateway.ErrorBody) {
+func (f *admissionFixture) send(t *testing.T, method, path, token, body string) (int, string, api.ErrorBody) {
 	t.Helper()
 	var r io.Reader
 	ct := ""
@@ -117,7 +118,7 @@ func (f *admissionFixture) refusedMetric(t *testing.T, reason, name string) floa
 	return 0
 }
 
-func requireRateLimited(t *testing.T, status int, retryAfter string, eb gateway.ErrorBody, code courier.Code, maxWait int) {
+func requireRateLimited(t *testing.T, status int, retryAfter string, eb api.ErrorBody, code courier.Code, maxWait int) {
 	t.Helper()
 	require.Equal(t, http.StatusTooManyRequests, status, "%+v", eb)
 	require.Equal(t, code, eb.Error.Code)
@@ -205,7 +206,7 @@ func TestQueueInsertRateAndBacklog(t *testing.T) {
 			f := setupAdmission(t, d, courier.Rate{})
 			prod := newKey(t, f.st, "p", courier.ScopeProducer, nil)
 
-			var q gateway.QueueJSON
+			var q api.Queue
 			st, _, eb := f.send(t, "PUT", "/v1/queues/limited", f.admin, `{"insert_rate_per_second":0.001,"insert_burst":2}`)
 			require.Equal(t, http.StatusCreated, st, "%+v", eb)
 			st, _, eb = f.send(t, "PUT", "/v1/queues/small", f.admin, `{"max_pending":2}`)
@@ -214,7 +215,7 @@ func TestQueueInsertRateAndBacklog(t *testing.T) {
 			require.NoError(t, json.NewDecoder(resp.Body).Decode(&q))
 			require.Equal(t, 2, q.MaxPending)
 
-			insert := func(queue, id string) (int, string, gateway.ErrorBody) {
+			insert := func(queue, id string) (int, string, api.ErrorBody) {
 				return f.send(t, "POST", "/v1/tasks", prod, `{"task_id":"`+id+`","task_version":1,"queue":"`+queue+`"}`)
 			}
 			// Insert rate: the burst of 2, then 429 rate_limited.
@@ -265,7 +266,7 @@ func TestBizTypeInsertRate(t *testing.T) {
 	t.Parallel()
 	f := setupAdmission(t, "sqlite", courier.Rate{})
 	prod := newKey(t, f.st, "p", courier.ScopeProducer, nil)
-	var bt gateway.BizTypeJSON
+	var bt api.BizType
 	st, _, eb := f.send(t, "PUT", "/v1/biz-types/orders.close", f.admin,
 		`{"delivery":"mq","topic":"orders.close","insert_rate_per_second":0.001,"insert_burst":1}`)
 	require.Equal(t, http.StatusCreated, st, "%+v", eb)
@@ -276,7 +277,7 @@ func TestBizTypeInsertRate(t *testing.T) {
 	st, _, eb = f.send(t, "PUT", "/v1/biz-types/coupons", f.admin, `{"delivery":"mq","topic":"coupons"}`)
 	require.Equal(t, http.StatusCreated, st, "%+v", eb)
 
-	timer := func(bizType, id string) (int, string, gateway.ErrorBody) {
+	timer := func(bizType, id string) (int, string, api.ErrorBody) {
 		return f.send(t, "POST", "/v1/timers", prod, `{"biz_type":"`+bizType+`","biz_id":"`+id+`","delay":"1h"}`)
 	}
 	st, _, eb = timer("orders.close", "o-1")

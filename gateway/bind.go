@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 )
 
 // bindJSON decodes the request body strictly into v: JSON only, no unknown fields, no trailing
@@ -61,6 +62,10 @@ func decodeBody(c echo.Context, v any, optional bool) error {
 				Details: map[string]any{"offset": se.Offset}}
 		case errors.As(err, &te) && te.Field == "":
 			return courier.Errorf(courier.CodeInvalid, "the body must be a JSON object")
+		case errors.As(err, &te) && api.IsDurationType(te.Type):
+			return &courier.Error{Code: courier.CodeValidation,
+				Message: te.Field + " must be a " + api.DurationRule(te.Type) + " such as \"10s\"",
+				Details: map[string]any{"field": te.Field}}
 		case errors.As(err, &te):
 			return &courier.Error{Code: courier.CodeValidation,
 				Message: "field " + te.Field + " must be " + te.Type.String(),

@@ -10,22 +10,23 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/outbox"
-	"github.com/courier-oss/courier/timers"
 )
 
 // requestBodies are the body types of every route, as the handlers decode them.
 var requestBodies = []func() any{
-	func() any { return new(PublishRequest) },
-	func() any { return new(TimerRequest) },
-	func() any { return new(RescheduleBody) },
-	func() any { return new(TaskRequestJSON) },
+	func() any { return new(api.PublishRequest) },
+	func() any { return new(api.TimerRequest) },
+	func() any { return new(api.Reschedule) },
+	func() any { return new(api.TaskRequest) },
 	func() any { return new(courier.TaskResult) },
-	func() any { return new(HeartbeatJSON) },
-	func() any { return new(QueueRequest) },
-	func() any { return new(BizTypeRequest) },
-	func() any { return new(timers.ScheduleSpec) },
-	func() any { return new(ScheduleNote) },
+	func() any { return new(api.Heartbeat) },
+	func() any { return new(api.QueueConfig) },
+	func() any { return new(api.BizTypeConfig) },
+	func() any { return new(api.ScheduleSpec) },
+	func() any { return new(api.ScheduleNote) },
+	func() any { return new(api.RedriveFilter) },
 }
 
 // clientCodes are the codes a body can earn: the decoders never answer anything else.
@@ -78,7 +79,7 @@ func FuzzPublishBody(f *testing.F) {
 	e := echo.New()
 	f.Fuzz(func(t *testing.T, body []byte) {
 		c := e.NewContext(httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body)), httptest.NewRecorder())
-		var req PublishRequest
+		var req api.PublishRequest
 		if decodeBody(c, &req, false) != nil {
 			return
 		}

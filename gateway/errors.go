@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/timers"
 )
 
@@ -42,18 +43,6 @@ var codeOfStatus = map[int]courier.Code{
 	http.StatusServiceUnavailable:    courier.CodeUnavailable,
 }
 
-// ErrorBody is the JSON shape of every error response.
-type ErrorBody struct {
-	Error ErrorDetail `json:"error"`
-}
-
-// ErrorDetail carries a stable code, a message and optional details.
-type ErrorDetail struct {
-	Code    courier.Code   `json:"code"`
-	Message string         `json:"message"`
-	Details map[string]any `json:"details,omitempty"`
-}
-
 func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 	return func(err error, c echo.Context) {
 		if c.Response().Committed {
@@ -75,9 +64,9 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 	}
 }
 
-func render(err error) (int, ErrorBody) {
+func render(err error) (int, api.ErrorBody) {
 	if timers.TimedOut(err) { // the request's deadline, as a context error or from Temporal
-		return http.StatusServiceUnavailable, ErrorBody{ErrorDetail{Code: courier.CodeUnavailable,
+		return http.StatusServiceUnavailable, api.ErrorBody{Error: api.ErrorDetail{Code: courier.CodeUnavailable,
 			Message: "the request did not finish in time (a dependency is slow or down); it may still take effect, and repeating it is safe"}}
 	}
 	var ce *courier.Error
@@ -90,7 +79,7 @@ func render(err error) (int, ErrorBody) {
 		if st >= 500 && ce.Code == courier.CodeInternal {
 			msg = "internal error"
 		}
-		return st, ErrorBody{ErrorDetail{Code: ce.Code, Message: msg, Details: ce.Details}}
+		return st, api.ErrorBody{Error: api.ErrorDetail{Code: ce.Code, Message: msg, Details: ce.Details}}
 	}
 	var he *echo.HTTPError
 	if errors.As(err, &he) {
@@ -102,7 +91,7 @@ func render(err error) (int, ErrorBody) {
 		if m, ok := he.Message.(string); ok && m != "" {
 			msg = m
 		}
-		return he.Code, ErrorBody{ErrorDetail{Code: code, Message: msg}}
+		return he.Code, api.ErrorBody{Error: api.ErrorDetail{Code: code, Message: msg}}
 	}
-	return http.StatusInternalServerError, ErrorBody{ErrorDetail{Code: courier.CodeInternal, Message: "internal error"}}
+	return http.StatusInternalServerError, api.ErrorBody{Error: api.ErrorDetail{Code: courier.CodeInternal, Message: "internal error"}}
 }

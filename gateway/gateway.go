@@ -16,16 +16,15 @@ import (
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/outbox"
-	"github.com/courier-oss/courier/store"
 )
 
 // OutboxStore is what the outbox endpoints need.
 type OutboxStore interface {
 	GetOutbox(ctx context.Context, id int64) (courier.OutboxRecord, error)
-	ListOutbox(ctx context.Context, f store.OutboxFilter) ([]courier.OutboxRecord, bool, error)
+	ListOutbox(ctx context.Context, f courier.OutboxFilter) ([]courier.OutboxRecord, bool, error)
 	RedriveOutbox(ctx context.Context, id int64) (courier.OutboxRecord, error)
 	EnqueueOutbox(ctx context.Context, m outbox.Message) (courier.OutboxRecord, error)
-	DeadOutbox(ctx context.Context, f store.DeadFilter, limit int) ([]store.DeadRef, error)
+	DeadOutbox(ctx context.Context, f courier.DeadFilter, limit int) ([]courier.DeadRef, error)
 	RedriveDeadOutbox(ctx context.Context, ids []int64) (int64, error)
 }
 
@@ -135,6 +134,7 @@ func New(cfg Config, d Deps) *echo.Echo {
 	if d.Tasks != nil {
 		workerScope := requireScope(d.Keys, adm, courier.ScopeWorker)
 		v1.POST("/tasks", h.insertTask, producer)
+		v1.GET("/tasks", h.listTasks, producer)
 		v1.GET("/tasks/:task_id", h.getLatestTask, producer)
 		v1.GET("/tasks/:task_id/versions/:version", h.getTask, producer)
 		v1.DELETE("/tasks/:task_id/versions/:version", h.cancelTask, producer)

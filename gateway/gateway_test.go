@@ -16,11 +16,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/store"
-	"github.com/courier-oss/courier/timers"
 )
 
 type fixture struct {
@@ -59,7 +59,7 @@ func setup(t *testing.T) *fixture {
 	return f
 }
 
-func (f *fixture) do(t *testing.T, method, path, token, contentType string, body io.Reader) (*http.Response, gateway.ErrorBody) {
+func (f *fixture) do(t *testing.T, method, path, token, contentType string, body io.Reader) (*http.Response, api.ErrorBody) {
 	t.Helper()
 	req, err := http.NewRequest(method, f.url+path, body)
 	require.NoError(t, err)
@@ -74,7 +74,7 @@ func (f *fixture) do(t *testing.T, method, path, token, contentType string, body
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
-	var eb gateway.ErrorBody
+	var eb api.ErrorBody
 	if resp.StatusCode >= 400 {
 		require.NoError(t, json.Unmarshal(raw, &eb), "error bodies are JSON: %s", raw)
 		require.NotEmpty(t, eb.Error.Code)
@@ -85,7 +85,7 @@ func (f *fixture) do(t *testing.T, method, path, token, contentType string, body
 }
 
 func (f *fixture) count(t *testing.T) int {
-	recs, _, err := f.st.ListOutbox(t.Context(), store.OutboxFilter{Limit: 1000})
+	recs, _, err := f.st.ListOutbox(t.Context(), courier.OutboxFilter{Limit: 1000})
 	require.NoError(t, err)
 	return len(recs)
 }
@@ -186,11 +186,11 @@ func TestPublishGetListRedrive(t *testing.T) {
 	resp, _ := f.do(t, "POST", "/v1/outbox", f.producer, "application/json",
 		strings.NewReader(`{"topic":"orders.created","key":"o-1","payload":{"order":1},"headers":{"trace":"t1"}}`))
 	require.Equal(t, http.StatusCreated, resp.StatusCode)
-	var rec gateway.OutboxJSON
+	var rec api.OutboxRecord
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&rec))
 	require.Equal(t, "orders.created", rec.Topic)
 	require.JSONEq(t, `{"order":1}`, string(rec.Payload))
-	require.Equal(t, "pending", rec.Status)
+	require.EqualValues(t, "pending", rec.Status)
 	require.Equal(t, fmt.Sprintf("outbox/%d", rec.ID), rec.WorkflowID)
 
 	resp, _ = f.do(t, "GET", fmt.Sprintf("/v1/outbox/%d", rec.ID), f.producer, "", nil)
@@ -218,7 +218,7 @@ func TestPublishGetListRedrive(t *testing.T) {
 	_, err := f.st.MarkOutboxDead(t.Context(), rec.ID, "no stream")
 	require.NoError(t, err)
 	resp, _ = f.do(t, "GET", "/v1/outbox?status=dead", f.producer, "", nil)
-	var page gateway.OutboxPage
+	var page api.OutboxPage
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&page))
 	require.Len(t, page.Items, 1)
 	require.Equal(t, "no stream", page.Items[0].LastError)
@@ -273,7 +273,7 @@ func TestProducerSources(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, own.ID, theirs.ID, "both databases start at id 1")
 
-	var rec gateway.OutboxJSON
+	var rec api.OutboxRecord
 	resp, _ := f.do(t, "GET", fmt.Sprintf("/v1/outbox/%d?source=accounts", theirs.ID), f.producer, "", nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&rec))
@@ -293,7 +293,7 @@ func TestProducerSources(t *testing.T) {
 	_, err = f.prodDB.MarkOutboxDead(ctx, theirs.ID, "no stream")
 	require.NoError(t, err)
 	resp, _ = f.do(t, "GET", "/v1/outbox?source=accounts&status=dead", f.producer, "", nil)
-	var page gateway.OutboxPage
+	var page api.OutboxPage
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&page))
 	require.Len(t, page.Items, 1)
 	resp, _ = f.do(t, "POST", fmt.Sprintf("/v1/outbox/%d/redrive?source=accounts", theirs.ID), f.admin, "", nil)
@@ -315,13 +315,13 @@ func TestBizTypesAPI(t *testing.T) {
 
 	resp, _ = f.do(t, "PUT", "/v1/biz-types/order.close", f.admin, "application/json", strings.NewReader(body))
 	require.Equal(t, http.StatusCreated, resp.StatusCode)
-	var bt gateway.BizTypeJSON
+	var bt api.BizType
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&bt))
 	require.True(t, strings.HasPrefix(bt.GeneratedSecret, "whsec_"), "a secret is generated and shown once")
 	require.Equal(t, 1, bt.SecretsCount)
-	require.Equal(t, "5s", bt.RequestTimeout)
+	require.Equal(t, api.Duration(5*time.Second), bt.RequestTimeout)
 	require.Equal(t, 4, bt.Retry.MaxAttempts)
-	require.Equal(t, "1s", bt.Retry.InitialInterval, "defaults fill the rest")
+	require.Equal(t, api.PositiveDuration(time.Second), bt.Retry.InitialInterval, "defaults fill the rest")
 	require.Equal(t, "courier-biz-order.close", bt.TaskQueue)
 
 	resp, _ = f.do(t, "GET", "/v1/biz-types/order.close", f.admin, "", nil)
@@ -331,7 +331,7 @@ func TestBizTypesAPI(t *testing.T) {
 
 	resp, _ = f.do(t, "PUT", "/v1/biz-types/order.close", f.admin, "application/json", strings.NewReader(body))
 	require.Equal(t, http.StatusOK, resp.StatusCode, "a second PUT replaces")
-	var again gateway.BizTypeJSON
+	var again api.BizType
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&again))
 	require.Empty(t, again.GeneratedSecret, "replacing keeps the secret")
 	kept, err := f.st.GetBizType(t.Context(), "order.close")
@@ -358,7 +358,7 @@ func TestBizTypesAPI(t *testing.T) {
 		require.Equal(t, c.status, resp.StatusCode, name)
 	}
 	resp, _ = f.do(t, "GET", "/v1/biz-types", f.admin, "", nil)
-	var list struct{ Items []gateway.BizTypeJSON }
+	var list struct{ Items []api.BizType }
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&list))
 	require.Len(t, list.Items, 1, "rejected requests wrote nothing")
 
@@ -384,7 +384,7 @@ func TestOutboxListPages(t *testing.T) {
 		_, err := f.st.EnqueueOutbox(ctx, outbox.Message{Topic: "big.records", Payload: big})
 		require.NoError(t, err)
 	}
-	var page gateway.OutboxPage
+	var page api.OutboxPage
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
@@ -407,7 +407,7 @@ func TestOutboxListPages(t *testing.T) {
 		require.Less(t, pages, n, "paging ends")
 		resp, eb := f.do(t, "GET", "/v1/outbox?include_payload=true&limit=1000&page_token="+token, f.producer, "", nil)
 		require.Equal(t, http.StatusOK, resp.StatusCode, "%+v", eb)
-		var p gateway.OutboxPage
+		var p api.OutboxPage
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(&p))
 		bytes := 0
 		for _, it := range p.Items {
@@ -447,9 +447,9 @@ func TestOutboxListPages(t *testing.T) {
 // request's context.
 type blockingTimers struct{ gateway.TimerService }
 
-func (blockingTimers) Get(ctx context.Context, _, _ string) (timers.Timer, error) {
+func (blockingTimers) Get(ctx context.Context, _, _ string) (api.Timer, error) {
 	<-ctx.Done()
-	return timers.Timer{}, ctx.Err()
+	return api.Timer{}, ctx.Err()
 }
 
 // Nothing waits forever: work behind a request is bounded by the request timeout and answered
@@ -478,7 +478,7 @@ func TestPayloadsAsPosted(t *testing.T) {
 	resp, _ := f.do(t, "POST", "/v1/outbox", f.producer, "application/json",
 		strings.NewReader(`{"topic":"orders.created","payload":{"order":1,"lines":["a","b"]}}`))
 	require.Equal(t, http.StatusCreated, resp.StatusCode)
-	var posted gateway.OutboxJSON
+	var posted api.OutboxRecord
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&posted))
 
 	binary, err := f.st.EnqueueOutbox(ctx, outbox.Message{Topic: "files.stored", Payload: []byte{0xff, 0x00, 0x01}})
@@ -504,7 +504,7 @@ func TestPayloadsAsPosted(t *testing.T) {
 		require.JSONEq(t, `"`+c.encoding+`"`, string(raw["payload_encoding"]), "record %d", c.id)
 	}
 	resp, _ = f.do(t, "GET", "/v1/outbox?include_payload=true", f.producer, "", nil)
-	var page gateway.OutboxPage
+	var page api.OutboxPage
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&page))
 	require.Len(t, page.Items, 3)
 	require.JSONEq(t, `{"order":1,"lines":["a","b"]}`, string(page.Items[0].Payload), "lists show payloads the same way")

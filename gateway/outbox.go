@@ -7,86 +7,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"mime"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/outbox"
-	"github.com/courier-oss/courier/store"
 )
-
-// OutboxJSON is an outbox record as the API shows it. Payload is the raw bytes,
-// base64-encoded; lists leave it out unless asked (include_payload=true), PayloadBytes is
-// always there.
-type OutboxJSON struct {
-	Source string `json:"source"`
-	ID     int64  `json:"id"`
-	Topic  string `json:"topic"`
-	Key    string `json:"key,omitempty"`
-	// Payload is the payload as it was posted: the JSON value itself when the bytes are JSON
-	// (PayloadEncoding "json"), else a base64 string of them ("base64"). Lists leave it out
-	// unless include_payload=true.
-	Payload         json.RawMessage   `json:"payload,omitempty"`
-	PayloadEncoding string            `json:"payload_encoding,omitempty"`
-	PayloadBytes    int               `json:"payload_bytes"`
-	Headers         map[string]string `json:"headers,omitempty"`
-	Status          string            `json:"status"`
-	Attempts        int               `json:"attempts"`
-	NextAttemptAt   time.Time         `json:"next_attempt_at"`
-	CreatedAt       time.Time         `json:"created_at"`
-	SentAt          *time.Time        `json:"sent_at,omitempty"`
-	LastError       string            `json:"last_error,omitempty"`
-	WorkflowID      string            `json:"workflow_id"`
-}
-
-func outboxJSON(source string, r courier.OutboxRecord) OutboxJSON {
-	payload, encoding := payloadJSON(r.Payload, r.Headers)
-	return OutboxJSON{
-		Source: source, ID: r.ID, Topic: r.Topic, Key: r.Key, Payload: payload, PayloadEncoding: encoding, PayloadBytes: r.PayloadBytes,
-		Headers: r.Headers, Status: string(r.Status), Attempts: r.Attempts, NextAttemptAt: r.NextAttemptAt,
-		CreatedAt: r.CreatedAt, SentAt: r.SentAt, LastError: r.LastError,
-		WorkflowID: courier.OutboxWorkflowID(source, r.ID),
-	}
-}
-
-// payloadJSON shows a payload as it was posted: JSON bytes as the JSON value (a payload posted
-// through POST /v1/outbox always is), anything else as a base64 string. Bytes a producer wrote
-// with an explicit non-JSON Content-Type header keep that type and show as base64 even when
-// they happen to parse as JSON.
-func payloadJSON(p []byte, headers map[string]string) (json.RawMessage, string) {
-	if p == nil {
-		return nil, ""
-	}
-	if json.Valid(p) && jsonContentType(headers) {
-		return json.RawMessage(p), "json"
-	}
-	b, _ := json.Marshal(p) // a []byte marshals as a base64 string
-	return b, "base64"
-}
-
-// jsonContentType reports whether headers declare no content type or a JSON one.
-func jsonContentType(headers map[string]string) bool {
-	for name, v := range headers {
-		if !strings.EqualFold(name, "Content-Type") {
-			continue
-		}
-		mt, _, err := mime.ParseMediaType(v)
-		return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
-	}
-	return true
-}
-
-// OutboxPage is one page of records; pass NextPageToken as page_token for the next page (it is
-// empty on the last page).
-type OutboxPage struct {
-	Items         []OutboxJSON `json:"items"`
-	NextPageToken string       `json:"next_page_token,omitempty"`
-}
 
 // outboxCursor is what an outbox page token carries: where the next page starts and the query
 // it belongs to, so a token is never applied to another query.
@@ -147,7 +77,7 @@ func (h *handlers) listOutbox(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	f := store.OutboxFilter{Status: courier.OutboxStatus(c.QueryParam("status")), Topic: c.QueryParam("topic")}
+	f := courier.OutboxFilter{Status: courier.OutboxStatus(c.QueryParam("status")), Topic: c.QueryParam("topic")}
 	if f.Status != "" && !f.Status.Valid() {
 		return &courier.Error{Code: courier.CodeInvalid, Message: fmt.Sprintf("status must be one of pending, dispatched, sent, dead; got %q", f.Status),
 			Details: map[string]any{"field": "status"}}
@@ -175,9 +105,9 @@ func (h *handlers) listOutbox(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	page := OutboxPage{Items: make([]OutboxJSON, 0, len(recs))}
+	page := api.OutboxPage{Items: make([]api.OutboxRecord, 0, len(recs))}
 	for _, r := range recs {
-		page.Items = append(page.Items, outboxJSON(src, r))
+		page.Items = append(page.Items, api.OutboxRecordOf(src, r))
 	}
 	if more && len(recs) > 0 {
 		want.After = recs[len(recs)-1].ID
@@ -186,18 +116,10 @@ func (h *handlers) listOutbox(c echo.Context) error {
 	return c.JSON(http.StatusOK, page)
 }
 
-// PublishRequest is the body of POST /v1/outbox.
-type PublishRequest struct {
-	Topic   string            `json:"topic"`
-	Key     string            `json:"key"`
-	Payload json.RawMessage   `json:"payload"`
-	Headers map[string]string `json:"headers"`
-}
-
 // publishOutbox writes one outbox record for producers that cannot write to a database of their
 // own; it is delivered like any other row.
 func (h *handlers) publishOutbox(c echo.Context) error {
-	var req PublishRequest
+	var req api.PublishRequest
 	if err := bindJSON(c, &req); err != nil {
 		return err
 	}
@@ -216,7 +138,7 @@ func (h *handlers) publishOutbox(c echo.Context) error {
 	if h.d.Wake != nil {
 		h.d.Wake()
 	}
-	return c.JSON(http.StatusCreated, outboxJSON(courier.DefaultSource, rec))
+	return c.JSON(http.StatusCreated, api.OutboxRecordOf(courier.DefaultSource, rec))
 }
 
 func (h *handlers) getOutbox(c echo.Context) error {
@@ -232,7 +154,7 @@ func (h *handlers) getOutbox(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, outboxJSON(src, rec))
+	return c.JSON(http.StatusOK, api.OutboxRecordOf(src, rec))
 }
 
 func (h *handlers) redriveOutbox(c echo.Context) error {
@@ -263,23 +185,7 @@ func (h *handlers) redriveOutbox(c echo.Context) error {
 	if h.d.Wake != nil {
 		h.d.Wake()
 	}
-	return c.JSON(http.StatusAccepted, outboxJSON(src, rec))
-}
-
-// BulkRedriveRequest is the body of POST /v1/outbox/redrive: which dead records to redrive.
-type BulkRedriveRequest struct {
-	Source     string     `json:"source"`      // outbox source; default courier's own
-	Topic      string     `json:"topic"`       // NATS-style pattern: `*` one token, `>` the rest; empty: all
-	DeadSince  *time.Time `json:"dead_since"`  // went dead at or after
-	DeadBefore *time.Time `json:"dead_before"` // went dead before
-	Max        *int       `json:"max"`         // records to take at most; default 1000, 1 to 10000
-}
-
-// BulkRedriveResult says what a bulk redrive did.
-type BulkRedriveResult struct {
-	Redriven int64 `json:"redriven"` // records made pending again
-	Busy     int   `json:"busy"`     // matching records left dead: their last delivery run was still open
-	More     bool  `json:"more"`     // matching dead records remain that this call did not reach
+	return c.JSON(http.StatusAccepted, api.OutboxRecordOf(src, rec))
 }
 
 // Bulk redrive bounds.
@@ -295,7 +201,7 @@ const (
 // UPDATE each, payloads never read). A record whose last delivery run is still open is skipped
 // and counted busy rather than waited for: a bulk call must not spend seconds per record.
 func (h *handlers) redriveDeadOutbox(c echo.Context) error {
-	var req BulkRedriveRequest
+	var req api.RedriveFilter
 	if err := bindJSON(c, &req); err != nil {
 		return err
 	}
@@ -311,7 +217,7 @@ func (h *handlers) redriveDeadOutbox(c echo.Context) error {
 		}
 		src = req.Source
 	}
-	f := store.DeadFilter{Topic: req.Topic}
+	f := courier.DeadFilter{Topic: req.Topic}
 	if f.Topic != "" {
 		if err := courier.CheckTopicPattern("topic", f.Topic); err != nil {
 			return err
@@ -336,7 +242,7 @@ func (h *handlers) redriveDeadOutbox(c echo.Context) error {
 		}
 	}
 	ctx := c.Request().Context()
-	var res BulkRedriveResult
+	var res api.RedriveResult
 	for left > 0 {
 		refs, err := st.DeadOutbox(ctx, f, min(left, redriveBatch))
 		if err != nil {
@@ -373,7 +279,7 @@ func (h *handlers) redriveDeadOutbox(c echo.Context) error {
 
 // closedRuns returns the ids of refs whose last delivery run is closed (all of them without
 // Deps.Runs). A run that does not close within a moment is left out: busy.
-func (h *handlers) closedRuns(ctx context.Context, src string, refs []store.DeadRef) ([]int64, error) {
+func (h *handlers) closedRuns(ctx context.Context, src string, refs []courier.DeadRef) ([]int64, error) {
 	if h.d.Runs == nil {
 		ids := make([]int64, len(refs))
 		for i, r := range refs {

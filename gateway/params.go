@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -83,4 +84,18 @@ func queryBool(c echo.Context, name string) (bool, error) {
 	}
 	return false, &courier.Error{Code: courier.CodeInvalid, Message: name + " must be true or false",
 		Details: map[string]any{"field": name}}
+}
+
+// queryTime reads an optional RFC 3339 time query parameter (zero when absent).
+func queryTime(c echo.Context, name string) (time.Time, error) {
+	raw := c.QueryParam(name)
+	if raw == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, raw)
+	if err != nil {
+		return time.Time{}, &courier.Error{Code: courier.CodeInvalid, Message: name + " must be an RFC 3339 time such as 2026-01-02T15:04:05Z",
+			Details: map[string]any{"field": name}}
+	}
+	return t, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/outbox"
@@ -63,10 +64,10 @@ func TestBulkRedriveAPI(t *testing.T) {
 	}
 	runs.open[courier.OutboxWorkflowID(courier.DefaultSource, ids[5])] = true
 
-	redrive := func(body string) (int, gateway.BulkRedriveResult, gateway.ErrorBody) {
+	redrive := func(body string) (int, api.RedriveResult, api.ErrorBody) {
 		t.Helper()
 		resp, eb := f.do(t, "POST", "/v1/outbox/redrive", admin, "application/json", strings.NewReader(body))
-		var res gateway.BulkRedriveResult
+		var res api.RedriveResult
 		if resp.StatusCode == 200 {
 			require.NoError(t, json.NewDecoder(resp.Body).Decode(&res))
 		}
@@ -80,27 +81,27 @@ func TestBulkRedriveAPI(t *testing.T) {
 
 	code, res, eb := redrive(`{"topic":"orders.*","max":1}`)
 	require.Equal(t, 200, code, "%+v", eb)
-	require.Equal(t, gateway.BulkRedriveResult{Redriven: 1, More: true}, res)
+	require.Equal(t, api.RedriveResult{Redriven: 1, More: true}, res)
 	require.Equal(t, courier.OutboxPending, status(ids[0]))
 	require.Equal(t, int32(1), wakes.Load())
 
 	code, res, _ = redrive(`{"topic":"orders.*","dead_before":"` + time.Now().Add(time.Hour).Format(time.RFC3339) + `"}`)
 	require.Equal(t, 200, code)
-	require.Equal(t, gateway.BulkRedriveResult{Redriven: 2, Busy: 1}, res, "ids 1 and 4 redriven; 5's run is open")
+	require.Equal(t, api.RedriveResult{Redriven: 2, Busy: 1}, res, "ids 1 and 4 redriven; 5's run is open")
 	require.Equal(t, courier.OutboxDead, status(ids[5]))
 	require.Equal(t, courier.OutboxDead, status(ids[2]), "orders.created.eu is not orders.*")
 	require.Equal(t, courier.OutboxDead, status(ids[3]))
 
 	code, res, _ = redrive(`{"dead_since":"` + time.Now().Add(time.Hour).Format(time.RFC3339) + `"}`)
 	require.Equal(t, 200, code)
-	require.Equal(t, gateway.BulkRedriveResult{}, res, "nothing died in the future")
+	require.Equal(t, api.RedriveResult{}, res, "nothing died in the future")
 
 	runs.mu.Lock()
 	runs.open = map[string]bool{}
 	runs.mu.Unlock()
 	code, res, _ = redrive(`{}`)
 	require.Equal(t, 200, code)
-	require.Equal(t, gateway.BulkRedriveResult{Redriven: 3}, res)
+	require.Equal(t, api.RedriveResult{Redriven: 3}, res)
 	for _, id := range ids {
 		require.Equal(t, courier.OutboxPending, status(id))
 	}

@@ -6,23 +6,18 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/courier-oss/courier/timers"
+	"github.com/courier-oss/courier/api"
 )
 
 // ScheduleService is what the schedule endpoints need.
 type ScheduleService interface {
-	CreateSchedule(ctx context.Context, id string, sp timers.ScheduleSpec) (timers.Schedule, error)
-	GetSchedule(ctx context.Context, id string) (timers.Schedule, error)
-	UpdateSchedule(ctx context.Context, id string, sp timers.ScheduleSpec) (timers.Schedule, error)
+	CreateSchedule(ctx context.Context, id string, sp api.ScheduleSpec) (api.Schedule, error)
+	GetSchedule(ctx context.Context, id string) (api.Schedule, error)
+	UpdateSchedule(ctx context.Context, id string, sp api.ScheduleSpec) (api.Schedule, error)
 	DeleteSchedule(ctx context.Context, id string) error
 	PauseSchedule(ctx context.Context, id, note string) error
 	UnpauseSchedule(ctx context.Context, id, note string) error
 	TriggerSchedule(ctx context.Context, id string) error
-}
-
-// ScheduleNote is the optional body of pause and unpause.
-type ScheduleNote struct {
-	Note string `json:"note"`
 }
 
 func (h *handlers) createSchedule(c echo.Context) error {
@@ -30,7 +25,7 @@ func (h *handlers) createSchedule(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var sp timers.ScheduleSpec
+	var sp api.ScheduleSpec
 	if err := bindJSON(c, &sp); err != nil {
 		return err
 	}
@@ -58,7 +53,7 @@ func (h *handlers) updateSchedule(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var sp timers.ScheduleSpec
+	var sp api.ScheduleSpec
 	if err := bindJSON(c, &sp); err != nil {
 		return err
 	}
@@ -86,7 +81,7 @@ func (h *handlers) scheduleAction(act func(ctx context.Context, id, note string)
 		if err != nil {
 			return err
 		}
-		var n ScheduleNote
+		var n api.ScheduleNote
 		if err := bindOptionalJSON(c, &n); err != nil {
 			return err
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
 )
@@ -32,6 +33,7 @@ type cannedTasks struct {
 	reports []courier.TaskResult
 	beats   []fakeBeat
 	puts    []courier.Queue // PutQueue arguments as received
+	lists   []courier.TaskFilter
 }
 
 // answer is what a method of cannedTasks returns: each method takes the fields its signature
@@ -42,6 +44,8 @@ type answer struct {
 	queue   courier.Queue             // PutQueue, GetQueue
 	created bool                      // PutQueue
 	queues  []courier.Queue           // ListQueues
+	tasks   []courier.Task            // List
+	more    bool                      // List
 	err     error                     // every method
 }
 
@@ -148,6 +152,20 @@ func (f *cannedTasks) Latest(_ context.Context, taskID string) (courier.Task, er
 	return a.task, a.err
 }
 
+func (f *cannedTasks) List(_ context.Context, filter courier.TaskFilter) ([]courier.Task, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := f.record("List", filter.Queue, 0)
+	f.lists = append(f.lists, filter)
+	return a.tasks, a.more, a.err
+}
+
+func (f *cannedTasks) lastList() courier.TaskFilter {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lists[len(f.lists)-1]
+}
+
 func (f *cannedTasks) Cancel(_ context.Context, taskID string, version int64) (courier.Task, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -234,7 +252,7 @@ func setupTasks(t *testing.T) *taskFixture {
 }
 
 // call sends a JSON body (if any) and decodes a success response into out (if given).
-func (f *taskFixture) call(t *testing.T, method, path, token, body string, out any) (int, gateway.ErrorBody) {
+func (f *taskFixture) call(t *testing.T, method, path, token, body string, out any) (int, api.ErrorBody) {
 	t.Helper()
 	var r io.Reader
 	ct := ""
@@ -274,19 +292,19 @@ func TestInsertTask(t *testing.T) {
 	t.Parallel()
 	f := setupTasks(t)
 
-	var got gateway.TaskJSON
+	var got api.Task
 	f.svc.answer(answer{task: pending("t-1", 1, `{"a":1}`), outcome: courier.TaskCreated})
 	st, eb := f.call(t, "POST", "/v1/tasks", f.producer, `{"task_id":"t-1","task_version":1,"payload":{"a":1}}`, &got)
 	require.Equal(t, http.StatusCreated, st, "%+v", eb)
-	require.Equal(t, "created", got.Outcome)
+	require.EqualValues(t, "created", got.Outcome)
 	require.Equal(t, "t-1", got.TaskID)
 	require.EqualValues(t, 1, got.TaskVersion)
-	require.Equal(t, "pending", got.Status)
+	require.EqualValues(t, "pending", got.Status)
 	require.JSONEq(t, `{"a":1}`, string(got.Payload))
 	require.Equal(t, "task/t-1/1", got.WorkflowID)
 	require.NotNil(t, got.NextAttemptAt, "a pending task shows when it may next be claimed")
 	require.NotNil(t, got.ExpiresAt)
-	require.Equal(t, gateway.TaskOverridesJSON{}, got.Overrides)
+	require.Equal(t, api.TaskOverrides{}, got.Overrides)
 	require.Equal(t, courier.TaskRequest{TaskID: "t-1", Version: 1, Payload: json.RawMessage(`{"a":1}`)}, f.svc.lastInsert(),
 		"defaults are the service's: priority, queue and overrides arrive unset")
 	require.Equal(t, 3, got.Priority, "the service's defaults show in the response")
@@ -303,7 +321,7 @@ func TestInsertTask(t *testing.T) {
 	require.Equal(t, http.StatusCreated, st, "%+v", eb)
 	require.Equal(t, courier.TaskRequest{TaskID: "t-2", Version: 4, Priority: 1, Queue: "emails", Payload: json.RawMessage(`"hi"`),
 		Overrides: overrides}, f.svc.lastInsert())
-	require.Equal(t, gateway.TaskOverridesJSON{PendingTimeout: "30s", ProcessingTimeout: "2m0s", HeartbeatTimeout: "1.5s", MaxAttempts: 5},
+	require.Equal(t, api.TaskOverrides{PendingTimeout: api.PositiveDuration(30 * time.Second), ProcessingTimeout: api.PositiveDuration(2 * time.Minute), HeartbeatTimeout: api.PositiveDuration(1500 * time.Millisecond), MaxAttempts: 5},
 		got.Overrides)
 	require.Equal(t, 1, got.Priority)
 	require.Equal(t, "emails", got.Queue)
@@ -312,15 +330,15 @@ func TestInsertTask(t *testing.T) {
 		f.svc.answer(answer{task: pending("t-1", 1, `{"a":2}`), outcome: courier.TaskReplaced})
 		st, eb := f.call(t, "POST", "/v1/tasks", f.producer, `{"task_id":"t-1","task_version":1,"payload":{"a":2}}`, &got)
 		require.Equal(t, http.StatusOK, st, "%+v", eb)
-		require.Equal(t, "replaced", got.Outcome)
+		require.EqualValues(t, "replaced", got.Outcome)
 		require.JSONEq(t, `{"a":2}`, string(got.Payload))
 	})
 	t.Run("existing", func(t *testing.T) {
 		f.svc.answer(answer{task: processing("t-3", 1, 1), outcome: courier.TaskExisting})
 		st, eb := f.call(t, "POST", "/v1/tasks", f.producer, `{"task_id":"t-3","task_version":1,"payload":{"new":true}}`, &got)
 		require.Equal(t, http.StatusOK, st, "%+v", eb)
-		require.Equal(t, "existing", got.Outcome)
-		require.Equal(t, "processing", got.Status)
+		require.EqualValues(t, "existing", got.Outcome)
+		require.EqualValues(t, "processing", got.Status)
 		require.JSONEq(t, `{}`, string(got.Payload), "the answer shows the task the service has, not the request")
 		require.Nil(t, got.NextAttemptAt, "only pending tasks show next_attempt_at")
 		require.Nil(t, got.ExpiresAt)
@@ -414,7 +432,7 @@ func TestGetAndCancelTask(t *testing.T) {
 	v2 := processing("t-1", 2, 3)
 	v2.Status = courier.TaskPending
 
-	var got gateway.TaskJSON
+	var got api.Task
 	f.svc.answer(answer{task: v2})
 	st, eb := f.call(t, "GET", "/v1/tasks/t-1", f.producer, "", &got)
 	require.Equal(t, http.StatusOK, st, "%+v", eb)
@@ -426,7 +444,7 @@ func TestGetAndCancelTask(t *testing.T) {
 	require.Equal(t, http.StatusOK, st, "%+v", eb)
 	require.Equal(t, fakeCall{"Get", "t-1", 1}, f.svc.lastCall())
 	require.EqualValues(t, 1, got.TaskVersion)
-	require.Equal(t, "failed", got.Status)
+	require.EqualValues(t, "failed", got.Status)
 	require.Equal(t, 500, got.StatusCode)
 	require.Equal(t, "boom", got.Message)
 	require.JSONEq(t, `{"why":"boom"}`, string(got.Result))
@@ -468,7 +486,7 @@ func TestGetAndCancelTask(t *testing.T) {
 	st, eb = f.call(t, "DELETE", "/v1/tasks/t-1/versions/2", f.producer, "", &got)
 	require.Equal(t, http.StatusOK, st, "%+v", eb)
 	require.Equal(t, fakeCall{"Cancel", "t-1", 2}, f.svc.lastCall())
-	require.Equal(t, "cancelled", got.Status)
+	require.EqualValues(t, "cancelled", got.Status)
 	require.Equal(t, "cancelled through the API", got.Message)
 	st, _ = f.call(t, "DELETE", "/v1/tasks/t-1/versions/2", f.producer, "", &got)
 	require.Equal(t, http.StatusOK, st, "a repeated cancel, answered with the task as it is, is a 200 too")
@@ -487,10 +505,10 @@ func TestTaskResultAndHeartbeat(t *testing.T) {
 	t.Parallel()
 	f := setupTasks(t)
 
-	var acc gateway.ReportAccepted
+	var acc api.ReportAccepted
 	st, eb := f.call(t, "POST", "/v1/tasks/t-1/versions/1/heartbeat", f.worker, `{"attempt":2,"details":{"progress":0.5}}`, &acc)
 	require.Equal(t, http.StatusOK, st, "%+v", eb)
-	require.Equal(t, gateway.ReportAccepted{TaskID: "t-1", TaskVersion: 1, Attempt: 2, Accepted: true}, acc)
+	require.Equal(t, api.ReportAccepted{TaskID: "t-1", TaskVersion: 1, Attempt: 2, Accepted: true}, acc)
 	require.Equal(t, fakeCall{"Heartbeat", "t-1", 1}, f.svc.lastCall())
 	require.Equal(t, 2, f.svc.lastBeat().attempt)
 	require.JSONEq(t, `{"progress":0.5}`, string(f.svc.lastBeat().details))
@@ -502,7 +520,7 @@ func TestTaskResultAndHeartbeat(t *testing.T) {
 	st, eb = f.call(t, "POST", "/v1/tasks/t-1/versions/1/result", f.worker,
 		`{"attempt":2,"status":"success","status_code":200,"message":"ok","result":{"n":1}}`, &acc)
 	require.Equal(t, http.StatusAccepted, st, "%+v", eb)
-	require.Equal(t, gateway.ReportAccepted{TaskID: "t-1", TaskVersion: 1, Attempt: 2, Accepted: true}, acc)
+	require.Equal(t, api.ReportAccepted{TaskID: "t-1", TaskVersion: 1, Attempt: 2, Accepted: true}, acc)
 	require.Equal(t, fakeCall{"Report", "t-1", 1}, f.svc.lastCall())
 	require.Equal(t, courier.TaskResult{Attempt: 2, Status: courier.OutcomeSuccess, StatusCode: 200, Message: "ok",
 		Result: json.RawMessage(`{"n":1}`)}, f.svc.lastReport())
@@ -650,7 +668,7 @@ func TestQueuesAPI(t *testing.T) {
 		"heartbeat_timeout":"30s","retry":{"initial_interval":"2s","backoff":1.5,"max_interval":"1m","max_attempts":7},
 		"success_retention":"2h","purge_age":"72h"}`
 	emails := courier.Queue{Name: "emails", PushURL: "https://worker.example/tasks", Secrets: []string{"whsec_c2VjcmV0c2VjcmV0c2VjcmV0"},
-		AllowPrivate: true, ConcurrencyLimit: 4, Weights: [5]int{50, 20, 15, 10, 5}, PendingTimeout: time.Hour,
+		AllowPrivate: true, ConcurrencyLimit: 4, Weights: courier.BandWeights{50, 20, 15, 10, 5}, PendingTimeout: time.Hour,
 		ProcessingTimeout: 5 * time.Minute, PushTimeout: 45 * time.Second, HeartbeatTimeout: 30 * time.Second,
 		Retry:            courier.TaskRetry{MaxAttempts: 7, InitialInterval: 2 * time.Second, Backoff: 1.5, MaxInterval: time.Minute},
 		SuccessRetention: 2 * time.Hour, PurgeAge: 72 * time.Hour}
@@ -661,13 +679,14 @@ func TestQueuesAPI(t *testing.T) {
 	raw, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	require.NotContains(t, string(raw), "whsec_c2VjcmV0c2VjcmV0c2VjcmV0", "secrets are never shown")
-	var q gateway.QueueJSON
+	var q api.Queue
 	require.NoError(t, json.Unmarshal(raw, &q))
 	require.Equal(t, emails, f.svc.lastPut(), "durations parsed, name from the path")
-	require.Equal(t, gateway.QueueJSON{Name: "emails", PushURL: "https://worker.example/tasks", SecretsCount: 1, AllowPrivate: true,
-		ConcurrencyLimit: 4, Weights: [5]int{50, 20, 15, 10, 5}, PendingTimeout: "1h0m0s", ProcessingTimeout: "5m0s",
-		PushTimeout: "45s", HeartbeatTimeout: "30s", Retry: gateway.RetryJSON{InitialInterval: "2s", Backoff: 1.5, MaxInterval: "1m0s", MaxAttempts: 7},
-		SuccessRetention: "2h0m0s", PurgeAge: "72h0m0s", CreatedAt: fakeNow, UpdatedAt: fakeNow}, q)
+	require.Equal(t, api.Queue{Name: "emails", PushURL: "https://worker.example/tasks", SecretsCount: 1, AllowPrivate: true,
+		ConcurrencyLimit: 4, Weights: courier.BandWeights{50, 20, 15, 10, 5}, PendingTimeout: api.Duration(time.Hour), ProcessingTimeout: api.Duration(5 * time.Minute),
+		PushTimeout: api.Duration(45 * time.Second), HeartbeatTimeout: api.Duration(30 * time.Second),
+		Retry:            api.Retry{InitialInterval: api.PositiveDuration(2 * time.Second), Backoff: 1.5, MaxInterval: api.PositiveDuration(time.Minute), MaxAttempts: 7},
+		SuccessRetention: api.Duration(2 * time.Hour), PurgeAge: api.Duration(72 * time.Hour), CreatedAt: fakeNow, UpdatedAt: fakeNow}, q)
 
 	f.svc.answer(answer{queue: storedQueue(emails), created: false})
 	st, eb := f.call(t, "PUT", "/v1/queues/emails", f.admin, body, &q)
@@ -680,8 +699,8 @@ func TestQueuesAPI(t *testing.T) {
 		st, eb := f.call(t, "PUT", "/v1/queues/bulk", f.admin, `{}`, &q)
 		require.Equal(t, http.StatusCreated, st, "%+v", eb)
 		require.Equal(t, courier.Queue{Name: "bulk"}, f.svc.lastPut(), "omitted fields arrive unset: defaults are the service's")
-		require.Equal(t, courier.DefaultQueueWeights, q.Weights)
-		require.Equal(t, "0s", q.HeartbeatTimeout, "heartbeats are off by default")
+		require.Equal(t, courier.DefaultBandWeights, q.Weights)
+		require.Zero(t, q.HeartbeatTimeout, "heartbeats are off by default")
 		require.Equal(t, 0, q.SecretsCount)
 	})
 	t.Run("secrets left out are kept", func(t *testing.T) {
@@ -703,14 +722,14 @@ func TestQueuesAPI(t *testing.T) {
 			st, eb := f.call(t, "PUT", "/v1/queues/bulk", f.admin, `{"heartbeat_timeout":`+off+`}`, &q)
 			require.Equal(t, http.StatusOK, st, "%s: %+v", off, eb)
 			require.Zero(t, f.svc.lastPut().HeartbeatTimeout, off)
-			require.Equal(t, "0s", q.HeartbeatTimeout)
+			require.Zero(t, q.HeartbeatTimeout)
 		}
 	})
 	t.Run("weights null", func(t *testing.T) {
 		st, eb := f.call(t, "PUT", "/v1/queues/bulk", f.admin, `{"weights":null}`, &q)
 		require.Equal(t, http.StatusOK, st, "%+v", eb)
 		require.Zero(t, f.svc.lastPut().Weights, "null weights arrive unset: the service's defaults apply")
-		require.Equal(t, courier.DefaultQueueWeights, q.Weights)
+		require.Equal(t, courier.DefaultBandWeights, q.Weights)
 	})
 
 	n := f.svc.callCount()
@@ -758,7 +777,7 @@ func TestQueuesAPI(t *testing.T) {
 	st, eb = f.call(t, "GET", "/v1/queues/emails", f.admin, "", &q)
 	require.Equal(t, http.StatusOK, st, "%+v", eb)
 	require.Equal(t, "emails", q.Name)
-	require.Equal(t, "30s", q.HeartbeatTimeout)
+	require.Equal(t, api.Duration(30*time.Second), q.HeartbeatTimeout)
 	require.Equal(t, fakeCall{"GetQueue", "emails", 0}, f.svc.lastCall())
 	f.svc.answer(answer{err: courier.Errorf(courier.CodeNotFound, "queue %q not found", "nope")})
 	st, eb = f.call(t, "GET", "/v1/queues/nope", f.admin, "", nil)
@@ -766,7 +785,7 @@ func TestQueuesAPI(t *testing.T) {
 	require.Equal(t, courier.CodeNotFound, eb.Error.Code)
 
 	var list struct {
-		Queues []gateway.QueueJSON `json:"items"`
+		Queues []api.Queue `json:"items"`
 	}
 	f.svc.answer(answer{queues: []courier.Queue{bulk, storedQueue(emails)}})
 	st, eb = f.call(t, "GET", "/v1/queues", f.admin, "", &list)
@@ -851,15 +870,15 @@ func TestOpenAPIDocumentsRoutes(t *testing.T) {
 
 	props := openAPISchemaProps(doc)
 	for schema, v := range map[string]any{
-		"TaskRequest":    gateway.TaskRequestJSON{},
-		"TaskOverrides":  gateway.TaskOverridesJSON{},
-		"Task":           gateway.TaskJSON{},
+		"TaskRequest":    api.TaskRequest{},
+		"TaskOverrides":  api.TaskOverrides{},
+		"Task":           api.Task{},
 		"TaskResult":     courier.TaskResult{},
-		"Heartbeat":      gateway.HeartbeatJSON{},
-		"ReportAccepted": gateway.ReportAccepted{},
-		"QueueRequest":   gateway.QueueRequest{},
-		"Queue":          gateway.QueueJSON{},
-		"Retry":          gateway.RetryJSON{},
+		"Heartbeat":      api.Heartbeat{},
+		"ReportAccepted": api.ReportAccepted{},
+		"QueueRequest":   api.QueueConfig{},
+		"Queue":          api.Queue{},
+		"Retry":          api.Retry{},
 	} {
 		require.Contains(t, props, schema)
 		require.ElementsMatch(t, jsonNames(v), props[schema], "schema %s", schema)
@@ -875,4 +894,51 @@ func TestUnusableSecretsRefused(t *testing.T) {
 	require.Equal(t, 422, st, "%+v", eb)
 	require.Equal(t, courier.CodeValidation, eb.Error.Code)
 	require.Equal(t, "secrets", eb.Error.Details["field"])
+}
+
+// GET /v1/tasks reads its filters, refuses bad ones before the service, and pages with a token
+// sealed to the query.
+func TestListTasks(t *testing.T) {
+	f := setupTasks(t)
+	t1 := courier.Task{TaskID: "a", Version: 2, Queue: "parse", Priority: 1, Status: courier.TaskFailed, CreatedAt: fakeNow}
+	t2 := courier.Task{TaskID: "b", Version: 1, Queue: "parse", Priority: 1, Status: courier.TaskFailed, CreatedAt: fakeNow.Add(-time.Second)}
+	f.svc.answer(answer{tasks: []courier.Task{t1, t2}, more: true})
+	const q = "/v1/tasks?queue=parse&status=failed&priority=1&created_after=2026-01-01T00:00:00Z&created_before=2026-04-01T00:00:00Z&limit=2"
+	var page api.TaskPage
+	st, eb := f.call(t, "GET", q, f.producer, "", &page)
+	require.Equal(t, http.StatusOK, st, "%+v", eb)
+	require.Len(t, page.Items, 2)
+	require.Equal(t, "task/a/2", page.Items[0].WorkflowID)
+	require.NotEmpty(t, page.NextPageToken)
+	got := f.svc.lastList()
+	require.Equal(t, courier.TaskFilter{Queue: "parse", Status: courier.TaskFailed, Priority: 1, Limit: 2,
+		CreatedAfter: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), CreatedBefore: time.Date(2026, 4, 1, 0, 0, 0, 0, time.UTC)}, got)
+
+	// The token continues after the page's last version, for this query only.
+	f.svc.answer(answer{tasks: []courier.Task{}})
+	st, eb = f.call(t, "GET", q+"&page_token="+page.NextPageToken, f.producer, "", &page)
+	require.Equal(t, http.StatusOK, st, "%+v", eb)
+	require.Equal(t, &courier.TaskKey{CreatedAt: t2.CreatedAt, TaskID: "b", Version: 1}, f.svc.lastList().After)
+	require.Empty(t, page.NextPageToken)
+	calls := f.svc.callCount()
+	st, eb = f.call(t, "GET", "/v1/tasks?queue=other&page_token="+page.NextPageToken+"x", f.producer, "", nil)
+	require.Equal(t, http.StatusBadRequest, st)
+	require.Equal(t, "page_token", eb.Error.Details["field"])
+
+	for _, bad := range []struct{ query, field string }{
+		{"status=done", "status"},
+		{"priority=0", "priority"},
+		{"priority=6", "priority"},
+		{"created_after=yesterday", "created_after"},
+		{"created_before=2026-01-01", "created_before"},
+		{"limit=1001", "limit"},
+		{"queue=a%2Fb", "queue"},
+	} {
+		st, eb := f.call(t, "GET", "/v1/tasks?"+bad.query, f.producer, "", nil)
+		require.Equal(t, http.StatusBadRequest, st, bad.query)
+		require.Equal(t, bad.field, eb.Error.Details["field"], bad.query)
+	}
+	require.Equal(t, calls, f.svc.callCount(), "refused lists never reach the service")
+	st, _ = f.call(t, "GET", "/v1/tasks", f.worker, "", nil)
+	require.Equal(t, http.StatusForbidden, st, "listing needs the producer scope")
 }

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"strconv"
 	"time"
@@ -10,66 +9,20 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/timers"
+	"github.com/courier-oss/courier/api"
 )
 
 // TimerService is what the timer endpoints need.
 type TimerService interface {
-	Create(ctx context.Context, r timers.CreateRequest) (timers.Timer, bool, error)
-	Get(ctx context.Context, bizType, bizID string) (timers.Timer, error)
-	Reschedule(ctx context.Context, bizType, bizID string, fireAt time.Time) (timers.Timer, error)
-	Cancel(ctx context.Context, bizType, bizID string) (timers.Timer, error)
-	List(ctx context.Context, bizType, state string, pageSize int, token []byte) ([]timers.Timer, []byte, error)
-}
-
-// TimerRequest is the body of POST /v1/timers; give fire_at (RFC 3339) or delay ("30m"). A
-// repeat of a delay request (same delay and payload) is the same request, whenever it arrives.
-type TimerRequest struct {
-	BizType string          `json:"biz_type"`
-	BizID   string          `json:"biz_id"`
-	FireAt  *time.Time      `json:"fire_at"`
-	Delay   string          `json:"delay"`
-	Payload json.RawMessage `json:"payload"`
-}
-
-// RescheduleBody is the body of PATCH /v1/timers/{biz_type}/{biz_id}.
-type RescheduleBody struct {
-	FireAt *time.Time `json:"fire_at"`
-	Delay  string     `json:"delay"`
-}
-
-// parseDelay reads a request's delay ("30m"); nil when absent.
-func parseDelay(fireAt *time.Time, delay string) (*time.Duration, error) {
-	switch {
-	case fireAt != nil && delay != "":
-		return nil, &courier.Error{Code: courier.CodeValidation, Message: "give fire_at or delay, not both"}
-	case delay == "":
-		if fireAt == nil {
-			return nil, &courier.Error{Code: courier.CodeValidation, Message: "fire_at or delay is required", Details: map[string]any{"field": "fire_at"}}
-		}
-		return nil, nil
-	}
-	d, err := time.ParseDuration(delay)
-	if err != nil || d < 0 {
-		return nil, &courier.Error{Code: courier.CodeValidation, Message: "delay must be a non-negative duration such as \"30m\"",
-			Details: map[string]any{"field": "delay"}}
-	}
-	return &d, nil
-}
-
-func fireTime(fireAt *time.Time, delay string) (time.Time, error) {
-	d, err := parseDelay(fireAt, delay)
-	switch {
-	case err != nil:
-		return time.Time{}, err
-	case d != nil:
-		return time.Now().Add(*d), nil
-	}
-	return *fireAt, nil
+	Create(ctx context.Context, r api.TimerRequest) (api.Timer, bool, error)
+	Get(ctx context.Context, bizType, bizID string) (api.Timer, error)
+	Reschedule(ctx context.Context, bizType, bizID string, fireAt time.Time) (api.Timer, error)
+	Cancel(ctx context.Context, bizType, bizID string) (api.Timer, error)
+	List(ctx context.Context, bizType, state string, pageSize int, token []byte) ([]api.Timer, []byte, error)
 }
 
 func (h *handlers) createTimer(c echo.Context) error {
-	var req TimerRequest
+	var req api.TimerRequest
 	if err := bindJSON(c, &req); err != nil {
 		return err
 	}
@@ -79,15 +32,10 @@ func (h *handlers) createTimer(c echo.Context) error {
 	if err := courier.CheckID("biz_id", req.BizID); err != nil {
 		return err
 	}
-	delay, err := parseDelay(req.FireAt, req.Delay)
-	if err != nil {
-		return err
+	if _, _, err := req.When.Resolve(time.Now()); err != nil {
+		return err // before admission: a malformed request costs no token
 	}
-	r := timers.CreateRequest{BizType: req.BizType, BizID: req.BizID, Delay: delay, Payload: req.Payload}
-	if req.FireAt != nil {
-		r.FireAt = *req.FireAt
-	}
-	t, created, err := h.d.Timers.Create(c.Request().Context(), r)
+	t, created, err := h.d.Timers.Create(c.Request().Context(), req)
 	if err != nil {
 		return err
 	}
@@ -114,11 +62,11 @@ func (h *handlers) rescheduleTimer(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var req RescheduleBody
+	var req api.Reschedule
 	if err := bindJSON(c, &req); err != nil {
 		return err
 	}
-	at, err := fireTime(req.FireAt, req.Delay)
+	at, _, err := req.When.Resolve(time.Now())
 	if err != nil {
 		return err
 	}
@@ -172,11 +120,11 @@ func (h *handlers) listTimers(c echo.Context) error {
 		return err
 	}
 	if items == nil {
-		items = []timers.Timer{}
+		items = []api.Timer{}
 	}
 	nextToken, err := h.pages.seal(ctx, query, next)
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"items": items, "next_page_token": nextToken})
+	return c.JSON(http.StatusOK, api.TimerPage{Items: items, NextPageToken: nextToken})
 }

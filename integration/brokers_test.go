@@ -21,11 +21,13 @@ import (
 	"go.temporal.io/server/temporaltest"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/devstack/embeddednats"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/mq"
+	"github.com/courier-oss/courier/mq/natsmq"
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/store"
@@ -141,7 +143,7 @@ func (s *routedStack) route(watch bool, routes ...mq.Route) {
 	s.t.Helper()
 	var brokers []mq.Broker
 	for _, c := range []*natsCluster{s.points, s.coupons} {
-		pub, err := mq.DialNATS(c.url(), "courier-test")
+		pub, err := natsmq.Dial(c.url(), "courier-test")
 		require.NoError(s.t, err)
 		brokers = append(brokers, mq.Broker{Name: c.name, Addr: c.url(), Publisher: pub})
 	}
@@ -323,7 +325,7 @@ func TestTimerDeliveriesAreRouted(t *testing.T) {
 		_, _, err := s.store.PutBizType(ctx, courier.BizType{Name: name, Delivery: courier.DeliveryMQ, Topic: topic})
 		require.NoError(t, err)
 		delay := 10 * time.Millisecond
-		_, _, err = svc.Create(ctx, timers.CreateRequest{BizType: name, BizID: "u-1", Delay: &delay, Payload: []byte(`{"user":1}`)})
+		_, _, err = svc.Create(ctx, api.TimerRequest{BizType: name, BizID: "u-1", When: api.After(delay), Payload: []byte(`{"user":1}`)})
 		require.NoError(t, err)
 	}
 	require.Eventually(t, func() bool {

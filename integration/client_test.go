@@ -3,11 +3,11 @@ package integration
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -19,13 +19,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/api"
 	cc "github.com/courier-oss/courier/client"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/tasks"
-	"github.com/courier-oss/courier/taskworker"
-	"github.com/courier-oss/courier/timers"
 	"github.com/courier-oss/courier/worker"
 )
 
@@ -35,7 +33,7 @@ type clientStack struct {
 	*stack
 	url                      string
 	admin, producer, wkey    string
-	pushes                   chan activities.TaskPush // every push to pushURL, answered 202
+	pushes                   chan api.TaskPush // every push to pushURL, answered 202
 	pushURL                  string
 	rcv                      *receiver // timer and schedule callbacks of business type "orders"
 	secret, rcvURL           string
@@ -60,14 +58,13 @@ func newClientStack(t *testing.T) *clientStack {
 		BizTypeRefresh:         100 * time.Millisecond,
 		ShutdownTimeout:        2 * time.Second,
 		Tasks: tasks.Config{
-			DSN:          pgDSN(s.dsn),
 			PollInterval: 200 * time.Millisecond,
 			RecoverAfter: 5 * time.Second,
 			PublicURL:    srv.URL,
 			SweepEvery:   time.Hour,
 		},
 	}, worker.Deps{Temporal: s.tc, Publisher: s.pub, Logger: quiet, BizTypes: s.store, Tasks: s.store,
-		Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store, DSN: pgDSN(s.dsn)}}})
+		Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store}}})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(w.Stop)
@@ -80,7 +77,7 @@ func newClientStack(t *testing.T) *clientStack {
 	})
 
 	cs := &clientStack{stack: s, url: srv.URL, rcv: rcv, secret: secret, rcvURL: s.rcvURL,
-		pushes: make(chan activities.TaskPush, 16)}
+		pushes: make(chan api.TaskPush, 16)}
 	for _, k := range []struct {
 		dst   *string
 		scope courier.Scope
@@ -91,7 +88,7 @@ func newClientStack(t *testing.T) *clientStack {
 	}
 	cs.adminC, cs.producerC, cs.workC = cs.client(cs.admin), cs.client(cs.producer), cs.client(cs.wkey)
 	cs.pushURL = startHTTP(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		var p activities.TaskPush
+		var p api.TaskPush
 		_ = json.NewDecoder(r.Body).Decode(&p)
 		select {
 		case cs.pushes <- p:
@@ -185,7 +182,7 @@ func TestClientEveryCall(t *testing.T) {
 		_, err = producer.RedriveDead(ctx, cc.RedriveFilter{Topic: "gone.*"})
 		require.ErrorIs(t, err, cc.ErrPermissionDenied)
 		waitFor(t, "the bulk redrive takes the record", func() bool {
-			res, err := admin.RedriveDead(ctx, cc.RedriveFilter{Topic: "gone.*", Max: 10})
+			res, err := admin.RedriveDead(ctx, cc.RedriveFilter{Topic: "gone.*", Max: new(10)})
 			require.NoError(t, err)
 			require.False(t, res.More)
 			return res.Redriven == 1
@@ -220,8 +217,8 @@ func TestClientEveryCall(t *testing.T) {
 
 	t.Run("business types", func(t *testing.T) {
 		bt, err := admin.PutBizType(ctx, "orders", cc.BizTypeConfig{Delivery: courier.DeliveryHTTP, CallbackURL: cs.rcvURL,
-			Secrets: []string{cs.secret}, RequestTimeout: cc.Duration(5 * time.Second),
-			Retry: cc.Retry{InitialInterval: cc.Duration(time.Second), MaxAttempts: 3}})
+			Secrets: []string{cs.secret}, RequestTimeout: cc.PositiveDuration(5 * time.Second),
+			Retry: cc.Retry{InitialInterval: cc.PositiveDuration(time.Second), MaxAttempts: 3}})
 		require.NoError(t, err)
 		require.True(t, bt.Created)
 		require.Equal(t, 1, bt.SecretsCount)
@@ -252,7 +249,7 @@ func TestClientEveryCall(t *testing.T) {
 
 	t.Run("timers", func(t *testing.T) {
 		id := "заказ:1" // escaped in the path, decoded once by the gateway
-		req := cc.TimerRequest{BizType: "orders", BizID: id, Delay: cc.Duration(time.Hour), Payload: json.RawMessage(`{"order":1}`)}
+		req := cc.TimerRequest{BizType: "orders", BizID: id, When: cc.After(time.Hour), Payload: json.RawMessage(`{"order":1}`)}
 		tm, err := producer.CreateTimer(ctx, req)
 		require.NoError(t, err)
 		require.True(t, tm.Created)
@@ -267,14 +264,14 @@ func TestClientEveryCall(t *testing.T) {
 		require.ErrorIs(t, err, cc.ErrConflict)
 
 		at := time.Now().Add(2 * time.Hour).UTC().Truncate(time.Second)
-		moved, err := producer.RescheduleTimer(ctx, "orders", id, cc.Reschedule{FireAt: at})
+		moved, err := producer.RescheduleTimer(ctx, "orders", id, cc.Reschedule{When: cc.At(at)})
 		require.NoError(t, err)
 		require.True(t, moved.FireAt.Equal(at), "%s != %s", moved.FireAt, at)
 		got, err := producer.GetTimer(ctx, "orders", id)
 		require.NoError(t, err)
 		require.True(t, got.FireAt.Equal(at))
 
-		_, err = producer.CreateTimer(ctx, cc.TimerRequest{BizType: "orders", BizID: "o-2", Delay: cc.Duration(time.Hour)})
+		_, err = producer.CreateTimer(ctx, cc.TimerRequest{BizType: "orders", BizID: "o-2", When: cc.After(time.Hour)})
 		require.NoError(t, err)
 		waitFor(t, "both timers are listed", func() bool {
 			page, err := producer.ListTimers(ctx, cc.TimerQuery{BizType: "orders", State: courier.TimerScheduled})
@@ -298,20 +295,20 @@ func TestClientEveryCall(t *testing.T) {
 		require.Equal(t, courier.TimerCancelled, cancelled.State)
 
 		// A zero delay fires at once: the callback arrives and the timer says delivered.
-		_, err = producer.CreateTimer(ctx, cc.TimerRequest{BizType: "orders", BizID: "now-1"})
+		_, err = producer.CreateTimer(ctx, cc.TimerRequest{BizType: "orders", BizID: "now-1", When: cc.After(0)})
 		require.NoError(t, err)
 		waitFor(t, "the timer is delivered", func() bool {
 			got, err := producer.GetTimer(ctx, "orders", "now-1")
 			return err == nil && got.State == courier.TimerDelivered && cs.rcv.count("now-1") == 1
 		})
-		_, err = producer.RescheduleTimer(ctx, "orders", "now-1", cc.Reschedule{Delay: cc.Duration(time.Hour)})
+		_, err = producer.RescheduleTimer(ctx, "orders", "now-1", cc.Reschedule{When: cc.After(time.Hour)})
 		require.ErrorIs(t, err, cc.ErrConflict, "a delivered timer cannot move")
 
 		_, err = producer.GetTimer(ctx, "orders", "nope")
 		require.ErrorIs(t, err, cc.ErrNotFound)
-		_, err = producer.CreateTimer(ctx, cc.TimerRequest{BizType: "orders", BizID: "a/b", Delay: cc.Duration(time.Hour)})
+		_, err = producer.CreateTimer(ctx, cc.TimerRequest{BizType: "orders", BizID: "a/b", When: cc.After(time.Hour)})
 		requireField(t, err, cc.ErrInvalid, "biz_id")
-		_, err = producer.CreateTimer(ctx, cc.TimerRequest{BizType: "unknown", BizID: "x", Delay: cc.Duration(time.Hour)})
+		_, err = producer.CreateTimer(ctx, cc.TimerRequest{BizType: "unknown", BizID: "x", When: cc.After(time.Hour)})
 		requireField(t, err, cc.ErrValidation, "biz_type")
 	})
 
@@ -325,9 +322,9 @@ func TestClientEveryCall(t *testing.T) {
 		_, err = producer.CreateSchedule(ctx, "nightly", cc.ScheduleSpec{BizType: "orders", Cron: "0 2 * * *"})
 		require.ErrorIs(t, err, cc.ErrConflict)
 
-		sc, err = producer.UpdateSchedule(ctx, "nightly", cc.ScheduleSpec{BizType: "orders", Interval: cc.Duration(time.Hour)})
+		sc, err = producer.UpdateSchedule(ctx, "nightly", cc.ScheduleSpec{BizType: "orders", Interval: cc.PositiveDuration(time.Hour)})
 		require.NoError(t, err)
-		require.Equal(t, cc.Duration(time.Hour), sc.Spec.Interval)
+		require.Equal(t, cc.PositiveDuration(time.Hour), sc.Spec.Interval)
 		sc, err = producer.PauseSchedule(ctx, "nightly", "maintenance")
 		require.NoError(t, err)
 		require.True(t, sc.Paused)
@@ -348,8 +345,8 @@ func TestClientEveryCall(t *testing.T) {
 
 	t.Run("queues and tasks", func(t *testing.T) {
 		q, err := admin.PutQueue(ctx, "cq", cc.QueueConfig{PushURL: cs.pushURL, ConcurrencyLimit: 2,
-			ProcessingTimeout: cc.Duration(time.Minute), HeartbeatTimeout: cc.Duration(30 * time.Second),
-			Retry: cc.Retry{InitialInterval: cc.Duration(time.Second), MaxAttempts: 2}})
+			ProcessingTimeout: cc.PositiveDuration(time.Minute), HeartbeatTimeout: cc.Duration(30 * time.Second),
+			Retry: cc.Retry{InitialInterval: cc.PositiveDuration(time.Second), MaxAttempts: 2}})
 		require.NoError(t, err)
 		require.True(t, q.Created)
 		require.Equal(t, cc.Duration(time.Minute), q.ProcessingTimeout)
@@ -374,7 +371,7 @@ func TestClientEveryCall(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, courier.TaskCreated, task.Outcome)
 		require.Equal(t, 1, task.Overrides.MaxAttempts)
-		var p activities.TaskPush
+		var p api.TaskPush
 		select {
 		case p = <-cs.pushes:
 		case <-time.After(30 * time.Second):
@@ -430,6 +427,21 @@ func TestClientEveryCall(t *testing.T) {
 		_, err = producer.GetTaskVersion(ctx, "doc 2", 9)
 		require.ErrorIs(t, err, cc.ErrNotFound)
 		require.ErrorIs(t, err, &courier.Error{Code: courier.CodeNotFound})
+
+		// The list finds them again, newest first, page by page.
+		page, err := producer.ListTasks(ctx, cc.TaskQuery{Status: courier.TaskCancelled})
+		require.NoError(t, err)
+		require.Len(t, page.Items, 1)
+		require.Equal(t, "doc 2", page.Items[0].TaskID)
+		var all []string
+		for tk, err := range producer.AllTasks(ctx, cc.TaskQuery{Limit: 1}) {
+			require.NoError(t, err)
+			require.Nil(t, tk.Payload, "lists leave payloads out")
+			all = append(all, fmt.Sprintf("%s/%d", tk.TaskID, tk.TaskVersion))
+		}
+		require.Equal(t, []string{"doc 2/5", "doc 1/1"}, all)
+		_, err = producer.ListTasks(ctx, cc.TaskQuery{Queue: "tw", Priority: 9})
+		require.ErrorIs(t, err, cc.ErrInvalid)
 	})
 
 	t.Run("authentication", func(t *testing.T) {
@@ -571,7 +583,7 @@ func TestClientRetriesThroughAFlakyTransport(t *testing.T) {
 	f = &flaky{mode: "lost", fails: map[string]int{"POST /v1/timers": 1}}
 	_, err = cs.adminC.PutBizType(ctx, "flaky", cc.BizTypeConfig{Delivery: courier.DeliveryMQ, Topic: "orders.flaky"})
 	require.NoError(t, err)
-	tm, err := with(f).CreateTimer(ctx, cc.TimerRequest{BizType: "flaky", BizID: "f-1", Delay: cc.Duration(time.Hour)})
+	tm, err := with(f).CreateTimer(ctx, cc.TimerRequest{BizType: "flaky", BizID: "f-1", When: cc.After(time.Hour)})
 	require.NoError(t, err)
 	require.False(t, tm.Created, "the retry found the timer the first try armed")
 
@@ -579,76 +591,4 @@ func TestClientRetriesThroughAFlakyTransport(t *testing.T) {
 	_, err = with(f).GetQueue(ctx, "default")
 	require.Error(t, err)
 	require.Equal(t, 4, f.tries("GET /v1/queues/default"), "bounded by MaxAttempts")
-}
-
-// The client's types mirror the gateway's JSON (it cannot import them: they live beside the
-// server). Every field one side writes, the other reads.
-func TestClientTypesMatchTheGateway(t *testing.T) {
-	for _, pair := range []struct{ client, server any }{
-		{cc.PublishRequest{}, gateway.PublishRequest{}},
-		{cc.OutboxRecord{}, gateway.OutboxJSON{}},
-		{cc.OutboxPage{}, gateway.OutboxPage{}},
-		{cc.RedriveFilter{}, gateway.BulkRedriveRequest{}},
-		{cc.RedriveResult{}, gateway.BulkRedriveResult{}},
-		{cc.Retry{}, gateway.RetryJSON{}},
-		{cc.BizTypeConfig{}, gateway.BizTypeRequest{}},
-		{cc.BizType{}, gateway.BizTypeJSON{}},
-		{cc.Timer{}, timers.Timer{}},
-		{cc.ScheduleSpec{}, timers.ScheduleSpec{}},
-		{cc.Schedule{}, timers.Schedule{}},
-		{cc.TaskRequest{}, gateway.TaskRequestJSON{}},
-		{cc.TaskOverrides{}, gateway.TaskOverridesJSON{}},
-		{cc.Task{}, gateway.TaskJSON{}},
-		{cc.ReportAccepted{}, gateway.ReportAccepted{}},
-		{cc.QueueConfig{}, gateway.QueueRequest{}},
-		{cc.Queue{}, gateway.QueueJSON{}},
-	} {
-		require.Equal(t, jsonNames(pair.server), jsonNames(pair.client),
-			"%T mirrors %T: a field the gateway added belongs in package client too", pair.client, pair.server)
-	}
-	// The task worker reads fields of the push; courier may add more, which it ignores.
-	require.Subset(t, jsonNames(activities.TaskPush{}), jsonNames(taskworker.Push{}), "taskworker.Push reads what courier pushes")
-	// The requests whose JSON the client writes by hand decode strictly into the gateway's.
-	for _, tc := range []struct {
-		in  any
-		out any
-	}{
-		{cc.TimerRequest{BizType: "a", BizID: "b", FireAt: time.Now(), Delay: 1, Payload: json.RawMessage(`1`)}, &gateway.TimerRequest{}},
-		{cc.Reschedule{FireAt: time.Now(), Delay: 1}, &gateway.RescheduleBody{}},
-	} {
-		b, err := json.Marshal(tc.in)
-		require.NoError(t, err)
-		dec := json.NewDecoder(strings.NewReader(string(b)))
-		dec.DisallowUnknownFields()
-		require.NoError(t, dec.Decode(tc.out), "%T", tc.in)
-	}
-}
-
-// jsonNames lists a struct's JSON field names (embedded structs' too), without "-".
-func jsonNames(v any) []string {
-	var out []string
-	var walk func(reflect.Type)
-	walk = func(rt reflect.Type) {
-		for i := 0; i < rt.NumField(); i++ {
-			f := rt.Field(i)
-			if !f.IsExported() {
-				continue
-			}
-			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-			if f.Anonymous && name == "" {
-				walk(f.Type)
-				continue
-			}
-			if name == "-" {
-				continue
-			}
-			if name == "" {
-				name = f.Name
-			}
-			out = append(out, name)
-		}
-	}
-	walk(reflect.TypeOf(v))
-	sort.Strings(out)
-	return out
 }

@@ -14,7 +14,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/mq"
+	"github.com/courier-oss/courier/mq/natsmq"
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/store"
@@ -37,7 +37,7 @@ func runWorkerProcess() int {
 	if err != nil {
 		return fail(err)
 	}
-	pub, err := mq.DialNATS(os.Getenv("COURIER_IT_NATS"), "crash-worker")
+	pub, err := natsmq.Dial(os.Getenv("COURIER_IT_NATS"), "crash-worker")
 	if err != nil {
 		return fail(err)
 	}
@@ -45,7 +45,7 @@ func runWorkerProcess() int {
 		Relay: relay.Config{BatchSize: 50, PollInterval: 50 * time.Millisecond, Lease: 2 * time.Second, Retry: testRetry},
 	}, worker.Deps{
 		Temporal: tc, Publisher: pub, Logger: quiet,
-		Sources: []relay.Source{{Name: courier.DefaultSource, Store: st, DSN: pgDSN(os.Getenv("COURIER_IT_DB"))}},
+		Sources: []relay.Source{{Name: courier.DefaultSource, Store: st}},
 	})
 	if err != nil {
 		return fail(err)

@@ -21,11 +21,11 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/tasks"
-	"github.com/courier-oss/courier/timers"
 )
 
 // The gateway's whole surface, taken from its router: every route gets hostile paths, queries
@@ -182,9 +182,9 @@ func newHostileAPI(t *testing.T) *hostileAPI {
 	require.NoError(t, err)
 	_, err = s.store.MarkOutboxDead(ctx, ids[0], "seeded")
 	require.NoError(t, err)
-	_, _, err = svc.Create(ctx, timers.CreateRequest{BizType: "orders", BizID: "o-1", FireAt: time.Now().Add(1000 * time.Hour)})
+	_, _, err = svc.Create(ctx, api.TimerRequest{BizType: "orders", BizID: "o-1", When: api.At(time.Now().Add(1000 * time.Hour))})
 	require.NoError(t, err)
-	_, err = svc.CreateSchedule(ctx, "s-1", timers.ScheduleSpec{BizType: "orders", Cron: "0 9 * * *"})
+	_, err = svc.CreateSchedule(ctx, "s-1", api.ScheduleSpec{BizType: "orders", Cron: "0 9 * * *"})
 	require.NoError(t, err)
 	_, _, err = s.store.InsertTask(ctx, courier.TaskRequest{TaskID: "t-1", Version: 1, Priority: 3, Queue: "hq", Payload: json.RawMessage(`{}`)})
 	require.NoError(t, err)
@@ -437,7 +437,7 @@ func TestEveryRouteRefusesHostileInput(t *testing.T) {
 			}
 			if status >= 400 {
 				require.Contains(t, hdr.Get("Content-Type"), "application/json", where)
-				var eb gateway.ErrorBody
+				var eb api.ErrorBody
 				require.NoError(t, json.Unmarshal(raw, &eb), where)
 				require.True(t, known[eb.Error.Code], "a stable client-error code: %s", where)
 				require.NotEmpty(t, eb.Error.Message, where)
@@ -534,7 +534,7 @@ func TestAuthEveryRoute(t *testing.T) {
 				t.Helper()
 				status, _, raw := a.send(t, r.Method, path, "", token, ct, body)
 				require.Equal(t, want, status, "%s: %s", who, raw)
-				var eb gateway.ErrorBody
+				var eb api.ErrorBody
 				require.NoError(t, json.Unmarshal(raw, &eb), who)
 				require.Equal(t, code, eb.Error.Code, who)
 			}
@@ -555,7 +555,7 @@ func TestAuthEveryRoute(t *testing.T) {
 					continue
 				}
 				require.Equal(t, 403, status, "%s must be refused: %s", sc, raw)
-				var eb gateway.ErrorBody
+				var eb api.ErrorBody
 				require.NoError(t, json.Unmarshal(raw, &eb))
 				require.Equal(t, courier.CodePermissionDenied, eb.Error.Code)
 			}
@@ -570,8 +570,8 @@ func TestAuthEveryRoute(t *testing.T) {
 func TestValidationGapsClosed(t *testing.T) {
 	a := newHostileAPI(t)
 	admin, producer := a.keys[courier.ScopeAdmin], a.keys[courier.ScopeProducer]
-	errorOf := func(raw []byte) gateway.ErrorBody {
-		var eb gateway.ErrorBody
+	errorOf := func(raw []byte) api.ErrorBody {
+		var eb api.ErrorBody
 		require.NoError(t, json.Unmarshal(raw, &eb), "%s", raw)
 		return eb
 	}
@@ -581,7 +581,7 @@ func TestValidationGapsClosed(t *testing.T) {
 	require.Equal(t, "weights", errorOf(raw).Error.Details["field"])
 	q, err := a.s.store.GetQueue(t.Context(), "hq")
 	require.NoError(t, err)
-	require.Equal(t, courier.DefaultQueueWeights, q.Weights, "the queue is unchanged")
+	require.Equal(t, courier.DefaultBandWeights, q.Weights, "the queue is unchanged")
 
 	for _, c := range []struct{ path, body, field string }{
 		{"/v1/queues/hq", `{"push_url":"https://ops:hunter2@workers.example.com/push"}`, "push_url"},

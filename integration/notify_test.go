@@ -24,7 +24,7 @@ func TestPostgresNotifyWakesRelay(t *testing.T) {
 		Relay: relay.Config{PollInterval: time.Hour, Retry: testRetry},
 	}, worker.Deps{
 		Temporal: s.tc, Publisher: s.pub, Logger: quiet,
-		Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store, DSN: s.dsn}},
+		Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store}},
 	})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(t.Context()))

@@ -20,7 +20,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/relay"
@@ -79,7 +79,7 @@ func newOpsStack(t *testing.T) *opsStack {
 		require.NoError(t, err)
 		*k.dst = token
 	}
-	w := startTaskWorker(t, func(_ *taskWorker, p activities.TaskPush) {
+	w := startTaskWorker(t, func(_ *taskWorker, p api.TaskPush) {
 		report(t, ts.worker, p, "failure", 422, "unparseable pdf")
 	})
 	ts.putQueue("docparse", map[string]any{"push_url": w.url, "retry": map[string]any{"max_attempts": 1}})
@@ -97,9 +97,9 @@ func newOpsStack(t *testing.T) *opsStack {
 		Secrets: []string{"whsec_" + strings.Repeat("A", 32)}})
 	require.NoError(t, err)
 	svc := ts.timerService()
-	_, _, err = svc.Create(ctx, timers.CreateRequest{BizType: "order.close", BizID: "o-41", FireAt: time.Now().Add(500 * time.Millisecond)})
+	_, _, err = svc.Create(ctx, api.TimerRequest{BizType: "order.close", BizID: "o-41", When: api.At(time.Now().Add(500 * time.Millisecond))})
 	require.NoError(t, err)
-	_, _, err = svc.Create(ctx, timers.CreateRequest{BizType: "order.close", BizID: "o-42", FireAt: time.Now().Add(30 * time.Minute)})
+	_, _, err = svc.Create(ctx, api.TimerRequest{BizType: "order.close", BizID: "o-42", When: api.At(time.Now().Add(30 * time.Minute))})
 	require.NoError(t, err)
 	return &opsStack{taskStack: ts, deadID: ids[0], timers: svc,
 		failedTimer: courier.TimerWorkflowID("order.close", "o-41"), soonTimer: courier.TimerWorkflowID("order.close", "o-42")}
@@ -133,9 +133,9 @@ func TestFailedWorkToFailedWorkflows(t *testing.T) {
 
 	// The dead record: its row is dead with the error the run failed with.
 	msg := s.failedWith(courier.OutboxWorkflowID(courier.DefaultSource, s.deadID), workflows.ErrTypeOutboxDead)
-	var rec gateway.OutboxJSON
+	var rec api.OutboxRecord
 	require.Equal(t, http.StatusOK, s.call(http.MethodGet, fmt.Sprintf("/v1/outbox/%d", s.deadID), s.producer, nil, &rec))
-	require.Equal(t, string(courier.OutboxDead), rec.Status)
+	require.Equal(t, courier.OutboxDead, rec.Status)
 	require.NotEmpty(t, rec.LastError)
 	require.Equal(t, rec.LastError, msg)
 	require.Contains(t, msg, "orders.created")

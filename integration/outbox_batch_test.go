@@ -32,7 +32,7 @@ func TestOutboxBatchModeEndToEnd(t *testing.T) {
 				ShutdownTimeout: 5 * time.Second,
 			}, worker.Deps{
 				Temporal:  s.tc,
-				Sources:   []relay.Source{{Name: courier.DefaultSource, Store: s.store, DSN: pgDSN(s.dsn)}},
+				Sources:   []relay.Source{{Name: courier.DefaultSource, Store: s.store}},
 				Publisher: s.pub,
 				Logger:    quiet,
 			})

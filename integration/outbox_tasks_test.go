@@ -12,7 +12,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/worker"
 )
@@ -27,7 +27,7 @@ func TestTaskInsertedThroughTheOutbox(t *testing.T) {
 		t.Run(dialect, func(t *testing.T) {
 			ts := newTaskStackTuned(t, dialect, 5*time.Second, func(c *worker.Config) { c.DisableRelay = false })
 			ctx := t.Context()
-			w := startTaskWorker(t, func(_ *taskWorker, p activities.TaskPush) {
+			w := startTaskWorker(t, func(_ *taskWorker, p api.TaskPush) {
 				if p.TaskID == "doc-4" {
 					report(t, ts.worker, p, "failure", 422, "unparseable pdf")
 					return

@@ -15,7 +15,6 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/outbox"
-	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/worker"
 )
 
@@ -85,7 +84,7 @@ func (s *stack) requireDeadThenRedrive(w *worker.Worker, topic string, want map[
 	t := s.t
 	t.Helper()
 	ctx := t.Context()
-	dead, _, err := s.store.ListOutbox(ctx, store.OutboxFilter{Status: courier.OutboxDead, Limit: 1000})
+	dead, _, err := s.store.ListOutbox(ctx, courier.OutboxFilter{Status: courier.OutboxDead, Limit: 1000})
 	require.NoError(t, err)
 	require.Len(t, dead, len(want))
 	for _, r := range dead {
@@ -171,7 +170,7 @@ func TestRepeatedDeliveryOfSentRecordPublishesNothing(t *testing.T) {
 		AlreadySent bool
 	}
 	require.NoError(t, run.Get(ctx, &res))
-	require.Equal(t, "sent", res.Status)
+	require.EqualValues(t, "sent", res.Status)
 	require.True(t, res.AlreadySent)
 	got, _ := s.streamIDs("ORDERS")
 	require.Empty(t, got)

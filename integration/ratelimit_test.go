@@ -11,8 +11,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/courier-oss/courier"
-
-	"github.com/courier-oss/courier/timers"
+	"github.com/courier-oss/courier/api"
 )
 
 // A business type limited to 5 deliveries per second holds to it however many of its timers are
@@ -29,12 +28,12 @@ func TestBizTypeRateLimitAndIsolation(t *testing.T) {
 	const slowN, fastN = 30, 20
 	due := time.Now().Add(3 * time.Second)
 	for i := 0; i < slowN; i++ {
-		_, _, err := svc.Create(ctx, timers.CreateRequest{BizType: "slow.type", BizID: fmt.Sprintf("s-%d", i), FireAt: due, Payload: json.RawMessage(`{}`)})
+		_, _, err := svc.Create(ctx, api.TimerRequest{BizType: "slow.type", BizID: fmt.Sprintf("s-%d", i), When: api.At(due), Payload: json.RawMessage(`{}`)})
 		require.NoError(t, err)
 	}
 	fastDue := due.Add(time.Second) // while the slow type's backlog is still draining
 	for i := 0; i < fastN; i++ {
-		_, _, err := svc.Create(ctx, timers.CreateRequest{BizType: "fast.type", BizID: fmt.Sprintf("f-%d", i), FireAt: fastDue, Payload: json.RawMessage(`{}`)})
+		_, _, err := svc.Create(ctx, api.TimerRequest{BizType: "fast.type", BizID: fmt.Sprintf("f-%d", i), When: api.At(fastDue), Payload: json.RawMessage(`{}`)})
 		require.NoError(t, err)
 	}
 	require.Eventually(t, func() bool {

@@ -19,10 +19,10 @@ import (
 	"go.temporal.io/api/temporalproto"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/mq"
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/relay"
-	"github.com/courier-oss/courier/timers"
 	"github.com/courier-oss/courier/worker"
 	"github.com/courier-oss/courier/workflows"
 )
@@ -145,7 +145,7 @@ func TestRecordTimerHistories(t *testing.T) {
 	svc := s.timerService()
 	soon := func() time.Time { return time.Now().Add(1500 * time.Millisecond) }
 	mk := func(typ, id string) {
-		_, _, err := svc.Create(ctx, timers.CreateRequest{BizType: typ, BizID: id, FireAt: soon(), Payload: json.RawMessage(`{"rec":1}`)})
+		_, _, err := svc.Create(ctx, api.TimerRequest{BizType: typ, BizID: id, When: api.At(soon()), Payload: json.RawMessage(`{"rec":1}`)})
 		require.NoError(t, err)
 	}
 	mk("rec.ok", "delivered")
@@ -156,7 +156,7 @@ func TestRecordTimerHistories(t *testing.T) {
 	_, err = svc.Cancel(ctx, "rec.ok", "cancelled")
 	require.NoError(t, err)
 	mk("rec.gone", "failed")
-	_, err = svc.CreateSchedule(ctx, "rec-schedule", timers.ScheduleSpec{BizType: "rec.ok", Interval: "1h", Paused: true})
+	_, err = svc.CreateSchedule(ctx, "rec-schedule", api.ScheduleSpec{BizType: "rec.ok", Interval: api.PositiveDuration(time.Hour), Paused: true})
 	require.NoError(t, err)
 	require.NoError(t, svc.TriggerSchedule(ctx, "rec-schedule"))
 
@@ -205,7 +205,7 @@ func TestRecordTimerContinuedHistories(t *testing.T) {
 	s.timerWorker(false)
 	svc := s.timerService()
 	ctx := context.Background()
-	_, _, err := svc.Create(ctx, timers.CreateRequest{BizType: "rec.ok", BizID: "continued", FireAt: time.Now().Add(time.Hour), Payload: json.RawMessage(`{"rec":1}`)})
+	_, _, err := svc.Create(ctx, api.TimerRequest{BizType: "rec.ok", BizID: "continued", When: api.At(time.Now().Add(time.Hour)), Payload: json.RawMessage(`{"rec":1}`)})
 	require.NoError(t, err)
 	for i := 1; i <= 12; i++ {
 		_, err := svc.Reschedule(ctx, "rec.ok", "continued", time.Now().Add(time.Hour+time.Duration(i)*time.Second))

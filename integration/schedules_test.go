@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/gateway"
-	"github.com/courier-oss/courier/timers"
 )
 
 // Cron schedules on Temporal Schedules: runs deliver like timers; pause stops them; trigger
@@ -26,9 +26,9 @@ func TestSchedulesEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	gw := httptest.NewServer(gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store, Schedules: s.timerService(), Logger: quiet}))
 	t.Cleanup(gw.Close)
-	call := func(method, path string, body any) (int, timers.Schedule) {
+	call := func(method, path string, body any) (int, api.Schedule) {
 		resp := do(t, method, gw.URL+path, token, body)
-		var sc timers.Schedule
+		var sc api.Schedule
 		if resp.StatusCode < 300 && resp.StatusCode != http.StatusNoContent {
 			require.NoError(t, json.NewDecoder(resp.Body).Decode(&sc))
 		}
@@ -51,7 +51,7 @@ func TestSchedulesEndToEnd(t *testing.T) {
 
 	status, sc := call("POST", "/v1/schedules/digest", map[string]any{"biz_type": "marketing.digest", "interval": "1s", "payload": map[string]int{"v": 1}})
 	require.Equal(t, http.StatusCreated, status)
-	require.Equal(t, "1s", sc.Spec.Interval)
+	require.Equal(t, api.PositiveDuration(time.Second), sc.Spec.Interval)
 	require.NotEmpty(t, sc.NextRuns)
 	status, _ = call("POST", "/v1/schedules/digest", map[string]any{"biz_type": "marketing.digest", "interval": "1s"})
 	require.Equal(t, http.StatusConflict, status)

@@ -21,12 +21,12 @@ import (
 func TestProducerDatabaseSource(t *testing.T) {
 	s := newStack(t, "sqlite")
 	s.createStream("USERS", "users.>")
-	prod, prodDSN := testenv.Store(t, "postgres")
+	prod, _ := testenv.Store(t, "postgres")
 	w, err := worker.New(worker.Config{Relay: relay.Config{PollInterval: 50 * time.Millisecond, Retry: testRetry}}, worker.Deps{
 		Temporal: s.tc, Publisher: s.pub, Logger: quiet,
 		Sources: []relay.Source{
 			{Name: courier.DefaultSource, Store: s.store},
-			{Name: "accounts", Store: prod, DSN: prodDSN},
+			{Name: "accounts", Store: prod},
 		},
 	})
 	require.NoError(t, err)

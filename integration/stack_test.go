@@ -22,6 +22,7 @@ import (
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/mq"
+	"github.com/courier-oss/courier/mq/natsmq"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/timers"
@@ -58,7 +59,7 @@ type stack struct {
 	js    jetstream.JetStream
 	store *store.Store
 	dsn   string
-	pub   *mq.NATS
+	pub   *natsmq.Publisher
 
 	rcv    *receiver // timer callbacks, started by callbacks()
 	secret string
@@ -83,7 +84,7 @@ func newStack(t *testing.T, dialect string, opts ...temporaltest.TestServerOptio
 	require.NoError(t, err)
 
 	st, dsn := testenv.Store(t, dialect)
-	pub, err := mq.DialNATS(ns.URL(), "courier-test")
+	pub, err := natsmq.Dial(ns.URL(), "courier-test")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	return &stack{t: t, ts: ts, tc: tc, nats: ns, js: js, store: st, dsn: dsn, pub: pub}
@@ -105,7 +106,7 @@ func (s *stack) startWorker(disableRelay bool) *worker.Worker {
 		DisableRelay:    disableRelay,
 	}, worker.Deps{
 		Temporal:  s.tc,
-		Sources:   []relay.Source{{Name: courier.DefaultSource, Store: s.store, DSN: pgDSN(s.dsn)}},
+		Sources:   []relay.Source{{Name: courier.DefaultSource, Store: s.store}},
 		Publisher: s.pub,
 		Logger:    quiet,
 	})
@@ -113,13 +114,6 @@ func (s *stack) startWorker(disableRelay bool) *worker.Worker {
 	require.NoError(s.t, w.Start(s.t.Context()))
 	s.t.Cleanup(w.Stop)
 	return w
-}
-
-func pgDSN(dsn string) string {
-	if len(dsn) > 8 && dsn[:8] == "postgres" {
-		return dsn
-	}
-	return ""
 }
 
 // gateway serves the real gateway over HTTP and returns its URL and an admin token.
@@ -205,7 +199,7 @@ func (s *stack) timerWorker(relayOn bool) {
 		AllowLoopbackCallbacks: true,
 		BizTypeRefresh:         100 * time.Millisecond,
 	}, worker.Deps{Temporal: s.tc, Publisher: s.pub, Logger: quiet, BizTypes: bizTypes,
-		Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store, DSN: pgDSN(s.dsn)}}})
+		Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store}}})
 	require.NoError(s.t, err)
 	require.NoError(s.t, w.Start(s.t.Context()))
 	s.t.Cleanup(w.Stop)

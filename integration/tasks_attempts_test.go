@@ -17,7 +17,7 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/tasks"
 	"github.com/courier-oss/courier/worker"
@@ -54,7 +54,7 @@ func TestTasksSlowAcceptThenHeartbeats(t *testing.T) {
 	var wg sync.WaitGroup
 	t.Cleanup(wg.Wait)
 	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		var p activities.TaskPush
+		var p api.TaskPush
 		if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
 			http.Error(rw, err.Error(), http.StatusBadRequest)
 			return
@@ -137,7 +137,7 @@ func testResultBeforeThePushIsAnswered(t *testing.T, ts *taskStack, queue map[st
 	var results codes
 	var pushed sync.Map
 	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		var p activities.TaskPush
+		var p api.TaskPush
 		if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
 			http.Error(rw, err.Error(), http.StatusBadRequest)
 			return
@@ -159,7 +159,7 @@ func testResultBeforeThePushIsAnswered(t *testing.T, ts *taskStack, queue map[st
 	require.Equal(t, []int{http.StatusAccepted}, results.all())
 	p, ok := pushed.Load("eager")
 	require.True(t, ok)
-	require.Equal(t, http.StatusConflict, report(t, token, p.(activities.TaskPush), "failure", 500, "again"), "the attempt is over")
+	require.Equal(t, http.StatusConflict, report(t, token, p.(api.TaskPush), "failure", 500, "again"), "the attempt is over")
 	require.Equal(t, 0, ts.inFlight("default"))
 }
 
@@ -205,7 +205,7 @@ func TestTasksStuckPushEndpointDelaysNothingElse(t *testing.T) {
 	ctx := t.Context()
 	token := ts.worker
 	release := make(chan struct{})
-	good := startTaskWorker(t, func(w *taskWorker, p activities.TaskPush) {
+	good := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) {
 		<-release
 		report(t, token, p, "success", 200, "fine")
 	})
@@ -264,8 +264,8 @@ func TestTasksCancelTargetsTheAttemptsRun(t *testing.T) {
 	ts := newTaskStackRecovering(t, "sqlite", time.Hour)
 	ctx := t.Context()
 	token := ts.worker
-	second := make(chan activities.TaskPush, 1)
-	w := startTaskWorker(t, func(w *taskWorker, p activities.TaskPush) {
+	second := make(chan api.TaskPush, 1)
+	w := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) {
 		if p.Attempt == 2 {
 			second <- p // the test reports for it; attempt 1 is never reported
 		}
@@ -285,7 +285,7 @@ func TestTasksCancelTargetsTheAttemptsRun(t *testing.T) {
 
 	require.Equal(t, http.StatusOK, ts.call(http.MethodPost, "/v1/tasks", ts.producer, map[string]any{
 		"task_id": "again", "task_version": 1, "payload": map[string]any{"life": 2}}, nil))
-	var p2 activities.TaskPush
+	var p2 api.TaskPush
 	select {
 	case p2 = <-second:
 	case <-time.After(time.Minute):
@@ -320,14 +320,14 @@ func TestTaskSuccessIsRecordedWhenAccepted(t *testing.T) {
 
 func testSuccessRecordedWhenAccepted(t *testing.T, ts *taskStack, queue map[string]any) {
 	type seen struct {
-		push         activities.TaskPush
+		push         api.TaskPush
 		code, repeat int
 		task         courier.Task
 		queue        courier.Queue
 		taskOK       bool
 	}
 	after := make(chan seen, 1)
-	w := startTaskWorker(t, func(_ *taskWorker, p activities.TaskPush) {
+	w := startTaskWorker(t, func(_ *taskWorker, p api.TaskPush) {
 		code := report(t, ts.worker, p, "success", 200, "3 pages")
 		// Read at once, straight from the database: no waiting for the workflow.
 		task, err := ts.store.GetTask(context.Background(), p.TaskID, p.TaskVersion)

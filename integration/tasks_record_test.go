@@ -20,8 +20,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/activities"
 	"github.com/courier-oss/courier/activities/contract"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/tasks"
 	"github.com/courier-oss/courier/workflows"
 )
@@ -46,14 +46,14 @@ func TestRecordTaskHistories(t *testing.T) {
 	token := ts.worker
 	var mu sync.Mutex
 	runs := map[string]string{} // case → run id of its first attempt
-	noteRun := func(p activities.TaskPush) {
+	noteRun := func(p api.TaskPush) {
 		if d, err := ts.tc.DescribeWorkflowExecution(ctx, courier.TaskWorkflowID(p.TaskID, p.TaskVersion), ""); err == nil && p.Attempt == 1 {
 			mu.Lock()
 			runs[p.TaskID] = d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
 			mu.Unlock()
 		}
 	}
-	w := startTaskWorker(t, func(w *taskWorker, p activities.TaskPush) {
+	w := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) {
 		noteRun(p)
 		switch p.TaskID {
 		case "success":
@@ -79,7 +79,7 @@ func TestRecordTaskHistories(t *testing.T) {
 	// answers the push.
 	var tries sync.Map
 	odd := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		var p activities.TaskPush
+		var p api.TaskPush
 		if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
 			http.Error(rw, err.Error(), http.StatusBadRequest)
 			return

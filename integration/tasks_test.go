@@ -18,7 +18,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/relay"
@@ -33,20 +33,20 @@ import (
 type taskWorker struct {
 	t      *testing.T
 	url    string
-	handle func(p activities.TaskPush) // runs after the push was accepted
+	handle func(p api.TaskPush) // runs after the push was accepted
 	mu     sync.Mutex
 	held   map[pushKey]bool
 	max    int
-	order  []activities.TaskPush
+	order  []api.TaskPush
 	pushes atomic.Int64
 	wg     sync.WaitGroup
 }
 
-func startTaskWorker(t *testing.T, handle func(w *taskWorker, p activities.TaskPush)) *taskWorker {
+func startTaskWorker(t *testing.T, handle func(w *taskWorker, p api.TaskPush)) *taskWorker {
 	w := &taskWorker{t: t, held: map[pushKey]bool{}}
-	w.handle = func(p activities.TaskPush) { handle(w, p) }
+	w.handle = func(p api.TaskPush) { handle(w, p) }
 	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		var p activities.TaskPush
+		var p api.TaskPush
 		if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
 			http.Error(rw, err.Error(), http.StatusBadRequest)
 			return
@@ -77,14 +77,14 @@ type pushKey struct {
 	attempt int
 }
 
-func keyOf(p activities.TaskPush) pushKey {
+func keyOf(p api.TaskPush) pushKey {
 	return pushKey{id: p.TaskID, version: p.TaskVersion, attempt: p.Attempt}
 }
 
 // letGo ends the worker's hold on a push. A handler calls it before it reports the result:
 // courier frees the slot when it stores the result, before it answers, so the next push may
 // arrive while the report is still on its way back.
-func (w *taskWorker) letGo(p activities.TaskPush) {
+func (w *taskWorker) letGo(p api.TaskPush) {
 	w.mu.Lock()
 	delete(w.held, keyOf(p))
 	w.mu.Unlock()
@@ -96,10 +96,10 @@ func (w *taskWorker) maxConcurrent() int {
 	return w.max
 }
 
-func (w *taskWorker) pushOrder() []activities.TaskPush {
+func (w *taskWorker) pushOrder() []api.TaskPush {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return append([]activities.TaskPush(nil), w.order...)
+	return append([]api.TaskPush(nil), w.order...)
 }
 
 // taskStack is a stack with a task-enabled worker and gateway.
@@ -166,7 +166,6 @@ func (ts *taskStack) startTaskWorker() *worker.Worker {
 		AllowLoopbackCallbacks: true,
 		ShutdownTimeout:        2 * time.Second,
 		Tasks: tasks.Config{
-			DSN:          pgDSN(ts.dsn),
 			PollInterval: 200 * time.Millisecond,
 			RecoverAfter: ts.recoverAfter,
 			PublicURL:    ts.gw,
@@ -209,13 +208,13 @@ func (ts *taskStack) call(method, path, token string, body any, out any) int {
 }
 
 // report posts a worker's result the way a real worker does: to the push's result URL.
-func report(t *testing.T, token string, p activities.TaskPush, status string, code int, msg string) int {
+func report(t *testing.T, token string, p api.TaskPush, status string, code int, msg string) int {
 	body, _ := json.Marshal(map[string]any{"attempt": p.Attempt, "status": status, "status_code": code, "message": msg,
 		"result": map[string]any{"task": p.TaskID, "attempt": p.Attempt}})
 	return post(t, token, p.ResultURL, body)
 }
 
-func heartbeat(t *testing.T, token string, p activities.TaskPush) int {
+func heartbeat(t *testing.T, token string, p api.TaskPush) int {
 	body, _ := json.Marshal(map[string]any{"attempt": p.Attempt})
 	return post(t, token, p.HeartbeatURL, body)
 }
@@ -249,19 +248,19 @@ func (ts *taskStack) insert(id string, version int64, prio int, queue string) in
 		"task_id": id, "task_version": version, "priority": prio, "queue": queue, "payload": map[string]any{"file": id + ".pdf"}}, nil)
 }
 
-func (ts *taskStack) get(id string, version int64) gateway.TaskJSON {
+func (ts *taskStack) get(id string, version int64) api.Task {
 	ts.t.Helper()
-	var out gateway.TaskJSON
+	var out api.Task
 	require.Equal(ts.t, http.StatusOK, ts.call(http.MethodGet, fmt.Sprintf("/v1/tasks/%s/versions/%d", id, version), ts.producer, nil, &out))
 	return out
 }
 
-func (ts *taskStack) waitStatus(id string, version int64, status courier.TaskStatus, within time.Duration) gateway.TaskJSON {
+func (ts *taskStack) waitStatus(id string, version int64, status courier.TaskStatus, within time.Duration) api.Task {
 	ts.t.Helper()
-	var last gateway.TaskJSON
+	var last api.Task
 	require.Eventually(ts.t, func() bool {
 		last = ts.get(id, version)
-		return last.Status == string(status)
+		return last.Status == status
 	}, within, 50*time.Millisecond, "task %s/%d never became %s", id, version, status)
 	return last
 }
@@ -281,7 +280,7 @@ func TestTasksLimitAndWeightedOrder(t *testing.T) {
 			ts := newTaskStack(t, d)
 			ts.startTaskWorker() // a second claimer competing for the same slots
 			token := ts.worker
-			w := startTaskWorker(t, func(w *taskWorker, p activities.TaskPush) {
+			w := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) {
 				time.Sleep(20 * time.Millisecond) // parsing
 				w.letGo(p)
 				if code := report(t, token, p, "success", 200, "parsed"); code != http.StatusAccepted {
@@ -316,7 +315,7 @@ func TestTasksLimitAndWeightedOrder(t *testing.T) {
 			for _, p := range order[:1000] {
 				counts[p.Priority-1]++
 			}
-			for i, want := range courier.DefaultQueueWeights {
+			for i, want := range courier.DefaultBandWeights {
 				share := float64(counts[i]) / 1000 * 100
 				t.Logf("priority %d: %.1f%% (weight %d%%)", i+1, share, want)
 				require.LessOrEqual(t, math.Abs(share-float64(want)), 5.0, "priority %d share", i+1)
@@ -343,7 +342,7 @@ func TestTasksConcurrentIdenticalInserts(t *testing.T) {
 		t.Run(d, func(t *testing.T) {
 			ts := newTaskStack(t, d)
 			token := ts.worker
-			w := startTaskWorker(t, func(w *taskWorker, p activities.TaskPush) {
+			w := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) {
 				time.Sleep(300 * time.Millisecond) // parsing: long enough for all 100 inserts to land meanwhile
 				report(t, token, p, "success", 200, "ok")
 			})
@@ -393,7 +392,7 @@ func TestTasksKilledWorker(t *testing.T) {
 			var dead atomic.Bool
 			dead.Store(true)
 			var lost sync.Map // task id → the push the dead worker dropped
-			w := startTaskWorker(t, func(w *taskWorker, p activities.TaskPush) {
+			w := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) {
 				if dead.Load() {
 					lost.Store(p.TaskID, p)
 					return // killed mid-task: no result, no heartbeat
@@ -426,12 +425,12 @@ func TestTasksKilledWorker(t *testing.T) {
 
 			n := 0
 			lost.Range(func(_, v any) bool {
-				p := v.(activities.TaskPush)
+				p := v.(api.TaskPush)
 				got := ts.get(p.TaskID, 1)
 				require.Greater(t, got.Attempt, p.Attempt, "the lost attempt was retried")
 				require.Equal(t, http.StatusConflict, report(t, token, p, "failure", 500, "late"), "a stale attempt's result is refused")
 				require.Equal(t, http.StatusConflict, heartbeat(t, token, p))
-				require.Equal(t, string(courier.TaskSuccess), ts.get(p.TaskID, 1).Status, "and changes nothing")
+				require.Equal(t, courier.TaskSuccess, ts.get(p.TaskID, 1).Status, "and changes nothing")
 				n++
 				return true
 			})
@@ -447,7 +446,7 @@ func TestTasksHeartbeatFailureCancel(t *testing.T) {
 	ts := newTaskStack(t, "sqlite")
 	token := ts.worker
 	release := make(chan struct{})
-	w := startTaskWorker(t, func(w *taskWorker, p activities.TaskPush) {
+	w := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) {
 		switch {
 		case p.TaskID == "long":
 			for i := 0; i < 10; i++ { // 3 s of work, heartbeat timeout 1 s
@@ -489,16 +488,16 @@ func TestTasksHeartbeatFailureCancel(t *testing.T) {
 	require.Equal(t, http.StatusCreated, ts.insert("hold", 1, 1, "default"))
 	ts.waitStatus("hold", 1, courier.TaskProcessing, time.Minute)
 	require.Eventually(t, func() bool { return ts.get("hold", 1).PushedAt != nil }, time.Minute, 20*time.Millisecond)
-	var cancelled gateway.TaskJSON
+	var cancelled api.Task
 	require.Equal(t, http.StatusOK, ts.call(http.MethodDelete, "/v1/tasks/hold/versions/1", ts.producer, nil, &cancelled))
-	require.Equal(t, string(courier.TaskCancelled), cancelled.Status)
+	require.Equal(t, courier.TaskCancelled, cancelled.Status)
 	require.Equal(t, 0, ts.inFlight("default"))
 	hold := w.pushOrder()[len(w.pushOrder())-1]
 	require.Equal(t, "hold", hold.TaskID)
 	require.Equal(t, http.StatusConflict, report(t, token, hold, "success", 200, "too late"))
 	close(release)
-	require.Equal(t, string(courier.TaskCancelled), ts.get("hold", 1).Status)
-	var e gateway.ErrorBody
+	require.Equal(t, courier.TaskCancelled, ts.get("hold", 1).Status)
+	var e api.ErrorBody
 	require.Equal(t, http.StatusConflict, ts.call(http.MethodDelete, "/v1/tasks/long/versions/1", ts.producer, nil, &e), "a success cannot be cancelled")
 	require.Equal(t, courier.CodeConflict, e.Error.Code)
 
@@ -506,18 +505,18 @@ func TestTasksHeartbeatFailureCancel(t *testing.T) {
 	ts.putQueue("idle", map[string]any{})
 	require.Equal(t, http.StatusCreated, ts.insert("waiting", 1, 5, "idle"))
 	require.Equal(t, http.StatusOK, ts.call(http.MethodDelete, "/v1/tasks/waiting/versions/1", ts.producer, nil, &cancelled))
-	require.Equal(t, string(courier.TaskCancelled), cancelled.Status)
+	require.Equal(t, courier.TaskCancelled, cancelled.Status)
 
 	// Version rules through the API: stale → 409 with the current version; a newer version
 	// supersedes a pending older one; the latest version is what GET /v1/tasks/{id} shows.
 	require.Equal(t, http.StatusCreated, ts.insert("v", 2, 3, "idle"))
 	require.Equal(t, http.StatusCreated, ts.insert("v", 3, 3, "idle"))
-	var conflict gateway.ErrorBody
+	var conflict api.ErrorBody
 	require.Equal(t, http.StatusConflict, ts.call(http.MethodPost, "/v1/tasks", ts.producer,
 		map[string]any{"task_id": "v", "task_version": 1, "queue": "idle"}, &conflict))
 	require.EqualValues(t, 3, conflict.Error.Details["current_version"])
-	require.Equal(t, string(courier.TaskSuperseded), ts.get("v", 2).Status)
-	var latest gateway.TaskJSON
+	require.Equal(t, courier.TaskSuperseded, ts.get("v", 2).Status)
+	var latest api.Task
 	require.Equal(t, http.StatusOK, ts.call(http.MethodGet, "/v1/tasks/v", ts.producer, nil, &latest))
 	require.EqualValues(t, 3, latest.TaskVersion)
 }
@@ -528,7 +527,7 @@ func TestTasksHeartbeatFailureCancel(t *testing.T) {
 func TestTaskSweeperSchedule(t *testing.T) {
 	ts := newTaskStack(t, "sqlite")
 	ctx := t.Context()
-	w := startTaskWorker(t, func(w *taskWorker, p activities.TaskPush) {}) // never answers
+	w := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) {}) // never answers
 	ts.putQueue("default", map[string]any{"push_url": w.url, "retry": map[string]any{"max_attempts": 1}})
 	require.Equal(t, http.StatusCreated, ts.insert("orphan", 1, 3, "default"))
 	require.Eventually(t, func() bool { return ts.get("orphan", 1).PushedAt != nil }, time.Minute, 20*time.Millisecond)
@@ -567,7 +566,7 @@ func TestTasksResubmitWhileOldRunOpen(t *testing.T) {
 	ctx := t.Context()
 	token := ts.worker
 	var first sync.Map
-	w := startTaskWorker(t, func(w *taskWorker, p activities.TaskPush) {
+	w := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) {
 		if p.Attempt == 1 {
 			first.Store(p.TaskID, p) // holds it: no result
 			return
@@ -595,8 +594,8 @@ func TestTasksResubmitWhileOldRunOpen(t *testing.T) {
 	require.NotEqual(t, "WORKFLOW_EXECUTION_STATUS_RUNNING", old.GetWorkflowExecutionInfo().GetStatus().String(), "the old run was ended")
 	p, ok := first.Load("again")
 	require.True(t, ok)
-	require.Equal(t, http.StatusConflict, report(t, token, p.(activities.TaskPush), "failure", 500, "late"))
-	require.Equal(t, string(courier.TaskSuccess), ts.get("again", 1).Status)
+	require.Equal(t, http.StatusConflict, report(t, token, p.(api.TaskPush), "failure", 500, "late"))
+	require.Equal(t, courier.TaskSuccess, ts.get("again", 1).Status)
 	require.Equal(t, 0, ts.inFlight("default"))
 }
 
@@ -606,7 +605,7 @@ func TestTasksClaimedButNeverStarted(t *testing.T) {
 	ts := newTaskStack(t, "sqlite") // RecoverAfter 5 s
 	ctx := t.Context()
 	token := ts.worker
-	w := startTaskWorker(t, func(w *taskWorker, p activities.TaskPush) { report(t, token, p, "success", 200, "ok") })
+	w := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) { report(t, token, p, "success", 200, "ok") })
 	ts.putQueue("lost", map[string]any{}) // no push_url yet: the worker's claimer leaves it alone
 	require.Equal(t, http.StatusCreated, ts.insert("orphaned-claim", 1, 3, "lost"))
 	claimed, err := ts.store.ClaimTasks(ctx, "lost", 10, func(ready store.BandCounts, slots int) store.BandCounts { return ready })

@@ -178,8 +178,8 @@ func TestTaskWorkerLibrary(t *testing.T) {
 	producer, err := cc.New(ts.gw, cc.WithAPIKey(ts.producer))
 	require.NoError(t, err)
 	_, err = admin.PutQueue(ctx, "tw", cc.QueueConfig{PushURL: rig.url, Secrets: []string{newSecret}, ConcurrencyLimit: 10,
-		ProcessingTimeout: cc.Duration(30 * time.Second), HeartbeatTimeout: cc.Duration(time.Second),
-		Retry: cc.Retry{InitialInterval: cc.Duration(time.Second), MaxAttempts: 2}})
+		ProcessingTimeout: cc.PositiveDuration(30 * time.Second), HeartbeatTimeout: cc.Duration(time.Second),
+		Retry: cc.Retry{InitialInterval: cc.PositiveDuration(time.Second), MaxAttempts: 2}})
 	require.NoError(t, err)
 
 	insert := func(id, m string, o cc.TaskOverrides) {
@@ -223,7 +223,7 @@ func TestTaskWorkerLibrary(t *testing.T) {
 	insert("tw-ok", "ok", cc.TaskOverrides{})
 	insert("tw-error", "error", cc.TaskOverrides{})
 	insert("tw-panic", "panic", cc.TaskOverrides{MaxAttempts: 1})
-	insert("tw-deadline", "wait", cc.TaskOverrides{ProcessingTimeout: cc.Duration(2 * time.Second), MaxAttempts: 1})
+	insert("tw-deadline", "wait", cc.TaskOverrides{ProcessingTimeout: cc.PositiveDuration(2 * time.Second), MaxAttempts: 1})
 	insert("tw-heartbeats", "heartbeats", cc.TaskOverrides{MaxAttempts: 1})
 	insert("tw-cancel", "wait", cc.TaskOverrides{})
 
@@ -308,7 +308,7 @@ func TestTaskWorkerMaxConcurrent(t *testing.T) {
 	producer, err := cc.New(ts.gw, cc.WithAPIKey(ts.producer))
 	require.NoError(t, err)
 	_, err = admin.PutQueue(ctx, "one", cc.QueueConfig{PushURL: rig.url, ConcurrencyLimit: 2,
-		Retry: cc.Retry{InitialInterval: cc.Duration(time.Second), MaxAttempts: 5}})
+		Retry: cc.Retry{InitialInterval: cc.PositiveDuration(time.Second), MaxAttempts: 5}})
 	require.NoError(t, err)
 	_, err = producer.InsertTask(ctx, cc.TaskRequest{TaskID: "mc-1", TaskVersion: 1, Queue: "one", Priority: 1})
 	require.NoError(t, err)

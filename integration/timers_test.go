@@ -19,7 +19,7 @@ import (
 	"go.temporal.io/server/temporaltest"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/outbox"
@@ -47,7 +47,7 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, err.Error(), http.StatusUnauthorized)
 		return
 	}
-	var cb activities.TimerCallback
+	var cb api.TimerCallback
 	_ = json.Unmarshal(body, &cb)
 	r.got[cb.BizID] = append(r.got[cb.BizID], now)
 }
@@ -72,9 +72,9 @@ func TestTimersEndToEnd(t *testing.T) {
 	gw := httptest.NewServer(gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store,
 		Timers: s.timerService(), Logger: quiet}))
 	t.Cleanup(gw.Close)
-	call := func(method, path string, body any) (int, timers.Timer) {
+	call := func(method, path string, body any) (int, api.Timer) {
 		resp := do(t, method, gw.URL+path, token, body)
-		var tm timers.Timer
+		var tm api.Timer
 		if resp.StatusCode < 300 {
 			require.NoError(t, json.NewDecoder(resp.Body).Decode(&tm))
 		}
@@ -190,7 +190,7 @@ func TestTimersEndToEnd(t *testing.T) {
 
 	require.Eventually(t, func() bool {
 		resp := do(t, "GET", gw.URL+"/v1/timers?biz_type=order.close&state=cancelled", token, nil)
-		var page struct{ Items []timers.Timer }
+		var page struct{ Items []api.Timer }
 		_ = json.NewDecoder(resp.Body).Decode(&page)
 		for _, it := range page.Items {
 			if it.BizID == "o-1" {
@@ -267,10 +267,10 @@ func (s *stack) timerAPI(svc *timers.Service) *timerAPI {
 
 // call sends a request (path as written, already escaped) and decodes a 2xx body into out and an
 // error body into the returned ErrorBody.
-func (a *timerAPI) call(method, path string, body, out any) (int, gateway.ErrorBody) {
+func (a *timerAPI) call(method, path string, body, out any) (int, api.ErrorBody) {
 	a.t.Helper()
 	resp := do(a.t, method, a.url+path, a.token, body)
-	var eb gateway.ErrorBody
+	var eb api.ErrorBody
 	switch {
 	case resp.StatusCode >= 300:
 		require.NoError(a.t, json.NewDecoder(resp.Body).Decode(&eb), "%s %s: error bodies are JSON", method, path)
@@ -281,9 +281,9 @@ func (a *timerAPI) call(method, path string, body, out any) (int, gateway.ErrorB
 	return resp.StatusCode, eb
 }
 
-func (a *timerAPI) timer(method, path string, body any) (int, timers.Timer, gateway.ErrorBody) {
+func (a *timerAPI) timer(method, path string, body any) (int, api.Timer, api.ErrorBody) {
 	a.t.Helper()
-	var tm timers.Timer
+	var tm api.Timer
 	status, eb := a.call(method, path, body, &tm)
 	return status, tm, eb
 }
@@ -295,26 +295,26 @@ func TestTimerNonASCIIIDs(t *testing.T) {
 	s := newStack(t, "sqlite")
 	rcv := s.bizType("order.close", 0)
 	s.timerWorker(false)
-	api := s.timerAPI(s.timerService())
+	gw := s.timerAPI(s.timerService())
 	ctx := t.Context()
 
 	const id = "заказ-✓"
 	path := "/v1/timers/order.close/" + url.PathEscape(id)
-	status, tm, eb := api.timer("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": id, "delay": "1h"})
+	status, tm, eb := gw.timer("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": id, "delay": "1h"})
 	require.Equal(t, http.StatusCreated, status, eb)
 	require.Equal(t, id, tm.BizID)
-	status, tm, eb = api.timer("GET", path, nil)
+	status, tm, eb = gw.timer("GET", path, nil)
 	require.Equal(t, http.StatusOK, status, eb)
 	require.Equal(t, id, tm.BizID)
 	require.Equal(t, courier.TimerScheduled, tm.State)
 	later := time.Now().Add(2 * time.Hour).UTC().Truncate(time.Millisecond)
-	status, tm, eb = api.timer("PATCH", path, map[string]any{"fire_at": later})
+	status, tm, eb = gw.timer("PATCH", path, map[string]any{"fire_at": later})
 	require.Equal(t, http.StatusOK, status, eb)
 	require.True(t, later.Equal(tm.FireAt))
 
 	require.Eventually(t, func() bool {
-		var page struct{ Items []timers.Timer }
-		status, _ := api.call("GET", "/v1/timers?biz_type=order.close&state=scheduled", nil, &page)
+		var page struct{ Items []api.Timer }
+		status, _ := gw.call("GET", "/v1/timers?biz_type=order.close&state=scheduled", nil, &page)
 		return status == http.StatusOK && len(page.Items) == 1 && page.Items[0].BizID == id && page.Items[0].FireAt.Equal(later)
 	}, 30*time.Second, 100*time.Millisecond, "the list shows the real biz_id and the new fire time")
 	// The query an operator types in the Temporal UI.
@@ -324,18 +324,18 @@ func TestTimerNonASCIIIDs(t *testing.T) {
 	require.Len(t, resp.GetExecutions(), 1)
 	require.Equal(t, courier.TimerWorkflowID("order.close", id), resp.GetExecutions()[0].GetExecution().GetWorkflowId())
 
-	status, tm, eb = api.timer("DELETE", path, nil)
+	status, tm, eb = gw.timer("DELETE", path, nil)
 	require.Equal(t, http.StatusOK, status, eb)
 	require.Equal(t, courier.TimerCancelled, tm.State)
 
 	// Spaces, '%', '?', '#', '+' and CJK survive paths, Temporal ids and the callback.
 	const odd = "订单 100% ?#+ ✓"
-	status, _, eb = api.timer("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": odd, "delay": "1s", "payload": map[string]string{"k": "v"}})
+	status, _, eb = gw.timer("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": odd, "delay": "1s", "payload": map[string]string{"k": "v"}})
 	require.Equal(t, http.StatusCreated, status, eb)
 	require.Eventually(t, func() bool { return rcv.count(odd) == 1 }, time.Minute, 50*time.Millisecond, "delivered with its real biz_id")
 	// The callback is received before its activity's completion reaches the timer's run.
 	require.Eventually(t, func() bool {
-		status, tm, eb = api.timer("GET", "/v1/timers/order.close/"+url.PathEscape(odd), nil)
+		status, tm, eb = gw.timer("GET", "/v1/timers/order.close/"+url.PathEscape(odd), nil)
 		require.Equal(t, http.StatusOK, status, eb)
 		return tm.State == courier.TimerDelivered
 	}, 30*time.Second, 50*time.Millisecond, "the timer reads as delivered")
@@ -357,7 +357,7 @@ func TestTimerNonASCIIIDs(t *testing.T) {
 		"schedule slash":     {"POST", "/v1/schedules/a%2Fb", map[string]any{"biz_type": "order.close", "interval": "1h"}, "id"},
 		"schedule control":   {"GET", "/v1/schedules/a%09b", nil, "id"},
 	} {
-		status, eb := api.call(c.method, c.path, c.body, nil)
+		status, eb := gw.call(c.method, c.path, c.body, nil)
 		require.Equal(t, http.StatusBadRequest, status, name)
 		require.Equal(t, courier.CodeInvalid, eb.Error.Code, name)
 		require.Equal(t, c.field, eb.Error.Details["field"], name)
@@ -367,28 +367,28 @@ func TestTimerNonASCIIIDs(t *testing.T) {
 	// real id), delete.
 	const sid = "дайджест-✓"
 	spath := "/v1/schedules/" + url.PathEscape(sid)
-	var sc timers.Schedule
-	status, eb = api.call("POST", spath, map[string]any{"biz_type": "order.close", "interval": "1h", "paused": true}, &sc)
+	var sc api.Schedule
+	status, eb = gw.call("POST", spath, map[string]any{"biz_type": "order.close", "interval": "1h", "paused": true}, &sc)
 	require.Equal(t, http.StatusCreated, status, eb)
 	require.Equal(t, sid, sc.ID)
-	status, eb = api.call("GET", spath, nil, &sc)
+	status, eb = gw.call("GET", spath, nil, &sc)
 	require.Equal(t, http.StatusOK, status, eb)
 	require.Equal(t, sid, sc.ID)
 	require.True(t, sc.Paused)
-	status, eb = api.call("POST", spath+"/unpause", map[string]string{"note": "back"}, &sc)
+	status, eb = gw.call("POST", spath+"/unpause", map[string]string{"note": "back"}, &sc)
 	require.Equal(t, http.StatusOK, status, eb)
 	require.False(t, sc.Paused)
-	status, eb = api.call("POST", spath+"/pause", map[string]string{"note": "still ✓"}, &sc)
+	status, eb = gw.call("POST", spath+"/pause", map[string]string{"note": "still ✓"}, &sc)
 	require.Equal(t, http.StatusOK, status, eb)
 	require.True(t, sc.Paused)
 	require.Equal(t, "still ✓", sc.Note)
-	status, eb = api.call("POST", spath+"/trigger", nil, &sc)
+	status, eb = gw.call("POST", spath+"/trigger", nil, &sc)
 	require.Equal(t, http.StatusOK, status, eb)
 	require.Eventually(t, func() bool { return rcv.count(sid) == 1 }, time.Minute, 50*time.Millisecond, "a run delivers with the real schedule id")
-	status, eb = api.call("DELETE", spath, nil, nil)
+	status, eb = gw.call("DELETE", spath, nil, nil)
 	require.Equal(t, http.StatusNoContent, status, eb)
 	require.Eventually(t, func() bool {
-		status, _ := api.call("GET", spath, nil, nil)
+		status, _ := gw.call("GET", spath, nil, nil)
 		return status == http.StatusNotFound
 	}, 10*time.Second, 100*time.Millisecond)
 	require.Zero(t, rcv.bad)
@@ -400,16 +400,16 @@ func TestTimerCancelPercentEncodedID(t *testing.T) {
 	s := newStack(t, "sqlite")
 	rcv := s.bizType("t", 0)
 	s.timerWorker(false)
-	api := s.timerAPI(s.timerService())
+	gw := s.timerAPI(s.timerService())
 
 	fireAt := time.Now().Add(8 * time.Second) // time enough for the create and the cancel on a busy machine
-	status, _, eb := api.timer("POST", "/v1/timers", map[string]any{"biz_type": "t", "biz_id": "order:42", "fire_at": fireAt})
+	status, _, eb := gw.timer("POST", "/v1/timers", map[string]any{"biz_type": "t", "biz_id": "order:42", "fire_at": fireAt})
 	require.Equal(t, http.StatusCreated, status, eb)
-	status, tm, eb := api.timer("DELETE", "/v1/timers/t/order%3A42", nil)
+	status, tm, eb := gw.timer("DELETE", "/v1/timers/t/order%3A42", nil)
 	require.Equal(t, http.StatusOK, status, eb)
 	require.Equal(t, "order:42", tm.BizID)
 	require.Equal(t, courier.TimerCancelled, tm.State)
-	status, tm, eb = api.timer("GET", "/v1/timers/t/order:42", nil)
+	status, tm, eb = gw.timer("GET", "/v1/timers/t/order:42", nil)
 	require.Equal(t, http.StatusOK, status, eb)
 	require.Equal(t, courier.TimerCancelled, tm.State)
 	require.Never(t, func() bool { return rcv.count("order:42") > 0 }, time.Until(fireAt)+2*time.Second, 100*time.Millisecond,
@@ -421,18 +421,18 @@ func TestTimerCancelPercentEncodedID(t *testing.T) {
 func TestTimerListPageTokens(t *testing.T) {
 	s := newStack(t, "sqlite")
 	s.bizType("order.close", 0)
-	api := s.timerAPI(s.timerService())
+	gw := s.timerAPI(s.timerService())
 	for i := 0; i < 5; i++ {
-		status, _, eb := api.timer("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": fmt.Sprintf("p-%d", i), "delay": "1h"})
+		status, _, eb := gw.timer("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": fmt.Sprintf("p-%d", i), "delay": "1h"})
 		require.Equal(t, http.StatusCreated, status, eb)
 	}
 	type page struct {
-		Items         []timers.Timer `json:"items"`
-		NextPageToken string         `json:"next_page_token"`
+		Items         []api.Timer `json:"items"`
+		NextPageToken string      `json:"next_page_token"`
 	}
 	var first page
 	require.Eventually(t, func() bool {
-		status, _ := api.call("GET", "/v1/timers?biz_type=order.close", nil, &first)
+		status, _ := gw.call("GET", "/v1/timers?biz_type=order.close", nil, &first)
 		return status == http.StatusOK && len(first.Items) == 5
 	}, 30*time.Second, 100*time.Millisecond)
 
@@ -441,7 +441,7 @@ func TestTimerListPageTokens(t *testing.T) {
 	for pages := 0; ; pages++ {
 		require.Less(t, pages, 5)
 		var p page
-		status, eb := api.call("GET", "/v1/timers?biz_type=order.close&page_size=2&page_token="+url.QueryEscape(token), nil, &p)
+		status, eb := gw.call("GET", "/v1/timers?biz_type=order.close&page_size=2&page_token="+url.QueryEscape(token), nil, &p)
 		require.Equal(t, http.StatusOK, status, eb)
 		for _, it := range p.Items {
 			seen[it.BizID] = true
@@ -451,7 +451,7 @@ func TestTimerListPageTokens(t *testing.T) {
 		}
 		if token == "" {
 			// A real token is tied to its query: another filter refuses it.
-			status, eb := api.call("GET", "/v1/timers?biz_type=other&page_size=2&page_token="+url.QueryEscape(p.NextPageToken), nil, nil)
+			status, eb := gw.call("GET", "/v1/timers?biz_type=other&page_size=2&page_token="+url.QueryEscape(p.NextPageToken), nil, nil)
 			require.Equal(t, http.StatusBadRequest, status)
 			require.Equal(t, "page_token", eb.Error.Details["field"])
 		}
@@ -461,7 +461,7 @@ func TestTimerListPageTokens(t *testing.T) {
 
 	for _, garbage := range []string{"garbage", "Z2FyYmFnZQ", "AAAAAAAAAAAAAAAAAAAAAAAA", "!!", "eyJ2IjoxfQ"} {
 		start := time.Now()
-		status, eb := api.call("GET", "/v1/timers?page_token="+url.QueryEscape(garbage), nil, nil)
+		status, eb := gw.call("GET", "/v1/timers?page_token="+url.QueryEscape(garbage), nil, nil)
 		require.Equal(t, http.StatusBadRequest, status, garbage)
 		require.Equal(t, courier.CodeInvalid, eb.Error.Code, garbage)
 		require.Equal(t, "page_token", eb.Error.Details["field"], garbage)
@@ -477,15 +477,15 @@ func TestTimerCreateWithDelayIsIdempotent(t *testing.T) {
 	s := newStack(t, "sqlite")
 	s.bizType("order.close", 0)
 	s.timerWorker(false)
-	api := s.timerAPI(s.timerService())
+	gw := s.timerAPI(s.timerService())
 
 	body := func(delay string, payload any) map[string]any {
 		return map[string]any{"biz_type": "order.close", "biz_id": "d-1", "delay": delay, "payload": payload}
 	}
-	status, first, eb := api.timer("POST", "/v1/timers", body("30m", map[string]string{"order": "d-1"}))
+	status, first, eb := gw.timer("POST", "/v1/timers", body("30m", map[string]string{"order": "d-1"}))
 	require.Equal(t, http.StatusCreated, status, eb)
 	for _, delay := range []string{"30m", "1800s"} {
-		status, again, eb := api.timer("POST", "/v1/timers", body(delay, map[string]string{"order": "d-1"}))
+		status, again, eb := gw.timer("POST", "/v1/timers", body(delay, map[string]string{"order": "d-1"}))
 		require.Equal(t, http.StatusOK, status, "delay %s: %v", delay, eb)
 		require.Equal(t, courier.TimerScheduled, again.State)
 		require.True(t, first.FireAt.Equal(again.FireAt), "the existing timer keeps its fire time: %s, then %s", first.FireAt, again.FireAt)
@@ -496,7 +496,7 @@ func TestTimerCreateWithDelayIsIdempotent(t *testing.T) {
 		"another payload": body("30m", map[string]string{"order": "d-2"}),
 		"fire_at instead": {"biz_type": "order.close", "biz_id": "d-1", "fire_at": first.FireAt, "payload": map[string]string{"order": "d-1"}},
 	} {
-		status, _, eb := api.timer("POST", "/v1/timers", b)
+		status, _, eb := gw.timer("POST", "/v1/timers", b)
 		require.Equal(t, http.StatusConflict, status, name)
 		require.Equal(t, courier.CodeConflict, eb.Error.Code, name)
 	}
@@ -520,25 +520,25 @@ func TestTimerManyReschedulesThenCancel(t *testing.T) {
 	s := newStack(t, "sqlite", lowUpdateLimits())
 	rcv := s.bizType("order.close", 0)
 	s.timerWorker(false)
-	api := s.timerAPI(s.timerService())
+	gw := s.timerAPI(s.timerService())
 	ctx := t.Context()
 
 	const id = "many-1"
 	path := "/v1/timers/order.close/" + id
 	create := map[string]any{"biz_type": "order.close", "biz_id": id, "fire_at": time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond),
 		"payload": map[string]string{"order": id}}
-	status, _, eb := api.timer("POST", "/v1/timers", create)
+	status, _, eb := gw.timer("POST", "/v1/timers", create)
 	require.Equal(t, http.StatusCreated, status, eb)
 
 	const n = 60 // three times the server's per-run limit
 	for i := 1; i <= n; i++ {
 		at := time.Now().Add(time.Hour + time.Duration(i)*time.Second).UTC().Truncate(time.Millisecond)
-		status, tm, eb := api.timer("PATCH", path, map[string]any{"fire_at": at})
+		status, tm, eb := gw.timer("PATCH", path, map[string]any{"fire_at": at})
 		require.Equal(t, http.StatusOK, status, "reschedule %d: %v", i, eb)
 		require.Equal(t, i, tm.Version, "reschedule %d", i)
 		require.True(t, at.Equal(tm.FireAt), "reschedule %d", i)
 		if i%7 == 0 {
-			status, tm, eb = api.timer("GET", path, nil)
+			status, tm, eb = gw.timer("GET", path, nil)
 			require.Equal(t, http.StatusOK, status, "get after %d: %v", i, eb)
 			require.Equal(t, courier.TimerScheduled, tm.State)
 			require.Equal(t, i, tm.Version, "Get reads the current run")
@@ -554,15 +554,15 @@ func TestTimerManyReschedulesThenCancel(t *testing.T) {
 
 	// Due in a few seconds, then cancelled: the cancel is acknowledged and the timer never fires.
 	fireAt := time.Now().Add(8 * time.Second).UTC().Truncate(time.Millisecond)
-	status, _, eb = api.timer("PATCH", path, map[string]any{"fire_at": fireAt})
+	status, _, eb = gw.timer("PATCH", path, map[string]any{"fire_at": fireAt})
 	require.Equal(t, http.StatusOK, status, eb)
-	status, tm, eb := api.timer("DELETE", path, nil)
+	status, tm, eb := gw.timer("DELETE", path, nil)
 	require.Equal(t, http.StatusOK, status, eb)
 	require.Equal(t, courier.TimerCancelled, tm.State)
 	require.Equal(t, n+2, tm.Version)
 	require.Never(t, func() bool { return rcv.count(id) > 0 }, time.Until(fireAt)+2*time.Second, 100*time.Millisecond,
 		"the cancelled timer never fires")
-	status, tm, eb = api.timer("GET", path, nil)
+	status, tm, eb = gw.timer("GET", path, nil)
 	require.Equal(t, http.StatusOK, status, eb)
 	require.Equal(t, courier.TimerCancelled, tm.State)
 	require.Equal(t, n+2, tm.Version)
@@ -570,11 +570,11 @@ func TestTimerManyReschedulesThenCancel(t *testing.T) {
 	// The list shows the timer once (not once per run), and a repeat of the original create is
 	// still recognised.
 	require.Eventually(t, func() bool {
-		var page struct{ Items []timers.Timer }
-		status, _ := api.call("GET", "/v1/timers?biz_type=order.close", nil, &page)
+		var page struct{ Items []api.Timer }
+		status, _ := gw.call("GET", "/v1/timers?biz_type=order.close", nil, &page)
 		return status == http.StatusOK && len(page.Items) == 1 && page.Items[0].State == "cancelled"
 	}, 30*time.Second, 100*time.Millisecond, "one list entry, cancelled")
-	status, tm, eb = api.timer("POST", "/v1/timers", create)
+	status, tm, eb = gw.timer("POST", "/v1/timers", create)
 	require.Equal(t, http.StatusOK, status, eb)
 	require.Equal(t, courier.TimerCancelled, tm.State)
 }
@@ -588,17 +588,17 @@ func TestTimerUpdatesWithoutWorker(t *testing.T) {
 	rcv := s.bizType("order.close", 0)
 	svc := s.timerService()
 	svc.UpdateTimeout = time.Second
-	api := s.timerAPI(svc)
+	gw := s.timerAPI(svc)
 
-	status, _, eb := api.timer("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": "w-1", "delay": "1h"})
+	status, _, eb := gw.timer("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": "w-1", "delay": "1h"})
 	require.Equal(t, http.StatusCreated, status, eb)
 	for _, c := range []struct {
 		method string
 		body   any
 	}{{"PATCH", map[string]any{"delay": "2h"}}, {"DELETE", nil}, {"GET", nil}} {
-		resp := do(t, c.method, api.url+"/v1/timers/order.close/w-1", api.token, c.body)
+		resp := do(t, c.method, gw.url+"/v1/timers/order.close/w-1", gw.token, c.body)
 		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, c.method)
-		var eb gateway.ErrorBody
+		var eb api.ErrorBody
 		require.NoError(t, json.NewDecoder(resp.Body).Decode(&eb))
 		require.Equal(t, courier.CodeUnavailable, eb.Error.Code, c.method)
 		require.Contains(t, eb.Error.Message, "worker", c.method)
@@ -608,24 +608,24 @@ func TestTimerUpdatesWithoutWorker(t *testing.T) {
 	s.timerWorker(false)
 	// A worker that has just started works through the queued updates first: the service's
 	// default wait, not the 1 s above, is what callers get from here on.
-	api = s.timerAPI(s.timerService())
+	gw = s.timerAPI(s.timerService())
 	for i := range 3 {
-		status, tm, eb := api.timer("DELETE", "/v1/timers/order.close/w-1", nil)
+		status, tm, eb := gw.timer("DELETE", "/v1/timers/order.close/w-1", nil)
 		require.Equal(t, http.StatusOK, status, "cancel %d: %v", i, eb)
 		require.Equal(t, courier.TimerCancelled, tm.State, "cancel %d", i)
 	}
-	status, tm, eb := api.timer("GET", "/v1/timers/order.close/w-1", nil)
+	status, tm, eb := gw.timer("GET", "/v1/timers/order.close/w-1", nil)
 	require.Equal(t, http.StatusOK, status, eb)
 	require.Equal(t, courier.TimerCancelled, tm.State)
 
-	status, _, eb = api.timer("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": "w-2", "delay": "0s"})
+	status, _, eb = gw.timer("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": "w-2", "delay": "0s"})
 	require.Equal(t, http.StatusCreated, status, eb)
 	require.Eventually(t, func() bool {
-		status, tm, _ := api.timer("GET", "/v1/timers/order.close/w-2", nil)
+		status, tm, _ := gw.timer("GET", "/v1/timers/order.close/w-2", nil)
 		return status == http.StatusOK && tm.State == "delivered"
 	}, time.Minute, 50*time.Millisecond)
 	for i := range 2 {
-		status, _, eb := api.timer("DELETE", "/v1/timers/order.close/w-2", nil)
+		status, _, eb := gw.timer("DELETE", "/v1/timers/order.close/w-2", nil)
 		require.Equal(t, http.StatusConflict, status, "cancel %d", i)
 		require.Equal(t, "delivered", eb.Error.Details["state"], "cancel %d", i)
 	}
@@ -647,7 +647,7 @@ func TestTimerFollowsItsTypeAtOnce(t *testing.T) {
 			svc := s.timerService()
 			fire := func(id string) {
 				t.Helper()
-				_, _, err := svc.Create(ctx, timers.CreateRequest{BizType: "order.close", BizID: id, FireAt: time.Now().Add(time.Second)})
+				_, _, err := svc.Create(ctx, api.TimerRequest{BizType: "order.close", BizID: id, When: api.At(time.Now().Add(time.Second))})
 				require.NoError(t, err)
 			}
 			fire("before")

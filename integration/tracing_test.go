@@ -24,12 +24,11 @@ import (
 	"go.temporal.io/server/temporaltest"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/activities"
 	"github.com/courier-oss/courier/activities/contract"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/outbox"
-	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/tracing"
 	"github.com/courier-oss/courier/tracing/otelsetup"
 	"github.com/courier-oss/courier/webhook"
@@ -231,7 +230,7 @@ func TestTraceOutboxProducerToPublish(t *testing.T) {
 			traceID := root.SpanContext().TraceID()
 
 			// The row carries the producer's trace context in its headers.
-			recs, _, err := s.store.ListOutbox(ctx, store.OutboxFilter{Limit: 10})
+			recs, _, err := s.store.ListOutbox(ctx, courier.OutboxFilter{Limit: 10})
 			require.NoError(t, err)
 			require.Len(t, recs, 1)
 			require.Equal(t, tracing.FromContext(ctx).Parent, recs[0].Headers[courier.HeaderTraceParent])
@@ -346,7 +345,7 @@ func testTraceTaskInsertToResult(t *testing.T, d string, heartbeat time.Duration
 	var wg sync.WaitGroup
 	t.Cleanup(wg.Wait)
 	worker := startHTTP(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		var p activities.TaskPush
+		var p api.TaskPush
 		if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
 			http.Error(rw, err.Error(), http.StatusBadRequest)
 			return

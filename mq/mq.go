@@ -3,6 +3,7 @@ package mq
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // Message is one message to publish. ID is the broker-side deduplication id (the outbox id).
@@ -36,3 +37,7 @@ const (
 	HeaderMessageID = "Courier-Message-Id"
 	HeaderKey       = "Courier-Key"
 )
+
+// DefaultPublishTimeout bounds a Publish (or a batch publish) whose context has no deadline, in
+// every adapter.
+const DefaultPublishTimeout = 10 * time.Second

@@ -96,6 +96,7 @@ type routedBroker struct {
 
 	mu       sync.Mutex
 	down     bool
+	downAt   time.Time // when the health check that found it down ran
 	lastErr  error
 	inflight map[*inflightPub]struct{}
 	checked  bool // a health check has finished at least once
@@ -430,22 +431,27 @@ func (b *routedBroker) remove(p *inflightPub) int {
 	return len(b.inflight)
 }
 
-// setHealth records a health check; it returns whether the state changed. Going down cancels
+// setHealth records a health check made at now; it returns whether the state changed (or this
+// is the first check) and, when the broker came back, how long it was down. Going down cancels
 // the publishes in flight.
-func (b *routedBroker) setHealth(err error) (changed bool) {
+func (b *routedBroker) setHealth(err error, now time.Time) (changed bool, outage time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	wasDown := b.down
 	b.down, b.lastErr = err != nil, err
-	if b.down && !wasDown {
+	switch {
+	case b.down && !wasDown:
+		b.downAt = now
 		cause := fmt.Errorf("%w: %q failed a health check (%v)", ErrBrokerDown, b.Name, err)
 		for p := range b.inflight {
 			p.cancel(cause)
 		}
+	case wasDown && !b.down:
+		outage = now.Sub(b.downAt)
 	}
 	first := !b.checked
 	b.checked = true
-	return first || wasDown != b.down
+	return first || wasDown != b.down, outage
 }
 
 // Ping checks every broker at once and joins the failures, each naming its broker.
@@ -526,11 +532,16 @@ func (r *Router) CheckNow(ctx context.Context, timeout time.Duration) {
 			if r.obs != nil {
 				r.obs.BrokerUp(b.Name, err == nil)
 			}
-			if b.setHealth(err) {
-				if err != nil {
+			// One line when a broker goes down and one when it is back: a down broker is an
+			// expected condition (its records wait and retry), not a stream of errors.
+			if changed, outage := b.setHealth(err, time.Now()); changed {
+				switch {
+				case err != nil:
 					r.log.Warn("broker is down: its records wait and retry, other brokers' records flow",
 						"broker", b.Name, "addr", b.Addr, "error", err)
-				} else {
+				case outage > 0:
+					r.log.Info("broker is up again", "broker", b.Name, "addr", b.Addr, "outage", outage.Round(time.Millisecond).String())
+				default:
 					r.log.Info("broker is up", "broker", b.Name, "addr", b.Addr)
 				}
 			}

@@ -1,8 +1,12 @@
 package mq_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -408,4 +412,37 @@ func TestRouterPublishBatch(t *testing.T) {
 	require.ElementsMatch(t, []string{"2", "6"}, b.ids())
 	cancel()
 	require.ErrorIs(t, <-hung, context.Canceled)
+}
+
+// A broker going down and coming back is logged once each, WARN then INFO with the outage's
+// length; checks that find it still down or still up log nothing.
+func TestRouterLogsOutageOnce(t *testing.T) {
+	a := newFake()
+	var buf bytes.Buffer
+	r := newRouter(t, mq.RouterConfig{
+		Brokers: []mq.Broker{{Name: "a", Publisher: a}},
+		Logger:  slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	})
+	r.CheckNow(t.Context(), time.Second)
+	a.set(false, errors.New("connection refused"))
+	for range 5 {
+		r.CheckNow(t.Context(), time.Second)
+	}
+	a.set(false, nil)
+	for range 3 {
+		r.CheckNow(t.Context(), time.Second)
+	}
+	var lines []map[string]any
+	for line := range strings.Lines(buf.String()) {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &m))
+		lines = append(lines, m)
+	}
+	require.Len(t, lines, 3, "up at the first check, down once, up again once: %s", buf.String())
+	require.Equal(t, "INFO", lines[0]["level"])
+	require.Equal(t, "WARN", lines[1]["level"])
+	require.Contains(t, lines[1]["error"], "connection refused")
+	require.Equal(t, "INFO", lines[2]["level"])
+	require.Equal(t, "broker is up again", lines[2]["msg"])
+	require.NotEmpty(t, lines[2]["outage"], "the outage's length")
 }

@@ -6,14 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
 
-	"github.com/uptrace/bun/schema"
-
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/store/outboxsql"
 	"github.com/courier-oss/courier/tracing"
 )
 
@@ -36,129 +32,25 @@ type Tx interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// querier is the method of *sql.Tx and bun's handles that Enqueue uses, when tx has it, to
-// insert many messages with one INSERT ... RETURNING.
-type querier interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
-
-// bunFormatter is satisfied by bun's handles, which format "?" placeholders themselves.
-type bunFormatter interface {
-	Dialect() schema.Dialect
-}
-
-// Limits of one multi-row INSERT. 500 rows are 2,000 parameters, far below PostgreSQL's 65,535
-// and SQLite's 32,766; the byte bound keeps a run of large payloads from making one huge
-// statement (bun writes the values into the SQL text, PostgreSQL refuses statements of 1 GB).
-const (
-	maxInsertRows  = 500
-	maxInsertBytes = 16 << 20 // payload bytes; a statement holds at least one message
-)
-
-// columns is how many values one message inserts (insertSQL's column list).
-const columns = 4
-
 // Enqueue inserts the messages into the outbox inside tx and returns their ids in order. Call
 // it in the same transaction as the business change; nothing is published unless that
 // transaction commits. Every message is checked before any is inserted: one that breaks the
 // rules fails the call and nothing is written. Many messages go out in few statements (up to
-// 500 rows each) when tx has QueryContext, as *sql.Tx and bun's handles do. When ctx carries
-// an OpenTelemetry span, each row's headers get its traceparent (and tracestate), unless the
-// message sets its own: the delivery continues the producer's trace.
+// 500 rows each, store/outboxsql) when tx has QueryContext, as *sql.Tx and bun's handles do.
+// When ctx carries an OpenTelemetry span, each row's headers get its traceparent (and
+// tracestate), unless the message sets its own: the delivery continues the producer's trace.
 func Enqueue(ctx context.Context, tx Tx, msgs ...Message) ([]int64, error) {
 	if tx == nil {
 		return nil, errors.New("outbox: nil transaction")
 	}
-	args := make([]any, 0, columns*len(msgs))
+	rows := make([]outboxsql.Row, len(msgs))
 	for i, m := range msgs {
 		if err := m.Validate(); err != nil {
 			return nil, fmt.Errorf("outbox: message %d: %w", i, err)
 		}
-		m.Headers = traceHeaders(ctx, m.Headers)
-		var headers any
-		if len(m.Headers) > 0 {
-			b, err := json.Marshal(m.Headers)
-			if err != nil {
-				return nil, err
-			}
-			headers = string(b)
-		}
-		args = append(args, m.Topic, m.Key, m.Payload, headers)
+		rows[i] = outboxsql.Row{Topic: m.Topic, Key: m.Key, Payload: m.Payload, Headers: traceHeaders(ctx, m.Headers)}
 	}
-	_, isBun := tx.(bunFormatter)
-	q, ok := tx.(querier)
-	if !ok {
-		return insertEach(ctx, tx, isBun, args)
-	}
-	ids := make([]int64, 0, len(msgs))
-	for first := 0; first < len(msgs); {
-		n := statementRows(msgs[first:])
-		got, err := insertMany(ctx, q, isBun, args[columns*first:columns*(first+n)])
-		if err != nil {
-			return nil, err
-		}
-		ids = append(ids, got...)
-		first += n
-	}
-	return ids, nil
-}
-
-// statementRows is how many of msgs (at least one) the next INSERT takes, within the limits of
-// one statement.
-func statementRows(msgs []Message) int {
-	size := 0
-	for i, m := range msgs {
-		size += len(m.Payload)
-		if i == maxInsertRows || (i > 0 && size > maxInsertBytes) {
-			return i
-		}
-	}
-	return len(msgs)
-}
-
-// insertEach inserts one row per statement, for a Tx without QueryContext.
-func insertEach(ctx context.Context, tx Tx, isBun bool, args []any) ([]int64, error) {
-	q := insertSQL(isBun, 1)
-	ids := make([]int64, len(args)/columns)
-	for i := range ids {
-		if err := tx.QueryRowContext(ctx, q, args[columns*i:columns*(i+1)]...).Scan(&ids[i]); err != nil {
-			return nil, fmt.Errorf("outbox: insert: %w", err)
-		}
-	}
-	return ids, nil
-}
-
-// insertMany inserts the rows whose values args holds with one statement and returns their ids
-// in row order.
-func insertMany(ctx context.Context, q querier, isBun bool, args []any) ([]int64, error) {
-	n := len(args) / columns
-	rows, err := q.QueryContext(ctx, insertSQL(isBun, n), args...)
-	if err != nil {
-		return nil, fmt.Errorf("outbox: insert: %w", err)
-	}
-	defer rows.Close()
-	ids := make([]int64, 0, n)
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("outbox: insert: %w", err)
-		}
-		ids = append(ids, id)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("outbox: insert: %w", err)
-	}
-	if len(ids) != n {
-		return nil, fmt.Errorf("outbox: insert returned %d ids for %d rows", len(ids), n)
-	}
-	// RETURNING promises no row order (SQLite documents its order as arbitrary), but the ids
-	// themselves ascend in row order: one statement inserts its VALUES rows in list order, and
-	// each row takes its id as it is inserted, from PostgreSQL's sequence (nextval only ever
-	// grows, whatever other sessions take in between) or from SQLite's AUTOINCREMENT (one past
-	// the largest id ever used, under the database's single write lock). So the sorted ids are
-	// the rows' ids in order.
-	slices.Sort(ids)
-	return ids, nil
+	return outboxsql.Insert(ctx, tx, rows)
 }
 
 // traceHeaders adds ctx's W3C trace context to a message's headers (traceparent, tracestate:
@@ -170,32 +62,6 @@ func traceHeaders(ctx context.Context, headers map[string]string) map[string]str
 		return headers
 	}
 	return tracing.WithHeaders(ctx, headers)
-}
-
-// insertSQL is the INSERT of rows messages: "?" placeholders for bun, which formats them
-// itself, and $1..$n for database/sql (lib/pq needs them; SQLite takes them too).
-func insertSQL(questionMarks bool, rows int) string {
-	var b strings.Builder
-	b.WriteString(`INSERT INTO courier_outbox (topic, "key", payload, headers) VALUES `)
-	for r := range rows {
-		if r > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteByte('(')
-		for c := range columns {
-			if c > 0 {
-				b.WriteString(", ")
-			}
-			if questionMarks {
-				b.WriteByte('?')
-			} else {
-				b.WriteString("$" + strconv.Itoa(columns*r+c+1))
-			}
-		}
-		b.WriteByte(')')
-	}
-	b.WriteString(" RETURNING id")
-	return b.String()
 }
 
 // Validate checks the message against the table contract: courier's topic, key and header

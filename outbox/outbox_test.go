@@ -69,7 +69,7 @@ func all(t *testing.T, s *store.Store) map[int64]courier.OutboxRecord {
 	t.Helper()
 	byID := map[int64]courier.OutboxRecord{}
 	for after, more := int64(0), true; more; {
-		recs, m, err := s.ListOutbox(t.Context(), store.OutboxFilter{AfterID: after, Limit: 1000, WithPayload: true})
+		recs, m, err := s.ListOutbox(t.Context(), courier.OutboxFilter{AfterID: after, Limit: 1000, WithPayload: true})
 		require.NoError(t, err)
 		for _, rec := range recs {
 			byID[rec.ID] = rec

@@ -15,19 +15,19 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/internal/pglisten"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/store"
-	"github.com/courier-oss/courier/timers"
 	"github.com/courier-oss/courier/tracing"
 	"github.com/courier-oss/courier/workflows"
 )
 
-// Source is one database holding an outbox table.
+// Source is one database holding an outbox table. On PostgreSQL the relay also listens for
+// the table's notifications (store.Listen), so a committed row is claimed at once rather than
+// at the next poll.
 type Source struct {
 	Name  string       // "default" for courier's own database
 	Store *store.Store // the database
-	DSN   string       // PostgreSQL URL for LISTEN/NOTIFY; "" disables it
 }
 
 // Config tunes the relay. Zero fields take the documented defaults.
@@ -163,7 +163,7 @@ func (c Config) withDefaults() Config {
 
 // TimerArmer creates timers for rows on outbox.TimerTopic (the timer service).
 type TimerArmer interface {
-	Create(ctx context.Context, r timers.CreateRequest) (timers.Timer, bool, error)
+	Create(ctx context.Context, r api.TimerRequest) (api.Timer, bool, error)
 }
 
 // Deps are the relay's collaborators.
@@ -238,10 +238,13 @@ func (r *Relay) Run(ctx context.Context) error {
 
 func (r *Relay) runSource(ctx context.Context, src Source, wake <-chan struct{}) {
 	notify := make(chan struct{}, 1)
-	if src.DSN != "" && src.Store.IsPostgres() {
-		stop := pglisten.Listen(ctx, src.DSN, "courier_outbox", notify, r.log.With("source", src.Name))
-		defer stop()
-	}
+	stop := src.Store.Listen(ctx, store.OutboxChannel, func() {
+		select {
+		case notify <- struct{}{}:
+		default: // one pending wake-up is enough
+		}
+	}, r.log.With("source", src.Name))
+	defer stop()
 	ticker := time.NewTicker(r.cfg.PollInterval)
 	defer ticker.Stop()
 	cleanup := time.NewTicker(cleanupEvery)
@@ -434,7 +437,7 @@ func (r *Relay) armTimer(ctx context.Context, src Source, id int64) {
 		fail("timer row payload is not valid: " + err.Error())
 		return
 	}
-	_, _, err = r.timers.Create(ctx, timers.CreateRequest{BizType: row.BizType, BizID: row.BizID, FireAt: row.FireAt, Payload: row.Payload})
+	_, _, err = r.timers.Create(ctx, api.TimerRequest{BizType: row.BizType, BizID: row.BizID, When: api.At(row.FireAt), Payload: row.Payload})
 	switch courier.ErrorCode(err) {
 	case courier.CodeValidation, courier.CodeConflict, courier.CodeTooLarge, courier.CodeInvalid:
 		fail(err.Error())

@@ -128,6 +128,19 @@ func (s *Store) nowSQL() string {
 	return "strftime('%Y-%m-%d %H:%M:%f+00:00', 'now')"
 }
 
+// sqliteTimeLayout is how nowSQL writes a time on SQLite (strftime's %f is milliseconds).
+const sqliteTimeLayout = "2006-01-02 15:04:05.000+00:00"
+
+// timeArg is t as a query argument that compares exactly with the times nowSQL writes: on
+// SQLite, where times are text, in nowSQL's own layout (bun's layout drops trailing zeros, so
+// an equal time would not compare equal).
+func (s *Store) timeArg(t time.Time) any {
+	if s.pg {
+		return t.UTC()
+	}
+	return t.UTC().Format(sqliteTimeLayout)
+}
+
 // nowPlusSQL is the database's current time plus d, in the column layout of the dialect.
 func (s *Store) nowPlusSQL(d time.Duration) string {
 	if s.pg {

@@ -165,28 +165,13 @@ func (s *Store) GetOutbox(ctx context.Context, id int64) (courier.OutboxRecord, 
 	return row.record(), nil
 }
 
-// OutboxFilter selects records for listing. Records come in ascending id order, after AfterID.
-type OutboxFilter struct {
-	Status  courier.OutboxStatus // "" for every status
-	Topic   string               // "" for every topic
-	AfterID int64                // keyset pagination: ids greater than this
-	Limit   int                  // default 100, at most 1000
-	// WithPayload loads the payloads; without it records carry only PayloadBytes, so a page of
-	// large records costs the gateway nothing.
-	WithPayload bool
-	// PayloadBudget bounds the payload bytes one page loads (WithPayload only): the page ends
-	// before the record that would pass it, but always holds at least one record. Default
-	// DefaultPayloadBudget.
-	PayloadBudget int64
-}
-
-// DefaultPayloadBudget is the payload bytes one page of records may load unless a filter sets
-// another budget.
+// DefaultPayloadBudget is the payload bytes one page of ListOutbox may load unless the filter
+// sets another budget (courier.OutboxFilter.PayloadBudget).
 const DefaultPayloadBudget = 4 << 20
 
 // ListOutbox lists records by filter, a bounded page at a time, and reports whether more
 // records match after the last one returned.
-func (s *Store) ListOutbox(ctx context.Context, f OutboxFilter) ([]courier.OutboxRecord, bool, error) {
+func (s *Store) ListOutbox(ctx context.Context, f courier.OutboxFilter) ([]courier.OutboxRecord, bool, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
@@ -404,7 +389,9 @@ func (s *Store) DeleteSentOutbox(ctx context.Context, before time.Time, limit in
 }
 
 // EnqueueOutbox inserts one message in its own transaction (for the gateway's publish endpoint;
-// producers with a database use outbox.Enqueue inside their own transaction instead).
+// producers with a database use outbox.Enqueue inside their own transaction instead). It goes
+// through outbox.Enqueue, so the message is checked and written (store/outboxsql) exactly as a
+// producer's would be.
 func (s *Store) EnqueueOutbox(ctx context.Context, m outbox.Message) (courier.OutboxRecord, error) {
 	var rec courier.OutboxRecord
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {

@@ -2,24 +2,14 @@ package store
 
 import (
 	"context"
-	"time"
 
 	"github.com/uptrace/bun"
 
 	"github.com/courier-oss/courier"
 )
 
-// DeadFilter chooses dead records for a bulk redrive. A dead record's next_attempt_at is when
-// it went dead (MarkOutboxDead sets it).
-type DeadFilter struct {
-	Topic      string    // a topic pattern (courier.MatchTopic); empty: every topic
-	DeadSince  time.Time // zero: no lower bound; inclusive
-	DeadBefore time.Time // zero: no upper bound; exclusive
-	AfterID    int64     // records with a greater id only
-}
-
-// DeadRef names one dead record; the payload stays in the database.
-type DeadRef struct {
+// deadRef is the bun scan target of DeadOutbox: courier.DeadRef with its columns.
+type deadRef struct {
 	ID    int64  `bun:"id"`
 	Topic string `bun:"topic"`
 }
@@ -30,12 +20,12 @@ const deadScanPage = 1000
 // DeadOutbox returns up to limit dead records matching f in ascending id order, reading ids and
 // topics only, a page of at most 1,000 rows per statement. The topic pattern's literal prefix
 // narrows the scan in SQL; its wildcards are matched here.
-func (s *Store) DeadOutbox(ctx context.Context, f DeadFilter, limit int) ([]DeadRef, error) {
-	var out []DeadRef
+func (s *Store) DeadOutbox(ctx context.Context, f courier.DeadFilter, limit int) ([]courier.DeadRef, error) {
+	var out []courier.DeadRef
 	prefix := courier.TopicPatternPrefix(f.Topic)
 	after := f.AfterID
 	for len(out) < limit {
-		var page []DeadRef
+		var page []deadRef
 		q := s.db.NewSelect().TableExpr("courier_outbox").Column("id", "topic").
 			Where("status = ?", courier.OutboxDead).Where("id > ?", after).
 			Order("id ASC").Limit(deadScanPage)
@@ -53,7 +43,7 @@ func (s *Store) DeadOutbox(ctx context.Context, f DeadFilter, limit int) ([]Dead
 		}
 		for _, r := range page {
 			if f.Topic == "" || courier.MatchTopic(f.Topic, r.Topic) {
-				out = append(out, r)
+				out = append(out, courier.DeadRef(r))
 				if len(out) == limit {
 					break
 				}

@@ -27,7 +27,7 @@ func TestBulkRedrive(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, ok)
 		}
-		refs := func(f store.DeadFilter, limit int) []int64 {
+		refs := func(f courier.DeadFilter, limit int) []int64 {
 			t.Helper()
 			rs, err := s.DeadOutbox(ctx, f, limit)
 			require.NoError(t, err)
@@ -37,17 +37,17 @@ func TestBulkRedrive(t *testing.T) {
 			}
 			return out
 		}
-		require.Equal(t, ids[:5], refs(store.DeadFilter{}, 100))
-		require.Equal(t, []int64{ids[0], ids[4]}, refs(store.DeadFilter{Topic: "orders.*"}, 100))
-		require.Equal(t, []int64{ids[0], ids[1], ids[4]}, refs(store.DeadFilter{Topic: "orders.>"}, 100))
-		require.Equal(t, []int64{ids[0], ids[3]}, refs(store.DeadFilter{Topic: "*.created"}, 100))
-		require.Equal(t, []int64{ids[2]}, refs(store.DeadFilter{Topic: "orders"}, 100))
-		require.Equal(t, []int64{ids[0]}, refs(store.DeadFilter{Topic: "orders.>"}, 1))
-		require.Equal(t, []int64{ids[1], ids[4]}, refs(store.DeadFilter{Topic: "orders.>", AfterID: ids[0]}, 100))
+		require.Equal(t, ids[:5], refs(courier.DeadFilter{}, 100))
+		require.Equal(t, []int64{ids[0], ids[4]}, refs(courier.DeadFilter{Topic: "orders.*"}, 100))
+		require.Equal(t, []int64{ids[0], ids[1], ids[4]}, refs(courier.DeadFilter{Topic: "orders.>"}, 100))
+		require.Equal(t, []int64{ids[0], ids[3]}, refs(courier.DeadFilter{Topic: "*.created"}, 100))
+		require.Equal(t, []int64{ids[2]}, refs(courier.DeadFilter{Topic: "orders"}, 100))
+		require.Equal(t, []int64{ids[0]}, refs(courier.DeadFilter{Topic: "orders.>"}, 1))
+		require.Equal(t, []int64{ids[1], ids[4]}, refs(courier.DeadFilter{Topic: "orders.>", AfterID: ids[0]}, 100))
 		hour := time.Hour
-		require.Equal(t, ids[:5], refs(store.DeadFilter{DeadSince: time.Now().Add(-hour), DeadBefore: time.Now().Add(hour)}, 100))
-		require.Empty(t, refs(store.DeadFilter{DeadSince: time.Now().Add(hour)}, 100))
-		require.Empty(t, refs(store.DeadFilter{DeadBefore: time.Now().Add(-hour)}, 100))
+		require.Equal(t, ids[:5], refs(courier.DeadFilter{DeadSince: time.Now().Add(-hour), DeadBefore: time.Now().Add(hour)}, 100))
+		require.Empty(t, refs(courier.DeadFilter{DeadSince: time.Now().Add(hour)}, 100))
+		require.Empty(t, refs(courier.DeadFilter{DeadBefore: time.Now().Add(-hour)}, 100))
 
 		// Only records still dead move: the pending one and an unknown id are left alone.
 		n, err := s.RedriveDeadOutbox(ctx, []int64{ids[0], ids[4], ids[5], 999999})
@@ -61,7 +61,7 @@ func TestBulkRedrive(t *testing.T) {
 		n, err = s.RedriveDeadOutbox(ctx, []int64{ids[0]})
 		require.NoError(t, err)
 		require.Zero(t, n, "a second redrive moves nothing")
-		require.Equal(t, []int64{ids[1], ids[2], ids[3]}, refs(store.DeadFilter{}, 100))
+		require.Equal(t, []int64{ids[1], ids[2], ids[3]}, refs(courier.DeadFilter{}, 100))
 	})
 }
 
@@ -83,10 +83,10 @@ func TestBulkRedriveScansPages(t *testing.T) {
 			_, err := s.MarkOutboxDead(ctx, id, "x")
 			require.NoError(t, err)
 		}
-		rs, err := s.DeadOutbox(ctx, store.DeadFilter{Topic: "*.a"}, 10000)
+		rs, err := s.DeadOutbox(ctx, courier.DeadFilter{Topic: "*.a"}, 10000)
 		require.NoError(t, err)
 		require.Len(t, rs, 2500)
-		rs, err = s.DeadOutbox(ctx, store.DeadFilter{Topic: "rare.*"}, 10)
+		rs, err = s.DeadOutbox(ctx, courier.DeadFilter{Topic: "rare.*"}, 10)
 		require.NoError(t, err)
 		require.Len(t, rs, 2)
 		require.Equal(t, ids[999], rs[0].ID)

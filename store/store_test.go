@@ -102,7 +102,7 @@ func TestEnqueueRejectsBadMessages(t *testing.T) {
 			})
 			require.Error(t, err, name)
 		}
-		recs, _, err := s.ListOutbox(ctx, store.OutboxFilter{})
+		recs, _, err := s.ListOutbox(ctx, courier.OutboxFilter{})
 		require.NoError(t, err)
 		require.Empty(t, recs)
 	})
@@ -234,7 +234,7 @@ func TestSentDeadRedrive(t *testing.T) {
 		ok, err = s.MarkOutboxDead(ctx, ids[1], "no stream")
 		require.NoError(t, err)
 		require.True(t, ok)
-		dead, _, err := s.ListOutbox(ctx, store.OutboxFilter{Status: courier.OutboxDead})
+		dead, _, err := s.ListOutbox(ctx, courier.OutboxFilter{Status: courier.OutboxDead})
 		require.NoError(t, err)
 		require.Len(t, dead, 1)
 		require.Equal(t, "no stream", dead[0].LastError)
@@ -264,7 +264,7 @@ func TestListPaginatesAndFilters(t *testing.T) {
 		var all []int64
 		after := int64(0)
 		for pages := 1; ; pages++ {
-			page, more, err := s.ListOutbox(ctx, store.OutboxFilter{AfterID: after, Limit: 10})
+			page, more, err := s.ListOutbox(ctx, courier.OutboxFilter{AfterID: after, Limit: 10})
 			require.NoError(t, err)
 			for _, r := range page {
 				all = append(all, r.ID)
@@ -279,7 +279,7 @@ func TestListPaginatesAndFilters(t *testing.T) {
 		}
 		require.Len(t, all, 25)
 		require.True(t, sort.SliceIsSorted(all, func(i, j int) bool { return all[i] < all[j] }))
-		odd, more, err := s.ListOutbox(ctx, store.OutboxFilter{Topic: "odd"})
+		odd, more, err := s.ListOutbox(ctx, courier.OutboxFilter{Topic: "odd"})
 		require.NoError(t, err)
 		require.Len(t, odd, 12)
 		require.False(t, more)
@@ -300,7 +300,7 @@ func TestListOutboxPayloadBudget(t *testing.T) {
 		var seen []int64
 		after := int64(0)
 		for {
-			page, more, err := s.ListOutbox(ctx, store.OutboxFilter{AfterID: after, Limit: 1000, WithPayload: true, PayloadBudget: 1 << 20})
+			page, more, err := s.ListOutbox(ctx, courier.OutboxFilter{AfterID: after, Limit: 1000, WithPayload: true, PayloadBudget: 1 << 20})
 			require.NoError(t, err)
 			require.NotEmpty(t, page)
 			var bytes int
@@ -316,7 +316,7 @@ func TestListOutboxPayloadBudget(t *testing.T) {
 			after = page[len(page)-1].ID
 		}
 		require.Equal(t, ids, seen, "every record once, in order")
-		one, more, err := s.ListOutbox(ctx, store.OutboxFilter{Limit: 5, WithPayload: true, PayloadBudget: 1})
+		one, more, err := s.ListOutbox(ctx, courier.OutboxFilter{Limit: 5, WithPayload: true, PayloadBudget: 1})
 		require.NoError(t, err)
 		require.Len(t, one, 1, "a record larger than the budget still makes a page of one")
 		require.True(t, more)

@@ -29,7 +29,7 @@ type ClaimedTask struct {
 
 // BandCounts are ready tasks per priority band (index 0 is priority 1), each capped at the
 // number of free slots.
-type BandCounts [5]int
+type BandCounts [courier.PriorityBands]int
 
 // notExpiredSQL keeps pending tasks past their pending timeout out of claims: the sweeper fails
 // them.
@@ -69,7 +69,7 @@ func (s *Store) ClaimTasks(ctx context.Context, queue string, max int, choose fu
 			return nil
 		}
 		take := choose(ready, slots)
-		for b := 1; b <= 5; b++ {
+		for b := 1; b <= courier.PriorityBands; b++ {
 			if take[b-1] <= 0 {
 				continue
 			}
@@ -111,7 +111,7 @@ func (s *Store) readyBands(ctx context.Context, tx bun.Tx, queue string, max int
 		cols []string
 		args []any
 	)
-	for b := 1; b <= 5; b++ {
+	for b := 1; b <= courier.PriorityBands; b++ {
 		cols = append(cols, fmt.Sprintf("(SELECT count(*) FROM (SELECT 1 FROM courier_tasks WHERE queue = ? AND status = 'pending' "+
 			"AND priority = %d AND next_attempt_at <= %s%s LIMIT ?) AS r%d)", b, s.nowSQL(), s.notExpiredSQL(), b))
 		args = append(args, queue, max)

@@ -54,3 +54,61 @@ func (s *Store) TaskHead(ctx context.Context, taskID string) (int64, error) {
 	}
 	return head, err
 }
+
+// MaxTaskPage bounds one page of a task list; DefaultTaskPage is its size when none is asked.
+const (
+	MaxTaskPage     = 1000
+	DefaultTaskPage = 100
+)
+
+// ListTasks returns one page of the versions f selects, newest first (by creation, then task
+// id and version, descending), without their payloads and results, which can be large: a list
+// is for finding tasks, GetTask for reading one. more says whether another page follows.
+func (s *Store) ListTasks(ctx context.Context, f courier.TaskFilter) (tasks []courier.Task, more bool, err error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = DefaultTaskPage
+	}
+	limit = min(limit, MaxTaskPage)
+	var rows []taskRow
+	q := s.db.NewSelect().Model(&rows).ExcludeColumn("payload", "result").
+		OrderExpr("created_at DESC, task_id DESC, version DESC").Limit(int64(limit) + 1)
+	if f.Queue != "" {
+		q = q.Where("queue = ?", f.Queue)
+	}
+	if f.Status != "" {
+		q = q.Where("status = ?", f.Status)
+	}
+	if f.Priority != 0 {
+		q = q.Where("priority = ?", f.Priority)
+	}
+	if !f.CreatedAfter.IsZero() {
+		q = q.Where("created_at >= ?", s.timeArg(f.CreatedAfter))
+	}
+	if !f.CreatedBefore.IsZero() {
+		q = q.Where("created_at < ?", s.timeArg(f.CreatedBefore))
+	}
+	if k := f.After; k != nil {
+		at := s.timeArg(k.CreatedAt)
+		q = q.WhereGroup(" AND ", func(q *bun.SelectQuery) *bun.SelectQuery {
+			return q.Where("created_at < ?", at).
+				WhereOr("created_at = ? AND task_id < ?", at, k.TaskID).
+				WhereOr("created_at = ? AND task_id = ? AND version < ?", at, k.TaskID, k.Version)
+		})
+	}
+	if err := q.Scan(ctx); err != nil {
+		return nil, false, err
+	}
+	more = len(rows) > limit
+	rows = rows[:min(len(rows), limit)]
+	tasks = make([]courier.Task, 0, len(rows))
+	for i := range rows {
+		t, err := rows[i].task()
+		if err != nil {
+			return nil, false, err
+		}
+		t.Payload = nil // left out of the page
+		tasks = append(tasks, t)
+	}
+	return tasks, more, nil
+}

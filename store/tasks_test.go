@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -145,7 +146,7 @@ func TestTaskHeadSurvivesPurge(t *testing.T) {
 			_, _, err := s.InsertTask(ctx, taskReq("d", v, 3, `{"big":"payload"}`))
 			require.NoError(t, err)
 		}
-		claimed, err := s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(dispatch.DefaultWeights)))
+		claimed, err := s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
 		require.NoError(t, err)
 		require.Len(t, claimed, 1, "version 2 was superseded")
 		fr, err := s.FinishTaskAttempt(ctx, "d", 3, 1, courier.AttemptOutcome{Kind: courier.OutcomeFailure, Result: json.RawMessage(`{"e":1}`)})
@@ -180,7 +181,7 @@ func TestTaskHeadSurvivesPurge(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, courier.TaskReplaced, out)
 		require.Equal(t, 0, again.Attempts, "a fresh retry budget")
-		claimed, err = s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(dispatch.DefaultWeights)))
+		claimed, err = s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
 		require.NoError(t, err)
 		require.Len(t, claimed, 1)
 		require.Equal(t, 2, claimed[0].Attempt, "attempt numbers keep counting across lives")
@@ -264,7 +265,7 @@ func TestTaskClaimLimitWeightsAndFinish(t *testing.T) {
 		ctx := context.Background()
 		q, _, err := s.PutQueue(ctx, courier.Queue{Name: "parse", ConcurrencyLimit: 4, Retry: courier.TaskRetry{MaxAttempts: 2}})
 		require.NoError(t, err)
-		require.Equal(t, courier.DefaultQueueWeights, q.Weights)
+		require.Equal(t, courier.DefaultBandWeights, q.Weights)
 		for i := 0; i < 10; i++ {
 			for p := 1; p <= 5; p++ {
 				r := taskReq(fmt.Sprintf("t%d-p%d", i, p), int64(1+i%2), p, `{}`)
@@ -273,7 +274,7 @@ func TestTaskClaimLimitWeightsAndFinish(t *testing.T) {
 				require.NoError(t, err)
 			}
 		}
-		ch := dispatch.NewChooser(dispatch.DefaultWeights)
+		ch := dispatch.NewChooser(courier.DefaultBandWeights)
 		got, err := s.ClaimTasks(ctx, "parse", 100, claimAll(ch))
 		require.NoError(t, err)
 		require.Len(t, got, 4, "never more than the limit")
@@ -343,7 +344,7 @@ func TestTaskClaimLimitWeightsAndFinish(t *testing.T) {
 		_, err = s.DB().NewRaw("UPDATE courier_tasks SET next_attempt_at = '2000-01-01 00:00:00+00:00', priority = 1 WHERE task_id = ? AND version = ?",
 			got[1].TaskID, got[1].Version).Exec(ctx)
 		require.NoError(t, err)
-		next, err := s.ClaimTasks(ctx, "parse", 1, claimAll(dispatch.NewChooser(dispatch.Weights{100, 1, 1, 1, 1})))
+		next, err := s.ClaimTasks(ctx, "parse", 1, claimAll(dispatch.NewChooser(courier.BandWeights{100, 1, 1, 1, 1})))
 		require.NoError(t, err)
 		require.Len(t, next, 1)
 		require.Equal(t, got[1].TaskID, next[0].TaskID)
@@ -386,7 +387,7 @@ func TestTaskSweeperSteps(t *testing.T) {
 		require.NoError(t, err)
 
 		// An expired pending task is never claimed, and the sweeper fails it.
-		got, err := s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(dispatch.DefaultWeights)))
+		got, err := s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
 		require.NoError(t, err)
 		require.Len(t, got, 1, "only f/2 is due and not expired")
 		require.Equal(t, "f", got[0].TaskID)
@@ -431,7 +432,7 @@ func TestTaskReplaceRacingClaim(t *testing.T) {
 		ctx := context.Background()
 		_, _, err := s.PutQueue(ctx, courier.Queue{Name: "race", ConcurrencyLimit: 1000})
 		require.NoError(t, err)
-		ch := dispatch.NewChooser(dispatch.DefaultWeights)
+		ch := dispatch.NewChooser(courier.DefaultBandWeights)
 		for round := 0; round < 30; round++ {
 			id := fmt.Sprintf("r%d", round)
 			r := taskReq(id, 1, 3, `{"n":0}`)
@@ -469,7 +470,7 @@ func TestTaskOverdueByDeadline(t *testing.T) {
 			_, _, err := s.InsertTask(ctx, taskReq(id, 1, 3, `{}`))
 			require.NoError(t, err)
 		}
-		claimed, err := s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(dispatch.DefaultWeights)))
+		claimed, err := s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
 		require.NoError(t, err)
 		require.Len(t, claimed, 2)
 		_, ok, err := s.MarkTaskPushed(ctx, "long", 1, 1, time.Hour, store.AttemptRun{})
@@ -505,7 +506,7 @@ func TestTaskRunIDRecordedByPush(t *testing.T) {
 		require.NoError(t, err)
 		_, _, err = s.InsertTask(ctx, taskReq("doc", 1, 3, `{}`))
 		require.NoError(t, err)
-		claimed, err := s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(dispatch.DefaultWeights)))
+		claimed, err := s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
 		require.NoError(t, err)
 		require.Len(t, claimed, 1)
 		require.Equal(t, 7*time.Second, claimed[0].PushTimeout, "the claim carries the queue's push timeout")
@@ -542,7 +543,7 @@ func TestTaskRunIDRecordedByPush(t *testing.T) {
 		require.Empty(t, got.RunID, "a re-submission forgets the old attempt's run")
 		require.Zero(t, got.AttemptHeartbeatTimeout, "and its heartbeat timeout")
 
-		_, err = s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(dispatch.DefaultWeights)))
+		_, err = s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
 		require.NoError(t, err)
 		_, ok, err = s.MarkTaskPushed(ctx, "doc", 1, 2, time.Minute, store.AttemptRun{ID: "run-b"})
 		require.NoError(t, err)
@@ -552,7 +553,7 @@ func TestTaskRunIDRecordedByPush(t *testing.T) {
 		require.Equal(t, courier.TaskPending, fr.Status)
 		_, err = s.DB().NewRaw("UPDATE courier_tasks SET next_attempt_at = '2000-01-01 00:00:00+00:00' WHERE task_id = 'doc'").Exec(ctx)
 		require.NoError(t, err)
-		claimed, err = s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(dispatch.DefaultWeights)))
+		claimed, err = s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
 		require.NoError(t, err)
 		require.Len(t, claimed, 1)
 		got, err = s.GetTask(ctx, "doc", 1)
@@ -591,7 +592,7 @@ func TestConcurrentSuccessIsRecordedOnce(t *testing.T) {
 			_, _, err := s.InsertTask(ctx, taskReq(fmt.Sprintf("twice-%d", i), 1, i%5+1, `{}`))
 			require.NoError(t, err)
 		}
-		claimed, err := s.ClaimTasks(ctx, "default", n, claimAll(dispatch.NewChooser(dispatch.DefaultWeights)))
+		claimed, err := s.ClaimTasks(ctx, "default", n, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
 		require.NoError(t, err)
 		require.Len(t, claimed, n)
 		for _, c := range claimed {
@@ -620,5 +621,82 @@ func TestConcurrentSuccessIsRecordedOnce(t *testing.T) {
 		q, err := s.GetQueue(ctx, "default")
 		require.NoError(t, err)
 		require.Zero(t, q.InFlight, "each slot released once")
+	})
+}
+
+// A task list pages newest first through every version the filter selects, without payloads,
+// and a page boundary inside a run of versions created at the same instant loses none of them.
+func TestTaskList(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := t.Context()
+		_, _, err := s.PutQueue(ctx, courier.Queue{Name: "mail"}.WithDefaults())
+		require.NoError(t, err)
+		for i := range 25 {
+			_, _, err := s.InsertTask(ctx, taskReq(fmt.Sprintf("t-%02d", i), 1, i%courier.MaxPriority+1, `{"big":true}`))
+			require.NoError(t, err)
+		}
+		_, _, err = s.InsertTask(ctx, courier.TaskRequest{TaskID: "other", Version: 1, Queue: "mail", Payload: json.RawMessage(`1`)})
+		require.NoError(t, err)
+		// Five versions share one creation time: the order falls back to task id and version.
+		_, err = s.DB().NewRaw("UPDATE courier_tasks SET created_at = (SELECT created_at FROM courier_tasks WHERE task_id = 't-10') WHERE task_id IN ('t-10', 't-11', 't-12', 't-13', 't-14')").Exec(ctx)
+		require.NoError(t, err)
+		setStatus(t, s, "t-03", 1, courier.TaskFailed)
+
+		var seen []string
+		f := courier.TaskFilter{Queue: courier.DefaultQueueName, Limit: 4}
+		for page := 0; ; page++ {
+			require.Less(t, page, 10, "the list ends")
+			tasks, more, err := s.ListTasks(ctx, f)
+			require.NoError(t, err)
+			require.LessOrEqual(t, len(tasks), 4)
+			for _, tk := range tasks {
+				require.Nil(t, tk.Payload, "pages leave payloads out")
+				seen = append(seen, tk.TaskID)
+			}
+			if !more {
+				break
+			}
+			last := tasks[len(tasks)-1]
+			f.After = &courier.TaskKey{CreatedAt: last.CreatedAt, TaskID: last.TaskID, Version: last.Version}
+		}
+		require.Len(t, seen, 25, "every version of the queue once: %v", seen)
+		require.ElementsMatch(t, []string{"t-10", "t-11", "t-12", "t-13", "t-14"}, seen[slices.Index(seen, "t-14"):slices.Index(seen, "t-14")+5],
+			"the versions created together come in a row, by task id descending")
+		require.Equal(t, "t-24", seen[0], "newest first")
+
+		failed, more, err := s.ListTasks(ctx, courier.TaskFilter{Status: courier.TaskFailed})
+		require.NoError(t, err)
+		require.False(t, more)
+		require.Len(t, failed, 1)
+		require.Equal(t, "t-03", failed[0].TaskID)
+
+		high, _, err := s.ListTasks(ctx, courier.TaskFilter{Priority: 1, Queue: courier.DefaultQueueName})
+		require.NoError(t, err)
+		require.Len(t, high, 5)
+		mail, _, err := s.ListTasks(ctx, courier.TaskFilter{Queue: "mail"})
+		require.NoError(t, err)
+		require.Len(t, mail, 1)
+
+		all, _, err := s.ListTasks(ctx, courier.TaskFilter{Limit: 1000})
+		require.NoError(t, err)
+		require.Len(t, all, 26)
+		cut := all[12].CreatedAt
+		var older, newer int
+		for _, tk := range all {
+			if tk.CreatedAt.Before(cut) {
+				older++
+			} else {
+				newer++
+			}
+		}
+		before, _, err := s.ListTasks(ctx, courier.TaskFilter{CreatedBefore: cut, Limit: 1000})
+		require.NoError(t, err)
+		require.Len(t, before, older, "created_before excludes its own instant")
+		after, _, err := s.ListTasks(ctx, courier.TaskFilter{CreatedAfter: cut, Limit: 1000})
+		require.NoError(t, err)
+		require.Len(t, after, newer, "created_after includes its own instant")
+		none, _, err := s.ListTasks(ctx, courier.TaskFilter{CreatedAfter: all[0].CreatedAt.Add(time.Millisecond)})
+		require.NoError(t, err)
+		require.Empty(t, none)
 	})
 }

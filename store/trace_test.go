@@ -73,7 +73,7 @@ func TestTaskTraceContext(t *testing.T) {
 		_, _, err = s.InsertTask(ctx, plain)
 		require.NoError(t, err)
 
-		claimed, err := s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(dispatch.DefaultWeights)))
+		claimed, err := s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
 		require.NoError(t, err)
 		require.Len(t, claimed, 2)
 		byID := map[string]courier.TraceContext{}

@@ -16,7 +16,6 @@ import (
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/dispatch"
-	"github.com/courier-oss/courier/internal/pglisten"
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/tracing"
 	"github.com/courier-oss/courier/workflows"
@@ -27,6 +26,10 @@ type ClaimStore interface {
 	ListQueues(ctx context.Context) ([]courier.Queue, error)
 	ClaimTasks(ctx context.Context, queue string, max int, choose func(ready store.BandCounts, slots int) store.BandCounts) ([]store.ClaimedTask, error)
 	UnpushedTasks(ctx context.Context, olderThan time.Duration, limit int) ([]store.ClaimedTask, error)
+	// Listen calls notify on the database's notifications on channel (store.TasksChannel:
+	// tasks of another process may be claimable) until stop is called; a database without
+	// notifications does nothing, and the claimer's poll does the work.
+	Listen(ctx context.Context, channel string, notify func(), log *slog.Logger) (stop func())
 }
 
 // Claimer moves ready tasks into attempt workflows while their queue has free slots. Every
@@ -42,7 +45,7 @@ type Claimer struct {
 }
 
 type chooser struct {
-	weights [5]int
+	weights courier.BandWeights
 	c       *dispatch.Chooser
 }
 
@@ -66,10 +69,8 @@ func (c *Claimer) Wake() {
 
 // Run claims until ctx ends; it returns nil on cancellation.
 func (c *Claimer) Run(ctx context.Context) error {
-	if c.cfg.DSN != "" {
-		stop := pglisten.Listen(ctx, c.cfg.DSN, "courier_tasks", c.wake, c.log)
-		defer stop()
-	}
+	stop := c.store.Listen(ctx, store.TasksChannel, c.Wake, c.log)
+	defer stop()
 	poll := time.NewTicker(c.cfg.PollInterval)
 	defer poll.Stop()
 	lastRecover := time.Now()
@@ -91,7 +92,7 @@ func (c *Claimer) Run(ctx context.Context) error {
 func (c *Claimer) choose(q courier.Queue) func(store.BandCounts, int) store.BandCounts {
 	ch := c.choosers[q.Name]
 	if ch == nil || ch.weights != q.Weights {
-		ch = &chooser{weights: q.Weights, c: dispatch.NewChooser(dispatch.Weights(q.Weights))}
+		ch = &chooser{weights: q.Weights, c: dispatch.NewChooser(q.Weights)}
 		c.choosers[q.Name] = ch
 	}
 	return func(ready store.BandCounts, slots int) store.BandCounts {

@@ -9,9 +9,6 @@ type Config struct {
 	// PublicURL is the gateway's base URL as task workers reach it, for the result and heartbeat
 	// links in every push, such as http://127.0.0.1:8080. Required for tasks to run.
 	PublicURL string
-	// DSN is the PostgreSQL URL the claimer listens on for wake-ups (LISTEN/NOTIFY); "" polls
-	// only.
-	DSN string
 	// PollInterval is the claimer's fallback poll when no notification wakes it; default
 	// DefaultPollInterval.
 	PollInterval time.Duration

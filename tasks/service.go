@@ -27,6 +27,7 @@ type Store interface {
 	InsertTask(ctx context.Context, r courier.TaskRequest) (courier.Task, courier.TaskInsertOutcome, error)
 	GetTask(ctx context.Context, taskID string, version int64) (courier.Task, error)
 	GetLatestTask(ctx context.Context, taskID string) (courier.Task, error)
+	ListTasks(ctx context.Context, f courier.TaskFilter) ([]courier.Task, bool, error)
 	CancelTask(ctx context.Context, taskID string, version int64) (courier.Task, bool, error)
 	PutQueue(ctx context.Context, q courier.Queue) (courier.Queue, bool, error)
 	GetQueue(ctx context.Context, name string) (courier.Queue, error)
@@ -79,6 +80,12 @@ func (s *Service) Insert(ctx context.Context, r courier.TaskRequest) (courier.Ta
 // Get returns one version.
 func (s *Service) Get(ctx context.Context, taskID string, version int64) (courier.Task, error) {
 	return s.store.GetTask(ctx, taskID, version)
+}
+
+// List returns one page of the versions f selects, newest first, without payloads and
+// results; more says whether another page follows.
+func (s *Service) List(ctx context.Context, f courier.TaskFilter) ([]courier.Task, bool, error) {
+	return s.store.ListTasks(ctx, f)
 }
 
 // Latest returns the highest stored version.

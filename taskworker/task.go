@@ -9,23 +9,11 @@ import (
 	"time"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 )
 
-// Push is the JSON body courier POSTs to a queue's push_url (activities.TaskPush on courier's
-// side; fields added there later are ignored here). Tests of a handler can build one.
-type Push struct {
-	TaskID      string          `json:"task_id"`
-	TaskVersion int64           `json:"task_version"`
-	Attempt     int             `json:"attempt"`
-	Priority    int             `json:"priority"`
-	Queue       string          `json:"queue"`
-	Payload     json.RawMessage `json:"payload"`
-	Deadline    time.Time       `json:"deadline"`
-	// HeartbeatTimeout is a Go duration string; empty when the queue wants no heartbeats.
-	HeartbeatTimeout string `json:"heartbeat_timeout,omitempty"`
-	ResultURL        string `json:"result_url"`
-	HeartbeatURL     string `json:"heartbeat_url"`
-}
+// Push is the JSON body courier POSTs to a queue's push_url. Tests of a handler can build one.
+type Push = api.TaskPush
 
 // Task is one attempt of a task version, as courier pushed it. The handler's context carries
 // it too (FromContext).
@@ -121,14 +109,7 @@ func decodePush(body []byte) (*Task, error) {
 	case p.Deadline.IsZero():
 		return nil, errors.New("deadline is required")
 	}
-	var hb time.Duration
-	if p.HeartbeatTimeout != "" {
-		d, err := time.ParseDuration(p.HeartbeatTimeout)
-		if err != nil || d < 0 {
-			return nil, fmt.Errorf("heartbeat_timeout %q is not a duration", p.HeartbeatTimeout)
-		}
-		hb = d
-	}
+	hb := p.HeartbeatTimeout.Std()
 	return &Task{ID: p.TaskID, Version: p.TaskVersion, Attempt: p.Attempt, Priority: p.Priority, Queue: p.Queue,
 		Payload: p.Payload, Deadline: p.Deadline, HeartbeatTimeout: hb, ResultURL: p.ResultURL, HeartbeatURL: p.HeartbeatURL}, nil
 }

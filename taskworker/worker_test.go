@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/client"
 	"github.com/courier-oss/courier/taskworker"
 	"github.com/courier-oss/courier/webhook"
@@ -137,9 +138,14 @@ func newRig(t *testing.T, h taskworker.HandlerFunc, tune func(*taskworker.Config
 	return r
 }
 
+// pushOf builds a push; hb is a Go duration string, "" for none.
 func pushOf(id string, attempt int, payload string, hb string, deadline time.Time) taskworker.Push {
+	var heartbeat time.Duration
+	if hb != "" {
+		heartbeat, _ = time.ParseDuration(hb)
+	}
 	return taskworker.Push{TaskID: id, TaskVersion: 1, Attempt: attempt, Priority: 2, Queue: "q",
-		Payload: json.RawMessage(payload), Deadline: deadline, HeartbeatTimeout: hb,
+		Payload: json.RawMessage(payload), Deadline: deadline, HeartbeatTimeout: api.PositiveDuration(heartbeat),
 		ResultURL: "http://courier.invalid/r", HeartbeatURL: "http://courier.invalid/h"}
 }
 

@@ -15,34 +15,9 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/workflows"
 )
-
-// ScheduleSpec is a cron schedule as the API takes it. Give Cron or Interval.
-type ScheduleSpec struct {
-	BizType       string          `json:"biz_type"`
-	Cron          string          `json:"cron,omitempty"`           // standard 5-field cron, e.g. "0 9 * * *"
-	Interval      string          `json:"interval,omitempty"`       // e.g. "15m"
-	TimeZone      string          `json:"time_zone,omitempty"`      // IANA name; default UTC
-	Overlap       string          `json:"overlap,omitempty"`        // skip (default), buffer_one, buffer_all, cancel_other, terminate_other, allow_all
-	CatchupWindow string          `json:"catchup_window,omitempty"` // how late a missed run may still fire; default 1m, at least 10s
-	Jitter        string          `json:"jitter,omitempty"`         // random delay up to this, to spread round times
-	Paused        bool            `json:"paused,omitempty"`
-	Payload       json.RawMessage `json:"payload,omitempty"`
-}
-
-// Schedule is a schedule as the API shows it.
-type Schedule struct {
-	ID             string       `json:"id"`
-	Spec           ScheduleSpec `json:"spec"`
-	Paused         bool         `json:"paused"`
-	Note           string       `json:"note,omitempty"`
-	NextRuns       []time.Time  `json:"next_runs"`
-	RecentRuns     []time.Time  `json:"recent_runs"`
-	Runs           int          `json:"runs"`
-	MissedCatchup  int          `json:"missed_catchup_window"`
-	SkippedOverlap int          `json:"skipped_overlap"`
-}
 
 var overlapPolicies = map[string]enumspb.ScheduleOverlapPolicy{
 	"":                enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
@@ -54,7 +29,7 @@ var overlapPolicies = map[string]enumspb.ScheduleOverlapPolicy{
 	"allow_all":       enumspb.SCHEDULE_OVERLAP_POLICY_ALLOW_ALL,
 }
 
-func (s *Service) compile(ctx context.Context, id string, sp ScheduleSpec) (client.ScheduleSpec, *client.ScheduleWorkflowAction, client.SchedulePolicies, error) {
+func (s *Service) compile(ctx context.Context, id string, sp api.ScheduleSpec) (client.ScheduleSpec, *client.ScheduleWorkflowAction, client.SchedulePolicies, error) {
 	var spec client.ScheduleSpec
 	var pol client.SchedulePolicies
 	if err := courier.CheckID("id", id); err != nil {
@@ -70,19 +45,17 @@ func (s *Service) compile(ctx context.Context, id string, sp ScheduleSpec) (clie
 		return spec, nil, pol, err
 	}
 	switch {
-	case (sp.Cron == "") == (sp.Interval == ""):
+	case (sp.Cron == "") == (sp.Interval == 0):
 		return spec, nil, pol, validation("cron", "give cron or interval, exactly one")
 	case sp.Cron != "":
 		if len(strings.Fields(sp.Cron)) < 5 {
 			return spec, nil, pol, validation("cron", "cron needs five fields: minute hour day-of-month month day-of-week")
 		}
 		spec.CronExpressions = []string{sp.Cron}
+	case sp.Interval.Std() < time.Second:
+		return spec, nil, pol, validation("interval", "interval must be a duration of at least 1s")
 	default:
-		d, err := time.ParseDuration(sp.Interval)
-		if err != nil || d < time.Second {
-			return spec, nil, pol, validation("interval", "interval must be a duration of at least 1s")
-		}
-		spec.Intervals = []client.ScheduleIntervalSpec{{Every: d}}
+		spec.Intervals = []client.ScheduleIntervalSpec{{Every: sp.Interval.Std()}}
 	}
 	if sp.TimeZone != "" {
 		if _, err := time.LoadLocation(sp.TimeZone); err != nil {
@@ -90,25 +63,19 @@ func (s *Service) compile(ctx context.Context, id string, sp ScheduleSpec) (clie
 		}
 		spec.TimeZoneName = sp.TimeZone
 	}
-	if sp.Jitter != "" {
-		d, err := time.ParseDuration(sp.Jitter)
-		if err != nil || d < 0 {
-			return spec, nil, pol, validation("jitter", "jitter must be a non-negative duration")
-		}
-		spec.Jitter = d
-	}
+	spec.Jitter = sp.Jitter.Std()
 	overlap, ok := overlapPolicies[sp.Overlap]
 	if !ok {
 		return spec, nil, pol, validation("overlap", "overlap must be skip, buffer_one, buffer_all, cancel_other, terminate_other or allow_all")
 	}
 	pol.Overlap = overlap
-	pol.CatchupWindow = time.Minute
-	if sp.CatchupWindow != "" {
-		d, err := time.ParseDuration(sp.CatchupWindow)
-		if err != nil || d < 10*time.Second {
-			return spec, nil, pol, validation("catchup_window", "catchup_window must be a duration of at least 10s")
-		}
-		pol.CatchupWindow = d
+	switch {
+	case sp.CatchupWindow == 0:
+		pol.CatchupWindow = time.Minute
+	case sp.CatchupWindow.Std() < 10*time.Second:
+		return spec, nil, pol, validation("catchup_window", "catchup_window must be a duration of at least 10s")
+	default:
+		pol.CatchupWindow = sp.CatchupWindow.Std()
 	}
 	payload := sp.Payload
 	if len(payload) == 0 {
@@ -150,28 +117,28 @@ func scheduleErr(err error, id string) error {
 }
 
 // CreateSchedule creates a schedule; an existing id is a conflict.
-func (s *Service) CreateSchedule(ctx context.Context, id string, sp ScheduleSpec) (Schedule, error) {
+func (s *Service) CreateSchedule(ctx context.Context, id string, sp api.ScheduleSpec) (api.Schedule, error) {
 	spec, action, pol, err := s.compile(ctx, id, sp)
 	if err != nil {
-		return Schedule{}, err
+		return api.Schedule{}, err
 	}
 	_, err = s.tc.ScheduleClient().Create(ctx, client.ScheduleOptions{
 		ID: courier.ScheduleID(id), Spec: spec, Action: action, Overlap: pol.Overlap, CatchupWindow: pol.CatchupWindow,
 		Paused: sp.Paused,
 	})
 	if err != nil {
-		return Schedule{}, scheduleErr(err, id)
+		return api.Schedule{}, scheduleErr(err, id)
 	}
 	return s.GetSchedule(ctx, id)
 }
 
 // GetSchedule describes a schedule: its spec, state, next and recent runs.
-func (s *Service) GetSchedule(ctx context.Context, id string) (Schedule, error) {
+func (s *Service) GetSchedule(ctx context.Context, id string) (api.Schedule, error) {
 	d, err := s.tc.ScheduleClient().GetHandle(ctx, courier.ScheduleID(id)).Describe(ctx)
 	if err != nil {
-		return Schedule{}, scheduleErr(err, id)
+		return api.Schedule{}, scheduleErr(err, id)
 	}
-	out := Schedule{ID: id, NextRuns: d.Info.NextActionTimes, Runs: d.Info.NumActions,
+	out := api.Schedule{ID: id, NextRuns: d.Info.NextActionTimes, Runs: d.Info.NumActions,
 		MissedCatchup: d.Info.NumActionsMissedCatchupWindow, SkippedOverlap: d.Info.NumActionsSkippedOverlap}
 	if d.Schedule.State != nil {
 		out.Paused, out.Note = d.Schedule.State.Paused, d.Schedule.State.Note
@@ -201,10 +168,10 @@ func (s *Service) GetSchedule(ctx context.Context, id string) (Schedule, error) 
 
 // UpdateSchedule replaces a schedule's spec, action and policies (keeping its paused state
 // unless the spec says paused).
-func (s *Service) UpdateSchedule(ctx context.Context, id string, sp ScheduleSpec) (Schedule, error) {
+func (s *Service) UpdateSchedule(ctx context.Context, id string, sp api.ScheduleSpec) (api.Schedule, error) {
 	spec, action, pol, err := s.compile(ctx, id, sp)
 	if err != nil {
-		return Schedule{}, err
+		return api.Schedule{}, err
 	}
 	h := s.tc.ScheduleClient().GetHandle(ctx, courier.ScheduleID(id))
 	err = h.Update(ctx, client.ScheduleUpdateOptions{DoUpdate: func(in client.ScheduleUpdateInput) (*client.ScheduleUpdate, error) {
@@ -216,7 +183,7 @@ func (s *Service) UpdateSchedule(ctx context.Context, id string, sp ScheduleSpec
 		return &client.ScheduleUpdate{Schedule: &sch}, nil
 	}})
 	if err != nil {
-		return Schedule{}, scheduleErr(err, id)
+		return api.Schedule{}, scheduleErr(err, id)
 	}
 	return s.GetSchedule(ctx, id)
 }

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/tracing"
 	"github.com/courier-oss/courier/workflows"
 )
@@ -66,31 +67,6 @@ func New(tc client.Client, namespace string, types BizTypes, taskQueue string) *
 		UpdateTimeout: DefaultUpdateTimeout}
 }
 
-// Timer is a timer as the API shows it.
-type Timer struct {
-	BizType    string             `json:"biz_type"`
-	BizID      string             `json:"biz_id"`
-	State      courier.TimerState `json:"state"`
-	FireAt     time.Time          `json:"fire_at"`
-	Attempts   int                `json:"attempts"`
-	LastError  string             `json:"last_error,omitempty"`
-	Version    int                `json:"version"`
-	WorkflowID string             `json:"workflow_id"`
-	Payload    json.RawMessage    `json:"payload,omitempty"`
-}
-
-// CreateRequest arms a timer at FireAt, or Delay after the service accepts the request.
-type CreateRequest struct {
-	BizType string
-	BizID   string
-	FireAt  time.Time
-	// Delay, when set (FireAt then stays zero), fires the timer this long after the request is
-	// accepted. Repeating a delay request is the same request: it returns the timer the first
-	// one created, with that one's fire time.
-	Delay   *time.Duration
-	Payload json.RawMessage
-}
-
 func validation(field, format string, args ...any) error {
 	return &courier.Error{Code: courier.CodeValidation, Message: fmt.Sprintf(format, args...), Details: map[string]any{"field": field}}
 }
@@ -117,45 +93,44 @@ const (
 )
 
 // Create arms a timer. The same request again returns the existing timer (created=false); a
-// different request for the same (biz_type, biz_id) is a conflict, also after it fired.
-func (s *Service) Create(ctx context.Context, r CreateRequest) (Timer, bool, error) {
+// different request for the same (biz_type, biz_id) is a conflict, also after it fired. A delay
+// counts from now; repeating a delay request is the same request: it returns the timer the
+// first one created, with that one's fire time.
+func (s *Service) Create(ctx context.Context, r api.TimerRequest) (api.Timer, bool, error) {
 	if err := courier.CheckName("biz_type", r.BizType); err != nil {
-		return Timer{}, false, err
+		return api.Timer{}, false, err
 	}
 	if err := courier.CheckID("biz_id", r.BizID); err != nil {
-		return Timer{}, false, err
+		return api.Timer{}, false, err
 	}
 	if _, err := s.types.GetBizType(ctx, r.BizType); err != nil {
 		if courier.ErrorCode(err) == courier.CodeNotFound {
-			return Timer{}, false, validation("biz_type", "business type %q is not configured", r.BizType)
+			return api.Timer{}, false, validation("biz_type", "business type %q is not configured", r.BizType)
 		}
-		return Timer{}, false, err
+		return api.Timer{}, false, err
 	}
 	if len(r.Payload) == 0 {
 		r.Payload = json.RawMessage("null")
 	}
 	if len(r.Payload) > MaxPayloadBytes {
-		return Timer{}, false, &courier.Error{Code: courier.CodeTooLarge, Message: fmt.Sprintf("payload is over %d bytes", MaxPayloadBytes)}
+		return api.Timer{}, false, &courier.Error{Code: courier.CodeTooLarge, Message: fmt.Sprintf("payload is over %d bytes", MaxPayloadBytes)}
 	}
 	if !json.Valid(r.Payload) {
-		return Timer{}, false, validation("payload", "payload must be JSON")
+		return api.Timer{}, false, validation("payload", "payload must be JSON")
 	}
+	at, delay, err := r.When.Resolve(s.now())
 	switch {
-	case r.Delay != nil && !r.FireAt.IsZero():
-		return Timer{}, false, validation("fire_at", "give fire_at or delay, not both")
-	case r.Delay != nil && (*r.Delay < 0 || *r.Delay > MaxDelay):
-		return Timer{}, false, validation("delay", "delay must be from 0 to %s", MaxDelay)
-	case r.Delay != nil:
-		r.FireAt = s.now().Add(*r.Delay)
-	case r.FireAt.IsZero():
-		return Timer{}, false, validation("fire_at", "fire_at or delay is required")
-	case r.FireAt.After(s.now().Add(MaxDelay)):
-		return Timer{}, false, validation("fire_at", "fire_at must be within %s", MaxDelay)
+	case err != nil:
+		return api.Timer{}, false, err
+	case delay != nil && *delay > MaxDelay:
+		return api.Timer{}, false, validation("delay", "delay must be from 0 to %s", MaxDelay)
+	case at.After(s.now().Add(MaxDelay)):
+		return api.Timer{}, false, validation("fire_at", "fire_at must be within %s", MaxDelay)
 	}
-	fireAt := r.FireAt.UTC().Truncate(time.Millisecond)
+	fireAt := at.UTC().Truncate(time.Millisecond)
 	var hash string
-	if r.Delay != nil {
-		hash = requestHash(time.Time{}, r.Delay, r.Payload)
+	if delay != nil {
+		hash = requestHash(time.Time{}, delay, r.Payload)
 	} else {
 		hash = requestHash(fireAt, nil, r.Payload)
 	}
@@ -166,7 +141,7 @@ func (s *Service) Create(ctx context.Context, r CreateRequest) (Timer, bool, err
 		// workflow's header); the memo shows the trace in the Temporal UI.
 		memo[memoTraceParent] = tc.Parent
 	}
-	_, err := s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+	_, err = s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                                       id,
 		TaskQueue:                                s.taskQueue,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
@@ -187,10 +162,10 @@ func (s *Service) Create(ctx context.Context, r CreateRequest) (Timer, bool, err
 	if errors.As(err, &already) {
 		existing, herr := s.memoHash(ctx, id)
 		if herr != nil {
-			return Timer{}, false, herr
+			return api.Timer{}, false, herr
 		}
 		if existing != hash {
-			return Timer{}, false, &courier.Error{Code: courier.CodeConflict,
+			return api.Timer{}, false, &courier.Error{Code: courier.CodeConflict,
 				Message: "a different timer exists for this biz_type and biz_id",
 				Details: map[string]any{"workflow_id": id}}
 		}
@@ -198,9 +173,9 @@ func (s *Service) Create(ctx context.Context, r CreateRequest) (Timer, bool, err
 		return t, false, err
 	}
 	if err != nil {
-		return Timer{}, false, fmt.Errorf("start timer: %w", err)
+		return api.Timer{}, false, fmt.Errorf("start timer: %w", err)
 	}
-	return Timer{BizType: r.BizType, BizID: r.BizID, State: courier.TimerScheduled, FireAt: fireAt,
+	return api.Timer{BizType: r.BizType, BizID: r.BizID, State: courier.TimerScheduled, FireAt: fireAt,
 		WorkflowID: id, Payload: r.Payload}, true, nil
 }
 
@@ -221,15 +196,15 @@ func notFound(bizType, bizID string) error {
 }
 
 // Get returns a timer's current state.
-func (s *Service) Get(ctx context.Context, bizType, bizID string) (Timer, error) {
+func (s *Service) Get(ctx context.Context, bizType, bizID string) (api.Timer, error) {
 	id := courier.TimerWorkflowID(bizType, bizID)
 	d, err := s.tc.DescribeWorkflowExecution(ctx, id, "")
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
-		return Timer{}, notFound(bizType, bizID)
+		return api.Timer{}, notFound(bizType, bizID)
 	}
 	if err != nil {
-		return Timer{}, err
+		return api.Timer{}, err
 	}
 	var st workflows.TimerSnapshot
 	switch d.GetWorkflowExecutionInfo().GetStatus() {
@@ -240,17 +215,17 @@ func (s *Service) Get(ctx context.Context, bizType, bizID string) (Timer, error)
 		defer cancel()
 		v, err := s.tc.QueryWorkflow(qctx, id, "", workflows.QueryTimerState)
 		if err != nil && (qctx.Err() != nil || TimedOut(err)) {
-			return Timer{}, s.unavailable(id)
+			return api.Timer{}, s.unavailable(id)
 		}
 		if err != nil {
-			return Timer{}, err
+			return api.Timer{}, err
 		}
 		if err := v.Get(&st); err != nil {
-			return Timer{}, err
+			return api.Timer{}, err
 		}
 	case enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED:
 		if err := s.tc.GetWorkflow(ctx, id, "").Get(ctx, &st); err != nil {
-			return Timer{}, err
+			return api.Timer{}, err
 		}
 	case enumspb.WORKFLOW_EXECUTION_STATUS_FAILED:
 		// A failed delivery ends the run Failed (workflows.ErrTypeTimerFailed), its state in the
@@ -269,17 +244,17 @@ func (s *Service) Get(ctx context.Context, bizType, bizID string) (Timer, error)
 		st.LastError = "workflow " + strings.ToLower(d.GetWorkflowExecutionInfo().GetStatus().String())
 		st.FireAt = searchTime(d.GetWorkflowExecutionInfo().GetSearchAttributes(), courier.SAFireAt)
 	}
-	return Timer{BizType: bizType, BizID: bizID, State: st.State, FireAt: st.FireAt.UTC(), Attempts: st.Attempts,
+	return api.Timer{BizType: bizType, BizID: bizID, State: st.State, FireAt: st.FireAt.UTC(), Attempts: st.Attempts,
 		LastError: st.LastError, Version: st.Version, WorkflowID: id}, nil
 }
 
 // Reschedule moves a scheduled timer; a timer that fired or was cancelled is a conflict.
-func (s *Service) Reschedule(ctx context.Context, bizType, bizID string, fireAt time.Time) (Timer, error) {
+func (s *Service) Reschedule(ctx context.Context, bizType, bizID string, fireAt time.Time) (api.Timer, error) {
 	if fireAt.IsZero() {
-		return Timer{}, validation("fire_at", "fire_at or delay is required")
+		return api.Timer{}, validation("fire_at", "fire_at or delay is required")
 	}
 	if fireAt.After(s.now().Add(MaxDelay)) {
-		return Timer{}, validation("fire_at", "fire_at must be within %s", MaxDelay)
+		return api.Timer{}, validation("fire_at", "fire_at must be within %s", MaxDelay)
 	}
 	return s.update(ctx, bizType, bizID, workflows.UpdateReschedule, workflows.RescheduleRequest{FireAt: fireAt.UTC().Truncate(time.Millisecond)})
 }
@@ -287,11 +262,11 @@ func (s *Service) Reschedule(ctx context.Context, bizType, bizID string, fireAt 
 // Cancel cancels a scheduled timer; once acknowledged it never fires. Cancelling a cancelled
 // timer is not an error: it returns the timer as it is, so a repeated cancel gets the answer
 // the first one got. A timer that already fired is a conflict.
-func (s *Service) Cancel(ctx context.Context, bizType, bizID string) (Timer, error) {
+func (s *Service) Cancel(ctx context.Context, bizType, bizID string) (api.Timer, error) {
 	return s.update(ctx, bizType, bizID, workflows.UpdateCancel)
 }
 
-func (s *Service) update(ctx context.Context, bizType, bizID, name string, args ...any) (Timer, error) {
+func (s *Service) update(ctx context.Context, bizType, bizID, name string, args ...any) (api.Timer, error) {
 	id := courier.TimerWorkflowID(bizType, bizID)
 	uctx, cancel := context.WithTimeout(ctx, s.updateTimeout())
 	defer cancel()
@@ -306,22 +281,22 @@ func (s *Service) update(ctx context.Context, bizType, bizID, name string, args 
 	var app *temporal.ApplicationError
 	switch {
 	case err != nil && (uctx.Err() != nil || TimedOut(err)):
-		return Timer{}, s.unavailable(id)
+		return api.Timer{}, s.unavailable(id)
 	case errors.As(err, &app) && app.Type() == workflows.ErrTypeTimerClosed, errors.As(err, &nf):
 		// Fired or cancelled (nf: the workflow has finished), or unknown.
 		t, gerr := s.Get(ctx, bizType, bizID)
 		if gerr != nil {
-			return Timer{}, gerr
+			return api.Timer{}, gerr
 		}
 		if name == workflows.UpdateCancel && t.State == courier.TimerCancelled {
 			return t, nil
 		}
-		return Timer{}, &courier.Error{Code: courier.CodeConflict,
+		return api.Timer{}, &courier.Error{Code: courier.CodeConflict,
 			Message: fmt.Sprintf("timer is %s; it cannot be changed", t.State), Details: map[string]any{"state": t.State}}
 	case err != nil:
-		return Timer{}, err
+		return api.Timer{}, err
 	}
-	return Timer{BizType: bizType, BizID: bizID, State: st.State, FireAt: st.FireAt.UTC(), Attempts: st.Attempts,
+	return api.Timer{BizType: bizType, BizID: bizID, State: st.State, FireAt: st.FireAt.UTC(), Attempts: st.Attempts,
 		LastError: st.LastError, Version: st.Version, WorkflowID: id}, nil
 }
 
@@ -356,7 +331,7 @@ var timerQuery = fmt.Sprintf("%s = 'timer' AND ExecutionStatus != 'ContinuedAsNe
 
 // List returns timers of a business type, optionally in one state, newest first, a page at a
 // time (pass the returned token back for the next page).
-func (s *Service) List(ctx context.Context, bizType, state string, pageSize int, token []byte) ([]Timer, []byte, error) {
+func (s *Service) List(ctx context.Context, bizType, state string, pageSize int, token []byte) ([]api.Timer, []byte, error) {
 	q := timerQuery
 	if bizType != "" {
 		if err := courier.CheckName("biz_type", bizType); err != nil {
@@ -379,10 +354,10 @@ func (s *Service) List(ctx context.Context, bizType, state string, pageSize int,
 	if err != nil {
 		return nil, nil, err
 	}
-	out := make([]Timer, 0, len(resp.GetExecutions()))
+	out := make([]api.Timer, 0, len(resp.GetExecutions()))
 	for _, e := range resp.GetExecutions() {
 		sa := e.GetSearchAttributes()
-		out = append(out, Timer{
+		out = append(out, api.Timer{
 			BizType: searchString(sa, courier.SABizType), BizID: searchString(sa, courier.SABizID),
 			State: courier.TimerState(searchString(sa, courier.SAState)), FireAt: searchTime(sa, courier.SAFireAt),
 			WorkflowID: e.GetExecution().GetWorkflowId(),

@@ -11,26 +11,28 @@ import (
 	"github.com/courier-oss/courier/store"
 )
 
-// The default key rate is on, can be turned off, and is validated.
+// Keys are unlimited unless a rate is set; a rate of 0 is unlimited whatever the burst (the
+// documented way to turn the limit off), and bad rates are refused.
 func TestKeyRateConfig(t *testing.T) {
 	for _, c := range []struct {
 		args []string
 		want courier.Rate
 		bad  string
 	}{
-		{nil, courier.Rate{PerSecond: DefaultKeyRatePerSecond, Burst: DefaultKeyRateBurst}, ""},
-		{[]string{"--key-rate-limit", "0"}, courier.Rate{Burst: DefaultKeyRateBurst}, "COURIER_KEY_RATE_BURST needs"},
-		{[]string{"--key-rate-limit", "0", "--key-rate-burst", "0"}, courier.Rate{}, ""},
+		{nil, courier.Rate{}, ""},
+		{[]string{"--key-rate-limit", "0"}, courier.Rate{}, ""},
+		{[]string{"--key-rate-limit", "0", "--key-rate-burst", "200"}, courier.Rate{}, ""},
 		{[]string{"--key-rate-limit", "2.5", "--key-rate-burst", "0"}, courier.Rate{PerSecond: 2.5}, ""},
-		{[]string{"--key-rate-limit", "-1"}, courier.Rate{PerSecond: -1, Burst: DefaultKeyRateBurst}, "COURIER_KEY_RATE_LIMIT must be"},
-		{[]string{"--key-rate-burst", "-3"}, courier.Rate{PerSecond: DefaultKeyRatePerSecond, Burst: -3}, "COURIER_KEY_RATE_BURST must be"},
+		{[]string{"--key-rate-limit", "100", "--key-rate-burst", "200"}, courier.Rate{PerSecond: 100, Burst: 200}, ""},
+		{[]string{"--key-rate-limit", "-1"}, courier.Rate{PerSecond: -1}, "COURIER_KEY_RATE_LIMIT must be"},
+		{[]string{"--key-rate-limit", "5", "--key-rate-burst", "-3"}, courier.Rate{PerSecond: 5, Burst: -3}, "COURIER_KEY_RATE_BURST must be"},
 	} {
 		var cfg Config
 		fs := flag.NewFlagSet("t", flag.ContinueOnError)
 		cfg.bind(fs, "127.0.0.1:0")
 		require.NoError(t, fs.Parse(append([]string{"--database-url", "sqlite:x"}, c.args...)))
-		require.Equal(t, c.want, cfg.KeyRate, "%v", c.args)
 		err := cfg.Validate(true)
+		require.Equal(t, c.want, cfg.KeyRate, "%v", c.args)
 		if c.bad == "" {
 			require.NoError(t, err, "%v", c.args)
 		} else {

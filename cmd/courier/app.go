@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"syscall"
 	"time"
 
@@ -25,6 +24,7 @@ import (
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/mq"
+	"github.com/courier-oss/courier/mq/brokers"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/schema"
 	"github.com/courier-oss/courier/store"
@@ -78,7 +78,7 @@ func (a *app) openDB(ctx context.Context, migrate bool) error {
 			return fmt.Errorf("migrate: %w", err)
 		}
 	}
-	a.sources = []relay.Source{{Name: courier.DefaultSource, Store: st, DSN: pgDSN(a.cfg.DatabaseURL)}}
+	a.sources = []relay.Source{{Name: courier.DefaultSource, Store: st}}
 	for _, spec := range a.cfg.Outbox.Sources {
 		src, err := store.Open(ctx, spec.URL)
 		if err != nil {
@@ -90,16 +90,9 @@ func (a *app) openDB(ctx context.Context, migrate bool) error {
 				return fmt.Errorf("outbox source %s: migrate: %w", spec.Name, err)
 			}
 		}
-		a.sources = append(a.sources, relay.Source{Name: spec.Name, Store: src, DSN: pgDSN(spec.URL)})
+		a.sources = append(a.sources, relay.Source{Name: spec.Name, Store: src})
 	}
 	return nil
-}
-
-func pgDSN(u string) string {
-	if strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://") {
-		return u
-	}
-	return ""
 }
 
 // connect opens the databases, Temporal and the brokers, in that order; migrate applies
@@ -157,26 +150,26 @@ func (a *app) dialTemporal(ctx context.Context) error {
 
 // dialBrokers connects to every configured broker and routes topics to them.
 func (a *app) dialBrokers() error {
-	var brokers []mq.Broker
+	var dialed []mq.Broker
 	closeAll := func() {
-		for _, b := range brokers {
+		for _, b := range dialed {
 			_ = b.Publisher.Close()
 		}
 	}
 	for _, spec := range a.cfg.brokerSpecs() {
-		pub, err := mq.DialNamed(spec.URL, mq.DefaultClientName)
+		pub, err := brokers.DialNamed(spec.URL, brokers.DefaultClientName)
 		if err != nil {
 			closeAll()
 			return fmt.Errorf("broker %q: %w", spec.Name, err)
 		}
-		brokers = append(brokers, mq.Broker{Name: spec.Name, Addr: mq.RedactURL(spec.URL), Publisher: pub})
+		dialed = append(dialed, mq.Broker{Name: spec.Name, Addr: mq.RedactURL(spec.URL), Publisher: pub})
 	}
-	names := make([]string, len(brokers))
-	for i, b := range brokers {
+	names := make([]string, len(dialed))
+	for i, b := range dialed {
 		names[i] = b.Name
 	}
 	r, err := mq.NewRouter(mq.RouterConfig{
-		Brokers:     brokers,
+		Brokers:     dialed,
 		Routes:      a.cfg.Brokers.Routes,
 		Default:     a.cfg.Brokers.Default,
 		MaxInFlight: a.cfg.Brokers.MaxInFlight,
@@ -206,8 +199,6 @@ func (a *app) newWorker() (*worker.Worker, error) {
 	// Timers read their business type at every fire and delivery: from memory, dropped on change.
 	bizTypes := a.store.NewBizTypeCache(0, a.log)
 	a.closers = append(a.closers, bizTypes)
-	tasksConfig := a.cfg.Tasks
-	tasksConfig.DSN = pgDSN(a.cfg.DatabaseURL)
 	return worker.New(worker.Config{
 		Relay: relay.Config{
 			BatchSize:     a.cfg.Outbox.BatchSize,
@@ -221,7 +212,7 @@ func (a *app) newWorker() (*worker.Worker, error) {
 		ShutdownTimeout:        a.cfg.ShutdownTimeout,
 		AllowLoopbackCallbacks: a.dev,
 		Namespace:              a.cfg.Temporal.Namespace,
-		Tasks:                  tasksConfig,
+		Tasks:                  a.cfg.Tasks,
 	}, worker.Deps{
 		Temporal:     a.temporal,
 		Sources:      a.sources,

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/courier-oss/courier/mq"
+	"github.com/courier-oss/courier/mq/brokers"
 )
 
 // BrokersConfig names the message-queue clusters courier publishes to and routes topics to
@@ -143,7 +144,7 @@ func (c *Config) validateBrokers() error {
 		}
 		names[b.Name] = true
 		list = append(list, b.Name)
-		if err := mq.CheckURL(b.URL); err != nil {
+		if err := brokers.CheckURL(b.URL); err != nil {
 			return fmt.Errorf("broker %q: %w", b.Name, err)
 		}
 	}

@@ -66,8 +66,9 @@ type Config struct {
 	Tasks tasks.Config
 
 	// KeyRate is the request rate of each API key without its own, per gateway instance:
-	// COURIER_KEY_RATE_LIMIT requests/s (default DefaultKeyRatePerSecond; 0 = unlimited) and
-	// COURIER_KEY_RATE_BURST (default DefaultKeyRateBurst; 0 = the rate rounded up).
+	// COURIER_KEY_RATE_LIMIT requests/s (default 0: unlimited, whatever the burst) and
+	// COURIER_KEY_RATE_BURST (default 0: the rate rounded up). docs/decisions.md says why there
+	// is no default limit.
 	// docs/admission.md.
 	KeyRate courier.Rate
 
@@ -157,14 +158,6 @@ func (e *envReader) list(name string, v flag.Value) {
 	}
 }
 
-// The default request rate of an API key on one gateway (the gateway's own default, the zero
-// Rate, is unlimited): generous for any one producer, yet a runaway loop cannot take the whole
-// gateway.
-const (
-	DefaultKeyRatePerSecond = 100
-	DefaultKeyRateBurst     = 200
-)
-
 // bind registers the shared flags on fs, with environment variables as defaults.
 func (c *Config) bind(fs *flag.FlagSet, defaultHTTP string) {
 	fs.StringVar(&c.Temporal.Address, "temporal-address", env("TEMPORAL_ADDRESS", "127.0.0.1:7233"), "Temporal frontend host:port (TEMPORAL_ADDRESS)")
@@ -186,8 +179,8 @@ func (c *Config) bindRuntime(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogLevel, "log-level", env("COURIER_LOG_LEVEL", "info"), "debug, info, warn or error (COURIER_LOG_LEVEL)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.env.duration("COURIER_SHUTDOWN_TIMEOUT", worker.DefaultShutdownTimeout), "how long in-flight work may finish on SIGTERM (COURIER_SHUTDOWN_TIMEOUT)")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.env.duration("COURIER_REQUEST_TIMEOUT", gateway.DefaultRequestTimeout), "bound on one gateway request's work; slower requests get 503 (COURIER_REQUEST_TIMEOUT)")
-	fs.Float64Var(&c.KeyRate.PerSecond, "key-rate-limit", c.env.float("COURIER_KEY_RATE_LIMIT", DefaultKeyRatePerSecond), "requests per second each API key without its own rate may make, on each gateway; 0 = unlimited (COURIER_KEY_RATE_LIMIT)")
-	fs.IntVar(&c.KeyRate.Burst, "key-rate-burst", c.env.integer("COURIER_KEY_RATE_BURST", DefaultKeyRateBurst), "requests such a key may make at once above its rate; 0 = the rate rounded up (COURIER_KEY_RATE_BURST)")
+	fs.Float64Var(&c.KeyRate.PerSecond, "key-rate-limit", c.env.float("COURIER_KEY_RATE_LIMIT", 0), "requests per second each API key without its own rate may make, on each gateway; 0 = unlimited (COURIER_KEY_RATE_LIMIT)")
+	fs.IntVar(&c.KeyRate.Burst, "key-rate-burst", c.env.integer("COURIER_KEY_RATE_BURST", 0), "requests such a key may make at once above its rate; 0 = the rate rounded up (COURIER_KEY_RATE_BURST)")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", int64(c.env.integer("COURIER_MAX_BODY_BYTES", gateway.DefaultMaxBodyBytes)), "request body limit in bytes (COURIER_MAX_BODY_BYTES)")
 	c.env.list("COURIER_OUTBOX_SOURCES", &c.Outbox.Sources)
 	fs.Var(&c.Outbox.Sources, "outbox-source", "extra producer database to relay from, name=database-url; repeatable (COURIER_OUTBOX_SOURCES, comma-separated)")
@@ -265,6 +258,9 @@ func (c *Config) Validate(needDB bool) error {
 	}
 	if err := c.validateOutboxBatch(); err != nil {
 		return err
+	}
+	if c.KeyRate.PerSecond == 0 {
+		c.KeyRate.Burst = 0 // a rate of 0 is unlimited, whatever the burst
 	}
 	if err := courier.CheckRate("COURIER_KEY_RATE_LIMIT", "COURIER_KEY_RATE_BURST", c.KeyRate); err != nil {
 		var ce *courier.Error

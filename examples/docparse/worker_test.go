@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/taskworker"
 	"github.com/courier-oss/courier/webhook"
 )
@@ -124,9 +125,9 @@ func TestPushesEndInResults(t *testing.T) {
 		srv.Close()
 		_ = w.Shutdown(context.Background())
 	})
-	push := func(id, payload, hb string, signed bool) int {
+	push := func(id, payload string, hb time.Duration, signed bool) int {
 		body, err := json.Marshal(taskworker.Push{TaskID: id, TaskVersion: 1, Attempt: 3, Priority: 2, Queue: "default",
-			Payload: json.RawMessage(payload), Deadline: time.Now().Add(time.Minute), HeartbeatTimeout: hb})
+			Payload: json.RawMessage(payload), Deadline: time.Now().Add(time.Minute), HeartbeatTimeout: api.PositiveDuration(hb)})
 		require.NoError(t, err)
 		req, err := http.NewRequest(http.MethodPost, srv.URL+PushPath, bytes.NewReader(body))
 		require.NoError(t, err)
@@ -141,15 +142,15 @@ func TestPushesEndInResults(t *testing.T) {
 		return resp.StatusCode
 	}
 
-	require.Equal(t, http.StatusUnauthorized, push("doc-forged", report, "", false))
-	require.Equal(t, http.StatusAccepted, push("doc-1", report, "1500ms", true))
+	require.Equal(t, http.StatusUnauthorized, push("doc-forged", report, 0, false))
+	require.Equal(t, http.StatusAccepted, push("doc-1", report, 1500*time.Millisecond, true))
 	require.Eventually(t, func() bool { hbs, _, _ := f.snapshot(); return len(hbs) >= 2 }, 10*time.Second, 10*time.Millisecond)
 	_, results, _ := f.snapshot()
 	require.Empty(t, results, "no result while the parse runs")
 	close(release)
 	require.Eventually(t, func() bool { _, res, _ := f.snapshot(); return len(res) == 1 }, 10*time.Second, 10*time.Millisecond)
 
-	require.Equal(t, http.StatusAccepted, push("doc-bad", `{"image":"scan.png"}`, "", true))
+	require.Equal(t, http.StatusAccepted, push("doc-bad", `{"image":"scan.png"}`, 0, true))
 	require.Eventually(t, func() bool { _, res, _ := f.snapshot(); return len(res) == 2 }, 10*time.Second, 10*time.Millisecond)
 
 	hbs, results, auth := f.snapshot()

@@ -11,7 +11,7 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/webhook"
 )
 
@@ -65,7 +65,7 @@ func verifyCallbacks(v *webhook.Verifier, next http.Handler) http.Handler {
 // callback it can act on answers 2xx, also for a paid or unknown order: there is nothing a
 // retry could change. Only a database failure answers 500, which courier retries.
 func (s *Service) handleCallback(w http.ResponseWriter, r *http.Request) {
-	var cb activities.TimerCallback
+	var cb api.TimerCallback
 	if err := json.NewDecoder(r.Body).Decode(&cb); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid callback body: "+err.Error())
 		return

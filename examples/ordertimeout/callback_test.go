@@ -10,14 +10,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/webhook"
 )
 
 // callbackBody is the JSON courier POSTs when the order's timer fires.
 func callbackBody(t *testing.T, deliveryID, orderID string, attempt int32) []byte {
 	t.Helper()
-	b, err := json.Marshal(activities.TimerCallback{
+	b, err := json.Marshal(api.TimerCallback{
 		DeliveryID: deliveryID, BizType: "order.close", BizID: orderID,
 		FireAt: time.Now().UTC().Truncate(time.Second), Attempt: attempt,
 		Payload: json.RawMessage(`{"order_id":"` + orderID + `"}`),

@@ -11,6 +11,9 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 )
 
 // CourierClient calls the few endpoints of courier's gateway this example needs. Every call
@@ -93,31 +96,10 @@ func (c *CourierClient) CancelTimer(ctx context.Context, bizType, bizID string) 
 	return c.do(ctx, http.MethodDelete, timerPath(bizType, bizID), nil)
 }
 
-// Reschedule is the body of PATCH /v1/timers/{biz_type}/{biz_id}: give delay or fire_at.
-type Reschedule struct {
-	Delay  string     `json:"delay,omitempty"`
-	FireAt *time.Time `json:"fire_at,omitempty"`
-}
-
 // RescheduleTimer is PATCH /v1/timers/{biz_type}/{biz_id}: 200 with the timer, 409 when it
 // already fired or was cancelled.
-func (c *CourierClient) RescheduleTimer(ctx context.Context, bizType, bizID string, r Reschedule) (CourierResponse, error) {
+func (c *CourierClient) RescheduleTimer(ctx context.Context, bizType, bizID string, r api.Reschedule) (CourierResponse, error) {
 	return c.do(ctx, http.MethodPatch, timerPath(bizType, bizID), r)
-}
-
-// BizTypeRequest is the body setup sends to PUT /v1/biz-types/{name}. No secrets: courier
-// generates one and returns it once, as generated_secret.
-type BizTypeRequest struct {
-	Delivery    string `json:"delivery"`
-	CallbackURL string `json:"callback_url"`
-}
-
-// bizTypeAnswer is the part of courier's business-type JSON setup reads.
-type bizTypeAnswer struct {
-	Name            string `json:"name"`
-	CallbackURL     string `json:"callback_url"`
-	SecretsCount    int    `json:"secrets_count"`
-	GeneratedSecret string `json:"generated_secret"`
 }
 
 // Setup configures the business type on courier and prints its signing secret.
@@ -139,7 +121,7 @@ func Setup(ctx context.Context, c *CourierClient, bizType, callbackURL string, r
 		}
 		switch {
 		case resp.OK():
-			var b bizTypeAnswer
+			var b api.BizType
 			_ = json.Unmarshal(resp.Body, &b)
 			printExisting(out, bizType, b.CallbackURL)
 			return nil
@@ -147,14 +129,15 @@ func Setup(ctx context.Context, c *CourierClient, bizType, callbackURL string, r
 			return fmt.Errorf("setup: GET %s: %s", path, resp.Message())
 		}
 	}
-	resp, err := c.do(ctx, http.MethodPut, path, BizTypeRequest{Delivery: "http", CallbackURL: callbackURL})
+	// No secrets: courier generates one and shows it once, as generated_secret.
+	resp, err := c.do(ctx, http.MethodPut, path, api.BizTypeConfig{Delivery: courier.DeliveryHTTP, CallbackURL: callbackURL})
 	if err != nil {
 		return err
 	}
 	if !resp.OK() {
 		return fmt.Errorf("setup: PUT %s: %s", path, resp.Message())
 	}
-	var b bizTypeAnswer
+	var b api.BizType
 	if err := json.Unmarshal(resp.Body, &b); err != nil {
 		return fmt.Errorf("setup: PUT %s: unreadable answer: %w", path, err)
 	}

@@ -126,7 +126,7 @@ func TestExtendReschedulesTheTimerThroughCourier(t *testing.T) {
 	require.Equal(t, http.MethodPatch, calls[0].Method)
 	require.Equal(t, "/v1/timers/order.close/"+id, calls[0].Path)
 	require.Equal(t, "Bearer "+testKey, calls[0].Auth)
-	require.JSONEq(t, `{"delay":"10m"}`, string(calls[0].Body))
+	require.JSONEq(t, `{"delay":"10m0s"}`, string(calls[0].Body))
 
 	// fire_at is passed on as RFC 3339.
 	status, out = e.call(t, http.MethodPost, "/orders/"+id+"/extend", `{"fire_at":"2099-01-02T03:04:05Z"}`)

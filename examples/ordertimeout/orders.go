@@ -16,6 +16,7 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect"
 
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/schema"
 	"github.com/courier-oss/courier/webhook"
@@ -283,23 +284,23 @@ type ExtendRequest struct {
 	FireAt *time.Time `json:"fire_at"`
 }
 
-func (r ExtendRequest) validate(now time.Time) (Reschedule, error) {
+func (r ExtendRequest) validate(now time.Time) (api.Reschedule, error) {
 	switch {
 	case r.Delay != "" && r.FireAt != nil:
-		return Reschedule{}, errBadTiming
+		return api.Reschedule{}, errBadTiming
 	case r.Delay != "":
 		d, err := time.ParseDuration(r.Delay)
 		if err != nil || d <= 0 {
-			return Reschedule{}, errBadTiming
+			return api.Reschedule{}, errBadTiming
 		}
-		return Reschedule{Delay: r.Delay}, nil
+		return api.Reschedule{When: api.After(d)}, nil
 	case r.FireAt != nil:
 		if !r.FireAt.After(now) {
-			return Reschedule{}, errBadTiming
+			return api.Reschedule{}, errBadTiming
 		}
-		return Reschedule{FireAt: r.FireAt}, nil
+		return api.Reschedule{When: api.At(*r.FireAt)}, nil
 	}
-	return Reschedule{}, errBadTiming
+	return api.Reschedule{}, errBadTiming
 }
 
 func (s *Service) handleCreate(w http.ResponseWriter, r *http.Request) {
@@ -374,7 +375,7 @@ func (s *Service) handleExtend(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadGateway, "courier is unreachable: the timer was not changed")
 		return
 	case resp.OK():
-		s.logger().Info("close-order timer rescheduled", "order_id", id, "delay", patch.Delay, "fire_at", patch.FireAt)
+		s.logger().Info("close-order timer rescheduled", "order_id", id, "delay", req.Delay, "fire_at", req.FireAt)
 		writeJSON(w, http.StatusOK, OrderResponse{Order: o, Timer: json.RawMessage(resp.Body)})
 		return
 	case resp.Status == http.StatusUnauthorized || resp.Status == http.StatusForbidden:

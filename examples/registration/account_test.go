@@ -106,7 +106,7 @@ func TestRegisterWritesUserAndOutboxRowInOneTransaction(t *testing.T) {
 		require.Equal(t, int64(ids[topic].(float64)), row.ID, "the response names the outbox rows by topic")
 		require.Equal(t, topic, row.Topic)
 		require.Equal(t, strconv.FormatInt(userID, 10), row.Key, "key is the user id")
-		require.Equal(t, "pending", row.Status)
+		require.EqualValues(t, "pending", row.Status)
 		var ev UserRegistered
 		require.NoError(t, json.Unmarshal(row.Payload, &ev))
 		require.Equal(t, userID, ev.UserID)

@@ -10,11 +10,12 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/courier-oss/courier/mq"
+	"github.com/courier-oss/courier/mq/rabbitmq"
 )
 
 // DefaultRabbitExchange is the exchange courier publishes to when its RabbitMQ URL names none
-// (mq.DefaultRabbitMQExchange): a durable topic exchange, routing key = topic.
-const DefaultRabbitExchange = mq.DefaultRabbitMQExchange
+// (rabbitmq.DefaultExchange): a durable topic exchange, routing key = topic.
+const DefaultRabbitExchange = rabbitmq.DefaultExchange
 
 // RabbitConsumer reads one reward's messages from RabbitMQ: a durable quorum queue bound to
 // courier's exchange by the reward's topic. Like the JetStream consumer, it acknowledges a

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-oss/courier/mq"
+	"github.com/courier-oss/courier/mq/brokers"
 	"github.com/courier-oss/courier/mq/mqtest"
 )
 
@@ -103,7 +104,7 @@ func TestRabbitConsumerGrantsOnceAndReconnects(t *testing.T) {
 	}
 
 	// courier's own RabbitMQ adapter publishes, straight to the server.
-	pub, err := mq.DialNamed(f.url(false), "registration-test")
+	pub, err := brokers.DialNamed(f.url(false), "registration-test")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = pub.Close() })
 	send := func(id string, user int64) {

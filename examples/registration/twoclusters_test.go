@@ -21,6 +21,7 @@ import (
 	"github.com/courier-oss/courier/devstack/embeddednats"
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/mq"
+	"github.com/courier-oss/courier/mq/brokers"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/worker"
@@ -79,9 +80,9 @@ func TestRegistrationOnTwoClusters(t *testing.T) {
 	t.Cleanup(func() { _ = accountStore.Close() })
 	require.NoError(t, SetupAccount(ctx, accountStore.DB()))
 
-	pointsPub, err := mq.DialNamed(rabbit.url(true), "courier")
+	pointsPub, err := brokers.DialNamed(rabbit.url(true), "courier")
 	require.NoError(t, err)
-	couponsPub, err := mq.DialNamed(natsSrv.url(), "courier")
+	couponsPub, err := brokers.DialNamed(natsSrv.url(), "courier")
 	require.NoError(t, err)
 	router, err := mq.NewRouter(mq.RouterConfig{
 		Brokers: []mq.Broker{{Name: "points", Publisher: pointsPub}, {Name: "coupons", Publisher: couponsPub}},

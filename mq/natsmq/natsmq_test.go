@@ -1,4 +1,4 @@
-package mq_test
+package natsmq_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/courier-oss/courier/devstack/embeddednats"
 	"github.com/courier-oss/courier/mq"
 	"github.com/courier-oss/courier/mq/mqtest"
+	"github.com/courier-oss/courier/mq/natsmq"
 )
 
 // The publisher contract, against a real NATS JetStream server: acknowledged publishes land in
@@ -25,7 +26,7 @@ func TestNATSPublisher(t *testing.T) {
 	srv, err := embeddednats.Start(embeddednats.Config{Port: -1, StoreDir: t.TempDir()})
 	require.NoError(t, err)
 	defer srv.Shutdown()
-	pub, err := mq.DialNATS(srv.URL(), "test")
+	pub, err := natsmq.Dial(srv.URL(), "test")
 	require.NoError(t, err)
 	defer pub.Close()
 	ctx := context.Background()
@@ -103,7 +104,7 @@ func TestNATSConformance(t *testing.T) {
 
 	mqtest.Run(t, mqtest.Harness{
 		NewPublisher: func(t *testing.T) mq.Publisher {
-			pub, err := mq.DialNATS(url, "conformance")
+			pub, err := natsmq.Dial(url, "conformance")
 			require.NoError(t, err)
 			return pub
 		},

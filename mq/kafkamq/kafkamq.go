@@ -1,4 +1,4 @@
-package mq
+package kafkamq
 
 import (
 	"context"
@@ -22,29 +22,39 @@ import (
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/mq"
 )
 
 // Kafka publishing bounds.
 const (
-	// DefaultKafkaPort is the port of a broker address given without one.
-	DefaultKafkaPort = 9092
-	// KafkaDeliveryTimeout is how long a record may wait in the client for a broker before it
+	// DefaultPort is the port of a broker address given without one.
+	DefaultPort = 9092
+	// DeliveryTimeout is how long a record may wait in the client for a broker before it
 	// is failed (when that is safe for the idempotent producer). Publish itself gives up at its
 	// context's deadline; a record it gave up on may still land within this time, which the
 	// next publish of the same message makes a duplicate with the same Courier-Message-Id.
-	KafkaDeliveryTimeout = 30 * time.Second
-	// defaultPublishTimeout bounds a Publish whose context has no deadline.
-	defaultPublishTimeout = 10 * time.Second
+	DeliveryTimeout = 30 * time.Second
+	// metadataMinAge and unknownTopicRetries bound how long a publish to a topic the cluster
+	// does not have takes to fail as mq.ErrUnknownTopic: franz-go asks the cluster for the
+	// topic again at most every metadataMinAge, and gives up after unknownTopicRetries answers
+	// without it. franz-go's defaults (5 s, 4) take 20 s and more, longer than an outbox
+	// record's first attempt (5 s), which then timed out instead of naming the missing topic.
+	metadataMinAge      = 500 * time.Millisecond
+	unknownTopicRetries = 3
+	// UnknownTopicBound is about how long a publish to a missing topic takes to fail with
+	// mq.ErrUnknownTopic: a metadata query per retry, each after metadataMinAge, plus their
+	// round trips.
+	UnknownTopicBound = (unknownTopicRetries + 1) * metadataMinAge * 2
 )
 
-// Kafka publishes to Apache Kafka (or a broker speaking its protocol) with an idempotent
+// Publisher publishes to Apache Kafka (or a broker speaking its protocol) with an idempotent
 // producer and acks=all: Publish returns nil once every in-sync replica has the record. The
 // topic is the Kafka topic; the message key is the record key, so one key's records share a
 // partition (franz-go's default partitioner hashes keys with murmur2, as the Java client does)
 // and keep their order; the message id travels in the Courier-Message-Id header for consumers
-// to deduplicate. Topics are the operator's: a topic Kafka does not have is ErrUnknownTopic,
+// to deduplicate. Topics are the operator's: a topic Kafka does not have is mq.ErrUnknownTopic,
 // unless the URL allows auto-creation.
-type Kafka struct {
+type Publisher struct {
 	cl     *kgo.Client
 	addr   string // the URL without secrets, for errors
 	recCtx context.Context
@@ -52,15 +62,15 @@ type Kafka struct {
 	closed atomic.Bool
 }
 
-// kafkaConfig is what a kafka:// URL says.
-type kafkaConfig struct {
+// config is what a kafka:// URL says.
+type config struct {
 	brokers    []string
 	tls        *tls.Config
 	sasl       sasl.Mechanism
 	autoCreate bool
 }
 
-// DialKafka returns a Kafka publisher for a URL of the form
+// Dial returns a Kafka publisher for a URL of the form
 //
 //	kafka://[user:password@]host[:port][,host[:port]...][?option=value&...]
 //
@@ -68,10 +78,10 @@ type kafkaConfig struct {
 // files; any of them implies tls=1), tls_server_name, sasl=plain|scram-sha-256|scram-sha-512
 // with user and password (or the URL's user info), and auto_create=1 (let the broker create a
 // missing topic; off by default). The port defaults to 9092. The client connects lazily: an
-// unreachable broker makes Publish and Ping fail, not DialKafka. clientName is the Kafka client
+// unreachable broker makes Publish and Ping fail, not Dial. clientName is the Kafka client
 // id; extra franz-go options are applied last.
-func DialKafka(rawURL, clientName string, extra ...kgo.Opt) (*Kafka, error) {
-	cfg, err := parseKafkaURL(rawURL)
+func Dial(rawURL, clientName string, extra ...kgo.Opt) (*Publisher, error) {
+	cfg, err := parseURL(rawURL)
 	if err != nil {
 		return nil, err
 	}
@@ -79,8 +89,10 @@ func DialKafka(rawURL, clientName string, extra ...kgo.Opt) (*Kafka, error) {
 		kgo.SeedBrokers(cfg.brokers...),
 		kgo.ClientID(clientName),
 		kgo.RequiredAcks(kgo.AllISRAcks()), // also what the idempotent producer (on by default) needs
-		kgo.RecordDeliveryTimeout(KafkaDeliveryTimeout),
+		kgo.RecordDeliveryTimeout(DeliveryTimeout),
 		kgo.ProducerLinger(0), // Publish waits for its record: do not hold it back for a batch
+		kgo.MetadataMinAge(metadataMinAge),
+		kgo.UnknownTopicRetries(unknownTopicRetries),
 	}
 	if cfg.tls != nil {
 		opts = append(opts, kgo.DialTLSConfig(cfg.tls))
@@ -94,22 +106,22 @@ func DialKafka(rawURL, clientName string, extra ...kgo.Opt) (*Kafka, error) {
 	opts = append(opts, extra...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("mq: Kafka client for %s: %w", RedactURL(rawURL), err)
+		return nil, fmt.Errorf("mq: Kafka client for %s: %w", mq.RedactURL(rawURL), err)
 	}
-	// Records outlive the Publish that gave up on them (see KafkaDeliveryTimeout); giving each
+	// Records outlive the Publish that gave up on them (see DeliveryTimeout); giving each
 	// record its caller's context would instead fail every record buffered for its partition
 	// when that one caller's context ends.
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Kafka{cl: cl, addr: RedactURL(rawURL), recCtx: ctx, cancel: cancel}, nil
+	return &Publisher{cl: cl, addr: mq.RedactURL(rawURL), recCtx: ctx, cancel: cancel}, nil
 }
 
 // Client exposes the franz-go client (for tests and tools that also administer or consume).
-func (k *Kafka) Client() *kgo.Client { return k.cl }
+func (k *Publisher) Client() *kgo.Client { return k.cl }
 
 // Publish produces m and waits until Kafka has acknowledged it with acks=all.
-func (k *Kafka) Publish(ctx context.Context, m Message) error {
+func (k *Publisher) Publish(ctx context.Context, m mq.Message) error {
 	if err := courier.CheckMessage(m.Topic, m.Key, m.Headers); err != nil {
-		return fmt.Errorf("%w: %v", ErrRefused, err)
+		return fmt.Errorf("%w: %v", mq.ErrRefused, err)
 	}
 	if k.closed.Load() {
 		return errors.New("mq: the Kafka publisher is closed")
@@ -120,7 +132,7 @@ func (k *Kafka) Publish(ctx context.Context, m Message) error {
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, defaultPublishTimeout)
+		ctx, cancel = context.WithTimeout(ctx, mq.DefaultPublishTimeout)
 		defer cancel()
 	}
 	done := make(chan error, 1) // the promise never blocks, whether or not Publish still waits
@@ -134,7 +146,7 @@ func (k *Kafka) Publish(ctx context.Context, m Message) error {
 }
 
 // kafkaHeaders are the producer's headers in name order, then courier's.
-func kafkaHeaders(m Message) []kgo.RecordHeader {
+func kafkaHeaders(m mq.Message) []kgo.RecordHeader {
 	names := make([]string, 0, len(m.Headers))
 	for name := range m.Headers {
 		names = append(names, name)
@@ -144,21 +156,21 @@ func kafkaHeaders(m Message) []kgo.RecordHeader {
 	for _, name := range names {
 		hs = append(hs, kgo.RecordHeader{Key: name, Value: []byte(m.Headers[name])})
 	}
-	hs = append(hs, kgo.RecordHeader{Key: HeaderMessageID, Value: []byte(m.ID)})
+	hs = append(hs, kgo.RecordHeader{Key: mq.HeaderMessageID, Value: []byte(m.ID)})
 	if m.Key != "" {
-		hs = append(hs, kgo.RecordHeader{Key: HeaderKey, Value: []byte(m.Key)})
+		hs = append(hs, kgo.RecordHeader{Key: mq.HeaderKey, Value: []byte(m.Key)})
 	}
 	return hs
 }
 
-func (k *Kafka) classify(topic string, err error) error {
+func (k *Publisher) classify(topic string, err error) error {
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID):
-		return fmt.Errorf("%w %q: Kafka at %s has no such topic (create it, or set auto_create=1): %v", ErrUnknownTopic, topic, k.addr, err)
+		return fmt.Errorf("%w %q: Kafka at %s has no such topic (create it, or set auto_create=1): %v", mq.ErrUnknownTopic, topic, k.addr, err)
 	case errors.Is(err, kerr.InvalidTopicException):
-		return fmt.Errorf("%w %q: Kafka at %s refuses this topic name: %v", ErrUnknownTopic, topic, k.addr, err)
+		return fmt.Errorf("%w %q: Kafka at %s refuses this topic name: %v", mq.ErrUnknownTopic, topic, k.addr, err)
 	case errors.Is(err, kgo.ErrClientClosed):
 		return fmt.Errorf("mq: the Kafka publisher is closed: %w", err)
 	}
@@ -166,13 +178,13 @@ func (k *Kafka) classify(topic string, err error) error {
 }
 
 // Ping checks that a broker answers.
-func (k *Kafka) Ping(ctx context.Context) error {
+func (k *Publisher) Ping(ctx context.Context) error {
 	if k.closed.Load() {
 		return errors.New("mq: the Kafka publisher is closed")
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, defaultPublishTimeout)
+		ctx, cancel = context.WithTimeout(ctx, mq.DefaultPublishTimeout)
 		defer cancel()
 	}
 	if err := k.cl.Ping(ctx); err != nil {
@@ -182,7 +194,7 @@ func (k *Kafka) Ping(ctx context.Context) error {
 }
 
 // Close waits briefly for records in flight, then closes the client and its connections.
-func (k *Kafka) Close() error {
+func (k *Publisher) Close() error {
 	if k.closed.Swap(true) {
 		return nil
 	}
@@ -194,13 +206,13 @@ func (k *Kafka) Close() error {
 	return nil
 }
 
-func parseKafkaURL(raw string) (kafkaConfig, error) {
-	var cfg kafkaConfig
-	bad := func(format string, args ...any) (kafkaConfig, error) {
-		return kafkaConfig{}, fmt.Errorf("mq: Kafka URL %s: %s", RedactURL(raw), fmt.Sprintf(format, args...))
+func parseURL(raw string) (config, error) {
+	var cfg config
+	bad := func(format string, args ...any) (config, error) {
+		return config{}, fmt.Errorf("mq: Kafka URL %s: %s", mq.RedactURL(raw), fmt.Sprintf(format, args...))
 	}
 	_, rest, ok := strings.Cut(raw, "://")
-	if !ok || Scheme(raw) != "kafka" {
+	if !ok || mq.Scheme(raw) != "kafka" {
 		return bad("want kafka://host:port[,host:port...][?options]")
 	}
 	// url.Parse does not take a list of hosts: split the parts by hand.
@@ -230,7 +242,7 @@ func parseKafkaURL(raw string) (kafkaConfig, error) {
 		}
 		host, port, err := net.SplitHostPort(hp)
 		if err != nil {
-			host, port = strings.TrimSuffix(strings.TrimPrefix(hp, "["), "]"), strconv.Itoa(DefaultKafkaPort)
+			host, port = strings.TrimSuffix(strings.TrimPrefix(hp, "["), "]"), strconv.Itoa(DefaultPort)
 		}
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 || host == "" {
 			return bad("broker address %q is not host:port", hp)
@@ -314,4 +326,10 @@ func parseKafkaURL(raw string) (kafkaConfig, error) {
 		return bad("sasl=%s needs a user", mechanism)
 	}
 	return cfg, nil
+}
+
+// CheckURL reports whether Dial would accept rawURL, without connecting.
+func CheckURL(rawURL string) error {
+	_, err := parseURL(rawURL)
+	return err
 }

@@ -1,4 +1,4 @@
-package mq_test
+package rabbitmq_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/courier-oss/courier/mq"
 	"github.com/courier-oss/courier/mq/mqtest"
+	"github.com/courier-oss/courier/mq/rabbitmq"
 )
 
 // rabbit is the test RabbitMQ server, reached by the publishers under test through a proxy the
@@ -140,7 +141,7 @@ func TestRabbitMQConformance(t *testing.T) {
 	pubURL := r.url(t, url.Values{"exchange": {exchange}})
 	mqtest.Run(t, mqtest.Harness{
 		NewPublisher: func(t *testing.T) mq.Publisher {
-			pub, err := mq.DialRabbitMQ(pubURL, "conformance")
+			pub, err := rabbitmq.Dial(pubURL, "conformance")
 			require.NoError(t, err)
 			return pub
 		},
@@ -166,7 +167,7 @@ func TestRabbitMQConformance(t *testing.T) {
 func TestRabbitMQDeclaresExchange(t *testing.T) {
 	r := startRabbit(t)
 	exchange := r.exchange("declared")
-	pub, err := mq.DialRabbitMQ(r.url(t, url.Values{"exchange": {exchange}}), "test")
+	pub, err := rabbitmq.Dial(r.url(t, url.Values{"exchange": {exchange}}), "test")
 	require.NoError(t, err)
 	defer pub.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -195,7 +196,7 @@ func TestRabbitMQDeclaresExchange(t *testing.T) {
 func TestRabbitMQMissingExchange(t *testing.T) {
 	r := startRabbit(t)
 	exchange := r.exchange("missing")
-	pub, err := mq.DialRabbitMQ(r.url(t, url.Values{"exchange": {exchange}, "declare": {"0"}}), "test")
+	pub, err := rabbitmq.Dial(r.url(t, url.Values{"exchange": {exchange}, "declare": {"0"}}), "test")
 	require.NoError(t, err)
 	defer pub.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -217,7 +218,7 @@ func TestRabbitMQDefaultExchange(t *testing.T) {
 	r := startRabbit(t)
 	topic := r.prefix + ".direct"
 	q := r.bind(t, "", topic)
-	pub, err := mq.DialRabbitMQ(r.url(t, url.Values{"exchange": {""}}), "test")
+	pub, err := rabbitmq.Dial(r.url(t, url.Values{"exchange": {""}}), "test")
 	require.NoError(t, err)
 	defer pub.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -236,7 +237,7 @@ func TestRabbitMQReturnsMatchTheirPublish(t *testing.T) {
 	r := startRabbit(t)
 	exchange := r.exchange("mixed")
 	q := r.bind(t, exchange, "mixed.routed")
-	pub, err := mq.DialRabbitMQ(r.url(t, url.Values{"exchange": {exchange}}), "test")
+	pub, err := rabbitmq.Dial(r.url(t, url.Values{"exchange": {exchange}}), "test")
 	require.NoError(t, err)
 	defer pub.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)

@@ -1,4 +1,4 @@
-package mq
+package rabbitmq
 
 import (
 	"context"
@@ -14,13 +14,14 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/mq"
 )
 
 // RabbitMQ settings.
 const (
-	// DefaultRabbitMQExchange is the exchange messages are published to when the URL names
+	// DefaultExchange is the exchange messages are published to when the URL names
 	// none: a durable topic exchange, declared if missing (unless declare=0).
-	DefaultRabbitMQExchange = "courier"
+	DefaultExchange = "courier"
 	// rabbitMaxInFlight bounds the publishes waiting for a confirm on the one channel; it also
 	// sizes the buffer that holds returned (unroutable) messages until their publisher looks.
 	rabbitMaxInFlight = 256
@@ -28,20 +29,20 @@ const (
 
 var errRabbitClosed = errors.New("mq: the RabbitMQ publisher is closed")
 
-// RabbitMQ publishes to RabbitMQ (AMQP 0-9-1) with publisher confirms: Publish returns nil once
+// Publisher publishes to RabbitMQ (AMQP 0-9-1) with publisher confirms: Publish returns nil once
 // the broker has confirmed the message, which for a persistent message routed to durable (or
 // quorum) queues means they have written it to disk. Every message goes to one exchange, named
 // in the URL, with the topic as routing key: queues bound to the exchange by a routing-key
 // pattern ("orders.*", "orders.#") receive the topics they match. Messages are published with
-// mandatory set, so one that no queue receives comes back and is ErrUnknownTopic, and in
+// mandatory set, so one that no queue receives comes back and is mq.ErrUnknownTopic, and in
 // persistent delivery mode. The message id is the AMQP message_id and the Courier-Message-Id
 // header; the key is the Courier-Key header; producer headers are AMQP headers.
 //
 // One connection and one confirm-mode channel carry all publishes; they are opened on first
 // use and opened again after they drop, so an unreachable broker is a retryable error for as
 // long as it lasts and publishing recovers by itself once it is back.
-type RabbitMQ struct {
-	cfg     rabbitConfig
+type Publisher struct {
+	cfg     config
 	name    string
 	dialing chan struct{} // a one-slot lock held while connecting, so waiting honours ctx
 	slots   chan struct{} // one per publish waiting for its confirm
@@ -51,31 +52,31 @@ type RabbitMQ struct {
 	closed bool
 }
 
-// rabbitConfig is what an amqp:// or amqps:// URL says.
-type rabbitConfig struct {
+// config is what an amqp:// or amqps:// URL says.
+type config struct {
 	url      string // for amqp091: the URL without courier's options
 	addr     string // the URL without secrets, for errors
 	exchange string
 	declare  bool
 }
 
-// DialRabbitMQ returns a RabbitMQ publisher for a URL of the form
+// Dial returns a RabbitMQ publisher for a URL of the form
 //
 //	amqp[s]://user:password@host[:port][/vhost][?option=value&...]
 //
 // with courier's options exchange (default "courier"; an empty value, "exchange=", publishes
 // to the default exchange, where the routing key is a queue name) and declare (default 1:
 // create the exchange as a durable topic exchange if it is missing; 0 leaves that to the
-// operator, and a missing exchange makes every publish ErrUnknownTopic), and amqp091's own
+// operator, and a missing exchange makes every publish mq.ErrUnknownTopic), and amqp091's own
 // heartbeat, connection_timeout, channel_max, auth_mechanism, and for amqps:// cacertfile,
 // certfile, keyfile and server_name_indication. It connects lazily: an unreachable broker makes
-// Publish and Ping fail, not DialRabbitMQ. clientName is the connection_name the broker shows.
-func DialRabbitMQ(rawURL, clientName string) (*RabbitMQ, error) {
-	cfg, err := parseRabbitMQURL(rawURL)
+// Publish and Ping fail, not Dial. clientName is the connection_name the broker shows.
+func Dial(rawURL, clientName string) (*Publisher, error) {
+	cfg, err := parseURL(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	return &RabbitMQ{
+	return &Publisher{
 		cfg:     cfg,
 		name:    clientName,
 		dialing: make(chan struct{}, 1),
@@ -84,20 +85,20 @@ func DialRabbitMQ(rawURL, clientName string) (*RabbitMQ, error) {
 }
 
 // Exchange is the exchange this publisher publishes to ("" is the default exchange).
-func (r *RabbitMQ) Exchange() string { return r.cfg.exchange }
+func (r *Publisher) Exchange() string { return r.cfg.exchange }
 
 // Publish publishes m to the exchange with m.Topic as routing key and waits for the broker's
 // confirm.
-func (r *RabbitMQ) Publish(ctx context.Context, m Message) error {
+func (r *Publisher) Publish(ctx context.Context, m mq.Message) error {
 	if err := courier.CheckMessage(m.Topic, m.Key, m.Headers); err != nil {
-		return fmt.Errorf("%w: %v", ErrRefused, err)
+		return fmt.Errorf("%w: %v", mq.ErrRefused, err)
 	}
 	if r.isClosed() {
 		return errRabbitClosed
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, defaultPublishTimeout)
+		ctx, cancel = context.WithTimeout(ctx, mq.DefaultPublishTimeout)
 		defer cancel()
 	}
 	select {
@@ -113,14 +114,14 @@ func (r *RabbitMQ) Publish(ctx context.Context, m Message) error {
 	return r.publish(ctx, s, m)
 }
 
-func (r *RabbitMQ) publish(ctx context.Context, s *rabbitSession, m Message) error {
+func (r *Publisher) publish(ctx context.Context, s *rabbitSession, m mq.Message) error {
 	headers := make(amqp.Table, len(m.Headers)+2)
 	for k, v := range m.Headers {
 		headers[k] = v
 	}
-	headers[HeaderMessageID] = m.ID
+	headers[mq.HeaderMessageID] = m.ID
 	if m.Key != "" {
-		headers[HeaderKey] = m.Key
+		headers[mq.HeaderKey] = m.Key
 	}
 	p := &rabbitPending{match: m.ID + "\x00" + m.Topic}
 
@@ -155,14 +156,14 @@ func (r *RabbitMQ) publish(ctx context.Context, s *rabbitSession, m Message) err
 	if dc.Acked() {
 		if returned != nil {
 			return fmt.Errorf("%w %q: no queue bound to exchange %q takes routing key %q (%d %s)",
-				ErrUnknownTopic, m.Topic, r.cfg.exchange, m.Topic, returned.ReplyCode, returned.ReplyText)
+				mq.ErrUnknownTopic, m.Topic, r.cfg.exchange, m.Topic, returned.ReplyCode, returned.ReplyText)
 		}
 		return nil
 	}
 	if cerr := s.closeError(); cerr != nil || !s.alive() {
 		r.drop(s)
 		if cerr != nil && cerr.Code == amqp.NotFound {
-			return fmt.Errorf("%w %q: RabbitMQ at %s: %s (create the exchange, or let courier declare it)", ErrUnknownTopic, m.Topic, r.cfg.addr, cerr.Reason)
+			return fmt.Errorf("%w %q: RabbitMQ at %s: %s (create the exchange, or let courier declare it)", mq.ErrUnknownTopic, m.Topic, r.cfg.addr, cerr.Reason)
 		}
 		if cerr != nil {
 			return fmt.Errorf("mq: publish %q to RabbitMQ at %s: the channel closed before the confirm (retrying): %w", m.Topic, r.cfg.addr, cerr)
@@ -176,10 +177,10 @@ func (r *RabbitMQ) publish(ctx context.Context, s *rabbitSession, m Message) err
 }
 
 // Ping checks that the broker answers and that the exchange exists.
-func (r *RabbitMQ) Ping(ctx context.Context) error {
+func (r *Publisher) Ping(ctx context.Context) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, defaultPublishTimeout)
+		ctx, cancel = context.WithTimeout(ctx, mq.DefaultPublishTimeout)
 		defer cancel()
 	}
 	s, err := r.session(ctx)
@@ -218,7 +219,7 @@ func (r *RabbitMQ) Ping(ctx context.Context) error {
 }
 
 // Close waits up to 5 seconds for publishes in flight, then closes the connection.
-func (r *RabbitMQ) Close() error {
+func (r *Publisher) Close() error {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -246,14 +247,14 @@ drain:
 	return nil
 }
 
-func (r *RabbitMQ) isClosed() bool {
+func (r *Publisher) isClosed() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.closed
 }
 
 // session returns the open session, connecting if there is none.
-func (r *RabbitMQ) session(ctx context.Context) (*rabbitSession, error) {
+func (r *Publisher) session(ctx context.Context) (*rabbitSession, error) {
 	r.mu.Lock()
 	s, closed := r.sess, r.closed
 	r.mu.Unlock()
@@ -297,7 +298,7 @@ func (r *RabbitMQ) session(ctx context.Context) (*rabbitSession, error) {
 }
 
 // drop forgets s (if it is still the current session) and closes it.
-func (r *RabbitMQ) drop(s *rabbitSession) {
+func (r *Publisher) drop(s *rabbitSession) {
 	r.mu.Lock()
 	if r.sess == s {
 		r.sess = nil
@@ -306,7 +307,7 @@ func (r *RabbitMQ) drop(s *rabbitSession) {
 	s.close()
 }
 
-func (r *RabbitMQ) connect(ctx context.Context) (*rabbitSession, error) {
+func (r *Publisher) connect(ctx context.Context) (*rabbitSession, error) {
 	deadline, _ := ctx.Deadline()
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName(r.name)
@@ -473,9 +474,9 @@ func (s *rabbitSession) close() {
 	_ = s.conn.CloseDeadline(time.Now().Add(5 * time.Second))
 }
 
-func parseRabbitMQURL(raw string) (rabbitConfig, error) {
-	bad := func(format string, args ...any) (rabbitConfig, error) {
-		return rabbitConfig{}, fmt.Errorf("mq: RabbitMQ URL %s: %s", RedactURL(raw), fmt.Sprintf(format, args...))
+func parseURL(raw string) (config, error) {
+	bad := func(format string, args ...any) (config, error) {
+		return config{}, fmt.Errorf("mq: RabbitMQ URL %s: %s", mq.RedactURL(raw), fmt.Sprintf(format, args...))
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -484,7 +485,7 @@ func parseRabbitMQURL(raw string) (rabbitConfig, error) {
 	if u.Scheme != "amqp" && u.Scheme != "amqps" {
 		return bad("want amqp:// or amqps://")
 	}
-	cfg := rabbitConfig{addr: RedactURL(raw), exchange: DefaultRabbitMQExchange, declare: true}
+	cfg := config{addr: mq.RedactURL(raw), exchange: DefaultExchange, declare: true}
 	q := u.Query()
 	for name, vs := range q {
 		v := vs[len(vs)-1]
@@ -509,4 +510,10 @@ func parseRabbitMQURL(raw string) (rabbitConfig, error) {
 		return bad("%v", err)
 	}
 	return cfg, nil
+}
+
+// CheckURL reports whether Dial would accept rawURL, without connecting.
+func CheckURL(rawURL string) error {
+	_, err := parseURL(rawURL)
+	return err
 }

@@ -1,0 +1,38 @@
+package api
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// ScheduleSpec is a cron schedule (POST /v1/schedules/{id}, scope producer): give Cron or
+// Interval. At each run courier delivers Payload the way BizType is configured, like a timer.
+type ScheduleSpec struct {
+	BizType       string           `json:"biz_type"`
+	Cron          string           `json:"cron,omitempty"`          // standard 5-field cron, e.g. "0 9 * * *"
+	Interval      PositiveDuration `json:"interval,omitzero"`       // e.g. "15m"; at least 1s
+	TimeZone      string           `json:"time_zone,omitempty"`     // IANA name; default UTC
+	Overlap       string           `json:"overlap,omitempty"`       // skip (default), buffer_one, buffer_all, cancel_other, terminate_other, allow_all
+	CatchupWindow PositiveDuration `json:"catchup_window,omitzero"` // how late a missed run may still fire; default 1m, at least 10s
+	Jitter        Duration         `json:"jitter,omitzero"`         // random delay up to this, to spread round times
+	Paused        bool             `json:"paused,omitempty"`        // create (or keep) it paused
+	Payload       json.RawMessage  `json:"payload,omitempty"`
+}
+
+// Schedule is a schedule as the API shows it.
+type Schedule struct {
+	ID             string       `json:"id"`
+	Spec           ScheduleSpec `json:"spec"`
+	Paused         bool         `json:"paused"`
+	Note           string       `json:"note,omitempty"`
+	NextRuns       []time.Time  `json:"next_runs"`
+	RecentRuns     []time.Time  `json:"recent_runs"`
+	Runs           int          `json:"runs"`
+	MissedCatchup  int          `json:"missed_catchup_window"`
+	SkippedOverlap int          `json:"skipped_overlap"`
+}
+
+// ScheduleNote is the optional body of POST /v1/schedules/{id}/pause and /unpause.
+type ScheduleNote struct {
+	Note string `json:"note,omitempty"`
+}

@@ -1,0 +1,126 @@
+package api
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/courier-oss/courier"
+)
+
+// TaskOverrides replace the queue's settings for one task; zero fields keep the queue's.
+type TaskOverrides struct {
+	PendingTimeout    PositiveDuration `json:"pending_timeout,omitzero"`
+	ProcessingTimeout PositiveDuration `json:"processing_timeout,omitzero"`
+	HeartbeatTimeout  PositiveDuration `json:"heartbeat_timeout,omitzero"`
+	MaxAttempts       int              `json:"max_attempts,omitempty"`
+}
+
+// overridesOf shows a task's overrides.
+func overridesOf(o courier.TaskOverrides) TaskOverrides {
+	return TaskOverrides{PendingTimeout: PositiveDuration(o.PendingTimeout), ProcessingTimeout: PositiveDuration(o.ProcessingTimeout),
+		HeartbeatTimeout: PositiveDuration(o.HeartbeatTimeout), MaxAttempts: o.MaxAttempts}
+}
+
+// Domain is the overrides as courier keeps them.
+func (o TaskOverrides) Domain() courier.TaskOverrides {
+	return courier.TaskOverrides{PendingTimeout: o.PendingTimeout.Std(), ProcessingTimeout: o.ProcessingTimeout.Std(),
+		HeartbeatTimeout: o.HeartbeatTimeout.Std(), MaxAttempts: o.MaxAttempts}
+}
+
+// TaskRequest is the body of POST /v1/tasks (scope producer). The same version again returns
+// the stored task (or replaces one that is pending with other content, failed, stopped or
+// cancelled), so an insert is retried safely; a version below the highest known is a conflict
+// with details.current_version.
+type TaskRequest struct {
+	TaskID      string          `json:"task_id"`
+	TaskVersion int64           `json:"task_version"`       // at least 1
+	Priority    int             `json:"priority,omitempty"` // 1 (high) to 5 (low); 0: 3
+	Queue       string          `json:"queue,omitempty"`    // "": default
+	Payload     json.RawMessage `json:"payload,omitempty"`  // any JSON; pushed to the worker as it is
+	Overrides   TaskOverrides   `json:"overrides,omitzero"`
+}
+
+// Domain is the request as the task service takes it.
+func (r TaskRequest) Domain() courier.TaskRequest {
+	return courier.TaskRequest{TaskID: r.TaskID, Version: r.TaskVersion, Priority: r.Priority, Queue: r.Queue,
+		Payload: r.Payload, Overrides: r.Overrides.Domain()}
+}
+
+// Task is a task version as the API shows it.
+type Task struct {
+	TaskID        string                    `json:"task_id"`
+	TaskVersion   int64                     `json:"task_version"`
+	Queue         string                    `json:"queue"`
+	Priority      int                       `json:"priority"`
+	Status        courier.TaskStatus        `json:"status"`
+	Outcome       courier.TaskInsertOutcome `json:"outcome,omitempty"` // an insert's answer only: created, replaced, existing
+	Payload       json.RawMessage           `json:"payload,omitempty"` // left out of lists
+	Overrides     TaskOverrides             `json:"overrides"`
+	Attempt       int                       `json:"attempt"`  // the current attempt's number (name it in results)
+	Attempts      int                       `json:"attempts"` // attempts used since the task was (re)submitted
+	Result        json.RawMessage           `json:"result,omitempty"`
+	StatusCode    int                       `json:"status_code,omitempty"`
+	Message       string                    `json:"message,omitempty"`
+	WorkflowID    string                    `json:"workflow_id"`
+	CreatedAt     time.Time                 `json:"created_at"`
+	UpdatedAt     time.Time                 `json:"updated_at"`
+	NextAttemptAt *time.Time                `json:"next_attempt_at,omitempty"` // pending tasks only
+	ExpiresAt     *time.Time                `json:"expires_at,omitempty"`      // pending tasks only
+	ClaimedAt     *time.Time                `json:"claimed_at,omitempty"`
+	PushedAt      *time.Time                `json:"pushed_at,omitempty"`
+	FinishedAt    *time.Time                `json:"finished_at,omitempty"`
+}
+
+// TaskOf shows a stored task version.
+func TaskOf(t courier.Task) Task {
+	out := Task{
+		TaskID: t.TaskID, TaskVersion: t.Version, Queue: t.Queue, Priority: t.Priority, Status: t.Status,
+		Payload: t.Payload, Overrides: overridesOf(t.Overrides), Attempt: t.Attempt, Attempts: t.Attempts,
+		Result: t.Result, StatusCode: t.StatusCode, Message: t.Message, WorkflowID: courier.TaskWorkflowID(t.TaskID, t.Version),
+		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, ClaimedAt: t.ClaimedAt, PushedAt: t.PushedAt, FinishedAt: t.FinishedAt,
+	}
+	if t.Status == courier.TaskPending {
+		next := t.NextAttemptAt
+		out.NextAttemptAt = &next
+		out.ExpiresAt = t.ExpiresAt
+	}
+	return out
+}
+
+// TaskPage is one page of a task list (GET /v1/tasks), newest first; its items leave out the
+// payload and the result (GET one version for those). NextPageToken is empty on the last page.
+type TaskPage struct {
+	Items         []Task `json:"items"`
+	NextPageToken string `json:"next_page_token,omitempty"`
+}
+
+// Heartbeat is the body of POST /v1/tasks/{task_id}/versions/{v}/heartbeat (scope worker).
+type Heartbeat struct {
+	Attempt int             `json:"attempt"`
+	Details json.RawMessage `json:"details,omitempty"` // optional JSON, recorded with it
+}
+
+// ReportAccepted answers a result or heartbeat that reached its attempt.
+type ReportAccepted struct {
+	TaskID      string `json:"task_id"`
+	TaskVersion int64  `json:"task_version"`
+	Attempt     int    `json:"attempt"`
+	Accepted    bool   `json:"accepted"`
+}
+
+// TaskPush is the body courier POSTs to a queue's push_url for one attempt (signed like a
+// callback). The worker answers 2xx to take it, then reports to ResultURL naming Attempt.
+type TaskPush struct {
+	TaskID      string          `json:"task_id"`
+	TaskVersion int64           `json:"task_version"`
+	Attempt     int             `json:"attempt"`
+	Priority    int             `json:"priority"`
+	Queue       string          `json:"queue"`
+	Payload     json.RawMessage `json:"payload"`
+	Deadline    time.Time       `json:"deadline"` // the processing timeout runs out at this time
+	// HeartbeatTimeout is how long courier waits between heartbeats before it fails the
+	// attempt; zero (left out) when the queue wants no heartbeats.
+	HeartbeatTimeout PositiveDuration `json:"heartbeat_timeout,omitzero"`
+	ResultURL        string           `json:"result_url"`    // POST the result here, naming the attempt
+	HeartbeatURL     string           `json:"heartbeat_url"` // POST here to show the attempt is alive
+}

@@ -1,2 +1,0 @@
-// Package pglisten turns PostgreSQL LISTEN/NOTIFY into wake-ups for polling loops.
-package pglisten

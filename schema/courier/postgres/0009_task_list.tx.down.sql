@@ -1,0 +1,1 @@
+DROP INDEX courier_tasks_created;
