@@ -20,7 +20,7 @@ const (
 	SARecord  = "CourierRecordID" // outbox record id (in its source)
 	SABizType = "CourierBizType"  // timer business type
 	SABizID   = "CourierBizID"    // timer business id
-	SAState   = "CourierState"    // outbox record status (dispatched, dead; sent in runs before OutboxInputV), timer state (scheduled, firing, delivered, failed, cancelled) or task status
+	SAState   = "CourierState"    // outbox record status (dispatched, dead), timer state (scheduled, firing, delivered, failed, cancelled) or task status
 	SAFireAt  = "CourierFireAt"   // timer fire time
 
 	SATaskID       = "CourierTaskID"       // task id

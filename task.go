@@ -36,8 +36,9 @@ func TaskWorkflowID(taskID string, version int64) string {
 	return fmt.Sprintf("task/%s/%d", EscapeID(taskID), version)
 }
 
-// TaskAttemptActivityID is the id of the activity that waits for one attempt's result; the
-// result and heartbeat callbacks address it, so a stale attempt can never reach a newer one.
+// TaskAttemptActivityID is the id of the activity in which an attempt with a heartbeat timeout
+// waits for its result; the result and heartbeat callbacks address it, so a stale attempt can
+// never reach a newer one.
 func TaskAttemptActivityID(attempt int) string { return fmt.Sprintf("attempt-%d", attempt) }
 
 // TaskRetry is a queue's retry policy for failed or timed-out attempts.
@@ -298,9 +299,10 @@ type Task struct {
 	PushedAt      *time.Time
 	FinishedAt    *time.Time
 	RunID         string // the current attempt's Temporal run, recorded by its push (empty before it); a cancel targets exactly this run
-	// CodeVersion is the task workflow code version of that run, recorded with RunID (0 when
-	// the push did not record it): it says how the gateway hands the run a worker's result.
-	CodeVersion int
+	// AttemptHeartbeatTimeout is the current attempt's heartbeat timeout, recorded with RunID by
+	// its push (0: none): it says how the gateway hands the run a worker's result (completing
+	// the attempt's activity by its id, or an update).
+	AttemptHeartbeatTimeout time.Duration
 	// Trace is the trace context of the request that inserted (or last replaced) this version.
 	Trace TraceContext
 }
@@ -373,9 +375,8 @@ type AttemptOutcome struct {
 	// Trace is the trace context of the gateway's span of the worker's result call (zero for an
 	// outcome courier decided): the finish links its span to it (docs/tracing.md).
 	Trace TraceContext `json:",omitzero"`
-	// Recorded says the gateway wrote this success into the task's row before it handed it to
-	// the attempt's run, so the run has nothing left to record (runs of task code version 4 end
-	// without their finish).
+	// Recorded says the gateway wrote this outcome into the task's row before it handed it to
+	// the attempt's run, so the run has nothing left to record and ends as the row says.
 	Recorded bool `json:",omitempty"`
 }
 

@@ -56,33 +56,42 @@ type Tasks struct {
 	wake          func() // nudges the claimers in this process after a slot is freed
 	workflows     WorkflowDescriber
 	clients       callback.Pool // one HTTP client (and connection pool) per push policy
-	// localPushes bounds the pushes of task code version 5, which run as local activities
-	// and so are not bounded by the push worker's activity slots: one token per push in flight
-	// (nil: unbounded).
+	// localPushes bounds the pushes that run as local activities, which the push worker's
+	// activity slots do not bound: one token per push in flight (nil: unbounded).
 	localPushes chan struct{}
 }
 
-// SetLocalPushSlots bounds the pushes this process's local activities make at once (task code
-// version 5) to n, as the push worker's activity slots bound the other versions' pushes: a
-// stuck endpoint holds at most n, and the runs' finishes, which share the local-activity slots,
-// never wait behind them.
-func (a *Tasks) SetLocalPushSlots(n int) {
-	if n > 0 {
-		a.localPushes = make(chan struct{}, n)
-	}
+// TasksDeps are what the task activities work with. Store is required; the rest may be zero.
+type TasksDeps struct {
+	Store TaskStore
+	// PublicURL is the gateway's base URL as task workers reach it, for the result and
+	// heartbeat links in every push.
+	PublicURL string
+	// AllowLoopback lets pushes reach 127.0.0.1 (courier dev only).
+	AllowLoopback bool
+	// LocalPushSlots bounds the pushes this process's local activities make at once (attempts
+	// without a heartbeat timeout), as the push worker's activity slots bound the others: a
+	// stuck endpoint holds at most this many, and the runs' finishes, which share the
+	// local-activity slots, never wait behind them. 0: unbounded.
+	LocalPushSlots int
+	// Workflows lets the sweeper check overdue attempts' workflows (the Temporal client); nil
+	// skips that step.
+	Workflows WorkflowDescriber
+	Metrics   *metrics.Tasks // nil records nothing
+	Wake      func()         // nudges the claimers after a slot is freed; nil: none
 }
 
-// SetWorkflows lets the sweeper check overdue attempts' workflows; without it, that step is
-// skipped.
-func (a *Tasks) SetWorkflows(w WorkflowDescriber) { a.workflows = w }
-
-// NewTasks builds the task activities. publicURL is the gateway's base URL for the report
-// links; wake may be nil; m may be nil.
-func NewTasks(s TaskStore, publicURL string, allowLoopback bool, m *metrics.Tasks, wake func()) *Tasks {
-	if wake == nil {
-		wake = func() {}
+// NewTasks builds the task activities.
+func NewTasks(d TasksDeps) *Tasks {
+	a := &Tasks{store: d.Store, publicURL: strings.TrimRight(d.PublicURL, "/"), allowLoopback: d.AllowLoopback,
+		metrics: d.Metrics, wake: d.Wake, workflows: d.Workflows}
+	if a.wake == nil {
+		a.wake = func() {}
 	}
-	return &Tasks{store: s, publicURL: strings.TrimRight(publicURL, "/"), allowLoopback: allowLoopback, metrics: m, wake: wake}
+	if d.LocalPushSlots > 0 {
+		a.localPushes = make(chan struct{}, d.LocalPushSlots)
+	}
+	return a
 }
 
 func (a *Tasks) reportURL(taskID string, version int64, what string) string {
@@ -96,22 +105,18 @@ type pushRequest struct {
 }
 
 // preparePush marks the attempt pushed (guarded by "Processing on this attempt", recording the
-// run and the deadline) and builds its request. Its errors are final for the attempt: a stale
-// attempt, a queue without a push_url, a database that stayed down.
-func (a *Tasks) preparePush(ctx context.Context, p contract.PushTaskParams, start time.Time, runID string) (pushRequest, error) {
+// run, its heartbeat timeout and the deadline) and builds its request. Its errors are final for
+// the attempt: a stale attempt, a queue without a push_url, a database that stayed down.
+func (a *Tasks) preparePush(ctx context.Context, p contract.PushTaskParams, runID string) (pushRequest, error) {
 	var (
 		target store.PushTarget
 		ok     bool
 		err    error
 	)
-	deadline := p.Deadline
-	if deadline.IsZero() {
-		deadline = start.Add(p.ProcessingTimeout)
-	}
-	remaining := max(time.Until(deadline), 0)
+	remaining := max(time.Until(p.Deadline), 0)
 	// A database blip should not cost the task an attempt: try a few times within the push.
 	for try, wait := 0, 200*time.Millisecond; ; try, wait = try+1, wait*4 {
-		target, ok, err = a.store.MarkTaskPushed(ctx, p.TaskID, p.Version, p.Attempt, remaining, store.AttemptRun{ID: runID, CodeVersion: p.V})
+		target, ok, err = a.store.MarkTaskPushed(ctx, p.TaskID, p.Version, p.Attempt, remaining, store.AttemptRun{ID: runID, HeartbeatTimeout: p.HeartbeatTimeout})
 		if err == nil || try == 3 || ctx.Err() != nil {
 			break
 		}
@@ -127,16 +132,11 @@ func (a *Tasks) preparePush(ctx context.Context, p contract.PushTaskParams, star
 		return pushRequest{}, temporal.NewNonRetryableApplicationError("task is no longer processing this attempt", contract.ErrTypeTaskStale, nil)
 	}
 	t, q := target.Task, target.Queue
-	if p.ProcessingTimeout > 0 {
-		q.ProcessingTimeout, q.HeartbeatTimeout = p.ProcessingTimeout, p.HeartbeatTimeout
-	} else { // runs recorded before the timeouts were passed read the queue's
-		deadline = start.Add(q.ProcessingTimeout)
-	}
 	if q.PushURL == "" {
 		return pushRequest{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("queue %q has no push_url", q.Name), contract.ErrTypePushFailed, nil)
 	}
 	push := api.TaskPush{TaskID: t.TaskID, TaskVersion: t.Version, Attempt: p.Attempt, Priority: t.Priority, Queue: t.Queue,
-		Payload: t.Payload, Deadline: deadline.UTC(), HeartbeatTimeout: api.PositiveDuration(q.HeartbeatTimeout),
+		Payload: t.Payload, Deadline: p.Deadline.UTC(), HeartbeatTimeout: api.PositiveDuration(p.HeartbeatTimeout),
 		ResultURL: a.reportURL(t.TaskID, t.Version, "result"), HeartbeatURL: a.reportURL(t.TaskID, t.Version, "heartbeat")}
 	body, err := json.Marshal(push)
 	if err != nil {
@@ -164,12 +164,12 @@ func (a *Tasks) observePushed(t courier.Task, attempt int) {
 	}
 }
 
-// SendPush sends one attempt to the queue's worker endpoint and returns once the worker has
-// answered 2xx; the wait for the result is a separate activity (AwaitResultName), so the
-// heartbeat timeout starts only once the worker has the task. A try that fails on the way (no
-// connection, no answer within the push timeout, 429 or 5xx) is a retryable error that the
-// workflow's push policy tries again within the attempt, after the worker's Retry-After when it
-// sent one; a 4xx answer or a refused address fails the attempt at once.
+// SendPush sends one attempt without a heartbeat timeout to the queue's worker endpoint and
+// returns once the worker has answered 2xx; it runs as a local activity of the attempt's run,
+// bounded by LocalPushSlots, and the run then waits for the result itself. A try that fails on
+// the way (no connection, no answer within the push timeout, 429 or 5xx) is a retryable error
+// that the workflow's push policy tries again within the attempt, after the worker's
+// Retry-After when it sent one; a 4xx answer or a refused address fails the attempt at once.
 func (a *Tasks) SendPush(ctx context.Context, p contract.PushTaskParams) (contract.SendPushResult, error) {
 	info := activity.GetInfo(ctx)
 	if info.IsLocalActivity && a.localPushes != nil {
@@ -180,7 +180,7 @@ func (a *Tasks) SendPush(ctx context.Context, p contract.PushTaskParams) (contra
 			return contract.SendPushResult{}, ctx.Err()
 		}
 	}
-	pr, err := a.preparePush(ctx, p, info.StartedTime, info.WorkflowExecution.RunID)
+	pr, err := a.preparePush(ctx, p, info.WorkflowExecution.RunID)
 	if err != nil {
 		return contract.SendPushResult{}, err
 	}
@@ -202,32 +202,6 @@ func (a *Tasks) SendPush(ctx context.Context, p contract.PushTaskParams) (contra
 	default:
 		return contract.SendPushResult{}, temporal.NewNonRetryableApplicationError("push: "+err.Error(), contract.ErrTypePushFailed, err)
 	}
-}
-
-// AwaitResult waits for the worker's result of one attempt: it leaves the activity open, and
-// the gateway completes it by its id (courier.TaskAttemptActivityID) with the worker's report,
-// or records the worker's heartbeats on it. It does no I/O, so it holds its slot for an
-// instant.
-func (a *Tasks) AwaitResult(context.Context, contract.AwaitResultParams) (courier.AttemptOutcome, error) {
-	return courier.AttemptOutcome{}, activity.ErrResultPending
-}
-
-// Push sends one attempt to the queue's worker endpoint and leaves the activity open: the
-// worker's result arrives through the gateway, which completes this activity by its id
-// (courier.TaskAttemptActivityID). A worker that does not accept the push (non-2xx, refused
-// address, no answer) fails the attempt. It serves runs recorded before the push and the wait
-// were split (PushTaskName); newer runs use SendPush and AwaitResult.
-func (a *Tasks) Push(ctx context.Context, p contract.PushTaskParams) (courier.AttemptOutcome, error) {
-	info := activity.GetInfo(ctx)
-	pr, err := a.preparePush(ctx, p, info.StartedTime, info.WorkflowExecution.RunID)
-	if err != nil {
-		return courier.AttemptOutcome{}, err
-	}
-	if err := a.client(pr.target.Queue, courier.DefaultPushTimeout).Send(ctx, pr.req); err != nil {
-		return courier.AttemptOutcome{}, temporal.NewNonRetryableApplicationError("push: "+err.Error(), contract.ErrTypePushFailed, err)
-	}
-	a.observePushed(pr.target.Task, p.Attempt)
-	return courier.AttemptOutcome{}, activity.ErrResultPending
 }
 
 // Finish ends an attempt in the database (status, result and the slot in one transaction)

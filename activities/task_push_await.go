@@ -15,28 +15,29 @@ import (
 	"github.com/courier-oss/courier/callback"
 )
 
-// PushAwait is an attempt's one activity (contract.PushAwaitName): it pushes the attempt to the
-// queue's worker and then stays open until the gateway completes it by its id with the
-// worker's result. A worker that reports before it has answered the push completes it the
-// same way, since the activity is open from the first try.
+// PushAwait is the one activity of an attempt with a heartbeat timeout
+// (contract.PushAwaitName): it pushes the attempt to the queue's worker and then stays open
+// until the gateway completes it by its id with the worker's result (contract.AttemptResult).
+// A worker that reports before it has answered the push completes it the same way, since the
+// activity is open from the first try.
 //
 // A try that fails on the way (no connection, no answer within the push timeout, 429 or 5xx)
 // is tried again after the worker's Retry-After (at most contract.PushRetryMax) or
-// contract.PushBackoff, up to courier.PushTries tries and never past the attempt's deadline; a 4xx answer, a refused
-// address, or the last try failing fails the attempt. While it pushes it heartbeats (when the
+// contract.PushBackoff, up to courier.PushTries tries and never past the attempt's deadline; a
+// 4xx answer, a refused address, or the last try failing fails the attempt. While it pushes it heartbeats (when the
 // queue has a heartbeat timeout), so a worker slow to accept never loses its attempt to the
 // heartbeat timeout; once the worker has accepted, it records one more heartbeat, so the
 // worker's heartbeat timeout runs from then.
-func (a *Tasks) PushAwait(ctx context.Context, p contract.PushTaskParams) (courier.AttemptOutcome, error) {
+func (a *Tasks) PushAwait(ctx context.Context, p contract.PushTaskParams) (contract.AttemptResult, error) {
 	info := activity.GetInfo(ctx)
 	stop := heartbeatWhilePushing(ctx, info.HeartbeatTimeout) // from the start: marking pushed may retry for seconds
-	pr, err := a.preparePush(ctx, p, info.StartedTime, info.WorkflowExecution.RunID)
+	pr, err := a.preparePush(ctx, p, info.WorkflowExecution.RunID)
 	if err == nil {
 		err = a.pushTries(ctx, pr, p.PushTimeout)
 	}
 	stop()
 	if err != nil {
-		return courier.AttemptOutcome{}, err
+		return contract.AttemptResult{}, err
 	}
 	a.observePushed(pr.target.Task, p.Attempt)
 	if info.HeartbeatTimeout > 0 {
@@ -45,7 +46,7 @@ func (a *Tasks) PushAwait(ctx context.Context, p contract.PushTaskParams) (couri
 		// timeout runs from about now, and a timeout from here on has no "pushing" detail.
 		activity.RecordHeartbeat(ctx)
 	}
-	return courier.AttemptOutcome{}, activity.ErrResultPending
+	return contract.AttemptResult{}, activity.ErrResultPending
 }
 
 // pushTries sends the push until the worker accepts it, a try fails for good, the tries are

@@ -19,7 +19,7 @@ import (
 func TestPushAwaitStaysOpenOnceTheWorkerAccepts(t *testing.T) {
 	ep := startPushEndpoint(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusAccepted) })
 	st := &pushStore{queue: pushQueue(ep.url)}
-	a := activities.NewTasks(st, "http://courier.example:8080/", true, nil, nil)
+	a := activities.NewTasks(activities.TasksDeps{Store: st, PublicURL: "http://courier.example:8080/", AllowLoopback: true})
 	p := pushParams
 	p.Deadline = time.Now().Add(7 * time.Minute).UTC().Truncate(time.Millisecond)
 
@@ -32,6 +32,7 @@ func TestPushAwaitStaysOpenOnceTheWorkerAccepts(t *testing.T) {
 	require.Equal(t, "task/doc-1/2/3", ep.ids[0])
 	require.Len(t, st.marks, 1)
 	require.NotEmpty(t, st.marks[0].runID, "the push records the run it belongs to")
+	require.Equal(t, 30*time.Second, st.marks[0].heartbeat, "and its heartbeat timeout: the gateway completes this activity")
 }
 
 // Tries that fail on the way are tried again within the activity, with the same webhook id,
@@ -46,7 +47,7 @@ func TestPushAwaitTriesAgainUntilAccepted(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	})
 	st := &pushStore{queue: pushQueue(ep.url)}
-	a := activities.NewTasks(st, "http://courier.example", true, nil, nil)
+	a := activities.NewTasks(activities.TasksDeps{Store: st, PublicURL: "http://courier.example", AllowLoopback: true})
 	p := pushParams
 	p.Deadline = time.Now().Add(time.Minute)
 
@@ -71,7 +72,7 @@ func TestPushAwaitFailsTheAttempt(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			ep := startPushEndpoint(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(tc.status) })
-			a := activities.NewTasks(&pushStore{queue: pushQueue(ep.url)}, "http://courier.example", true, nil, nil)
+			a := activities.NewTasks(activities.TasksDeps{Store: &pushStore{queue: pushQueue(ep.url)}, PublicURL: "http://courier.example", AllowLoopback: true})
 			p := pushParams
 			p.Deadline = time.Now().Add(time.Minute)
 
@@ -89,7 +90,7 @@ func TestPushAwaitFailsTheAttempt(t *testing.T) {
 // An attempt the task has moved past sends nothing.
 func TestPushAwaitOfAStaleAttemptSendsNothing(t *testing.T) {
 	ep := startPushEndpoint(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusAccepted) })
-	a := activities.NewTasks(&pushStore{queue: pushQueue(ep.url), stale: true}, "http://courier.example", true, nil, nil)
+	a := activities.NewTasks(activities.TasksDeps{Store: &pushStore{queue: pushQueue(ep.url), stale: true}, PublicURL: "http://courier.example", AllowLoopback: true})
 
 	_, err := runActivity(t, a.PushAwait, pushParams)
 
@@ -114,7 +115,7 @@ func TestPushAwaitLongRetryAfterEndsTheAttempt(t *testing.T) {
 		w.Header().Set("Retry-After", "600")
 		w.WriteHeader(http.StatusTooManyRequests)
 	})
-	a := activities.NewTasks(&pushStore{queue: pushQueue(ep.url)}, "http://courier.example", true, nil, nil)
+	a := activities.NewTasks(activities.TasksDeps{Store: &pushStore{queue: pushQueue(ep.url)}, PublicURL: "http://courier.example", AllowLoopback: true})
 	p := pushParams
 	p.Deadline = time.Now().Add(time.Hour)
 

@@ -155,7 +155,7 @@ func TestFinishRecordsTheOutcome(t *testing.T) {
 	}}
 	m := metrics.NewTasks(prometheus.NewRegistry())
 	woken := 0
-	a := activities.NewTasks(st, "http://courier.example", false, m, func() { woken++ })
+	a := activities.NewTasks(activities.TasksDeps{Store: st, Metrics: m, Wake: func() { woken++ }})
 	out := courier.AttemptOutcome{Kind: courier.OutcomeFailure, StatusCode: 503, Message: "upstream down", Result: json.RawMessage("null")}
 
 	v, err := runActivity(t, a.Finish, contract.FinishTaskParams{TaskID: "doc-1", Version: 2, Attempt: 3, Outcome: out})
@@ -178,7 +178,7 @@ func TestFinishOfAStaleAttemptOrAFailedWrite(t *testing.T) {
 	stale := &lifecycleStore{finish: func(finishCall) (store.FinishResult, error) {
 		return store.FinishResult{Applied: false, Status: courier.TaskCancelled, Queue: "parse"}, nil
 	}}
-	a := activities.NewTasks(stale, "http://courier.example", false, m, func() { woken++ })
+	a := activities.NewTasks(activities.TasksDeps{Store: stale, Metrics: m, Wake: func() { woken++ }})
 	p := contract.FinishTaskParams{TaskID: "doc-1", Version: 2, Attempt: 3, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess}}
 
 	v, err := runActivity(t, a.Finish, p)
@@ -195,7 +195,7 @@ func TestFinishOfAStaleAttemptOrAFailedWrite(t *testing.T) {
 	recorded := &lifecycleStore{finish: func(finishCall) (store.FinishResult, error) {
 		return store.FinishResult{Recorded: true, Status: courier.TaskSuccess, Queue: "parse"}, nil
 	}}
-	v, err = runActivity(t, activities.NewTasks(recorded, "http://courier.example", false, m, func() { woken++ }).Finish, p)
+	v, err = runActivity(t, activities.NewTasks(activities.TasksDeps{Store: recorded, Metrics: m, Wake: func() { woken++ }}).Finish, p)
 	require.NoError(t, err)
 	require.NoError(t, v.Get(&res))
 	require.Equal(t, contract.FinishTaskResult{Applied: true, Status: courier.TaskSuccess}, res)
@@ -203,7 +203,7 @@ func TestFinishOfAStaleAttemptOrAFailedWrite(t *testing.T) {
 	require.Zero(t, count(t, m.Results.WithLabelValues("parse", string(courier.OutcomeSuccess))), "counted once, by the writer")
 
 	down := &lifecycleStore{finish: func(finishCall) (store.FinishResult, error) { return store.FinishResult{}, errStep }}
-	_, err = runActivity(t, activities.NewTasks(down, "http://courier.example", false, nil, nil).Finish, p)
+	_, err = runActivity(t, activities.NewTasks(activities.TasksDeps{Store: down}).Finish, p)
 	require.ErrorContains(t, err, errStep.Error())
 	require.False(t, appErr(t, err).NonRetryable(), "a failed write is retried")
 }
@@ -223,7 +223,7 @@ func TestSweepRunsEachStepInBatches(t *testing.T) {
 	}
 	m := metrics.NewTasks(prometheus.NewRegistry())
 	woken := 0
-	a := activities.NewTasks(st, "http://courier.example", false, m, func() { woken++ })
+	a := activities.NewTasks(activities.TasksDeps{Store: st, Metrics: m, Wake: func() { woken++ }})
 
 	v, err := runActivity(t, a.Sweep, contract.SweepParams{BatchSize: 10, MaxBatches: 3})
 
@@ -250,7 +250,7 @@ func TestSweepRunsEachStepInBatches(t *testing.T) {
 func TestSweepDefaultsAndErrors(t *testing.T) {
 	st := &lifecycleStore{}
 	woken := 0
-	a := activities.NewTasks(st, "http://courier.example", false, nil, func() { woken++ })
+	a := activities.NewTasks(activities.TasksDeps{Store: st, Wake: func() { woken++ }})
 
 	_, err := runActivity(t, a.Sweep, contract.SweepParams{})
 
@@ -259,7 +259,7 @@ func TestSweepDefaultsAndErrors(t *testing.T) {
 	require.Zero(t, woken)
 
 	failing := &lifecycleStore{failStep: "list", expired: []int64{2}}
-	_, err = runActivity(t, activities.NewTasks(failing, "http://courier.example", false, nil, nil).Sweep, contract.SweepParams{})
+	_, err = runActivity(t, activities.NewTasks(activities.TasksDeps{Store: failing}).Sweep, contract.SweepParams{})
 	require.ErrorContains(t, err, errStep.Error())
 	require.Equal(t, []string{"expire 500", "list queues"}, failing.calls, "nothing after the failed step runs")
 }
@@ -279,12 +279,11 @@ func TestSweepFinishesOrphanedAttempts(t *testing.T) {
 	}
 	m := metrics.NewTasks(prometheus.NewRegistry())
 	woken := 0
-	a := activities.NewTasks(st, "http://courier.example", false, m, func() { woken++ })
-	a.SetWorkflows(workflowStatuses{
+	a := activities.NewTasks(activities.TasksDeps{Store: st, Metrics: m, Wake: func() { woken++ }, Workflows: workflowStatuses{
 		courier.TaskWorkflowID("running", 1):    enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING,
 		courier.TaskWorkflowID("terminated", 2): enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED,
 		courier.TaskWorkflowID("moved-on", 1):   enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED,
-	})
+	}})
 
 	v, err := runActivity(t, a.Sweep, contract.SweepParams{BatchSize: 50})
 

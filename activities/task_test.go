@@ -38,14 +38,14 @@ type pushMark struct {
 	attempt   int
 	remaining time.Duration
 	runID     string
-	v         int
+	heartbeat time.Duration // the attempt's heartbeat timeout, recorded with the run
 }
 
 func (s *pushStore) MarkTaskPushed(_ context.Context, taskID string, version int64, attempt int, remaining time.Duration, run store.AttemptRun) (store.PushTarget, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	runID := run.ID
-	s.marks = append(s.marks, pushMark{attempt, remaining, runID, run.CodeVersion})
+	s.marks = append(s.marks, pushMark{attempt, remaining, runID, run.HeartbeatTimeout})
 	if s.stale {
 		return store.PushTarget{}, false, nil
 	}
@@ -84,6 +84,8 @@ func pushQueue(url string) courier.Queue {
 	return courier.Queue{Name: "parse", PushURL: url, Secrets: []string{secret}}.WithDefaults()
 }
 
+// pushParams is an attempt with a heartbeat timeout (pushed by PushAwait); SendPush's tests
+// take it without.
 var pushParams = contract.PushTaskParams{TaskID: "doc-1", Version: 2, Attempt: 3, ProcessingTimeout: 10 * time.Minute,
 	HeartbeatTimeout: 30 * time.Second, PushTimeout: 5 * time.Second}
 
@@ -95,14 +97,15 @@ func runActivity(t *testing.T, fn any, p any) (converter.EncodedValue, error) {
 	return env.ExecuteActivity(fn, p)
 }
 
-// An accepted push ends the activity (the wait is a separate one), records the run and the
-// time left to the deadline, and tells the worker the workflow's deadline, its heartbeat
-// timeout, where to report, and a webhook id per attempt.
+// An accepted push ends the activity (the run waits for the result itself), records the run
+// and the time left to the deadline, and tells the worker the workflow's deadline, where to
+// report, and a webhook id per attempt.
 func TestSendPushEndsWhenTheWorkerAccepts(t *testing.T) {
 	ep := startPushEndpoint(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusAccepted) })
 	st := &pushStore{queue: pushQueue(ep.url)}
-	a := activities.NewTasks(st, "http://courier.example:8080/", true, nil, nil)
+	a := activities.NewTasks(activities.TasksDeps{Store: st, PublicURL: "http://courier.example:8080/", AllowLoopback: true})
 	p := pushParams
+	p.HeartbeatTimeout = 0
 	p.Deadline = time.Now().Add(7 * time.Minute).UTC().Truncate(time.Millisecond)
 
 	v, err := runActivity(t, a.SendPush, p)
@@ -114,7 +117,7 @@ func TestSendPushEndsWhenTheWorkerAccepts(t *testing.T) {
 	require.Len(t, ep.pushes, 1)
 	got := ep.pushes[0]
 	require.True(t, p.Deadline.Equal(got.Deadline), "the worker is told the workflow's deadline")
-	require.Equal(t, api.PositiveDuration(30*time.Second), got.HeartbeatTimeout)
+	require.Zero(t, got.HeartbeatTimeout)
 	require.Equal(t, 3, got.Attempt)
 	require.Equal(t, "http://courier.example:8080/v1/tasks/doc-1/versions/2/result", got.ResultURL)
 	require.Equal(t, "http://courier.example:8080/v1/tasks/doc-1/versions/2/heartbeat", got.HeartbeatURL)
@@ -122,6 +125,7 @@ func TestSendPushEndsWhenTheWorkerAccepts(t *testing.T) {
 	require.Len(t, st.marks, 1)
 	require.Equal(t, 3, st.marks[0].attempt)
 	require.NotEmpty(t, st.marks[0].runID, "the push records the run it belongs to")
+	require.Zero(t, st.marks[0].heartbeat, "and that it has no heartbeat timeout")
 	require.InDelta(t, float64(7*time.Minute), float64(st.marks[0].remaining), float64(5*time.Second), "the row's deadline is the workflow's")
 }
 
@@ -148,7 +152,7 @@ func TestSendPushClassifiesRefusals(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			ep := startPushEndpoint(t, tc.answer)
-			a := activities.NewTasks(&pushStore{queue: pushQueue(ep.url)}, "http://courier.example", true, nil, nil)
+			a := activities.NewTasks(activities.TasksDeps{Store: &pushStore{queue: pushQueue(ep.url)}, PublicURL: "http://courier.example", AllowLoopback: true})
 			p := pushParams
 			p.PushTimeout = 300 * time.Millisecond
 			p.Deadline = time.Now().Add(time.Minute)
@@ -167,7 +171,7 @@ func TestSendPushClassifiesRefusals(t *testing.T) {
 // A push for an attempt the task has moved past sends nothing and is stale.
 func TestSendPushOfAStaleAttemptSendsNothing(t *testing.T) {
 	ep := startPushEndpoint(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusAccepted) })
-	a := activities.NewTasks(&pushStore{queue: pushQueue(ep.url), stale: true}, "http://courier.example", true, nil, nil)
+	a := activities.NewTasks(activities.TasksDeps{Store: &pushStore{queue: pushQueue(ep.url), stale: true}, PublicURL: "http://courier.example", AllowLoopback: true})
 
 	_, err := runActivity(t, a.SendPush, pushParams)
 
@@ -177,35 +181,10 @@ func TestSendPushOfAStaleAttemptSendsNothing(t *testing.T) {
 	require.Empty(t, ep.pushes)
 }
 
-// The wait does nothing but stay open: the gateway completes it by its id.
-func TestAwaitResultStaysOpen(t *testing.T) {
-	a := activities.NewTasks(&pushStore{}, "http://courier.example", true, nil, nil)
-
-	_, err := runActivity(t, a.AwaitResult, contract.AwaitResultParams{TaskID: "doc-1", Version: 2, Attempt: 3})
-
-	require.ErrorIs(t, err, activity.ErrResultPending)
-}
-
-// The push of runs recorded before the split pushes and then stays open for the result, as it
-// always did, telling the worker the deadline from its own start.
-func TestLegacyPushStaysOpenForTheResult(t *testing.T) {
-	ep := startPushEndpoint(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
-	st := &pushStore{queue: pushQueue(ep.url)}
-	a := activities.NewTasks(st, "http://courier.example", true, nil, nil)
-	p := contract.PushTaskParams{TaskID: "doc-1", Version: 2, Attempt: 3, ProcessingTimeout: 10 * time.Minute}
-	before := time.Now()
-
-	_, err := runActivity(t, a.Push, p)
-
-	require.ErrorIs(t, err, activity.ErrResultPending)
-	require.Len(t, ep.pushes, 1)
-	require.WithinDuration(t, before.Add(10*time.Minute), ep.pushes[0].Deadline, 5*time.Second)
-	require.Empty(t, ep.pushes[0].HeartbeatTimeout)
-}
-
-// The pushes of task code version 5 are local activities, which the push worker's activity
-// slots do not bound: SetLocalPushSlots does. With one slot, a second local push waits until
-// the first has its answer, and a push as an activity is not held back by it.
+// The pushes of attempts without a heartbeat timeout are local activities, which the push
+// worker's activity slots do not bound: LocalPushSlots does. With one slot, a second local push
+// waits until the first has its answer, and a push-and-wait (an activity, bounded by the push
+// worker's slots) is not held back by it.
 func TestLocalPushesAreBounded(t *testing.T) {
 	var held atomic.Int32
 	gate := make(chan struct{})
@@ -220,8 +199,7 @@ func TestLocalPushesAreBounded(t *testing.T) {
 	open := func() { once.Do(func() { close(gate) }) }
 	t.Cleanup(open) // before the endpoint closes, which waits for the held push
 	st := &pushStore{queue: pushQueue(ep.url)}
-	a := activities.NewTasks(st, "http://courier.example:8080/", true, nil, nil)
-	a.SetLocalPushSlots(1)
+	a := activities.NewTasks(activities.TasksDeps{Store: st, PublicURL: "http://courier.example:8080/", AllowLoopback: true, LocalPushSlots: 1})
 	local := func(attempt int) chan error {
 		done := make(chan error, 1)
 		go func() {
@@ -238,8 +216,8 @@ func TestLocalPushesAreBounded(t *testing.T) {
 	first := local(1)
 	require.Eventually(t, func() bool { return held.Load() == 1 }, 10*time.Second, 5*time.Millisecond)
 	second := local(2)
-	_, err := runActivity(t, a.SendPush, func() contract.PushTaskParams { p := pushParams; p.Attempt = 3; return p }())
-	require.NoError(t, err, "a push as an activity takes no local push slot")
+	_, err := runActivity(t, a.PushAwait, func() contract.PushTaskParams { p := pushParams; p.Attempt = 3; return p }())
+	require.ErrorIs(t, err, activity.ErrResultPending, "a push-and-wait takes no local push slot")
 	require.Never(t, func() bool { return held.Load() > 2 }, 300*time.Millisecond, 10*time.Millisecond, "the second local push waits for the slot")
 	open()
 	require.NoError(t, <-first)

@@ -57,10 +57,11 @@ func newClientStack(t *testing.T) *clientStack {
 		AllowLoopbackCallbacks: true,
 		BizTypeRefresh:         100 * time.Millisecond,
 		ShutdownTimeout:        2 * time.Second,
-		Tasks: worker.TasksConfig{
-			Claimer:    tasks.ClaimerConfig{PollInterval: 200 * time.Millisecond, RecoverAfter: 5 * time.Second},
-			PublicURL:  srv.URL,
-			SweepEvery: time.Hour,
+		Tasks: tasks.Config{
+			PollInterval: 200 * time.Millisecond,
+			RecoverAfter: 5 * time.Second,
+			PublicURL:    srv.URL,
+			SweepEvery:   time.Hour,
 		},
 	}, worker.Deps{Temporal: s.tc, Publisher: s.pub, Logger: quiet, BizTypes: s.store, Tasks: s.store,
 		Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store}}})

@@ -57,10 +57,11 @@ func newOpsStack(t *testing.T) *opsStack {
 		AllowLoopbackCallbacks: true,
 		BizTypeRefresh:         100 * time.Millisecond,
 		ShutdownTimeout:        2 * time.Second,
-		Tasks: worker.TasksConfig{
-			Claimer:    tasks.ClaimerConfig{PollInterval: 200 * time.Millisecond, RecoverAfter: 5 * time.Second},
-			PublicURL:  ts.gw,
-			SweepEvery: time.Hour,
+		Tasks: tasks.Config{
+			PollInterval: 200 * time.Millisecond,
+			RecoverAfter: 5 * time.Second,
+			PublicURL:    ts.gw,
+			SweepEvery:   time.Hour,
 		},
 	}, worker.Deps{Temporal: ts.tc, Publisher: ts.pub, Logger: quiet, Tasks: ts.store, BizTypes: ts.store,
 		Sources: []relay.Source{{Name: courier.DefaultSource, Store: ts.store}}})

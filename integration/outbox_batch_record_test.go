@@ -22,9 +22,8 @@ import (
 
 // TestRecordOutboxBatchHistories records outbox-batch workflow histories from real runs (make
 // record-histories): a batch all sent, a batch one of whose records fails and leaves it, and a
-// batch whose activity spends its whole budget and hands every record over. The relay starts
-// runs with workflows.OutboxBatchV, so they are written as <case>-v1.json, and only where none
-// was recorded (writeNew).
+// batch whose activity spends its whole budget and hands every record over; each only where
+// none was recorded (writeNew).
 func TestRecordOutboxBatchHistories(t *testing.T) {
 	if os.Getenv("COURIER_RECORD_HISTORIES") == "" {
 		t.Skip("set COURIER_RECORD_HISTORIES=1 to re-record workflow histories")
@@ -36,7 +35,7 @@ func TestRecordOutboxBatchHistories(t *testing.T) {
 		wid := courier.OutboxBatchWorkflowID(courier.DefaultSource, ids[0], ids[2])
 		res := batchResult(t, s, wid)
 		require.Equal(t, contract.BatchResult{Sent: 3}, res)
-		writeNew(t, filepath.Join(dir, "sent-v1.json"), history(t, s, wid, ""))
+		writeNew(t, filepath.Join(dir, "sent.json"), history(t, s, wid, ""))
 	})
 
 	t.Run("one-failed", func(t *testing.T) {
@@ -45,7 +44,7 @@ func TestRecordOutboxBatchHistories(t *testing.T) {
 		wid := courier.OutboxBatchWorkflowID(courier.DefaultSource, ids[0], ids[2])
 		res := batchResult(t, s, wid)
 		require.Equal(t, contract.BatchResult{Sent: 2, Handed: []int64{ids[1]}}, res)
-		writeNew(t, filepath.Join(dir, "one-failed-v1.json"), history(t, s, wid, ""))
+		writeNew(t, filepath.Join(dir, "one-failed.json"), history(t, s, wid, ""))
 	})
 
 	t.Run("budget-spent", func(t *testing.T) {
@@ -66,7 +65,7 @@ func TestRecordOutboxBatchHistories(t *testing.T) {
 		wid := courier.OutboxBatchWorkflowID(courier.DefaultSource, ids[0], ids[1])
 		_, err = s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: wid, TaskQueue: relay.DefaultTaskQueue},
 			workflows.OutboxBatchName, workflows.OutboxBatchParams{
-				Source: courier.DefaultSource, IDs: ids, Retry: testRetry, V: workflows.OutboxBatchV,
+				Source: courier.DefaultSource, IDs: ids, Retry: testRetry,
 			})
 		require.NoError(t, err)
 		// Once the budget is spent the run schedules the hand-over; the database is back.
@@ -87,7 +86,7 @@ func TestRecordOutboxBatchHistories(t *testing.T) {
 			require.Equal(t, courier.OutboxPending, rec.Status, "handed to a delivery of its own")
 			require.Contains(t, rec.LastError, "batch delivery gave up")
 		}
-		writeNew(t, filepath.Join(dir, "budget-spent-v1.json"), history(t, s, wid, ""))
+		writeNew(t, filepath.Join(dir, "budget-spent.json"), history(t, s, wid, ""))
 	})
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -48,50 +47,34 @@ func (f *flakyPublisher) Publish(ctx context.Context, m mq.Message) error {
 	return f.Publisher.Publish(ctx, m)
 }
 
-// TestRecordHistories re-records the replay histories under workflows/testdata from real runs
-// on a real server. It runs only with COURIER_RECORD_HISTORIES=1 (make record-histories).
+// TestRecordHistories records outbox delivery workflow histories from real runs on a real server
+// (make record-histories), each case only where its history is missing (writeNew: to record
+// one again, delete it). It runs only with COURIER_RECORD_HISTORIES=1. The cases: sent at the
+// first, local attempt; sent after failed attempts (the local one, the first backoff on a
+// timer, the rest of the budget in the activity); dead at once for a topic without a stream;
+// dead after the budget. It also writes broken/outbox-delivery-renamed-activity.json:
+// retried-then-sent.json with its delivery activity renamed, which must fail replay.
 func TestRecordHistories(t *testing.T) {
 	if os.Getenv("COURIER_RECORD_HISTORIES") == "" {
 		t.Skip("set COURIER_RECORD_HISTORIES=1 to re-record workflow histories")
 	}
 	dir := filepath.Join("..", "workflows", "testdata", "histories")
-	// Each case is recorded from a run the relay starts with code version v. Histories of runs
-	// started before code versions existed (v 0: sent, retried-then-sent, dead-unknown-topic,
-	// dead-after-budget without the state, and the *-state and dead-fails-* ones with it) are
-	// what runs started by older workers look like: kept, and no relay can start such runs
-	// again. Record one version's cases with -run 'TestRecordHistories/v2'.
 	cases := []struct {
 		name     string
-		v        int
 		topic    string
 		failures int
 	}{
-		{"sent-state", 0, "orders.created", 0},
-		{"retried-then-sent-state", 0, "orders.created", 2},
-		{"dead-fails-unknown-topic", 0, "nowhere.created", 0},
-		{"dead-fails-after-budget", 0, "orders.created", -1},
-		// workflows.OutboxInputV: no version marker, no "sent".
-		{"sent-v1", workflows.OutboxInputV, "orders.created", 0},
-		{"dead-v1-unknown-topic", workflows.OutboxInputV, "nowhere.created", 0},
-		// workflows.OutboxLocalFirstV: the first attempt is a local activity; after it fails,
-		// the first backoff on a timer and the rest of the budget in the activity.
-		{"sent-v2", workflows.OutboxLocalFirstV, "orders.created", 0},
-		{"retried-then-sent-v2", workflows.OutboxLocalFirstV, "orders.created", 2},
-		{"dead-v2-unknown-topic", workflows.OutboxLocalFirstV, "nowhere.created", 0},
-		{"dead-v2-after-budget", workflows.OutboxLocalFirstV, "orders.created", -1},
+		{"sent", "orders.created", 0},
+		{"retried-then-sent", "orders.created", 2},
+		{"dead-unknown-topic", "nowhere.created", 0},
+		{"dead-after-budget", "orders.created", -1},
 	}
 	for _, c := range cases {
-		t.Run(fmt.Sprintf("v%d/%s", c.v, c.name), func(t *testing.T) {
-			path := filepath.Join(dir, "outbox-delivery", c.name+".json")
-			if c.v == 0 {
-				_, err := os.Stat(path)
-				require.NoError(t, err, "%s is missing and cannot be recorded again: it is a run of a relay from before code versions", path)
-				t.Skipf("kept %s", path)
-			}
+		t.Run(c.name, func(t *testing.T) {
 			s := newStack(t, "sqlite")
 			s.createStream("ORDERS", "orders.>")
 			pub := &flakyPublisher{Publisher: s.pub, failures: c.failures, seen: map[string]int{}}
-			w, err := worker.New(worker.Config{Relay: relay.Config{PollInterval: 50 * time.Millisecond, Retry: testRetry, CodeVersion: c.v}}, worker.Deps{
+			w, err := worker.New(worker.Config{Relay: relay.Config{PollInterval: 50 * time.Millisecond, Retry: testRetry}}, worker.Deps{
 				Temporal: s.tc, Publisher: pub, Logger: quiet,
 				Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store}},
 			})
@@ -109,23 +92,19 @@ func TestRecordHistories(t *testing.T) {
 				d, err := s.tc.DescribeWorkflowExecution(ctx, wid, "")
 				return err == nil && d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 			}, time.Minute, 50*time.Millisecond)
-			hist := &historypb.History{}
-			it := s.tc.GetWorkflowHistory(ctx, wid, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-			for it.HasNext() {
-				ev, err := it.Next()
-				require.NoError(t, err)
-				hist.Events = append(hist.Events, ev)
-			}
-			write(t, path, hist)
+			hist := history(t, s, wid, "")
+			writeNew(t, filepath.Join(dir, workflows.OutboxDeliveryName, c.name+".json"), hist)
 
-			if c.name == "sent-v1" {
+			if c.name == "retried-then-sent" {
 				// A deliberately incompatible history: the recorded run scheduled an activity the
 				// current code never schedules. Replay must reject it.
+				renamed := false
 				for _, ev := range hist.Events {
 					if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil {
-						a.ActivityType.Name = "outbox-deliver-v0"
+						a.ActivityType.Name, renamed = "outbox-deliver-v0", true
 					}
 				}
+				require.True(t, renamed, "the retries ran in the delivery activity")
 				writeNew(t, filepath.Join(dir, "broken", "outbox-delivery-renamed-activity.json"), hist)
 			}
 		})
@@ -133,18 +112,14 @@ func TestRecordHistories(t *testing.T) {
 }
 
 // writeNew writes a history only where none was recorded: a recorded history is what runs of
-// its time look like, and replaying it is the point.
+// its time look like, and replaying it is the point. A change to a shipped workflow (behind
+// workflow.GetVersion) records its new cases under new names beside the old ones.
 func writeNew(t *testing.T, path string, hist *historypb.History) {
 	t.Helper()
 	if _, err := os.Stat(path); err == nil {
 		t.Logf("kept %s", path)
 		return
 	}
-	write(t, path, hist)
-}
-
-func write(t *testing.T, path string, hist *historypb.History) {
-	t.Helper()
 	b, err := temporalproto.CustomJSONMarshalOptions{Indent: "  "}.Marshal(hist)
 	require.NoError(t, err)
 	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
@@ -153,7 +128,8 @@ func write(t *testing.T, path string, hist *historypb.History) {
 	require.False(t, strings.Contains(string(b), "TODO"))
 }
 
-// TestRecordTimerHistories records timer workflow histories (make record-histories).
+// TestRecordTimerHistories records timer workflow histories (make record-histories): delivered,
+// rescheduled, cancelled, a failed delivery, and a run a schedule started.
 func TestRecordTimerHistories(t *testing.T) {
 	if os.Getenv("COURIER_RECORD_HISTORIES") == "" {
 		t.Skip("set COURIER_RECORD_HISTORIES=1 to re-record workflow histories")
@@ -188,12 +164,8 @@ func TestRecordTimerHistories(t *testing.T) {
 		d, err := s.tc.DescribeWorkflowExecution(ctx, id, "")
 		return err == nil && d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 	}
-	dir := filepath.Join("..", "workflows", "testdata", "histories", "timer")
-	// A failed delivery's run fails: it is written as delivery-failed.json, beside failed.json,
-	// which a run recorded before that completed and is never re-recorded. Since the timer
-	// service starts runs with workflows.TimerV these are written as <case>-v1.json, beside the
-	// ones recorded before it (kept, never re-recorded); schedule runs do not carry it, so
-	// schedule-run.json is written only when missing.
+	dir := filepath.Join("..", "workflows", "testdata", "histories", workflows.TimerName)
+	// Each case is written only where it is missing (writeNew). A failed delivery's run fails.
 	for _, c := range []string{"delivered", "rescheduled", "cancelled", "failed"} {
 		typ, file := "rec.ok", c
 		if c == "failed" {
@@ -201,7 +173,7 @@ func TestRecordTimerHistories(t *testing.T) {
 		}
 		id := courier.TimerWorkflowID(typ, c)
 		require.Eventually(t, func() bool { return closed(id) }, time.Minute, 50*time.Millisecond, id)
-		write(t, filepath.Join(dir, file+"-v1.json"), history(t, s, id, ""))
+		writeNew(t, filepath.Join(dir, file+".json"), history(t, s, id, ""))
 	}
 	var runID, wfID string
 	require.Eventually(t, func() bool {
@@ -222,9 +194,8 @@ func TestRecordTimerHistories(t *testing.T) {
 
 // TestRecordTimerContinuedHistories records a timer that continued as new (make
 // record-histories): the server's update limit is lowered so a run hands over after ten
-// reschedules. It writes the run that handed over and the run that was then cancelled, beside
-// the timer histories recorded before timers continued as new, as <name>-v1.json since runs
-// carry workflows.TimerV.
+// reschedules. It writes the run that handed over and the run that was then cancelled, each
+// only where it is missing.
 func TestRecordTimerContinuedHistories(t *testing.T) {
 	if os.Getenv("COURIER_RECORD_HISTORIES") == "" {
 		t.Skip("set COURIER_RECORD_HISTORIES=1 to re-record workflow histories")
@@ -252,9 +223,9 @@ func TestRecordTimerContinuedHistories(t *testing.T) {
 	}, time.Minute, 50*time.Millisecond)
 	handedOver := history(t, s, id, first)
 	require.Equal(t, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW, handedOver.Events[len(handedOver.Events)-1].GetEventType())
-	dir := filepath.Join("..", "workflows", "testdata", "histories", "timer")
-	write(t, filepath.Join(dir, "continued-as-new-v1.json"), handedOver)
-	write(t, filepath.Join(dir, "continued-then-cancelled-v1.json"), history(t, s, id, ""))
+	dir := filepath.Join("..", "workflows", "testdata", "histories", workflows.TimerName)
+	writeNew(t, filepath.Join(dir, "continued-as-new.json"), handedOver)
+	writeNew(t, filepath.Join(dir, "continued-then-cancelled.json"), history(t, s, id, ""))
 }
 
 func history(t *testing.T, s *stack, id, runID string) *historypb.History {

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -47,23 +46,8 @@ func (c *codes) all() []int {
 // takes 3 s to answer its push and then heartbeats every second succeeds on its first attempt,
 // with one push: the heartbeat timeout starts once the worker has the task. A worker that
 // heartbeats while it is still answering the push is not refused either.
-// Both task code versions run it: the current one, and 1 (a fleet pinned to it while it
-// upgrades).
 func TestTasksSlowAcceptThenHeartbeats(t *testing.T) {
-	eachTaskCodeVersion(t, testSlowAcceptThenHeartbeats)
-}
-
-// eachTaskCodeVersion runs a test on a task stack whose claimer starts attempts with each task
-// code version a courier can be told to start.
-func eachTaskCodeVersion(t *testing.T, test func(t *testing.T, ts *taskStack)) {
-	for v := 1; v <= workflows.TaskV; v++ {
-		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) {
-			test(t, newTaskStackTuned(t, "sqlite", 5*time.Second, func(c *worker.Config) { c.Tasks.Claimer.CodeVersion = v }))
-		})
-	}
-}
-
-func testSlowAcceptThenHeartbeats(t *testing.T, ts *taskStack) {
+	ts := newTaskStack(t, "sqlite")
 	token := ts.worker
 	var pushes atomic.Int64
 	var heartbeats, results codes
@@ -117,16 +101,38 @@ func testSlowAcceptThenHeartbeats(t *testing.T, ts *taskStack) {
 	require.Equal(t, 0, ts.inFlight("default"))
 }
 
-// TestTasksResultBeforeThePushIsAnswered (issue 8 item 5, the race of the split): a worker that
-// reports its result before it answers the push (in version 1 the attempt's wait is not open
-// yet; in version 2 its one activity is) has the result accepted and recorded; a repeat of it
-// after the attempt ended is refused.
-// Both task code versions run it.
+// TestTasksResultBeforeThePushIsAnswered (issue 8 item 5): a worker that reports its result
+// before it answers the push (the run's workflow task that pushes is still open, or its
+// push-and-wait is still pushing) has the result accepted and recorded; a repeat of it after
+// the attempt ended is refused. With and without a heartbeat timeout.
 func TestTasksResultBeforeThePushIsAnswered(t *testing.T) {
-	eachTaskCodeVersion(t, testResultBeforeThePushIsAnswered)
+	eachWait(t, testResultBeforeThePushIsAnswered)
 }
 
-func testResultBeforeThePushIsAnswered(t *testing.T, ts *taskStack) {
+// eachWait runs a test on a queue without a heartbeat timeout (the attempt's run waits for the
+// result itself, which the gateway hands over as an update) and on one with (the run waits in
+// its push-and-wait activity, which the gateway completes): queue is the setting to add to the
+// test's queue.
+func eachWait(t *testing.T, test func(t *testing.T, ts *taskStack, queue map[string]any)) {
+	t.Run("no heartbeat timeout", func(t *testing.T) { test(t, newTaskStack(t, "sqlite"), map[string]any{}) })
+	t.Run("heartbeat timeout", func(t *testing.T) {
+		test(t, newTaskStack(t, "sqlite"), map[string]any{"heartbeat_timeout": "30s"})
+	})
+}
+
+// withQueue is a queue's settings with extra ones added.
+func withQueue(q map[string]any, extra map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, v := range q {
+		out[k] = v
+	}
+	for k, v := range extra {
+		out[k] = v
+	}
+	return out
+}
+
+func testResultBeforeThePushIsAnswered(t *testing.T, ts *taskStack, queue map[string]any) {
 	token := ts.worker
 	var results codes
 	var pushed sync.Map
@@ -141,7 +147,7 @@ func testResultBeforeThePushIsAnswered(t *testing.T, ts *taskStack) {
 		rw.WriteHeader(http.StatusOK)
 	}))
 	t.Cleanup(srv.Close)
-	ts.putQueue("default", map[string]any{"push_url": srv.URL, "processing_timeout": "1m"})
+	ts.putQueue("default", withQueue(map[string]any{"push_url": srv.URL, "processing_timeout": "1m"}, queue))
 
 	require.Equal(t, http.StatusCreated, ts.insert("eager", 1, 2, "default"))
 	got := ts.waitStatus("eager", 1, courier.TaskSuccess, time.Minute)
@@ -305,14 +311,14 @@ func TestTasksCancelTargetsTheAttemptsRun(t *testing.T) {
 // TestTaskSuccessIsRecordedWhenAccepted: once a success is answered 202, the row already holds
 // it and the queue's slot is free (the next task can be claimed without waiting for the
 // attempt's workflow to run its finish); the workflow then finds the same success recorded and
-// ends with it. A repeated success is a conflict and changes nothing. Every task code version,
-// and PostgreSQL's one-statement finish.
+// ends with it. A repeated success is a conflict and changes nothing. With and without a
+// heartbeat timeout, and PostgreSQL's one-statement finish.
 func TestTaskSuccessIsRecordedWhenAccepted(t *testing.T) {
-	eachTaskCodeVersion(t, testSuccessRecordedWhenAccepted)
-	t.Run("postgres", func(t *testing.T) { testSuccessRecordedWhenAccepted(t, newTaskStack(t, "postgres")) })
+	eachWait(t, testSuccessRecordedWhenAccepted)
+	t.Run("postgres", func(t *testing.T) { testSuccessRecordedWhenAccepted(t, newTaskStack(t, "postgres"), map[string]any{}) })
 }
 
-func testSuccessRecordedWhenAccepted(t *testing.T, ts *taskStack) {
+func testSuccessRecordedWhenAccepted(t *testing.T, ts *taskStack, queue map[string]any) {
 	type seen struct {
 		push         api.TaskPush
 		code, repeat int
@@ -330,7 +336,7 @@ func testSuccessRecordedWhenAccepted(t *testing.T, ts *taskStack) {
 		repeat := report(t, ts.worker, p, "success", 200, "3 pages")
 		after <- seen{push: p, code: code, repeat: repeat, task: task, queue: q, taskOK: err == nil && qerr == nil}
 	})
-	ts.putQueue("default", map[string]any{"push_url": w.url, "concurrency_limit": 1, "processing_timeout": "1m"})
+	ts.putQueue("default", withQueue(map[string]any{"push_url": w.url, "concurrency_limit": 1, "processing_timeout": "1m"}, queue))
 	require.Equal(t, http.StatusCreated, ts.insert("done-at-once", 1, 3, "default"))
 
 	var got seen
@@ -362,8 +368,11 @@ func testSuccessRecordedWhenAccepted(t *testing.T, ts *taskStack) {
 	require.Equal(t, http.StatusConflict, report(t, ts.worker, got.push, "failure", 500, "late"), "a different outcome is refused")
 	require.Equal(t, "3 pages", ts.get("done-at-once", 1).Message)
 
-	// From code version 4 the run ends on the recorded success without a finish of its own:
-	// 11 events as a bare workflow with one activity has (version 5: 12, with no activity).
+	// The run ends on the recorded success without a finish of its own (no marker for one).
+	// Without a heartbeat timeout: started, a workflow task with the local push's marker, the
+	// deadline's timer, a workflow task with the result's update accepted and completed,
+	// completed (12 events). With one: started, a workflow task, the push-and-wait scheduled,
+	// started and completed by the gateway, a workflow task, completed (11 events).
 	var (
 		p       workflows.TaskParams
 		events  int
@@ -381,17 +390,11 @@ func testSuccessRecordedWhenAccepted(t *testing.T, ts *taskStack) {
 			markers++
 		}
 	}
-	switch {
-	case p.V >= workflows.TaskLocalPushV:
-		// The run's one marker is its local push; no finish, no activity: started, a workflow
-		// task with the marker, the deadline's timer, a workflow task with the result's
-		// update accepted and completed, completed.
-		require.Equal(t, 1, markers, "code version %d: the push's local activity, and no finish", p.V)
-		require.Equal(t, 12, events)
-	case p.V >= workflows.TaskRecordedV:
-		require.Zero(t, markers, "code version %d: no finish for a recorded success", p.V)
+	if p.HeartbeatTimeout > 0 {
+		require.Zero(t, markers, "no finish for a recorded success")
 		require.Equal(t, 11, events)
-	case p.V >= workflows.TaskPushAwaitV:
-		require.Equal(t, 1, markers, "code version %d: the finish's local activity, which found the success recorded", p.V)
+	} else {
+		require.Equal(t, 1, markers, "the push's local activity, and no finish")
+		require.Equal(t, 12, events)
 	}
 }

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,26 +14,29 @@ import (
 
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/tasks"
+	"github.com/courier-oss/courier/workflows"
 )
 
 // TestRecordTaskHistories records task and sweeper workflow histories from real runs (make
-// record-histories): a success, a failure that goes back to pending for a retry, a failure
-// with the attempts spent (the run fails, "failed"), a failure by
-// heartbeat timeout, a cancel while processing, a push tried again after a 503, a result that
-// arrived before the push was answered, and one sweep. The histories recorded before the push
-// and the wait were split (task/single-push-*.json, task-sweeper/run-shared-queue.json) are
-// kept beside them and never re-recorded: they are what runs started by older workers look
-// like. So are success.json … result-before-push-answered.json, recorded before the claimer
-// started attempts with a code version (they ask workflow.GetVersion), and <case>-v1.json,
-// recorded with version 1 (the split push and wait). These runs write <case>-v<version>.json
-// with the version the claimer chose for the attempt (5, or 4 on the queue with a heartbeat
-// timeout), each only when it is missing, as the sweeper's run.json.
+// record-histories), each case only where its history is missing (writeNew: to record one
+// again, delete it). On a queue without a heartbeat timeout (the push a local activity, the run
+// waiting on its deadline's timer for the result as an update): a success, a failure that goes
+// back to pending for a retry, a failure with the attempts spent (the run fails, "failed"), a
+// cancel while processing, the processing deadline, a push tried again after a 503, and a
+// result that arrived before the push was answered. On a queue with one (the push-and-wait
+// activity the gateway completes): a success, a failure retried, and a heartbeat timeout. And
+// one sweep. It also writes broken/task-success-not-recorded.json: heartbeat-success.json with
+// the result's recorded mark removed, which must fail replay (the run would then record the
+// result in a local activity the history has no marker for).
 func TestRecordTaskHistories(t *testing.T) {
 	if os.Getenv("COURIER_RECORD_HISTORIES") == "" {
 		t.Skip("set COURIER_RECORD_HISTORIES=1 to re-record workflow histories")
@@ -44,32 +46,34 @@ func TestRecordTaskHistories(t *testing.T) {
 	token := ts.worker
 	var mu sync.Mutex
 	runs := map[string]string{} // case → run id of its first attempt
-	w := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) {
-		if p.Attempt == 1 {
-			d, err := ts.tc.DescribeWorkflowExecution(ctx, courier.TaskWorkflowID(p.TaskID, p.TaskVersion), "")
-			if err == nil {
-				mu.Lock()
-				runs[p.TaskID] = d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
-				mu.Unlock()
-			}
+	noteRun := func(p api.TaskPush) {
+		if d, err := ts.tc.DescribeWorkflowExecution(ctx, courier.TaskWorkflowID(p.TaskID, p.TaskVersion), ""); err == nil && p.Attempt == 1 {
+			mu.Lock()
+			runs[p.TaskID] = d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+			mu.Unlock()
 		}
+	}
+	w := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) {
+		noteRun(p)
 		switch p.TaskID {
 		case "success":
+			report(t, token, p, "success", 200, "parsed")
+		case "heartbeat-success":
 			heartbeat(t, token, p)
 			report(t, token, p, "success", 200, "parsed")
-		case "retried":
+		case "retried", "heartbeat-retried":
 			report(t, token, p, "failure", 503, "try later")
 		case "failed":
 			report(t, token, p, "failure", 422, "unparseable pdf")
-		case "heartbeat-timeout", "cancelled":
+		case "heartbeat-timeout", "cancelled", "processing-timeout":
 			// silent
 		}
 	})
-	ts.putQueue("default", map[string]any{"push_url": w.url, "heartbeat_timeout": "1s",
-		"retry": map[string]any{"initial_interval": "1h", "max_interval": "2h", "max_attempts": 3}})
-	ts.putQueue("plain", map[string]any{"push_url": w.url, // no heartbeat timeout: version 5 (workflows.TaskLocalPushV)
-		"retry": map[string]any{"initial_interval": "1h", "max_interval": "2h", "max_attempts": 3}})
-	ts.putQueue("hold", map[string]any{"push_url": w.url}) // no heartbeat timeout: it waits for the cancel
+	retry := map[string]any{"initial_interval": "1h", "max_interval": "2h", "max_attempts": 3}
+	ts.putQueue("plain", map[string]any{"push_url": w.url, "retry": retry})
+	ts.putQueue("beat", map[string]any{"push_url": w.url, "heartbeat_timeout": "1s", "retry": retry})
+	ts.putQueue("quick", map[string]any{"push_url": w.url, "processing_timeout": "2s", "retry": retry})
+	ts.putQueue("hold", map[string]any{"push_url": w.url}) // it waits for the cancel
 	ts.putQueue("once", map[string]any{"push_url": w.url, "retry": map[string]any{"max_attempts": 1}})
 	// A worker that refuses the first try of a push with 503, and one that reports before it
 	// answers the push.
@@ -81,11 +85,7 @@ func TestRecordTaskHistories(t *testing.T) {
 			return
 		}
 		n, _ := tries.LoadOrStore(p.TaskID, new(atomic.Int64))
-		if d, err := ts.tc.DescribeWorkflowExecution(ctx, courier.TaskWorkflowID(p.TaskID, p.TaskVersion), ""); err == nil {
-			mu.Lock()
-			runs[p.TaskID] = d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
-			mu.Unlock()
-		}
+		noteRun(p)
 		switch {
 		case p.TaskID == "push-retried" && n.(*atomic.Int64).Add(1) == 1:
 			rw.Header().Set("Retry-After", "1")
@@ -100,21 +100,21 @@ func TestRecordTaskHistories(t *testing.T) {
 	}))
 	defer odd.Close()
 	ts.putQueue("odd", map[string]any{"push_url": odd.URL})
-	require.Equal(t, http.StatusCreated, ts.insert("heartbeat-timeout", 1, 2, "default"))
-	for _, id := range []string{"success", "retried"} {
-		require.Equal(t, http.StatusCreated, ts.insert(id, 1, 2, "plain"))
-	}
-	require.Equal(t, http.StatusCreated, ts.insert("cancelled", 1, 2, "hold"))
-	require.Equal(t, http.StatusCreated, ts.insert("failed", 1, 2, "once"))
-	for _, id := range []string{"push-retried", "result-before-push-answered"} {
-		require.Equal(t, http.StatusCreated, ts.insert(id, 1, 2, "odd"))
+	queues := map[string]string{"success": "plain", "retried": "plain", "failed": "once", "cancelled": "hold",
+		"processing-timeout": "quick", "push-retried": "odd", "result-before-push-answered": "odd",
+		"heartbeat-success": "beat", "heartbeat-retried": "beat", "heartbeat-timeout": "beat"}
+	for id, q := range queues {
+		require.Equal(t, http.StatusCreated, ts.insert(id, 1, 2, q))
 	}
 	ts.waitStatus("success", 1, courier.TaskSuccess, time.Minute)
 	ts.waitStatus("retried", 1, courier.TaskPending, time.Minute)
 	ts.waitStatus("failed", 1, courier.TaskFailed, time.Minute)
-	ts.waitStatus("heartbeat-timeout", 1, courier.TaskPending, time.Minute)
+	ts.waitStatus("processing-timeout", 1, courier.TaskPending, time.Minute)
 	ts.waitStatus("push-retried", 1, courier.TaskSuccess, time.Minute)
 	ts.waitStatus("result-before-push-answered", 1, courier.TaskSuccess, time.Minute)
+	ts.waitStatus("heartbeat-success", 1, courier.TaskSuccess, time.Minute)
+	ts.waitStatus("heartbeat-retried", 1, courier.TaskPending, time.Minute)
+	ts.waitStatus("heartbeat-timeout", 1, courier.TaskPending, time.Minute)
 	require.Eventually(t, func() bool { return ts.get("cancelled", 1).PushedAt != nil }, time.Minute, 20*time.Millisecond)
 	require.Equal(t, http.StatusOK, ts.call(http.MethodDelete, "/v1/tasks/cancelled/versions/1", ts.producer, nil, nil))
 
@@ -122,21 +122,19 @@ func TestRecordTaskHistories(t *testing.T) {
 		d, err := ts.tc.DescribeWorkflowExecution(ctx, id, run)
 		return err == nil && d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 	}
-	dir := filepath.Join("..", "workflows", "testdata", "histories", "task")
-	for _, c := range []string{"success", "retried", "failed", "heartbeat-timeout", "cancelled", "push-retried", "result-before-push-answered"} {
+	dir := filepath.Join("..", "workflows", "testdata", "histories")
+	for c := range queues {
 		id := courier.TaskWorkflowID(c, 1)
 		mu.Lock()
 		run := runs[c]
 		mu.Unlock()
 		require.NotEmpty(t, run, c)
 		require.Eventually(t, func() bool { return closed(id, run) }, time.Minute, 50*time.Millisecond, id)
-		// The version the claimer chose for the attempt (tasks.AttemptCodeVersion): the
-		// queue's heartbeat timeout decides. Histories of a version recorded before are kept.
-		d, err := ts.tc.DescribeWorkflowExecution(ctx, id, run)
-		require.NoError(t, err)
-		var v int
-		require.NoError(t, converter.GetDefaultDataConverter().FromPayload(d.GetWorkflowExecutionInfo().GetMemo().GetFields()["code_version"], &v))
-		writeNew(t, filepath.Join(dir, fmt.Sprintf("%s-v%d.json", c, v)), history(t, ts.stack, id, run))
+		hist := history(t, ts.stack, id, run)
+		writeNew(t, filepath.Join(dir, workflows.TaskName, c+".json"), hist)
+		if c == "heartbeat-success" {
+			writeNew(t, filepath.Join(dir, "broken", "task-success-not-recorded.json"), unrecorded(t, hist))
+		}
 	}
 
 	h := ts.tc.ScheduleClient().GetHandle(ctx, tasks.SweeperScheduleID)
@@ -151,5 +149,29 @@ func TestRecordTaskHistories(t *testing.T) {
 		runID = desc.Info.RecentActions[0].StartWorkflowResult.FirstExecutionRunID
 		return closed(wfID, runID)
 	}, time.Minute, 100*time.Millisecond)
-	writeNew(t, filepath.Join("..", "workflows", "testdata", "histories", "task-sweeper", "run.json"), history(t, ts.stack, wfID, runID))
+	writeNew(t, filepath.Join(dir, workflows.TaskSweeperName, "run.json"), history(t, ts.stack, wfID, runID))
+}
+
+// unrecorded is a task run's history with the recorded mark taken off the result the gateway
+// completed its push-and-wait with: a deliberately incompatible history.
+func unrecorded(t *testing.T, hist *historypb.History) *historypb.History {
+	t.Helper()
+	out := proto.Clone(hist).(*historypb.History)
+	dc := converter.GetDefaultDataConverter()
+	changed := false
+	for _, ev := range out.Events {
+		a := ev.GetActivityTaskCompletedEventAttributes()
+		if a == nil {
+			continue
+		}
+		var r contract.AttemptResult
+		require.NoError(t, dc.FromPayloads(a.GetResult(), &r))
+		require.True(t, r.Outcome.Recorded, "the gateway recorded the result")
+		r.Outcome.Recorded, r.Status = false, ""
+		p, err := dc.ToPayloads(r)
+		require.NoError(t, err)
+		a.Result, changed = p, true
+	}
+	require.True(t, changed, "the history has the push-and-wait's completion")
+	return out
 }

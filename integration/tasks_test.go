@@ -165,10 +165,11 @@ func (ts *taskStack) startTaskWorker() *worker.Worker {
 		Namespace:              ts.ts.GetDefaultNamespace(),
 		AllowLoopbackCallbacks: true,
 		ShutdownTimeout:        2 * time.Second,
-		Tasks: worker.TasksConfig{
-			Claimer:    tasks.ClaimerConfig{PollInterval: 200 * time.Millisecond, RecoverAfter: ts.recoverAfter},
-			PublicURL:  ts.gw,
-			SweepEvery: time.Hour,
+		Tasks: tasks.Config{
+			PollInterval: 200 * time.Millisecond,
+			RecoverAfter: ts.recoverAfter,
+			PublicURL:    ts.gw,
+			SweepEvery:   time.Hour,
 		},
 	}
 	if ts.tune != nil {

@@ -32,7 +32,6 @@ import (
 	"github.com/courier-oss/courier/tracing"
 	"github.com/courier-oss/courier/tracing/otelsetup"
 	"github.com/courier-oss/courier/webhook"
-	"github.com/courier-oss/courier/worker"
 	"github.com/courier-oss/courier/workflows"
 )
 
@@ -326,20 +325,19 @@ func TestTraceTimerCreateToCallback(t *testing.T) {
 // trace to its result: the insert's span, the claimer's span, the attempt's workflow, the push
 // (which carries its traceparent), the worker's own span, and the worker's heartbeat and result
 // calls, which the gateway continues from the worker's traceparent. The result call, which
-// records the success, links to the insert's span; the attempt's run then ends without a finish
-// (task code version 4 and 5; version 5 pushes in a local activity). An attempt of code
-// version 3 runs its finish, which links to the result call's span.
+// records the success, links to the insert's span; the attempt's run then ends without a
+// finish. The push is a local activity on a queue without a heartbeat timeout (on SQLite and
+// PostgreSQL), the push-and-wait activity on one with.
 func TestTraceTaskInsertToResult(t *testing.T) {
 	for _, d := range testenv.Dialects {
-		t.Run(d, func(t *testing.T) { testTraceTaskInsertToResult(t, d, workflows.TaskV) })
+		t.Run(d, func(t *testing.T) { testTraceTaskInsertToResult(t, d, 0) })
 	}
-	t.Run("v4", func(t *testing.T) { testTraceTaskInsertToResult(t, testenv.Dialects[0], workflows.TaskRecordedV) })
-	t.Run("v3", func(t *testing.T) { testTraceTaskInsertToResult(t, testenv.Dialects[0], workflows.TaskOnPushQueueV) })
+	t.Run("heartbeat timeout", func(t *testing.T) { testTraceTaskInsertToResult(t, testenv.Dialects[0], 30*time.Second) })
 }
 
-func testTraceTaskInsertToResult(t *testing.T, d string, v int) {
+func testTraceTaskInsertToResult(t *testing.T, d string, heartbeat time.Duration) {
 	s, exp := tracedStack(t, d)
-	ts := taskStackOn(t, s, 5*time.Second, func(c *worker.Config) { c.Tasks.Claimer.CodeVersion = v })
+	ts := taskStackOn(t, s, 5*time.Second, nil)
 
 	// The task worker continues the push's trace in its own span and reports within it.
 	type pushed struct{ traceparent, heartbeat, result int }
@@ -368,7 +366,11 @@ func testTraceTaskInsertToResult(t *testing.T, d string, v int) {
 		}()
 		rw.WriteHeader(http.StatusAccepted)
 	}))
-	ts.putQueue("traced", map[string]any{"push_url": worker, "concurrency_limit": 2})
+	queue := map[string]any{"push_url": worker, "concurrency_limit": 2}
+	if heartbeat > 0 {
+		queue["heartbeat_timeout"] = heartbeat.String()
+	}
+	ts.putQueue("traced", queue)
 
 	ctx, root := rootSpan(t, exp, "client insert task")
 	status, raw := tracedCall(t, ctx, http.MethodPost, ts.gw+"/v1/tasks", ts.producer,
@@ -390,9 +392,9 @@ func testTraceTaskInsertToResult(t *testing.T, d string, v int) {
 
 	attempt := []string{"client insert task", "POST /v1/tasks", "task claim",
 		"StartWorkflow:" + workflows.TaskName, "RunWorkflow:" + workflows.TaskName}
-	pushName := contract.PushAwaitName
-	if v >= workflows.TaskLocalPushV {
-		pushName = contract.SendPushName // a local activity, traced as one
+	pushName := contract.SendPushName // a local activity, traced as one
+	if heartbeat > 0 {
+		pushName = contract.PushAwaitName
 	}
 	push := append(append([]string(nil), attempt...), "StartActivity:"+pushName, "RunActivity:"+pushName,
 		"callback POST", "worker processes task")
@@ -401,26 +403,16 @@ func testTraceTaskInsertToResult(t *testing.T, d string, v int) {
 		append(append([]string(nil), push...), "POST /v1/tasks/:task_id/versions/:version/heartbeat"),
 		attempt[:2],
 	}
-	finishChain := append(append([]string(nil), attempt...), "StartActivity:"+contract.FinishTaskName, "RunActivity:"+contract.FinishTaskName)
-	if v < workflows.TaskRecordedV {
-		chains = append(chains, finishChain)
-	}
 	ends := requireTrace(t, exp, traceID, chains...)
 	result, insert := ends[0], ends[2]
 	require.Len(t, result.Links, 1, "the result call that recorded the success links to the task's insert")
 	require.Equal(t, insert.SpanContext.SpanID(), result.Links[0].SpanContext.SpanID())
 	require.Equal(t, traceID, result.Links[0].SpanContext.TraceID())
-	if v < workflows.TaskRecordedV {
-		finish := ends[3]
-		require.Len(t, finish.Links, 1, "the finish links to the worker's result call")
-		require.Equal(t, result.SpanContext.SpanID(), finish.Links[0].SpanContext.SpanID())
-		require.Equal(t, traceID, finish.Links[0].SpanContext.TraceID())
-	} else {
-		// The run has closed by now (the spans of its end are exported): no finish in it.
-		var res workflows.TaskRunResult
-		require.NoError(t, ts.tc.GetWorkflow(t.Context(), courier.TaskWorkflowID("doc-1", 1), "").Get(t.Context(), &res))
-		require.Empty(t, findChain(exp.spans(traceID), finishChain...), "a recorded success has no finish")
-	}
+	// The run has closed by now (the spans of its end are exported): no finish in it.
+	var res workflows.TaskRunResult
+	require.NoError(t, ts.tc.GetWorkflow(t.Context(), courier.TaskWorkflowID("doc-1", 1), "").Get(t.Context(), &res))
+	finishChain := append(append([]string(nil), attempt...), "StartActivity:"+contract.FinishTaskName, "RunActivity:"+contract.FinishTaskName)
+	require.Empty(t, findChain(exp.spans(traceID), finishChain...), "a recorded success has no finish")
 	for _, a := range result.Attributes {
 		if a.Key == "courier.task_id" {
 			require.Equal(t, "doc-1", a.Value.AsString())

@@ -40,10 +40,6 @@ type Config struct {
 	// delivery workflow exists (covers a relay that crashed between claim and start); default 30 s.
 	Lease time.Duration
 	Retry workflows.RetryPolicy // delivery budget; default workflows.DefaultOutboxRetry
-	// CodeVersion is the delivery workflow code version new runs start with
-	// (workflows.OutboxDeliveryParams.V); default workflows.OutboxV. An older version is for a
-	// fleet being upgraded from a courier that does not know the newest (docs/deployment.md).
-	CodeVersion int
 	// OrphanCheck is how long after its delivery started a row is looked at again, to re-ensure
 	// its workflow still exists (an idempotent start); default 1 h.
 	OrphanCheck time.Duration
@@ -161,9 +157,6 @@ func (c Config) withDefaults() Config {
 	if c.Batch.Linger <= 0 {
 		c.Batch.Linger = DefaultBatchLinger
 	}
-	if c.CodeVersion <= 0 {
-		c.CodeVersion = workflows.OutboxV
-	}
 	c.Retry = c.Retry.WithDefaults()
 	return c
 }
@@ -173,10 +166,23 @@ type TimerArmer interface {
 	Create(ctx context.Context, r api.TimerRequest) (api.Timer, bool, error)
 }
 
+// Deps are the relay's collaborators.
+type Deps struct {
+	Sources []Source // the databases to relay from; the one named "default" is courier's own
+	// Tasks inserts the tasks of rows on outbox.TaskTopic (courier's store); nil: such rows go
+	// dead ("tasks are not enabled").
+	Tasks TaskInserter
+	// WakeTasks nudges the task claimers after an insert; nil: none.
+	WakeTasks func()
+	// Timers arms the timers of rows on outbox.TimerTopic (the timer service); nil: such rows
+	// go dead ("timers are not enabled").
+	Timers TimerArmer
+	Logger *slog.Logger // nil: slog.Default()
+}
+
 // Relay moves committed outbox rows into delivery workflows.
 type Relay struct {
-	timers TimerArmer // nil: timer rows fail as dead ("timers are not enabled")
-	// tasks inserts task rows (nil: they fail as dead); wakeTasks nudges the claimers.
+	timers    TimerArmer
 	tasks     TaskInserter
 	wakeTasks func()
 	tc        client.Client
@@ -189,20 +195,21 @@ type Relay struct {
 	after func(time.Duration) <-chan time.Time
 }
 
-// New builds a relay over the sources.
-func New(tc client.Client, cfg Config, sources []Source, log *slog.Logger) *Relay {
-	if log == nil {
-		log = slog.Default()
+// New builds a relay over d's sources.
+func New(tc client.Client, cfg Config, d Deps) *Relay {
+	if d.Logger == nil {
+		d.Logger = slog.Default()
 	}
-	wakes := make([]chan struct{}, len(sources))
+	wakes := make([]chan struct{}, len(d.Sources))
 	for i := range wakes {
 		wakes[i] = make(chan struct{}, 1)
 	}
-	return &Relay{tc: tc, cfg: cfg.withDefaults(), sources: sources, log: log, wakes: wakes, after: time.After}
+	if d.WakeTasks == nil {
+		d.WakeTasks = func() {}
+	}
+	return &Relay{timers: d.Timers, tasks: d.Tasks, wakeTasks: d.WakeTasks, tc: tc, cfg: cfg.withDefaults(),
+		sources: d.Sources, log: d.Logger, wakes: wakes, after: time.After}
 }
-
-// SetTimers enables rows that arm timers (outbox.ArmTimer).
-func (r *Relay) SetTimers(t TimerArmer) { r.timers = t }
 
 // Wake nudges every source loop to claim now (for writers in the same process, such as a
 // redrive through the gateway in dev mode).
@@ -400,7 +407,7 @@ func (r *Relay) startBatch(ctx context.Context, source string, recs []store.Clai
 		),
 	}
 	_, err := r.tc.ExecuteWorkflow(ctx, opts, workflows.OutboxBatchName, workflows.OutboxBatchParams{
-		Source: source, IDs: ids, Retry: r.cfg.Retry, V: workflows.OutboxBatchV,
+		Source: source, IDs: ids, Retry: r.cfg.Retry,
 	})
 	return err
 }
@@ -497,7 +504,7 @@ func (r *Relay) startOne(ctx context.Context, source string, rec store.ClaimedRe
 		),
 	}
 	_, err = r.tc.ExecuteWorkflow(ctx, opts, workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{
-		Source: source, ID: rec.ID, Retry: r.cfg.Retry, V: r.cfg.CodeVersion,
+		Source: source, ID: rec.ID, Retry: r.cfg.Retry,
 	})
 	return err
 }

@@ -88,7 +88,7 @@ func enqueueTopic(t *testing.T, st *store.Store, topic string, n int) []int64 {
 func TestWakeClaimsOnceAndSleeps(t *testing.T) {
 	st, _ := testenv.Store(t, "sqlite")
 	var s starts
-	r := relay.New(s.client(t), relay.Config{PollInterval: time.Hour}, []relay.Source{{Name: courier.DefaultSource, Store: st}}, nil)
+	r := relay.New(s.client(t), relay.Config{PollInterval: time.Hour}, relay.Deps{Sources: []relay.Source{{Name: courier.DefaultSource, Store: st}}})
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = r.Run(ctx) }()
@@ -125,7 +125,7 @@ func TestFailedStartIsReleased(t *testing.T) {
 	st, _ := testenv.Store(t, "sqlite")
 	ids := enqueue(t, st, 2)
 	s := starts{failFor: map[string]bool{courier.OutboxWorkflowID("", ids[1]): true}}
-	r := relay.New(s.client(t), relay.Config{PollInterval: time.Hour}, []relay.Source{{Name: courier.DefaultSource, Store: st}}, nil)
+	r := relay.New(s.client(t), relay.Config{PollInterval: time.Hour}, relay.Deps{Sources: []relay.Source{{Name: courier.DefaultSource, Store: st}}})
 	c, err := r.ClaimOnce(t.Context(), relay.Source{Name: courier.DefaultSource, Store: st})
 	require.Error(t, err)
 	require.Equal(t, relay.Claim{Rows: 2}, c)
@@ -146,7 +146,7 @@ func TestLingerOnlyAfterABatch(t *testing.T) {
 	var s starts
 	const linger = time.Hour
 	cfg := relay.Config{PollInterval: time.Hour, Batch: relay.BatchConfig{Topics: []string{"batched.>"}, Linger: linger}}
-	r := relay.New(s.client(t), cfg, []relay.Source{{Name: courier.DefaultSource, Store: st}}, nil)
+	r := relay.New(s.client(t), cfg, relay.Deps{Sources: []relay.Source{{Name: courier.DefaultSource, Store: st}}})
 	var (
 		mu    sync.Mutex
 		waits []time.Duration
@@ -199,7 +199,7 @@ func TestClaimCountsBatchedRows(t *testing.T) {
 	src := relay.Source{Name: courier.DefaultSource, Store: st}
 	cfg := relay.Config{Batch: relay.BatchConfig{Topics: []string{"batched.>"}}}
 	var s starts
-	r := relay.New(s.client(t), cfg, []relay.Source{src}, nil)
+	r := relay.New(s.client(t), cfg, relay.Deps{Sources: []relay.Source{src}})
 
 	enqueue(t, st, 2)
 	enqueueTopic(t, st, "batched.x", 3)
@@ -214,7 +214,7 @@ func TestClaimCountsBatchedRows(t *testing.T) {
 
 	more := enqueueTopic(t, st, "batched.y", 2)
 	failing := starts{failFor: map[string]bool{courier.OutboxBatchWorkflowID(src.Name, more[0], more[1]): true}}
-	r = relay.New(failing.client(t), cfg, []relay.Source{src}, nil)
+	r = relay.New(failing.client(t), cfg, relay.Deps{Sources: []relay.Source{src}})
 	c, err = r.ClaimOnce(t.Context(), src)
 	require.Error(t, err)
 	require.Equal(t, relay.Claim{Rows: 2}, c, "a batch that did not start is not counted")

@@ -17,12 +17,6 @@ type TaskInserter interface {
 	GetTask(ctx context.Context, taskID string, version int64) (courier.Task, error)
 }
 
-// SetTasks enables rows that insert tasks (outbox.InsertTask); wake nudges the task claimers
-// after an insert (nil: none).
-func (r *Relay) SetTasks(t TaskInserter, wake func()) {
-	r.tasks, r.wakeTasks = t, wake
-}
-
 // insertTask turns a committed task row into its task. A row is applied once: before the insert
 // the row counts an attempt, so a row seen again (the relay died before marking it sent, and its
 // lease ran out) whose task version already exists with the row's content is marked sent without
@@ -70,7 +64,7 @@ func (r *Relay) insertTask(ctx context.Context, src Source, id int64) {
 		r.log.WarnContext(ctx, "inserting a task failed; retrying after the lease", "source", src.Name, "id", id, "error", err)
 		return
 	}
-	if outcome != courier.TaskExisting && r.wakeTasks != nil {
+	if outcome != courier.TaskExisting {
 		r.wakeTasks()
 	}
 	r.markSent(ctx, src, id)

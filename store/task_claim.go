@@ -78,7 +78,7 @@ func (s *Store) ClaimTasks(ctx context.Context, queue string, max int, choose fu
 				" ORDER BY version DESC, created_at ASC, task_id ASC LIMIT ?")
 			var rows []taskRow
 			err := tx.NewRaw(with+"UPDATE courier_tasks SET status = 'processing', attempt = attempt + 1, claimed_at = "+s.nowSQL()+
-				", pushed_at = NULL, deadline_at = NULL, run_id = NULL, code_version = 0, updated_at = "+s.nowSQL()+" WHERE "+in+" AND status = 'pending' RETURNING *",
+				", pushed_at = NULL, deadline_at = NULL, run_id = NULL, heartbeat_timeout_ms = 0, updated_at = "+s.nowSQL()+" WHERE "+in+" AND status = 'pending' RETURNING *",
 				queue, b, take[b-1]).Scan(ctx, &rows)
 			if err != nil && !errors.Is(err, sql.ErrNoRows) {
 				return err
@@ -167,10 +167,11 @@ type PushTarget struct {
 }
 
 // AttemptRun is the workflow run an attempt's push belongs to: its run id ("" when unknown) and
-// the task workflow code version it runs.
+// the attempt's heartbeat timeout (0: none), which tells the gateway how the run takes the
+// worker's result.
 type AttemptRun struct {
-	ID          string
-	CodeVersion int
+	ID               string
+	HeartbeatTimeout time.Duration
 }
 
 // MarkTaskPushed records that an attempt is about to be pushed, its deadline (now plus the
@@ -189,16 +190,16 @@ func (s *Store) MarkTaskPushed(ctx context.Context, taskID string, version int64
 	// PostgreSQL reads the queue's settings in the same statement; SQLite in a second one. A
 	// queue changed in between would have been read either way.
 	var rows []pushedRow
-	set := "SET pushed_at = " + s.nowSQL() + ", deadline_at = " + s.nowPlusSQL(processingTimeout) + ", run_id = ?, code_version = ? " +
+	set := "SET pushed_at = " + s.nowSQL() + ", deadline_at = " + s.nowPlusSQL(processingTimeout) + ", run_id = ?, heartbeat_timeout_ms = ? " +
 		"WHERE task_id = ? AND version = ? AND attempt = ? AND status = 'processing'"
 	var err error
 	if s.pg {
 		err = s.db.NewRaw("WITH pushed AS (UPDATE courier_tasks "+set+" RETURNING *) "+
 			"SELECT pushed.*, q.config AS queue_config, q.concurrency_limit AS queue_limit, q.in_flight AS queue_in_flight, "+
 			"q.created_at AS queue_created_at, q.updated_at AS queue_updated_at "+
-			"FROM pushed JOIN courier_task_queues q ON q.name = pushed.queue", run, r.CodeVersion, taskID, version, attempt).Scan(ctx, &rows)
+			"FROM pushed JOIN courier_task_queues q ON q.name = pushed.queue", run, r.HeartbeatTimeout.Milliseconds(), taskID, version, attempt).Scan(ctx, &rows)
 	} else {
-		err = s.db.NewRaw("UPDATE courier_tasks "+set+" RETURNING *", run, r.CodeVersion, taskID, version, attempt).Scan(ctx, &rows)
+		err = s.db.NewRaw("UPDATE courier_tasks "+set+" RETURNING *", run, r.HeartbeatTimeout.Milliseconds(), taskID, version, attempt).Scan(ctx, &rows)
 	}
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return PushTarget{}, false, err

@@ -86,7 +86,7 @@ func (s *Store) InsertTask(ctx context.Context, r courier.TaskRequest) (courier.
 				Set("traceparent = ?, tracestate = ?", nullString(r.Trace.Parent), nullString(r.Trace.State)).
 				Set("status = 'pending', attempt_base = attempt, result = NULL, status_code = 0, message = ''").
 				Set("next_attempt_at = "+s.nowSQL()).Set("expires_at = "+pendingExpiry).
-				Set("claimed_at = NULL, pushed_at = NULL, deadline_at = NULL, run_id = NULL, code_version = 0, finished_at = NULL").Set("updated_at = "+s.nowSQL()).
+				Set("claimed_at = NULL, pushed_at = NULL, deadline_at = NULL, run_id = NULL, heartbeat_timeout_ms = 0, finished_at = NULL").Set("updated_at = "+s.nowSQL()).
 				Where("task_id = ? AND version = ?", r.TaskID, r.Version).Exec(ctx)
 			outcome = courier.TaskReplaced
 		default:

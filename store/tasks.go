@@ -60,7 +60,7 @@ type taskRow struct {
 	PushedAt      bun.NullTime `bun:"pushed_at"`
 	DeadlineAt    bun.NullTime `bun:"deadline_at"`
 	RunID         *string      `bun:"run_id"`
-	CodeVersion   int          `bun:"code_version"`
+	HeartbeatMS   int64        `bun:"heartbeat_timeout_ms"` // the current attempt's heartbeat timeout
 	TraceParent   *string      `bun:"traceparent"`
 	TraceState    *string      `bun:"tracestate"`
 	FinishedAt    bun.NullTime `bun:"finished_at"`
@@ -99,7 +99,7 @@ func (r *taskRow) task() (courier.Task, error) {
 	if r.RunID != nil {
 		t.RunID = *r.RunID
 	}
-	t.CodeVersion = r.CodeVersion
+	t.AttemptHeartbeatTimeout = time.Duration(r.HeartbeatMS) * time.Millisecond
 	if r.TraceParent != nil {
 		t.Trace.Parent = *r.TraceParent
 	}

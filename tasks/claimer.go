@@ -32,62 +32,13 @@ type ClaimStore interface {
 	Listen(ctx context.Context, channel string, notify func(), log *slog.Logger) (stop func())
 }
 
-// ClaimerConfig tunes a claimer. Zero fields take the documented defaults.
-type ClaimerConfig struct {
-	TaskQueue    string        // the workflows' Temporal task queue; attempts run on workflows.TaskRunQueue beside it (required)
-	PollInterval time.Duration // fallback poll; default 1 s
-	BatchSize    int           // tasks per claim transaction; default 100
-	StartWorkers int           // concurrent workflow starts; default 16
-	// RecoverAfter is how long a claimed task may wait for its push before its workflow is
-	// started again (a claimer crashed between claim and start); default 30 s.
-	RecoverAfter time.Duration
-	// CodeVersion is the task workflow code version new attempts start with
-	// (workflows.TaskParams.V); default workflows.TaskV. An older version is for a fleet being
-	// upgraded, while some workers run code that does not know the newest (docs/deployment.md).
-	CodeVersion int
-}
-
-// Defaults of ClaimerConfig, applied to its zero fields, and of the sweeper's interval;
-// courier's flags take theirs from here.
-const (
-	// DefaultPollInterval is the fallback claim poll when no notification wakes the claimer.
-	DefaultPollInterval = time.Second
-	// DefaultBatchSize is how many tasks one claim transaction takes.
-	DefaultBatchSize = 100
-	// DefaultStartWorkers is how many workflow starts one claim runs at once.
-	DefaultStartWorkers = 16
-	// DefaultRecoverAfter is how long a claimed task may wait for its push before its workflow
-	// is started again.
-	DefaultRecoverAfter = 30 * time.Second
-	// DefaultSweepEvery is the sweeper schedule's interval (EnsureSweeper).
-	DefaultSweepEvery = time.Minute
-)
-
-func (c ClaimerConfig) withDefaults() ClaimerConfig {
-	if c.PollInterval <= 0 {
-		c.PollInterval = DefaultPollInterval
-	}
-	if c.CodeVersion <= 0 {
-		c.CodeVersion = workflows.TaskV
-	}
-	if c.BatchSize <= 0 {
-		c.BatchSize = DefaultBatchSize
-	}
-	if c.StartWorkers <= 0 {
-		c.StartWorkers = DefaultStartWorkers
-	}
-	if c.RecoverAfter <= 0 {
-		c.RecoverAfter = DefaultRecoverAfter
-	}
-	return c
-}
-
 // Claimer moves ready tasks into attempt workflows while their queue has free slots. Every
 // worker runs one; the limiter row in the database makes them agree on the limit.
 type Claimer struct {
 	store    ClaimStore
 	tc       client.Client
-	cfg      ClaimerConfig
+	queue    string // the workflows' task queue; attempts run on contract.TaskPushQueue beside it
+	cfg      Config
 	log      *slog.Logger
 	wake     chan struct{}
 	choosers map[string]*chooser // by queue; used by Run's goroutine only
@@ -98,12 +49,14 @@ type chooser struct {
 	c       *dispatch.Chooser
 }
 
-// NewClaimer builds a claimer.
-func NewClaimer(s ClaimStore, tc client.Client, cfg ClaimerConfig, log *slog.Logger) *Claimer {
+// NewClaimer builds a claimer whose attempts run beside the workflows' task queue
+// workflowQueue (on contract.TaskPushQueue).
+func NewClaimer(s ClaimStore, tc client.Client, workflowQueue string, cfg Config, log *slog.Logger) *Claimer {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Claimer{store: s, tc: tc, cfg: cfg.withDefaults(), log: log, wake: make(chan struct{}, 1), choosers: map[string]*chooser{}}
+	return &Claimer{store: s, tc: tc, queue: workflowQueue, cfg: cfg.WithDefaults(), log: log,
+		wake: make(chan struct{}, 1), choosers: map[string]*chooser{}}
 }
 
 // Wake asks for a claim pass now (after an insert or a freed slot in this process).
@@ -231,10 +184,6 @@ func (c *Claimer) startAll(ctx context.Context, claimed []store.ClaimedTask, rec
 // from a leftover run of an earlier one.
 const attemptMemo = "attempt"
 
-// codeVersionMemo names the task code version a run was started with (workflows.TaskParams.V),
-// so the gateway can tell how the run waits for its result without reading its history.
-const codeVersionMemo = "code_version"
-
 // startAttempt starts the workflow run of a freshly claimed attempt. A run still open under the
 // same id belongs to an earlier attempt (its outcome is already recorded, or the task was
 // cancelled and resubmitted): it is terminated, since every write it could still make is
@@ -271,14 +220,13 @@ func (c *Claimer) restartAttempt(ctx context.Context, t store.ClaimedTask) error
 func (c *Claimer) startRun(ctx context.Context, t store.ClaimedTask) (err error) {
 	ctx, span := traceAttempt(ctx, t)
 	defer func() { tracing.End(span, err) }()
-	v := AttemptCodeVersion(c.cfg.CodeVersion, t.HeartbeatTimeout)
-	memo := map[string]any{attemptMemo: t.Attempt, codeVersionMemo: v}
+	memo := map[string]any{attemptMemo: t.Attempt}
 	if !t.Trace.IsZero() {
 		memo[memoTraceParent] = t.Trace.Parent
 	}
 	_, err = c.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       courier.TaskWorkflowID(t.TaskID, t.Version),
-		TaskQueue:                workflows.TaskRunQueue(c.cfg.TaskQueue, v),
+		TaskQueue:                contract.TaskPushQueue(c.queue),
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING,
 		Memo:                     memo,
@@ -294,27 +242,15 @@ func (c *Claimer) startRun(ctx context.Context, t store.ClaimedTask) (err error)
 			temporal.NewSearchAttributeKeyKeyword(courier.SAState).ValueSet(string(courier.TaskProcessing)),
 		),
 	}, workflows.TaskName, workflows.TaskParams{TaskID: t.TaskID, Version: t.Version, Attempt: t.Attempt, Queue: t.Queue,
-		Priority: t.Priority, ProcessingTimeout: t.ProcessingTimeout, HeartbeatTimeout: t.HeartbeatTimeout, PushTimeout: t.PushTimeout,
-		V: v})
+		Priority: t.Priority, ProcessingTimeout: t.ProcessingTimeout, HeartbeatTimeout: t.HeartbeatTimeout, PushTimeout: t.PushTimeout})
 	return err
-}
-
-// AttemptCodeVersion is the task workflow code version an attempt starts with, given the one
-// the claimer is configured with: an attempt with a heartbeat timeout needs an activity whose
-// heartbeat timeout the worker's heartbeats extend, so it runs workflows.TaskRecordedV instead
-// of workflows.TaskLocalPushV, which has none.
-func AttemptCodeVersion(configured int, heartbeatTimeout time.Duration) int {
-	if configured >= workflows.TaskLocalPushV && heartbeatTimeout > 0 {
-		return workflows.TaskRecordedV
-	}
-	return configured
 }
 
 // SweeperScheduleID is the Temporal Schedule that runs the task sweeper.
 const SweeperScheduleID = "courier-task-sweeper"
 
-// EnsureSweeper creates the sweeper's schedule if it does not exist: every interval, with
-// overlaps skipped, so exactly one sweep runs at a time.
+// EnsureSweeper creates the sweeper's schedule if it does not exist: every interval (0:
+// DefaultSweepEvery), with overlaps skipped, so exactly one sweep runs at a time.
 func EnsureSweeper(ctx context.Context, tc client.Client, taskQueue string, every time.Duration) error {
 	if every <= 0 {
 		every = DefaultSweepEvery

@@ -10,10 +10,8 @@ import (
 	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/courier-oss/courier"
@@ -152,17 +150,14 @@ func notRunning(err error, attempt int) error {
 	return err
 }
 
-// Report delivers a worker's result for one attempt. An attempt of task code version 5 has
-// every result recorded in the row, answered, then handed to its run (reportToRun). For older
-// ones, a success is first written into the row,
-// with the guarded finish the workflow runs (recordOutcome), and then handed to the attempt's
-// run marked Recorded, so the run ends without a finish of its own. Then, and for a failure
-// at once, it completes the attempt's waiting activity by its id, in the run the push recorded,
-// and a failure is recorded by the workflow. A worker may report before its answer to the push
-// has reached courier, while no wait is open yet: then the result goes to the run as an update
-// (workflows.TaskResultUpdate), which the run accepts until the attempt has its outcome. A
-// result for another attempt, for a task that is not processing, or for an attempt that has
-// already ended (a repeated success included: GET shows it) is a conflict and changes nothing.
+// Report delivers a worker's result for one attempt. The result is recorded in the row first,
+// a success and a failure alike (the failure with the queue's retry policy applied by the same
+// finish the run would run), so the slot is free and GET shows it when the 202 goes out; then
+// it is handed to the attempt's run marked recorded, and the run ends as the row says. If the
+// row could not be written, the result is handed to the run unrecorded before the answer, and
+// the run records it. A result for another attempt, for a task that is not processing, or for
+// an attempt that has already ended (a repeated result included: GET shows it) is a conflict
+// and changes nothing.
 func (s *Service) Report(ctx context.Context, taskID string, version int64, r courier.TaskResult) error {
 	switch {
 	case !r.Status.Reportable():
@@ -178,83 +173,46 @@ func (s *Service) Report(ctx context.Context, taskID string, version int64, r co
 	if err != nil {
 		return err
 	}
-	out := r.Outcome(tracing.FromContext(ctx))
-	if t.CodeVersion >= workflows.TaskLocalPushV {
-		return s.reportToRun(ctx, t, r.Attempt, out)
-	}
-	if out.Kind == courier.OutcomeSuccess {
-		if _, out.Recorded, err = s.recordOutcome(ctx, t, r.Attempt, out); err != nil {
-			return err
-		}
-	}
-	hctx := ctx
-	if out.Recorded {
-		// Not cut short by the worker hanging up either: a run that never hears of its
-		// recorded success stays open until its deadline.
-		var cancel context.CancelFunc
-		hctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), ReportTimeout)
-		defer cancel()
-	}
-	id := courier.TaskWorkflowID(taskID, version)
-	err = s.tc.CompleteActivityByID(hctx, s.namespace, id, t.RunID, courier.TaskAttemptActivityID(r.Attempt), out, nil)
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
-		err = s.reportEarly(hctx, id, t.RunID, workflows.TaskResultParams{Attempt: r.Attempt, Outcome: out})
-	}
-	if err != nil && out.Recorded {
-		// The row holds the success and the slot is free: that is the answer. The run ends by
-		// its own deadline (or has ended), and its finish then finds the success recorded.
-		s.log.WarnContext(ctx, "hand a recorded task success to its run (the run finds it recorded when it ends)",
-			"task_id", taskID, "version", version, "attempt", r.Attempt, "error", err)
-		return nil
-	}
-	if err != nil {
-		return notRunning(err, r.Attempt)
-	}
-	return nil
-}
-
-// reportToRun records a worker's result of an attempt of task code version 5 in the row, a
-// success and a failure alike (the failure with the queue's retry policy applied by the same
-// finish the run would run), answers, and then hands it to the attempt's run as the
-// workflows.TaskResultUpdate marked recorded. If the row could not be written, the result goes
-// to the run unrecorded, as the same update, and the run records it before the answer.
-func (s *Service) reportToRun(ctx context.Context, t courier.Task, attempt int, out courier.AttemptOutcome) error {
-	id := courier.TaskWorkflowID(t.TaskID, t.Version)
-	status, recorded, err := s.recordOutcome(ctx, t, attempt, out)
+	res := contract.AttemptResult{Attempt: r.Attempt, Outcome: r.Outcome(tracing.FromContext(ctx))}
+	status, recorded, err := s.recordOutcome(ctx, t, r.Attempt, res.Outcome)
 	if err != nil {
 		return err
 	}
 	if !recorded {
-		return notRunning(s.reportEarly(ctx, id, t.RunID, workflows.TaskResultParams{Attempt: attempt, Outcome: out}), attempt)
+		return s.handOverUnrecorded(ctx, t, res)
 	}
 	// The row holds it: that is the answer. The run hears of it after the answer has gone out,
 	// so a worker that reports before it answers the push (the run's workflow task stays open
-	// until it does) is not kept waiting. A run that never hears of it ends by its deadline,
+	// while it pushes) is not kept waiting. A run that never hears of it ends by its deadline,
 	// and its finish then finds the attempt over.
-	out.Recorded = true
-	r := workflows.TaskResultParams{Attempt: attempt, Outcome: out, Status: status}
+	res.Outcome.Recorded, res.Status = true, status
 	go func() {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), HandOverTimeout)
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), HandOverTimeout)
 		defer cancel()
-		if err := s.handOver(uctx, id, t.RunID, r); err != nil {
-			s.log.WarnContext(uctx, "hand a recorded task result to its run (the run ends by its deadline)",
-				"task_id", t.TaskID, "version", t.Version, "attempt", attempt, "error", err)
+		if err := s.handOver(hctx, t, res); err != nil {
+			s.log.WarnContext(hctx, "hand a recorded task result to its run (the run ends by its deadline)",
+				"task_id", t.TaskID, "version", t.Version, "attempt", r.Attempt, "error", err)
 		}
 	}()
 	return nil
 }
 
 // HandOverTimeout bounds how long the gateway keeps handing a recorded result to an attempt's
-// run (task code version 5) after it has answered the worker: the run takes it once its
+// run after it has answered the worker: a run without a heartbeat timeout takes it once its
 // workflow task that pushes has ended, which lasts at most the push's tries.
 const HandOverTimeout = 2 * time.Minute
 
-// handOver gives an attempt's run of task code version 5 the result recorded in its row, as
-// the workflows.TaskResultUpdate (update id per attempt, so a repeat is answered by the first).
-func (s *Service) handOver(ctx context.Context, id, runID string, r workflows.TaskResultParams) error {
+// handOver gives an attempt's run the worker's result. An attempt with a heartbeat timeout
+// (recorded by its push) waits for it in its push-and-wait activity, which is completed by its
+// id; one without takes it as workflows.TaskResultUpdate, whose id is per attempt, so a repeat
+// is answered by the first.
+func (s *Service) handOver(ctx context.Context, t courier.Task, r contract.AttemptResult) error {
+	id := courier.TaskWorkflowID(t.TaskID, t.Version)
+	if t.AttemptHeartbeatTimeout > 0 {
+		return s.tc.CompleteActivityByID(ctx, s.namespace, id, t.RunID, courier.TaskAttemptActivityID(r.Attempt), r, nil)
+	}
 	h, err := s.tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID: id, RunID: runID, UpdateID: fmt.Sprintf("result-%d", r.Attempt),
+		WorkflowID: id, RunID: t.RunID, UpdateID: fmt.Sprintf("result-%d", r.Attempt),
 		UpdateName: workflows.TaskResultUpdate, Args: []any{r}, WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
 	if err != nil {
@@ -263,14 +221,34 @@ func (s *Service) handOver(ctx context.Context, id, runID string, r workflows.Ta
 	return h.Get(ctx, nil)
 }
 
+// ReportTimeout bounds the hand-over of a result the gateway could not record, which the
+// worker's answer waits for; past it the result is answered 503 and the worker tries again.
+const ReportTimeout = 10 * time.Second
+
+// handOverUnrecorded hands a result the row could not take to the attempt's run, which records
+// it, before the worker is answered: a run that refuses it (the attempt already has its
+// outcome) or is gone is a conflict.
+func (s *Service) handOverUnrecorded(ctx context.Context, t courier.Task, r contract.AttemptResult) error {
+	hctx, cancel := context.WithTimeout(ctx, ReportTimeout)
+	defer cancel()
+	err := s.handOver(hctx, t, r)
+	var app *temporal.ApplicationError
+	switch {
+	case err != nil && hctx.Err() != nil && ctx.Err() == nil:
+		return &courier.Error{Code: courier.CodeUnavailable,
+			Message: "the attempt's workflow did not take the result in time; try again"}
+	case errors.As(err, &app):
+		return notRunning(serviceerror.NewNotFound(app.Error()), r.Attempt) // refused: the attempt already has its outcome
+	}
+	return notRunning(err, r.Attempt)
+}
+
 // recordOutcome writes a worker's result into the row before the attempt's run hears of it,
 // so the slot is free and GET shows it when the 202 goes out, and the run has nothing left to
 // record. The guarded write decides between the result and whatever else ends the attempt
 // meanwhile (its deadline, a cancel): the first to change the row wins. recorded is false when
-// the write failed: the run then records the result itself. Runs before task code version 5
-// are given only successes this way, and record failures themselves (their retry and state
-// belong to the run). An attempt that had already ended, a repeated result included, is a
-// conflict.
+// the write failed: the run then records the result itself. An attempt that had already ended,
+// a repeated result included, is a conflict.
 func (s *Service) recordOutcome(ctx context.Context, t courier.Task, attempt int, out courier.AttemptOutcome) (status courier.TaskStatus, recorded bool, err error) {
 	// Not cut short by the worker hanging up: once written, the run must hear of it.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReportTimeout)
@@ -301,41 +279,9 @@ func (s *Service) recordOutcome(ctx context.Context, t courier.Task, attempt int
 	return fr.Status, true, nil
 }
 
-// ReportTimeout bounds the update that hands the attempt's run a result that arrived before
-// its wait was open; past it the result is answered 503 and the worker tries again.
-const ReportTimeout = 10 * time.Second
-
-// reportEarly hands a result to the attempt's run while its wait is not open. The update id is
-// per attempt, so a POST repeated while the run has not ended gets the first one's answer (a
-// success repeated after it was recorded is a conflict in Report).
-func (s *Service) reportEarly(ctx context.Context, id, runID string, r workflows.TaskResultParams) error {
-	uctx, cancel := context.WithTimeout(ctx, ReportTimeout)
-	defer cancel()
-	h, err := s.tc.UpdateWorkflow(uctx, client.UpdateWorkflowOptions{
-		WorkflowID: id, RunID: runID, UpdateID: fmt.Sprintf("result-%d", r.Attempt),
-		UpdateName: workflows.TaskResultUpdate, Args: []any{r}, WaitForStage: client.WorkflowUpdateStageCompleted,
-	})
-	if err == nil {
-		err = h.Get(uctx, nil)
-	}
-	var app *temporal.ApplicationError
-	switch {
-	case err != nil && uctx.Err() != nil && ctx.Err() == nil:
-		return &courier.Error{Code: courier.CodeUnavailable,
-			Message: "the attempt's workflow did not take the result in time; try again"}
-	case errors.As(err, &app):
-		// Refused: the attempt already has its outcome; or a run recorded before results
-		// could arrive this way, whose attempt has then ended (unknown update).
-		return serviceerror.NewNotFound(app.Error())
-	}
-	return err
-}
-
 // Heartbeat extends a running attempt's heartbeat timeout: it records the heartbeat on the
-// attempt's wait, in the run the push recorded. A heartbeat that finds no open wait while the
-// attempt's run still runs and is not recording an outcome came before courier saw the
-// worker's answer to the push: the heartbeat timeout starts only then, so there is nothing to
-// extend, and the heartbeat is accepted without effect.
+// attempt's push-and-wait activity, in the run the push recorded. An attempt without a
+// heartbeat timeout has nothing to extend: its heartbeats are accepted without effect.
 func (s *Service) Heartbeat(ctx context.Context, taskID string, version int64, attempt int, details json.RawMessage) error {
 	if len(details) > 0 && !json.Valid(details) {
 		return validation("details", "details must be JSON")
@@ -344,44 +290,15 @@ func (s *Service) Heartbeat(ctx context.Context, taskID string, version int64, a
 	if err != nil {
 		return err
 	}
-	if t.CodeVersion >= workflows.TaskLocalPushV {
-		// Such an attempt has no heartbeat timeout (the claimer starts it only then): there is
-		// nothing to extend, and the attempt runs.
-		return nil
+	if t.AttemptHeartbeatTimeout == 0 {
+		return nil // nothing to extend; the attempt runs
 	}
 	var d []any
 	if len(details) > 0 {
 		d = append(d, details)
 	}
-	err = s.tc.RecordActivityHeartbeatByID(ctx, s.namespace, courier.TaskWorkflowID(taskID, version), t.RunID,
-		courier.TaskAttemptActivityID(attempt), d...)
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) && s.beforeWait(ctx, courier.TaskWorkflowID(taskID, version), t.RunID) {
-		return nil
-	}
-	return notRunning(err, attempt)
-}
-
-// beforeWait tells whether an attempt's run is still before its wait for the result: it runs,
-// is not recording an outcome, and waits in an activity of its own (runs of task code version
-// 2 wait in the activity that pushes, open from the start: when it is gone, the attempt is
-// over).
-func (s *Service) beforeWait(ctx context.Context, id, runID string) bool {
-	d, err := s.tc.DescribeWorkflowExecution(ctx, id, runID)
-	if err != nil || d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		return false
-	}
-	var v int
-	if p := d.GetWorkflowExecutionInfo().GetMemo().GetFields()[codeVersionMemo]; p != nil &&
-		converter.GetDefaultDataConverter().FromPayload(p, &v) == nil && v >= workflows.TaskPushAwaitV {
-		return false
-	}
-	for _, a := range d.GetPendingActivities() {
-		if a.GetActivityType().GetName() == contract.FinishTaskName {
-			return false
-		}
-	}
-	return true
+	return notRunning(s.tc.RecordActivityHeartbeatByID(ctx, s.namespace, courier.TaskWorkflowID(taskID, version), t.RunID,
+		courier.TaskAttemptActivityID(attempt), d...), attempt)
 }
 
 // PutQueue creates or replaces a queue and wakes the claimers (a raised limit or a new push

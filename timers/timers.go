@@ -157,8 +157,7 @@ func (s *Service) Create(ctx context.Context, r api.TimerRequest) (api.Timer, bo
 			temporal.NewSearchAttributeKeyKeyword(courier.SAState).ValueSet(string(courier.TimerScheduled)),
 			temporal.NewSearchAttributeKeyTime(courier.SAFireAt).ValueSet(fireAt),
 		),
-	}, workflows.TimerName, workflows.TimerParams{BizType: r.BizType, BizID: r.BizID, FireAt: fireAt, Payload: r.Payload,
-		V: workflows.TimerV})
+	}, workflows.TimerName, workflows.TimerParams{BizType: r.BizType, BizID: r.BizID, FireAt: fireAt, Payload: r.Payload})
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &already) {
 		existing, herr := s.memoHash(ctx, id)
@@ -207,7 +206,7 @@ func (s *Service) Get(ctx context.Context, bizType, bizID string) (api.Timer, er
 	if err != nil {
 		return api.Timer{}, err
 	}
-	var st workflows.TimerState
+	var st workflows.TimerSnapshot
 	switch d.GetWorkflowExecutionInfo().GetStatus() {
 	case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
 		// Without a run id the query reaches the timer's current run, whichever run that is.
@@ -234,7 +233,7 @@ func (s *Service) Get(ctx context.Context, bizType, bizID string) (api.Timer, er
 		err := s.tc.GetWorkflow(ctx, id, "").Get(ctx, nil)
 		var app *temporal.ApplicationError
 		if !errors.As(err, &app) || app.Type() != workflows.ErrTypeTimerFailed || app.Details(&st) != nil {
-			st = workflows.TimerState{State: courier.TimerFailed, LastError: "workflow failed"}
+			st = workflows.TimerSnapshot{State: courier.TimerFailed, LastError: "workflow failed"}
 			if err != nil {
 				st.LastError = "workflow failed: " + err.Error()
 			}
@@ -274,7 +273,7 @@ func (s *Service) update(ctx context.Context, bizType, bizID, name string, args 
 	h, err := s.tc.UpdateWorkflow(uctx, client.UpdateWorkflowOptions{
 		WorkflowID: id, UpdateName: name, Args: args, WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
-	var st workflows.TimerState
+	var st workflows.TimerSnapshot
 	if err == nil {
 		err = h.Get(uctx, &st)
 	}

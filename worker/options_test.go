@@ -18,7 +18,8 @@ func TestWorkflowWorkersOptions(t *testing.T) {
 	require.Equal(t, 8, w.MaxConcurrentWorkflowTaskPollers)
 	require.Equal(t, DefaultShutdownTimeout, w.WorkerStopTimeout)
 
-	p := pushWorkerOptions(cfg, 40)
+	cfg.Tasks.PushSlots = 40
+	p := pushWorkerOptions(cfg)
 	require.Equal(t, StickyScheduleToStart, p.StickyScheduleToStartTimeout)
 	require.Equal(t, 40, p.MaxConcurrentActivityExecutionSize)
 	require.Equal(t, 8, p.MaxConcurrentWorkflowTaskPollers)

@@ -9,24 +9,20 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
-	"go.temporal.io/sdk/workflow"
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities"
-	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/mq"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/tasks"
 	"github.com/courier-oss/courier/timers"
-	"github.com/courier-oss/courier/workflows"
 )
 
-// Defaults of Config and TasksConfig, applied to their zero fields; courier's flags take theirs
-// from here (the relay's and the claimer's are relay's and tasks' own).
+// Defaults of Config, applied to its zero fields; courier's flags take theirs from here (the
+// relay's, the tasks' and the timer service's are relay's, tasks' and timers' own).
 const (
 	// DefaultShutdownTimeout is how long Stop lets in-flight activities finish.
 	DefaultShutdownTimeout = 10 * time.Second
@@ -35,10 +31,6 @@ const (
 	DefaultMaxConcurrentActivities = 200
 	// DefaultBizTypeRefresh is how often business types are re-read.
 	DefaultBizTypeRefresh = 5 * time.Second
-	// DefaultPushSlots is the task pushes one process runs at once.
-	DefaultPushSlots = 200
-	// DefaultFinishSlots is the result waits, finishes and sweeps one process runs at once.
-	DefaultFinishSlots = 100
 )
 
 // StickyScheduleToStart is how long the engine holds a run's next workflow task for the
@@ -60,9 +52,8 @@ type Config struct {
 	// ShutdownTimeout bounds how long Stop lets in-flight activities finish; default
 	// DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
-	// MaxConcurrentActivities per process on the workflows' own task queue (outbox deliveries,
-	// and what runs recorded before the task queues were split still schedule there); default
-	// DefaultMaxConcurrentActivities.
+	// MaxConcurrentActivities per process on the workflows' own task queue (outbox deliveries
+	// and dead-marking); default DefaultMaxConcurrentActivities.
 	MaxConcurrentActivities int
 	// DisableRelay runs the Temporal worker without claiming outbox rows (for tests and for
 	// deployments that separate the two).
@@ -71,39 +62,11 @@ type Config struct {
 	AllowLoopbackCallbacks bool
 	// Namespace is the Temporal namespace (for listing timers); default "courier".
 	Namespace string
-	// Tasks tunes the task claimer; PublicURL is required for tasks to run.
-	Tasks TasksConfig
+	// Tasks tunes prioritized tasks (tasks.Config); its PublicURL is required for tasks to run.
+	Tasks tasks.Config
 	// BizTypeRefresh is how often the worker re-reads business types to start, restart or stop
 	// their delivery workers; default DefaultBizTypeRefresh.
 	BizTypeRefresh time.Duration
-}
-
-// TasksConfig tunes prioritized tasks on this worker.
-type TasksConfig struct {
-	Claimer tasks.ClaimerConfig // TaskQueue is set by the worker
-	// PushSlots bounds the pushes this process runs at once, on the push task queue
-	// (contract.TaskPushQueue); default DefaultPushSlots. A push holds its slot until the
-	// worker answers or its queue's push_timeout passes, so an endpoint that never answers holds
-	// at most its queue's concurrency_limit of these slots and none of any other kind.
-	PushSlots int
-	// FinishSlots bounds the sweeps, and the waits for results and finishes of task code
-	// version 1, this process runs at once, on the finish task queue (contract.TaskFinishQueue);
-	// default DefaultFinishSlots. They are short: a wait hands its slot back at once, a finish is
-	// one transaction. Versions 2 and 3 record outcomes in local activities on the worker that runs the attempt's workflow.
-	FinishSlots int
-	// PublicURL is the gateway's base URL as task workers reach it (for the result and
-	// heartbeat links in every push), such as http://127.0.0.1:8080.
-	PublicURL string
-	// SweepEvery is the sweeper schedule's interval; default tasks.DefaultSweepEvery.
-	SweepEvery time.Duration
-	// DisableClaimer runs the task activities without claiming (for tests).
-	DisableClaimer bool
-}
-
-// TaskStore is what tasks need from courier's database.
-type TaskStore interface {
-	activities.TaskStore
-	tasks.ClaimStore
 }
 
 // Deps are the worker's collaborators.
@@ -140,7 +103,9 @@ type Worker struct {
 	taskWorkers []sdkworker.Worker
 }
 
-// New builds a worker; Start runs it.
+// New builds a worker; Start runs it. Each component (the outbox, tasks, timers) registers
+// its workflows and activities on the workers it runs on in one function of its own
+// (registerOutbox, newTaskWorkers, registerTimers).
 func New(cfg Config, d Deps) (*Worker, error) {
 	if d.Temporal == nil || d.Publisher == nil || len(d.Sources) == 0 {
 		return nil, fmt.Errorf("worker: Temporal client, publisher and at least one outbox source are required")
@@ -155,83 +120,39 @@ func New(cfg Config, d Deps) (*Worker, error) {
 	if cfg.MaxConcurrentActivities <= 0 {
 		cfg.MaxConcurrentActivities = DefaultMaxConcurrentActivities
 	}
+	if cfg.BizTypeRefresh <= 0 {
+		cfg.BizTypeRefresh = DefaultBizTypeRefresh
+	}
 	if cfg.Relay.TaskQueue == "" {
 		cfg.Relay.TaskQueue = relay.DefaultTaskQueue
 	}
+	cfg.Tasks = cfg.Tasks.WithDefaults()
 	queue := cfg.Relay.TaskQueue // set once here: the relay, claimer, timers and sweeper all use it
-	tw := sdkworker.New(d.Temporal, queue, workflowsWorkerOptions(cfg))
+	w := &Worker{cfg: cfg, deps: d, tw: sdkworker.New(d.Temporal, queue, workflowsWorkerOptions(cfg))}
 	stores := map[string]activities.OutboxStore{}
 	for _, s := range d.Sources {
 		stores[s.Name] = s.Store
 	}
-	Register(tw, activities.NewOutbox(stores, d.Publisher, d.Metrics))
-	w := &Worker{
-		cfg:   cfg,
-		deps:  d,
-		tw:    tw,
-		relay: relay.New(d.Temporal, cfg.Relay, d.Sources, d.Logger),
-	}
+	registerOutbox(w.tw, activities.NewOutbox(stores, d.Publisher, d.Metrics))
+	rd := relay.Deps{Sources: d.Sources, Logger: d.Logger}
 	if d.Tasks != nil {
-		ccfg := cfg.Tasks.Claimer
-		ccfg.TaskQueue = queue
-		w.claim = tasks.NewClaimer(d.Tasks, d.Temporal, ccfg, d.Logger)
+		w.claim = tasks.NewClaimer(d.Tasks, d.Temporal, queue, cfg.Tasks, d.Logger)
+		w.taskWorkers = newTaskWorkers(d.Temporal, w.tw, queue, cfg, activities.TasksDeps{Store: d.Tasks,
+			PublicURL: cfg.Tasks.PublicURL, AllowLoopback: cfg.AllowLoopbackCallbacks, Workflows: d.Temporal,
+			Metrics: d.TaskMetrics, Wake: w.claim.Wake})
 		if ins, ok := d.Tasks.(relay.TaskInserter); ok { // courier's store is: rows of outbox.InsertTask
-			w.relay.SetTasks(ins, w.claim.Wake)
+			rd.Tasks, rd.WakeTasks = ins, w.claim.Wake
 		}
-		acts := activities.NewTasks(d.Tasks, cfg.Tasks.PublicURL, cfg.AllowLoopbackCallbacks, d.TaskMetrics, w.claim.Wake)
-		acts.SetWorkflows(d.Temporal)
-		// Runs recorded before the task queues were split schedule these on the workflows'
-		// queue: they stay served there until those runs are gone.
-		tw.RegisterActivityWithOptions(acts.Push, activity.RegisterOptions{Name: contract.PushTaskName})
-		tw.RegisterActivityWithOptions(acts.Finish, activity.RegisterOptions{Name: contract.FinishTaskName})
-		tw.RegisterActivityWithOptions(acts.Sweep, activity.RegisterOptions{Name: contract.SweepTasksName})
-		w.taskWorkers = taskWorkers(d.Temporal, queue, cfg, acts)
 	}
 	if d.BizTypes != nil {
 		timerActs := activities.NewTimers(d.BizTypes, d.Publisher, cfg.AllowLoopbackCallbacks, d.TimerMetrics)
-		tw.RegisterActivityWithOptions(timerActs.LoadBizType, activity.RegisterOptions{Name: contract.LoadBizTypeName})
-		refresh := cfg.BizTypeRefresh
-		if refresh <= 0 {
-			refresh = DefaultBizTypeRefresh
-		}
-		w.relay.SetTimers(timers.New(d.Temporal, cfg.Namespace, d.BizTypes, queue))
-		w.biz = &bizWorkers{tc: d.Temporal, types: d.BizTypes, timers: timerActs, refresh: refresh,
+		registerTimers(w.tw, timerActs)
+		w.biz = &bizWorkers{tc: d.Temporal, types: d.BizTypes, timers: timerActs, refresh: cfg.BizTypeRefresh,
 			log: d.Logger, running: map[string]runningBiz{}}
+		rd.Timers = timers.New(d.Temporal, cfg.Namespace, d.BizTypes, queue)
 	}
+	w.relay = relay.New(d.Temporal, cfg.Relay, rd)
 	return w, nil
-}
-
-// taskWorkers builds the workers of the task activities' own queues: pushes on one, with their
-// bound; waits, finishes and sweeps on another, with theirs. A push endpoint that accepts and
-// never answers then holds push slots only: outbox deliveries, finishes (which release the
-// queue's slots) and sweeps never wait behind it.
-func taskWorkers(tc client.Client, workflowQueue string, cfg Config, acts *activities.Tasks) []sdkworker.Worker {
-	pushSlots, finishSlots := cfg.Tasks.PushSlots, cfg.Tasks.FinishSlots
-	if pushSlots <= 0 {
-		pushSlots = DefaultPushSlots
-	}
-	if finishSlots <= 0 {
-		finishSlots = DefaultFinishSlots
-	}
-	// From task code version 3 the attempts' runs are on the push queue too, so their push is
-	// handed to this worker with the workflow task that schedules it (workflows.TaskRunQueue).
-	// Workflow tasks and local activities have slots of their own: the push slots stay pushes'.
-	acts.SetLocalPushSlots(pushSlots) // version-5 pushes are local activities: the same bound
-	push := sdkworker.New(tc, contract.TaskPushQueue(workflowQueue), pushWorkerOptions(cfg, pushSlots))
-	push.RegisterWorkflowWithOptions(workflows.Task, workflow.RegisterOptions{Name: workflows.TaskName})
-	push.RegisterActivityWithOptions(acts.Finish, activity.RegisterOptions{Name: contract.FinishTaskName}) // the runs' local finish
-	push.RegisterActivityWithOptions(acts.PushAwait, activity.RegisterOptions{Name: contract.PushAwaitName})
-	push.RegisterActivityWithOptions(acts.SendPush, activity.RegisterOptions{Name: contract.SendPushName})
-	finish := sdkworker.New(tc, contract.TaskFinishQueue(workflowQueue), sdkworker.Options{
-		WorkerStopTimeout:                  cfg.ShutdownTimeout,
-		MaxConcurrentActivityExecutionSize: finishSlots,
-		MaxConcurrentActivityTaskPollers:   4,
-		DisableWorkflowWorker:              true,
-	})
-	finish.RegisterActivityWithOptions(acts.AwaitResult, activity.RegisterOptions{Name: contract.AwaitResultName})
-	finish.RegisterActivityWithOptions(acts.Finish, activity.RegisterOptions{Name: contract.FinishTaskName})
-	finish.RegisterActivityWithOptions(acts.Sweep, activity.RegisterOptions{Name: contract.SweepTasksName})
-	return []sdkworker.Worker{push, finish}
 }
 
 // workflowsWorkerOptions are those of the worker on the workflows' own queue.
@@ -239,8 +160,8 @@ func workflowsWorkerOptions(cfg Config) sdkworker.Options {
 	return sdkworker.Options{
 		WorkerStopTimeout:                  cfg.ShutdownTimeout,
 		MaxConcurrentActivityExecutionSize: cfg.MaxConcurrentActivities,
-		// Local activities keep the SDK's 1,000 slots: an outbox record's first attempt
-		// (workflows.OutboxLocalFirstV) shares them with the timers' business-type reads, which
+		// Local activities keep the SDK's 1,000 slots: an outbox record's first attempt (a local
+		// activity of its delivery run) shares them with the timers' business-type reads, which
 		// must not wait long for one. Publishes at once are bounded per broker by the router's
 		// in-flight bound (mq.Router), which refuses the next one at once.
 		// More pollers than the SDK's default of 2: deliveries are short, so the round trip of
@@ -248,29 +169,6 @@ func workflowsWorkerOptions(cfg Config) sdkworker.Options {
 		MaxConcurrentWorkflowTaskPollers: 8,
 		MaxConcurrentActivityTaskPollers: 8,
 		StickyScheduleToStartTimeout:     StickyScheduleToStart,
-	}
-}
-
-// pushWorkerOptions are those of the worker on the task push queue, where the attempts' runs
-// are too.
-func pushWorkerOptions(cfg Config, pushSlots int) sdkworker.Options {
-	return sdkworker.Options{
-		WorkerStopTimeout:                  cfg.ShutdownTimeout,
-		MaxConcurrentActivityExecutionSize: pushSlots,
-		MaxConcurrentActivityTaskPollers:   4,
-		MaxConcurrentWorkflowTaskPollers:   8,
-		StickyScheduleToStartTimeout:       StickyScheduleToStart,
-	}
-}
-
-// Register registers courier's workflows and the outbox activities under their stable names.
-func Register(r sdkworker.Registry, outbox *activities.Outbox) {
-	workflows.Register(r)
-	if outbox != nil {
-		r.RegisterActivityWithOptions(outbox.Deliver, activity.RegisterOptions{Name: contract.DeliverOutboxName})
-		r.RegisterActivityWithOptions(outbox.MarkDead, activity.RegisterOptions{Name: contract.MarkOutboxDeadName})
-		r.RegisterActivityWithOptions(outbox.PublishBatch, activity.RegisterOptions{Name: contract.PublishOutboxBatchName})
-		r.RegisterActivityWithOptions(outbox.HandBatch, activity.RegisterOptions{Name: contract.HandOutboxBatchName})
 	}
 }
 

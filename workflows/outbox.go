@@ -20,31 +20,6 @@ const OutboxDeliveryName = "outbox-delivery"
 // row stays the source of truth). Its details carry the OutboxDeliveryResult.
 const ErrTypeOutboxDead = "OutboxDead"
 
-// outboxFailsChange guards what runs recorded before it did not do: the record's state is
-// written to the CourierState search attribute, and a dead record's run ends Failed.
-const outboxFailsChange = "outbox-dead-fails"
-
-// Outbox delivery code versions, carried in OutboxDeliveryParams.V (the input is in the
-// history, so a run knows its version without workflow.GetVersion, whose first call records a
-// marker and upserts a search attribute). Runs started by older relays have V = 0 and replay the
-// path guarded by outboxFailsChange.
-const (
-	// OutboxInputV publishes in one activity that Temporal retries, writes no CourierState for a
-	// sent record (a Completed run is a sent record) and needs no version marker: 11 history
-	// events per sent record, as a bare one-activity workflow.
-	OutboxInputV = 1
-	// OutboxLocalFirstV makes the first attempt in a local activity, in the workflow task that
-	// starts the run: 6 history events per record sent at the first attempt (one workflow task,
-	// one marker) and no activity task for the engine to hand out. A first attempt that fails
-	// and may be retried waits the first backoff on a timer and leaves the rest of the budget
-	// to the activity of OutboxInputV, so a failing destination's retries stay on the server,
-	// without events or workflow tasks of their own.
-	OutboxLocalFirstV = 2
-	// OutboxV is the version the relay starts new runs with, unless told to start an older one
-	// while a fleet is upgraded (docs/deployment.md).
-	OutboxV = OutboxLocalFirstV
-)
-
 var saOutboxState = temporal.NewSearchAttributeKeyKeyword(courier.SAState)
 
 // DefaultOutboxRetry is the outbox delivery budget when the worker's config sets none: 20
@@ -84,11 +59,7 @@ var outboxNonRetryable = []string{contract.ErrTypeUnknownTopic, contract.ErrType
 type OutboxDeliveryParams struct {
 	Source string
 	ID     int64
-	Retry  RetryPolicy
-	// V is the code version the run was started for: OutboxV from the relay (or the older one
-	// it was told to start), 0 in runs started before versions existed (they take the path
-	// guarded by outboxFailsChange).
-	V int `json:",omitempty"`
+	Retry  RetryPolicy // the delivery budget; zero fields take DefaultOutboxRetry's
 }
 
 // OutboxDeliveryResult is the delivery workflow's outcome.
@@ -106,32 +77,14 @@ var markDeadOptions = workflow.ActivityOptions{
 }
 
 // OutboxDelivery publishes one outbox record with retries and backoff, then the record is
-// sent; once the budget is spent (or the failure is permanent) it marks the record dead with
-// its last error and the run fails with it (ErrTypeOutboxDead), so the Temporal UI lists it
-// under Failures. A dead record's state is kept in CourierState; a sent one's run completes
-// (runs started before OutboxInputV also write "sent" there). Runs of OutboxLocalFirstV make
-// the first attempt in a local activity (deliverLocalFirst).
+// sent and the run completes (a Completed run is a sent record: no state is written for it).
+// The first attempt is a local activity (deliverLocalFirst). Once the budget is spent (or the
+// failure is permanent) it marks the record dead with its last error, writes "dead" to
+// CourierState, and the run fails with it (ErrTypeOutboxDead), so the Temporal UI lists it
+// under Failures.
 func OutboxDelivery(ctx workflow.Context, p OutboxDeliveryParams) (OutboxDeliveryResult, error) {
-	// fails says whether this run writes its state and fails when the record goes dead: always
-	// from OutboxInputV, and behind outboxFailsChange in runs started before it.
-	fails := func() bool {
-		return p.V >= OutboxInputV || workflow.GetVersion(ctx, outboxFailsChange, workflow.DefaultVersion, 1) >= 1
-	}
-	retry := p.Retry.WithDefaults()
-	params := contract.DeliverParams{Source: p.Source, ID: p.ID}
-	var (
-		res contract.DeliverResult
-		err error
-	)
-	if p.V >= OutboxLocalFirstV {
-		res, err = deliverLocalFirst(ctx, params, retry)
-	} else {
-		res, err = deliver(ctx, params, retry)
-	}
+	res, err := deliverLocalFirst(ctx, contract.DeliverParams{Source: p.Source, ID: p.ID}, p.Retry.WithDefaults())
 	if err == nil {
-		if p.V < OutboxInputV && fails() {
-			_ = workflow.UpsertTypedSearchAttributes(ctx, saOutboxState.ValueSet(string(courier.OutboxSent)))
-		}
 		return OutboxDeliveryResult{Status: courier.OutboxSent, AlreadySent: res.AlreadySent}, nil
 	}
 	lastErr := rootMessage(err)
@@ -141,15 +94,12 @@ func OutboxDelivery(ctx workflow.Context, p OutboxDeliveryParams) (OutboxDeliver
 		return OutboxDeliveryResult{}, err
 	}
 	dead := OutboxDeliveryResult{Status: courier.OutboxDead, LastError: lastErr}
-	if !fails() {
-		return dead, nil
-	}
 	_ = workflow.UpsertTypedSearchAttributes(ctx, saOutboxState.ValueSet(string(courier.OutboxDead)))
 	return dead, temporal.NewNonRetryableApplicationError(lastErr, ErrTypeOutboxDead, nil, dead)
 }
 
-// deliver runs the delivery activity with the whole budget: Temporal retries it on the server
-// with the budget's backoff.
+// deliver runs the delivery activity with what is left of the budget: Temporal retries it on
+// the server with the budget's backoff.
 func deliver(ctx workflow.Context, params contract.DeliverParams, retry RetryPolicy) (contract.DeliverResult, error) {
 	dctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: retry.AttemptTimeout,

@@ -9,17 +9,12 @@ import (
 // OutboxBatchName is the registered name of the batch delivery workflow (outbox batch mode).
 const OutboxBatchName = "outbox-batch"
 
-// OutboxBatchV is the batch workflow's code version; the relay starts runs with it
-// (OutboxBatchParams.V), so a later change can tell old runs from new ones by their input.
-const OutboxBatchV = 1
-
 // OutboxBatchParams is the batch workflow's input: the claimed records' ids; their payloads stay
 // in the database.
 type OutboxBatchParams struct {
 	Source string
 	IDs    []int64
 	Retry  RetryPolicy // the publish activity's budget; the per-record deliveries keep their own
-	V      int         `json:",omitempty"`
 }
 
 // OutboxBatch publishes a claimed batch of records in one activity (see

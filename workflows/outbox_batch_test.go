@@ -37,7 +37,7 @@ func TestOutboxBatchPublishes(t *testing.T) {
 		got = p
 		return contract.BatchResult{Sent: 2, Handed: []int64{3}}, nil
 	}, &handed)
-	env.ExecuteWorkflow(workflows.OutboxBatchName, workflows.OutboxBatchParams{Source: "s", IDs: []int64{1, 2, 3}, Retry: budget, V: workflows.OutboxBatchV})
+	env.ExecuteWorkflow(workflows.OutboxBatchName, workflows.OutboxBatchParams{Source: "s", IDs: []int64{1, 2, 3}, Retry: budget})
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
 	var res contract.BatchResult

@@ -51,10 +51,6 @@ func TestOutboxDeliverySuccess(t *testing.T) {
 	env.AssertExpectations(t)
 }
 
-// versions are the delivery code versions whose runs a worker still runs: those started before
-// versions existed, and each version since.
-var versions = []int{0, workflows.OutboxInputV, workflows.OutboxLocalFirstV}
-
 // attemptKinds records how each attempt ran: "local" or "activity".
 func attemptKind(ctx context.Context) string {
 	if activity.GetInfo(ctx).IsLocalActivity {
@@ -63,10 +59,10 @@ func attemptKind(ctx context.Context) string {
 	return "activity"
 }
 
-// Transient failures are retried with the budget's backoff until a publish succeeds, whichever
-// version runs: from OutboxLocalFirstV the first attempt is local and the others are the
-// activity's tries, with the same waits between them (virtual time). The waits double from the
-// initial interval and stop growing at the longest wait.
+// Transient failures are retried with the budget's backoff until a publish succeeds: the first
+// attempt is local and the others are the activity's tries, with the budget's waits between
+// them (virtual time). The waits double from the initial interval and stop growing at the
+// longest wait.
 func TestOutboxDeliveryRetriesWithBackoff(t *testing.T) {
 	capped := budget
 	capped.MaxInterval = 1500 * time.Millisecond
@@ -78,47 +74,41 @@ func TestOutboxDeliveryRetriesWithBackoff(t *testing.T) {
 		{"doubling", budget, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}},
 		{"capped", capped, []time.Duration{time.Second, 1500 * time.Millisecond, 1500 * time.Millisecond}},
 	} {
-		for _, v := range versions {
-			t.Run(fmt.Sprintf("%s/v%d", c.name, v), func(t *testing.T) {
-				env := newEnv(t)
-				var (
-					at    []time.Time
-					kinds []string
-				)
-				env.OnActivity(contract.DeliverOutboxName, mock.Anything, mock.Anything).Return(
-					func(ctx context.Context, p contract.DeliverParams) (contract.DeliverResult, error) {
-						at = append(at, env.Now())
-						kinds = append(kinds, attemptKind(ctx))
-						if len(at) < 4 {
-							return contract.DeliverResult{}, errors.New("broker unavailable")
-						}
-						return contract.DeliverResult{}, nil
-					})
-				env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 1, Retry: c.retry, V: v})
-				require.NoError(t, env.GetWorkflowError())
-				var res workflows.OutboxDeliveryResult
-				require.NoError(t, env.GetWorkflowResult(&res))
-				require.Equal(t, courier.OutboxSent, res.Status)
-				require.Len(t, at, 4)
-				for i, want := range c.waits {
-					got := at[i+1].Sub(at[i])
-					require.InDelta(t, want.Seconds(), got.Seconds(), 0.2, "wait before attempt %d", i+2)
-				}
-				want := []string{"activity", "activity", "activity", "activity"}
-				if v >= workflows.OutboxLocalFirstV {
-					want[0] = "local"
-				}
-				require.Equal(t, want, kinds)
-			})
-		}
+		t.Run(c.name, func(t *testing.T) {
+			env := newEnv(t)
+			var (
+				at    []time.Time
+				kinds []string
+			)
+			env.OnActivity(contract.DeliverOutboxName, mock.Anything, mock.Anything).Return(
+				func(ctx context.Context, p contract.DeliverParams) (contract.DeliverResult, error) {
+					at = append(at, env.Now())
+					kinds = append(kinds, attemptKind(ctx))
+					if len(at) < 4 {
+						return contract.DeliverResult{}, errors.New("broker unavailable")
+					}
+					return contract.DeliverResult{}, nil
+				})
+			env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 1, Retry: c.retry})
+			require.NoError(t, env.GetWorkflowError())
+			var res workflows.OutboxDeliveryResult
+			require.NoError(t, env.GetWorkflowResult(&res))
+			require.Equal(t, courier.OutboxSent, res.Status)
+			require.Len(t, at, 4)
+			for i, want := range c.waits {
+				got := at[i+1].Sub(at[i])
+				require.InDelta(t, want.Seconds(), got.Seconds(), 0.2, "wait before attempt %d", i+2)
+			}
+			require.Equal(t, []string{"local", "activity", "activity", "activity"}, kinds)
+		})
 	}
 }
 
-// From OutboxLocalFirstV a record published at the first attempt is published by a local
-// activity, bounded by LocalAttemptTimeout (the budget's attempt timeout is 30 s here) and
-// carrying the budget's first backoff (the attempt reports it as the record's next attempt time
-// if it fails). That the run then ends in the workflow task that started it, with one marker, is
-// what the recorded outbox-delivery/sent-v2.json history shows.
+// A record published at the first attempt is published by a local activity, bounded by
+// LocalAttemptTimeout (the budget's attempt timeout is 30 s here) and carrying the budget's
+// first backoff (the attempt reports it as the record's next attempt time if it fails). That
+// the run then ends in the workflow task that started it, with one marker, is what the recorded
+// outbox-delivery/sent.json history shows.
 func TestOutboxDeliveryFirstAttemptIsLocal(t *testing.T) {
 	env := newEnv(t)
 	var info activity.Info
@@ -127,7 +117,7 @@ func TestOutboxDeliveryFirstAttemptIsLocal(t *testing.T) {
 			info = activity.GetInfo(ctx)
 			return contract.DeliverResult{}, nil
 		}).Once()
-	env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{Source: "default", ID: 7, Retry: budget, V: workflows.OutboxLocalFirstV})
+	env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{Source: "default", ID: 7, Retry: budget})
 	require.NoError(t, env.GetWorkflowError())
 	var res workflows.OutboxDeliveryResult
 	require.NoError(t, env.GetWorkflowResult(&res))
@@ -142,14 +132,10 @@ func TestOutboxDeliveryFirstAttemptIsLocal(t *testing.T) {
 }
 
 // After the budget the record is marked dead with the last error: exactly MaxAttempts attempts
-// in every version (from OutboxLocalFirstV one local, then the activity's), and a budget of
-// one attempt makes only the local one.
+// (one local, then the activity's), and a budget of one attempt makes only the local one.
 func TestOutboxDeliveryDeadAfterBudget(t *testing.T) {
-	for _, c := range []struct {
-		v        int
-		attempts int32
-	}{{0, 5}, {workflows.OutboxInputV, 5}, {workflows.OutboxLocalFirstV, 5}, {workflows.OutboxLocalFirstV, 1}, {workflows.OutboxLocalFirstV, 2}} {
-		t.Run(fmt.Sprintf("v%d/%d-attempts", c.v, c.attempts), func(t *testing.T) {
+	for _, attempts := range []int32{5, 2, 1} {
+		t.Run(fmt.Sprintf("%d-attempts", attempts), func(t *testing.T) {
 			env := newEnv(t)
 			var (
 				kinds []string
@@ -166,23 +152,21 @@ func TestOutboxDeliveryDeadAfterBudget(t *testing.T) {
 				func(_ context.Context, p contract.MarkDeadParams) error { dead = p; return nil }).Once()
 			start := env.Now()
 			b := budget
-			b.MaxAttempts = c.attempts
-			env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 9, Retry: b, V: c.v})
+			b.MaxAttempts = attempts
+			env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 9, Retry: b})
 			res := deadResult(t, env)
 			require.Equal(t, courier.OutboxDead, res.Status)
-			require.Len(t, kinds, int(c.attempts), "exactly MaxAttempts attempts")
-			if c.v >= workflows.OutboxLocalFirstV {
-				require.Equal(t, "local", kinds[0])
-				for _, k := range kinds[1:] {
-					require.Equal(t, "activity", k)
-				}
+			require.Len(t, kinds, int(attempts), "exactly MaxAttempts attempts")
+			require.Equal(t, "local", kinds[0])
+			for _, k := range kinds[1:] {
+				require.Equal(t, "activity", k)
 			}
 			require.Equal(t, int64(9), dead.ID)
 			require.Contains(t, dead.LastError, "broker unavailable")
 			require.Contains(t, res.LastError, "broker unavailable")
 			// The budget's waits passed in virtual time, and no other: 1, 2, 4, 8 s.
 			var waited time.Duration
-			for i, w := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}[:c.attempts-1] {
+			for i, w := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}[:attempts-1] {
 				waited += w
 				require.InDelta(t, w.Seconds(), at[i+1].Sub(at[i]).Seconds(), 0.2, "wait before attempt %d", i+2)
 			}
@@ -191,8 +175,7 @@ func TestOutboxDeliveryDeadAfterBudget(t *testing.T) {
 	}
 }
 
-// A permanent failure is not retried: dead at once, without a wait, in every version. An
-// error is permanent when the activity marks it non-retryable (a refused message) or when its
+// A permanent failure is not retried: dead at once, without a wait. An error is permanent when the activity marks it non-retryable (a refused message) or when its
 // type is one the policy lists (no stream for the topic), either alone.
 func TestOutboxDeliveryPermanentFailureIsDeadAtOnce(t *testing.T) {
 	cause := errors.New("mq: no destination for topic orders.x")
@@ -206,25 +189,23 @@ func TestOutboxDeliveryPermanentFailureIsDeadAtOnce(t *testing.T) {
 		{"flag alone", temporal.NewNonRetryableApplicationError("refused, never published: bad header", contract.ErrTypeRefusedMessage, nil), "refused, never published: bad header"},
 		{"listed type alone", temporal.NewApplicationError("record 3 not found", contract.ErrTypeOutboxNotFound), "record 3 not found"},
 	} {
-		for _, v := range versions {
-			t.Run(fmt.Sprintf("%s/v%d", c.name, v), func(t *testing.T) {
-				env := newEnv(t)
-				calls := 0
-				env.OnActivity(contract.DeliverOutboxName, mock.Anything, mock.Anything).Return(
-					func(context.Context, contract.DeliverParams) (contract.DeliverResult, error) {
-						calls++
-						return contract.DeliverResult{}, c.err
-					})
-				env.OnActivity(contract.MarkOutboxDeadName, mock.Anything, mock.Anything).Return(nil).Once()
-				start := env.Now()
-				env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 3, Retry: budget, V: v})
-				res := deadResult(t, env)
-				require.Equal(t, courier.OutboxDead, res.Status)
-				require.Equal(t, 1, calls)
-				require.Equal(t, c.want, res.LastError, "the reason says its cause once")
-				require.Less(t, env.Now().Sub(start), budget.InitialInterval, "no backoff before a permanent failure goes dead")
-			})
-		}
+		t.Run(c.name, func(t *testing.T) {
+			env := newEnv(t)
+			calls := 0
+			env.OnActivity(contract.DeliverOutboxName, mock.Anything, mock.Anything).Return(
+				func(context.Context, contract.DeliverParams) (contract.DeliverResult, error) {
+					calls++
+					return contract.DeliverResult{}, c.err
+				})
+			env.OnActivity(contract.MarkOutboxDeadName, mock.Anything, mock.Anything).Return(nil).Once()
+			start := env.Now()
+			env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 3, Retry: budget})
+			res := deadResult(t, env)
+			require.Equal(t, courier.OutboxDead, res.Status)
+			require.Equal(t, 1, calls)
+			require.Equal(t, c.want, res.LastError, "the reason says its cause once")
+			require.Less(t, env.Now().Sub(start), budget.InitialInterval, "no backoff before a permanent failure goes dead")
+		})
 	}
 }
 
@@ -270,22 +251,16 @@ func TestRetryPolicyDefaults(t *testing.T) {
 	require.Equal(t, time.Second, custom.InitialInterval)
 }
 
-// A run the relay started with OutboxInputV or later writes no state for a sent record (its run
-// completes) and still writes "dead" for a dead one; runs without it (started by older
-// relays) also write "sent".
+// A sent record's run writes no state (its run completes, which says it); a dead one's writes
+// "dead".
 func TestOutboxDeliveryStateUpserts(t *testing.T) {
 	for _, c := range []struct {
 		name string
-		v    int
 		fail bool
 		want []string
 	}{
-		{"sent", workflows.OutboxInputV, false, nil},
-		{"dead", workflows.OutboxInputV, true, []string{string(courier.OutboxDead)}},
-		{"sent, local first", workflows.OutboxLocalFirstV, false, nil},
-		{"dead, local first", workflows.OutboxLocalFirstV, true, []string{string(courier.OutboxDead)}},
-		{"sent before V", 0, false, []string{string(courier.OutboxSent)}},
-		{"dead before V", 0, true, []string{string(courier.OutboxDead)}},
+		{"sent", false, nil},
+		{"dead", true, []string{string(courier.OutboxDead)}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			env := newEnv(t)
@@ -300,7 +275,7 @@ func TestOutboxDeliveryStateUpserts(t *testing.T) {
 				err = temporal.NewNonRetryableApplicationError("x", contract.ErrTypeUnknownTopic, nil)
 			}
 			env.OnActivity(contract.DeliverOutboxName, mock.Anything, mock.Anything).Return(contract.DeliverResult{}, err)
-			env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 3, Retry: budget, V: c.v})
+			env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 3, Retry: budget})
 			require.True(t, env.IsWorkflowCompleted())
 			if c.fail {
 				require.Equal(t, courier.OutboxDead, deadResult(t, env).Status)

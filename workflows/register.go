@@ -7,12 +7,32 @@ type WorkflowRegistrar interface {
 	RegisterWorkflowWithOptions(w any, options workflow.RegisterOptions)
 }
 
-// Register registers every courier workflow under its stable name. Workers and the replay
-// tests share this one list, so a replayed history always meets the code that runs.
-func Register(r WorkflowRegistrar) {
+// RegisterOutbox registers the outbox's workflows under their stable names: the per-record
+// delivery and the batch, both on the workflows' task queue.
+func RegisterOutbox(r WorkflowRegistrar) {
 	r.RegisterWorkflowWithOptions(OutboxDelivery, workflow.RegisterOptions{Name: OutboxDeliveryName})
 	r.RegisterWorkflowWithOptions(OutboxBatch, workflow.RegisterOptions{Name: OutboxBatchName})
+}
+
+// RegisterTasks registers the task workflows under their stable names: the attempts on the
+// registrar of the push task queue (contract.TaskPushQueue), the sweeper on that of the
+// workflows' queue, where its schedule starts it.
+func RegisterTasks(attempts, sweeper WorkflowRegistrar) {
+	attempts.RegisterWorkflowWithOptions(Task, workflow.RegisterOptions{Name: TaskName})
+	sweeper.RegisterWorkflowWithOptions(TaskSweeper, workflow.RegisterOptions{Name: TaskSweeperName})
+}
+
+// RegisterTimers registers the timer workflow under its stable name, on the workflows' task
+// queue.
+func RegisterTimers(r WorkflowRegistrar) {
 	r.RegisterWorkflowWithOptions(Timer, workflow.RegisterOptions{Name: TimerName})
-	r.RegisterWorkflowWithOptions(Task, workflow.RegisterOptions{Name: TaskName})
-	r.RegisterWorkflowWithOptions(TaskSweeper, workflow.RegisterOptions{Name: TaskSweeperName})
+}
+
+// Register registers every courier workflow on one registrar: what a replayer needs. Workers
+// register each component's workflows with its activities, on the task queues they run on, with
+// the functions above, so a replayed history always meets the code that runs.
+func Register(r WorkflowRegistrar) {
+	RegisterOutbox(r)
+	RegisterTasks(r, r)
+	RegisterTimers(r)
 }

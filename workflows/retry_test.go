@@ -1,6 +1,7 @@
 package workflows_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -73,13 +74,16 @@ func TestWorkflowsScheduleTheirRetryPolicies(t *testing.T) {
 	t.Run("outbox", func(t *testing.T) {
 		env := newEnv(t)
 		got := retriesOf(env)
+		// The first, local attempt fails on the way; the activity then fails for good.
+		env.OnActivity(contract.DeliverOutboxName, mock.Anything, mock.Anything).
+			Return(contract.DeliverResult{}, errors.New("broker unavailable")).Once()
 		env.OnActivity(contract.DeliverOutboxName, mock.Anything, mock.Anything).
 			Return(contract.DeliverResult{}, temporal.NewNonRetryableApplicationError("x", contract.ErrTypeUnknownTopic, nil))
 		env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{Source: "default", ID: 7, Retry: budget})
 		require.True(t, env.IsWorkflowCompleted())
-		require.Equal(t, &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 10 * time.Second,
-			MaximumAttempts: 5, NonRetryableErrorTypes: []string{contract.ErrTypeUnknownTopic, contract.ErrTypeOutboxNotFound, contract.ErrTypeUnknownSource}},
-			got[contract.DeliverOutboxName])
+		require.Equal(t, &temporal.RetryPolicy{InitialInterval: 2 * time.Second, BackoffCoefficient: 2, MaximumInterval: 10 * time.Second,
+			MaximumAttempts: 4, NonRetryableErrorTypes: []string{contract.ErrTypeUnknownTopic, contract.ErrTypeOutboxNotFound, contract.ErrTypeUnknownSource}},
+			got[contract.DeliverOutboxName], "the activity has the budget left after the local attempt and its backoff")
 		require.Equal(t, untilDone, got[contract.MarkOutboxDeadName])
 	})
 
@@ -95,21 +99,27 @@ func TestWorkflowsScheduleTheirRetryPolicies(t *testing.T) {
 	})
 
 	t.Run("task", func(t *testing.T) {
-		env := newTaskEnv(t, nil, nil)
+		env := newTaskEnv(t)
 		got := retriesOf(env.TestWorkflowEnvironment)
-		env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
-		env.OnActivity(contract.AwaitResultName, mock.Anything, mock.Anything).
-			Return(courier.AttemptOutcome{Kind: courier.OutcomeSuccess}, nil).Once()
-		env.run(t, attempt3)
+		env.onPush(accepted)
+		env.run(t, attempt3) // the deadline passes: the run records the timeout
 		require.Equal(t, &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second,
 			MaximumAttempts: courier.PushTries, NonRetryableErrorTypes: []string{contract.ErrTypePushFailed, contract.ErrTypeTaskStale}},
 			got[contract.SendPushName])
-		require.Equal(t, &temporal.RetryPolicy{MaximumAttempts: 1}, got[contract.AwaitResultName])
+		require.Equal(t, untilDone, got[contract.FinishTaskName])
+	})
+
+	t.Run("task with a heartbeat timeout", func(t *testing.T) {
+		env := newTaskEnv(t)
+		got := retriesOf(env.TestWorkflowEnvironment)
+		env.onPushAwait(completed(contract.AttemptResult{Attempt: 3, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess}}))
+		env.run(t, attempt3Heartbeat)
+		require.Equal(t, &temporal.RetryPolicy{MaximumAttempts: 1}, got[contract.PushAwaitName])
 		require.Equal(t, untilDone, got[contract.FinishTaskName])
 	})
 
 	t.Run("sweeper", func(t *testing.T) {
-		env := newTaskEnv(t, nil, nil)
+		env := newTaskEnv(t)
 		got := retriesOf(env.TestWorkflowEnvironment)
 		env.ExecuteWorkflow(workflows.TaskSweeperName, contract.SweepParams{})
 		require.True(t, env.IsWorkflowCompleted())

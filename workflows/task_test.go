@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -12,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
-	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
@@ -21,11 +21,21 @@ import (
 	"github.com/courier-oss/courier/workflows"
 )
 
-// attempt3 is one attempt as the claimer starts it: the third attempt of version 2.
+// attempt3 is one attempt as the claimer starts it for a queue without a heartbeat timeout: the
+// third attempt of version 2. Its push is a local activity and the run waits for the result
+// itself.
 var attempt3 = workflows.TaskParams{TaskID: "t-1", Version: 2, Attempt: 3, Queue: "default", Priority: 3,
 	ProcessingTimeout: 10 * time.Minute, PushTimeout: 20 * time.Second}
 
-// testQueue is the test environment's task queue: the task workflows' own queue in these tests.
+// attempt3Heartbeat is attempt3 on a queue with a heartbeat timeout: one activity pushes and
+// waits for the result.
+var attempt3Heartbeat = func() workflows.TaskParams {
+	p := attempt3
+	p.HeartbeatTimeout = 30 * time.Second
+	return p
+}()
+
+// testQueue is the test environment's task queue: the attempts' own queue in these tests.
 const testQueue = "default-test-taskqueue"
 
 var stateKey = temporal.NewSearchAttributeKeyKeyword(courier.SAState)
@@ -38,12 +48,11 @@ type taskEnv struct {
 	finish func(contract.FinishTaskParams) (contract.FinishTaskResult, error)
 
 	mu              sync.Mutex
-	pushes          []activity.Info             // how each push try was scheduled
-	pushParams      []contract.PushTaskParams   // what each push try was started with
-	pushAt          []time.Time                 // when (virtual time) each push try started
-	pushAwaits      []activity.Info             // how each push-and-wait (taskPushAwaitV) was scheduled
+	pushes          []activity.Info             // how each try of a local push was scheduled
+	pushParams      []contract.PushTaskParams   // what each try of a local push was started with
+	pushAt          []time.Time                 // when (virtual time) each try of a local push started
+	pushAwaits      []activity.Info             // how each push-and-wait was scheduled
 	pushAwaitParams []contract.PushTaskParams   // what each push-and-wait was started with
-	waits           []activity.Info             // how each wait for the result was scheduled
 	finishes        []contract.FinishTaskParams // what each Finish was started with
 	finishInfo      []activity.Info             // how each Finish was scheduled
 	finishAt        []time.Time                 // when (virtual time) each Finish started
@@ -52,36 +61,24 @@ type taskEnv struct {
 	finishMock *testsuite.MockCallWrapper // the Finish mock, for a test to delay it
 }
 
-// newTaskEnv runs the task workflows with push and wait registered as the push and the wait
-// activities (stand-ins that must be mocked when nil) and Finish answered by env.finish; it
-// records how each activity was scheduled, what they were started with and the
-// search-attribute upserts.
-func newTaskEnv(t *testing.T,
-	push func(context.Context, contract.PushTaskParams) (contract.SendPushResult, error),
-	wait func(context.Context, contract.AwaitResultParams) (courier.AttemptOutcome, error),
-) *taskEnv {
+// newTaskEnv runs the task workflows with the pushes answered by the tests' mocks (onPush,
+// onPushAwait) and Finish answered by env.finish; it records how each activity was scheduled,
+// what it was started with, and the search-attribute upserts.
+func newTaskEnv(t *testing.T) *taskEnv {
 	var s testsuite.WorkflowTestSuite
 	env := &taskEnv{TestWorkflowEnvironment: s.NewTestWorkflowEnvironment()}
 	env.start = env.Now()
 	workflows.Register(env)
-	if push == nil {
-		push = func(context.Context, contract.PushTaskParams) (contract.SendPushResult, error) {
-			t.Error("the push activity was called without a mock")
-			return contract.SendPushResult{}, errors.New("unmocked push")
-		}
+	unmocked := func(name string) error {
+		t.Errorf("%s ran without a mock", name)
+		return fmt.Errorf("unmocked %s", name)
 	}
-	if wait == nil {
-		wait = func(context.Context, contract.AwaitResultParams) (courier.AttemptOutcome, error) {
-			t.Error("the wait activity was called without a mock")
-			return courier.AttemptOutcome{}, errors.New("unmocked wait")
-		}
-	}
-	env.RegisterActivityWithOptions(push, activity.RegisterOptions{Name: contract.SendPushName})
-	env.RegisterActivityWithOptions(func(context.Context, contract.PushTaskParams) (courier.AttemptOutcome, error) {
-		t.Error("the push-and-wait activity was called without a mock")
-		return courier.AttemptOutcome{}, errors.New("unmocked push-and-wait")
+	env.RegisterActivityWithOptions(func(context.Context, contract.PushTaskParams) (contract.SendPushResult, error) {
+		return contract.SendPushResult{}, unmocked("the push")
+	}, activity.RegisterOptions{Name: contract.SendPushName})
+	env.RegisterActivityWithOptions(func(context.Context, contract.PushTaskParams) (contract.AttemptResult, error) {
+		return contract.AttemptResult{}, unmocked("the push-and-wait")
 	}, activity.RegisterOptions{Name: contract.PushAwaitName})
-	env.RegisterActivityWithOptions(wait, activity.RegisterOptions{Name: contract.AwaitResultName})
 	env.RegisterActivityWithOptions(func(context.Context, contract.FinishTaskParams) (contract.FinishTaskResult, error) {
 		return contract.FinishTaskResult{}, nil
 	}, activity.RegisterOptions{Name: contract.FinishTaskName})
@@ -99,8 +96,6 @@ func newTaskEnv(t *testing.T,
 		}
 		return contract.FinishTaskResult{Applied: true, Status: st}, nil
 	}
-	// Finishes are recorded here rather than by the started listener: they run as activities or
-	// (taskPushAwaitV) as local activities, and the mock sees both.
 	env.finishMock = env.OnActivity(contract.FinishTaskName, mock.Anything, mock.Anything).Return(
 		func(ctx context.Context, p contract.FinishTaskParams) (contract.FinishTaskResult, error) {
 			env.mu.Lock()
@@ -117,30 +112,41 @@ func newTaskEnv(t *testing.T,
 		env.upserts = append(env.upserts, args.Get(0).(temporal.SearchAttributes))
 		env.mu.Unlock()
 	}).Maybe()
-	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, args converter.EncodedValues) {
-		env.mu.Lock()
-		defer env.mu.Unlock()
-		switch info.ActivityType.Name {
-		case contract.SendPushName:
-			var p contract.PushTaskParams
-			if err := args.Get(&p); err != nil {
-				t.Errorf("decode the push params: %v", err)
-			}
-			env.pushes = append(env.pushes, *info)
-			env.pushParams = append(env.pushParams, p)
-			env.pushAt = append(env.pushAt, env.Now())
-		case contract.AwaitResultName:
-			env.waits = append(env.waits, *info)
-		case contract.PushAwaitName:
-			var p contract.PushTaskParams
-			if err := args.Get(&p); err != nil {
-				t.Errorf("decode the push-and-wait params: %v", err)
-			}
-			env.pushAwaits = append(env.pushAwaits, *info)
-			env.pushAwaitParams = append(env.pushAwaitParams, p)
-		}
-	})
 	return env
+}
+
+// onPush answers each try of the local push (try counts from 1) and records it.
+func (e *taskEnv) onPush(answer func(try int) (contract.SendPushResult, error)) *testsuite.MockCallWrapper {
+	return e.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, p contract.PushTaskParams) (contract.SendPushResult, error) {
+			e.mu.Lock()
+			e.pushes = append(e.pushes, activity.GetInfo(ctx))
+			e.pushParams = append(e.pushParams, p)
+			e.pushAt = append(e.pushAt, e.Now())
+			try := len(e.pushes)
+			e.mu.Unlock()
+			return answer(try)
+		})
+}
+
+// accepted is a push the worker accepted at its first try.
+func accepted(int) (contract.SendPushResult, error) { return contract.SendPushResult{Try: 1}, nil }
+
+// onPushAwait answers the push-and-wait of an attempt with a heartbeat timeout and records it.
+func (e *taskEnv) onPushAwait(answer func(ctx context.Context) (contract.AttemptResult, error)) *testsuite.MockCallWrapper {
+	return e.OnActivity(contract.PushAwaitName, mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, p contract.PushTaskParams) (contract.AttemptResult, error) {
+			e.mu.Lock()
+			e.pushAwaits = append(e.pushAwaits, activity.GetInfo(ctx))
+			e.pushAwaitParams = append(e.pushAwaitParams, p)
+			e.mu.Unlock()
+			return answer(ctx)
+		})
+}
+
+// completed is a push-and-wait the gateway completed with r.
+func completed(r contract.AttemptResult) func(context.Context) (contract.AttemptResult, error) {
+	return func(context.Context) (contract.AttemptResult, error) { return r, nil }
 }
 
 // run executes one attempt and returns its result; the workflow must end without an error,
@@ -167,14 +173,14 @@ func (e *taskEnv) run(t *testing.T, p workflows.TaskParams) workflows.TaskRunRes
 	return res
 }
 
-// report sends the worker's report as the gateway does when no wait is open, at the given
-// virtual time, and records whether it was rejected.
-func (e *taskEnv) report(at time.Duration, r workflows.TaskResultParams, rejected *error) {
+// report hands the run a result as the gateway does (TaskResultUpdate), at the given virtual
+// time, and records the error the run refused it with (nil: taken).
+func (e *taskEnv) report(at time.Duration, r contract.AttemptResult, refused *error) {
 	e.RegisterDelayedCallback(func() {
-		e.UpdateWorkflow(workflows.TaskResultUpdate, "", &testsuite.TestUpdateCallback{
-			OnReject:   func(err error) { *rejected = err },
+		e.UpdateWorkflow(workflows.TaskResultUpdate, fmt.Sprintf("result-%d", r.Attempt), &testsuite.TestUpdateCallback{
+			OnReject:   func(err error) { *refused = err },
 			OnAccept:   func() {},
-			OnComplete: func(_ any, err error) { *rejected = err },
+			OnComplete: func(_ any, err error) { *refused = err },
 		}, r)
 	}, at)
 }
@@ -200,79 +206,203 @@ func (e *taskEnv) upsertedStates(t *testing.T) []string {
 	return out
 }
 
-// requirePushedOnce checks the push was tried once, on the push queue, bounded by the push
-// timeout per try and by the processing timeout in all, and told the worker the attempt's
-// deadline and timeouts.
-func (e *taskEnv) requirePushedOnce(t *testing.T, p workflows.TaskParams) {
+// requirePushedLocally checks the attempt's push: a local activity (no activity task), its
+// tries within the attempt, each bounded by the push timeout and all by the processing
+// timeout, told the attempt's deadline and timeouts; and no push-and-wait.
+func (e *taskEnv) requirePushedLocally(t *testing.T, p workflows.TaskParams) {
 	t.Helper()
-	require.Len(t, e.pushes, 1, "one push try")
+	require.NotEmpty(t, e.pushes)
+	require.Empty(t, e.pushAwaits, "no activity")
 	info, params := e.pushes[0], e.pushParams[0]
-	require.Equal(t, contract.TaskPushQueue(testQueue), info.TaskQueue, "pushes run on their own task queue")
+	require.True(t, info.IsLocalActivity, "the push is a local activity: no activity task")
+	require.Equal(t, int32(courier.PushTries), info.RetryPolicy.MaximumAttempts, "tries that failed on the way are repeated within the attempt")
 	require.Equal(t, p.ProcessingTimeout, info.ScheduleToCloseTimeout, "tries never run past the processing deadline")
 	require.Equal(t, p.PushTimeout+10*time.Second, info.StartToCloseTimeout, "one try: the push timeout (the HTTP client's) and a margin")
-	require.Zero(t, info.HeartbeatTimeout, "the heartbeat timeout does not run while the push does")
+	require.True(t, e.start.Add(p.ProcessingTimeout).Equal(params.Deadline), "the worker is told the deadline the run enforces")
+	require.Equal(t, contract.PushTaskParams{TaskID: p.TaskID, Version: p.Version, Attempt: p.Attempt,
+		ProcessingTimeout: p.ProcessingTimeout, PushTimeout: p.PushTimeout, Deadline: params.Deadline}, params)
+	for _, q := range e.pushParams {
+		require.Equal(t, params, q, "every try tells the worker the same")
+	}
+}
+
+// requirePushAwaitedOnce checks the attempt's one activity: on the run's own queue (eager
+// dispatch), addressed by the attempt's activity id (the gateway completes it with the
+// result), bounded by the processing timeout in all, with the heartbeat timeout, told the
+// attempt's deadline and timeouts; and no local push.
+func (e *taskEnv) requirePushAwaitedOnce(t *testing.T, p workflows.TaskParams) {
+	t.Helper()
+	require.Len(t, e.pushAwaits, 1, "one activity per attempt; retries go back through the queue")
+	require.Empty(t, e.pushes, "no local push")
+	info, params := e.pushAwaits[0], e.pushAwaitParams[0]
+	require.False(t, info.IsLocalActivity)
+	require.Equal(t, testQueue, info.TaskQueue, "the push-and-wait is on the run's own queue")
+	require.Equal(t, courier.TaskAttemptActivityID(p.Attempt), info.ActivityID, "the result and heartbeat callbacks address it by this id")
+	require.Equal(t, p.ProcessingTimeout, info.ScheduleToCloseTimeout, "the attempt never runs past the processing deadline")
+	require.Equal(t, p.ProcessingTimeout, info.StartToCloseTimeout)
+	require.Equal(t, p.HeartbeatTimeout, info.HeartbeatTimeout)
+	require.Equal(t, int32(1), info.Attempt)
 	require.Equal(t, contract.PushTaskParams{TaskID: p.TaskID, Version: p.Version, Attempt: p.Attempt,
 		ProcessingTimeout: p.ProcessingTimeout, HeartbeatTimeout: p.HeartbeatTimeout, PushTimeout: p.PushTimeout,
 		Deadline: params.Deadline}, params)
-	require.True(t, e.pushAt[0].Add(p.ProcessingTimeout).Equal(params.Deadline), "the deadline is the processing timeout from the push")
+	require.True(t, e.start.Add(p.ProcessingTimeout).Equal(params.Deadline), "the worker is told the deadline Temporal enforces")
 }
 
-// requireWaitedOnce checks the wait for the result was scheduled once, after the push,
-// addressed by the attempt's activity id, on the finish queue, with the heartbeat timeout and
-// the time left to the deadline, and no retry of its own.
-func (e *taskEnv) requireWaitedOnce(t *testing.T, p workflows.TaskParams) {
-	t.Helper()
-	require.Len(t, e.waits, 1, "one wait per attempt; retries go back through the queue")
-	info := e.waits[0]
-	require.Equal(t, courier.TaskAttemptActivityID(p.Attempt), info.ActivityID, "the result and heartbeat callbacks address the wait by this id")
-	require.Equal(t, contract.TaskFinishQueue(testQueue), info.TaskQueue)
-	require.Equal(t, p.HeartbeatTimeout, info.HeartbeatTimeout)
-	left := e.pushParams[len(e.pushParams)-1].Deadline.Sub(info.ScheduledTime)
-	require.InDelta(t, float64(left), float64(info.ScheduleToCloseTimeout), float64(time.Second), "the wait ends at the attempt's deadline")
-	require.Equal(t, int32(1), info.Attempt)
-}
-
-// requireFinishedOnTheFinishQueue checks every Finish ran on the finish queue.
-func (e *taskEnv) requireFinishedOnTheFinishQueue(t *testing.T) {
+// requireFinishedLocally checks every finish ran as a local activity.
+func (e *taskEnv) requireFinishedLocally(t *testing.T) {
 	t.Helper()
 	require.NotEmpty(t, e.finishInfo)
 	for _, info := range e.finishInfo {
-		require.Equal(t, contract.TaskFinishQueue(testQueue), info.TaskQueue, "finishes (slot releases) never wait behind pushes")
+		require.True(t, info.IsLocalActivity, "the outcome is recorded in a local activity: one marker, no extra workflow task")
 	}
 }
 
-func accepted() (contract.SendPushResult, error) { return contract.SendPushResult{Try: 1}, nil }
+// A result the gateway recorded in the row ends the run as the row says, without a finish of
+// its own: a success with nothing more, a failure that goes back to pending with its state, a
+// failure that leaves the task Failed by failing the run. An attempt without a heartbeat timeout
+// takes it as the update (one for another attempt is refused and changes nothing); one with a
+// heartbeat timeout as the completion of its push-and-wait.
+func TestTaskRecordedOutcomeEndsTheRun(t *testing.T) {
+	success := courier.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200, Message: "done", Result: json.RawMessage(`{"rows":42}`), Recorded: true}
+	failure := courier.AttemptOutcome{Kind: courier.OutcomeFailure, StatusCode: 503, Message: "try later", Recorded: true}
+	for _, c := range []struct {
+		name   string
+		out    courier.AttemptOutcome
+		status courier.TaskStatus
+		states []string // CourierState upserts
+	}{
+		{"success", success, courier.TaskSuccess, nil},
+		{"failure, retried", failure, courier.TaskPending, []string{string(courier.TaskPending)}},
+		{"failure, attempts spent", failure, courier.TaskFailed, []string{string(courier.TaskFailed)}},
+	} {
+		want := workflows.TaskRunResult{Applied: true, Status: c.status, Outcome: c.out}
+		t.Run(c.name+", update", func(t *testing.T) {
+			env := newTaskEnv(t)
+			env.onPush(accepted)
+			var staleRefused, refused error
+			env.report(time.Second, contract.AttemptResult{Attempt: 2, Outcome: c.out, Status: courier.TaskCancelled}, &staleRefused)
+			env.report(2*time.Second, contract.AttemptResult{Attempt: 3, Outcome: c.out, Status: c.status}, &refused)
 
-// The worker's success is recorded as it was reported, for the attempt that ran, and the
-// workflow ends with the status Finish moved the row to.
-func TestTaskSuccessIsFinishedAsReported(t *testing.T) {
-	env := newTaskEnv(t, nil, nil)
-	won := courier.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200, Message: "done", Result: json.RawMessage(`{"rows":42}`)}
-	env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
-	env.OnActivity(contract.AwaitResultName, mock.Anything,
-		contract.AwaitResultParams{TaskID: "t-1", Version: 2, Attempt: 3}).Return(won, nil).Once()
-	env.finish = func(contract.FinishTaskParams) (contract.FinishTaskResult, error) {
-		return contract.FinishTaskResult{Applied: true, Status: courier.TaskSuccess}, nil
+			res := env.run(t, attempt3)
+
+			var app *temporal.ApplicationError
+			require.ErrorAs(t, staleRefused, &app, "a result for another attempt is refused")
+			require.Equal(t, workflows.ErrTypeAttemptOver, app.Type())
+			require.NoError(t, refused)
+			require.Empty(t, env.finishes, "the gateway recorded it: nothing left to record")
+			require.Equal(t, want, res)
+			require.Equal(t, c.states, env.upsertedStates(t))
+			env.requirePushedLocally(t, attempt3)
+		})
+		t.Run(c.name+", heartbeat timeout", func(t *testing.T) {
+			env := newTaskEnv(t)
+			env.onPushAwait(completed(contract.AttemptResult{Attempt: 3, Outcome: c.out, Status: c.status}))
+
+			res := env.run(t, attempt3Heartbeat)
+
+			require.Empty(t, env.finishes, "the gateway recorded it: nothing left to record")
+			require.Equal(t, want, res)
+			require.Equal(t, c.states, env.upsertedStates(t))
+			env.requirePushAwaitedOnce(t, attempt3Heartbeat)
+		})
 	}
-
-	res := env.run(t, attempt3)
-
-	require.Equal(t, []contract.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: won}}, env.finishes)
-	require.Equal(t, workflows.TaskRunResult{Applied: true, Status: courier.TaskSuccess, Outcome: won}, res)
-	require.Equal(t, []string{string(courier.TaskSuccess)}, env.upsertedStates(t))
-	env.requirePushedOnce(t, attempt3)
-	env.requireWaitedOnce(t, attempt3)
-	env.requireFinishedOnTheFinishQueue(t)
-	env.AssertExpectations(t)
 }
 
-// A run started without a push timeout (by a claimer older than the setting) pushes with the
-// default one.
+// A result the gateway could not record is recorded by the run as reported, a report of a kind
+// the workflow does not know as a failure with the worker's details kept; the workflow ends
+// with the status Finish chose.
+func TestTaskUnrecordedResultIsFinished(t *testing.T) {
+	for name, tc := range map[string]struct {
+		kind, want courier.OutcomeKind
+		status     courier.TaskStatus
+	}{
+		"success":                   {courier.OutcomeSuccess, courier.OutcomeSuccess, courier.TaskSuccess},
+		"failure with retries left": {courier.OutcomeFailure, courier.OutcomeFailure, courier.TaskPending},
+		"unknown kind is a failure": {"exploded", courier.OutcomeFailure, courier.TaskPending},
+		"empty kind is a failure":   {"", courier.OutcomeFailure, courier.TaskPending},
+		"failure, retries spent":    {courier.OutcomeFailure, courier.OutcomeFailure, courier.TaskFailed},
+	} {
+		reported := courier.AttemptOutcome{Kind: tc.kind, StatusCode: 503, Message: "upstream down", Result: json.RawMessage(`{"retry":true}`)}
+		want := reported
+		want.Kind = tc.want
+		var states []string
+		if tc.status != courier.TaskSuccess {
+			states = []string{string(tc.status)}
+		}
+		check := func(t *testing.T, env *taskEnv, res workflows.TaskRunResult) {
+			require.Equal(t, []contract.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: want}}, env.finishes)
+			require.Equal(t, workflows.TaskRunResult{Applied: true, Status: tc.status, Outcome: want}, res)
+			require.Equal(t, states, env.upsertedStates(t), "a success writes no state: the run's completion says it")
+			env.requireFinishedLocally(t)
+		}
+		t.Run(name+", update", func(t *testing.T) {
+			env := newTaskEnv(t)
+			env.onPush(accepted)
+			env.finish = func(contract.FinishTaskParams) (contract.FinishTaskResult, error) {
+				return contract.FinishTaskResult{Applied: true, Status: tc.status}, nil
+			}
+			var refused error
+			env.report(time.Minute, contract.AttemptResult{Attempt: 3, Outcome: reported}, &refused)
+
+			res := env.run(t, attempt3)
+
+			require.NoError(t, refused)
+			check(t, env, res)
+			require.InDelta(t, time.Minute.Seconds(), env.finishAt[0].Sub(env.start).Seconds(), 1, "finished on the result")
+		})
+		t.Run(name+", heartbeat timeout", func(t *testing.T) {
+			env := newTaskEnv(t)
+			env.onPushAwait(completed(contract.AttemptResult{Attempt: 3, Outcome: reported}))
+			env.finish = func(contract.FinishTaskParams) (contract.FinishTaskResult, error) {
+				return contract.FinishTaskResult{Applied: true, Status: tc.status}, nil
+			}
+
+			res := env.run(t, attempt3Heartbeat)
+
+			check(t, env, res)
+			env.requirePushAwaitedOnce(t, attempt3Heartbeat)
+		})
+	}
+}
+
+// An attempt without a heartbeat timeout that hears nothing times out at its processing
+// deadline, on the run's timer; one whose push was refused (a 4xx answer, a blocked address, no
+// push_url) fails at once, after one try.
+func TestTaskLocalPushEndingsAreFinishedAsOutcomes(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		pushErr error
+		want    courier.AttemptOutcome
+		after   time.Duration // when (virtual time) the finish runs
+	}{
+		{"processing deadline", nil,
+			courier.AttemptOutcome{Kind: courier.OutcomeTimeout, Message: "processing timeout: no result within 10m0s"}, 10 * time.Minute},
+		{"push refused", temporal.NewNonRetryableApplicationError("push: worker answered 422 (not retried)", contract.ErrTypePushFailed, nil),
+			courier.AttemptOutcome{Kind: courier.OutcomeFailure, Message: "push: worker answered 422 (not retried)"}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			env := newTaskEnv(t)
+			env.onPush(func(int) (contract.SendPushResult, error) { return contract.SendPushResult{Try: 1}, c.pushErr })
+
+			res := env.run(t, attempt3)
+
+			require.Equal(t, []contract.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: c.want}}, env.finishes)
+			require.Equal(t, workflows.TaskRunResult{Applied: true, Status: courier.TaskPending, Outcome: c.want}, res)
+			require.Equal(t, []string{string(courier.TaskPending)}, env.upsertedStates(t))
+			env.requireFinishedLocally(t)
+			require.InDelta(t, c.after.Seconds(), env.finishAt[0].Sub(env.start).Seconds(), 1)
+			env.requirePushedLocally(t, attempt3)
+			require.Len(t, env.pushes, 1)
+		})
+	}
+}
+
+// A run started without a push timeout (the queue's default applies) pushes with the default
+// one.
 func TestTaskWithoutPushTimeoutUsesTheDefault(t *testing.T) {
-	env := newTaskEnv(t, nil, nil)
-	env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
-	env.OnActivity(contract.AwaitResultName, mock.Anything, mock.Anything).
-		Return(courier.AttemptOutcome{Kind: courier.OutcomeSuccess}, nil).Once()
+	env := newTaskEnv(t)
+	env.onPush(accepted)
+	env.report(time.Minute, contract.AttemptResult{Attempt: 3, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess}}, new(error))
 	p := attempt3
 	p.PushTimeout = 0
 
@@ -283,167 +413,246 @@ func TestTaskWithoutPushTimeoutUsesTheDefault(t *testing.T) {
 	require.Equal(t, courier.DefaultPushTimeout+10*time.Second, env.pushes[0].StartToCloseTimeout)
 }
 
-// A failure report, or a report of a kind the workflow does not know, is finished as a failure
-// with the worker's details kept; the workflow ends with the status Finish chose: Pending for
-// a retry, Failed once the retries are spent.
-func TestTaskFailureIsFinishedAndRetriedByFinish(t *testing.T) {
-	retryAt := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-	for name, tc := range map[string]struct {
-		kind   courier.OutcomeKind
-		status courier.TaskStatus
-	}{
-		"failure with retries left":      {courier.OutcomeFailure, courier.TaskPending},
-		"unknown kind is a failure":      {"exploded", courier.TaskPending},
-		"empty kind is a failure":        {"", courier.TaskPending},
-		"failure with the retries spent": {courier.OutcomeFailure, courier.TaskFailed},
-	} {
-		t.Run(name, func(t *testing.T) {
-			env := newTaskEnv(t, nil, nil)
-			reported := courier.AttemptOutcome{Kind: tc.kind, StatusCode: 503, Message: "upstream down", Result: json.RawMessage(`{"retry":true}`)}
-			env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
-			env.OnActivity(contract.AwaitResultName, mock.Anything, mock.Anything).Return(reported, nil).Once()
-			env.finish = func(contract.FinishTaskParams) (contract.FinishTaskResult, error) {
-				return contract.FinishTaskResult{Applied: true, Status: tc.status, NextAttemptAt: retryAt}, nil
-			}
-
-			res := env.run(t, attempt3)
-
-			want := reported
-			want.Kind = courier.OutcomeFailure
-			require.Equal(t, []contract.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: want}}, env.finishes)
-			require.Equal(t, workflows.TaskRunResult{Applied: true, Status: tc.status, Outcome: want}, res)
-			require.Equal(t, []string{string(tc.status)}, env.upsertedStates(t))
-		})
-	}
-}
-
-// A wait that ends without a report is classified by the workflow: Temporal's timeouts become
-// timeout outcomes that say which limit ran out, any other error a failure with its message.
-// The wait itself is never retried: the queue's policy decides on a retry.
-func TestTaskWaitErrorsAreFinishedAsOutcomes(t *testing.T) {
-	p := attempt3
-	p.HeartbeatTimeout = 30 * time.Second
-	for name, tc := range map[string]struct {
-		err      error
-		kind     courier.OutcomeKind
-		contains []string
-	}{
-		"processing timeout": {
-			err: temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_CLOSE, nil), kind: courier.OutcomeTimeout,
-			contains: []string{"processing timeout", "10m0s"},
-		},
-		"heartbeat timeout": {
-			err: temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil), kind: courier.OutcomeTimeout,
-			contains: []string{"heartbeat timeout", "30s"},
-		},
-		"any other error": {
-			err: errors.New("worker lost"), kind: courier.OutcomeFailure, contains: []string{"worker lost"},
-		},
-	} {
-		t.Run(name, func(t *testing.T) {
-			env := newTaskEnv(t, nil, nil)
-			env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
-			env.OnActivity(contract.AwaitResultName, mock.Anything, mock.Anything).Return(courier.AttemptOutcome{}, tc.err).Once()
-
-			res := env.run(t, p)
-
-			require.Len(t, env.finishes, 1)
-			fin := env.finishes[0]
-			require.Equal(t, contract.FinishTaskParams{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: fin.Outcome}, fin)
-			require.Equal(t, tc.kind, fin.Outcome.Kind)
-			for _, s := range tc.contains {
-				require.Contains(t, fin.Outcome.Message, s)
-			}
-			require.Equal(t, workflows.TaskRunResult{Applied: true, Status: courier.TaskPending, Outcome: fin.Outcome}, res)
-			env.requireWaitedOnce(t, p)
-			env.AssertExpectations(t)
-		})
-	}
-}
-
-// A push the worker refused (a 4xx answer, a blocked address, no push_url) fails the attempt
-// at once: one try, no wait.
-func TestTaskRefusedPushFailsTheAttemptWithoutAWait(t *testing.T) {
-	env := newTaskEnv(t, nil, nil)
-	env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(contract.SendPushResult{},
-		temporal.NewNonRetryableApplicationError("push: worker answered 422 (not retried)", contract.ErrTypePushFailed, nil)).Once()
-
-	res := env.run(t, attempt3)
-
-	require.Len(t, env.finishes, 1)
-	require.Equal(t, courier.OutcomeFailure, env.finishes[0].Outcome.Kind)
-	require.Contains(t, env.finishes[0].Outcome.Message, "worker answered 422")
-	require.Equal(t, courier.TaskPending, res.Status)
-	env.requirePushedOnce(t, attempt3)
-	require.Empty(t, env.waits)
-}
-
 // A push try that failed on the way (no connection, no answer, 429 or 5xx) is tried again
 // within the attempt, after the worker's Retry-After when it sent one; once a try is accepted,
 // the attempt waits for its result as usual.
 func TestTaskUnansweredPushIsTriedAgainWithinTheAttempt(t *testing.T) {
-	env := newTaskEnv(t, nil, nil)
-	tries := 0
-	env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(
-		func(context.Context, contract.PushTaskParams) (contract.SendPushResult, error) {
-			tries++
-			switch tries {
-			case 1:
-				return contract.SendPushResult{}, temporal.NewApplicationError("push: callback: connection refused", contract.ErrTypePushUnanswered)
-			case 2:
-				return contract.SendPushResult{}, temporal.NewApplicationErrorWithOptions("push: worker answered 429",
-					contract.ErrTypePushUnanswered, temporal.ApplicationErrorOptions{NextRetryDelay: 45 * time.Second})
-			}
-			return contract.SendPushResult{Try: 3}, nil
-		})
-	won := courier.AttemptOutcome{Kind: courier.OutcomeSuccess, Message: "third time lucky"}
-	env.OnActivity(contract.AwaitResultName, mock.Anything, mock.Anything).Return(won, nil).Once()
+	env := newTaskEnv(t)
+	env.onPush(func(try int) (contract.SendPushResult, error) {
+		switch try {
+		case 1:
+			return contract.SendPushResult{}, temporal.NewApplicationError("push: callback: connection refused", contract.ErrTypePushUnanswered)
+		case 2:
+			return contract.SendPushResult{}, temporal.NewApplicationErrorWithOptions("push: worker answered 429",
+				contract.ErrTypePushUnanswered, temporal.ApplicationErrorOptions{NextRetryDelay: 45 * time.Second})
+		}
+		return contract.SendPushResult{Try: 3}, nil
+	})
+	won := courier.AttemptOutcome{Kind: courier.OutcomeSuccess, Message: "third time lucky", Recorded: true}
+	env.report(5*time.Minute, contract.AttemptResult{Attempt: 3, Outcome: won, Status: courier.TaskSuccess}, new(error))
 
 	res := env.run(t, attempt3)
 
-	require.Equal(t, 3, tries)
+	require.Len(t, env.pushes, 3)
 	require.Equal(t, won, res.Outcome)
 	require.GreaterOrEqual(t, env.pushAt[2].Sub(env.pushAt[1]), 45*time.Second, "the worker's Retry-After is honoured")
-	for _, p := range env.pushParams {
-		require.Equal(t, env.pushParams[0].Deadline, p.Deadline, "every try tells the worker the same deadline")
-	}
-	require.Len(t, env.waits, 1)
+	env.requirePushedLocally(t, attempt3)
 }
 
 // A push whose tries keep failing on the way fails the attempt after courier.PushTries tries,
 // with the last try's error; the queue's retry policy decides what comes next.
 func TestTaskPushGivesUpAfterItsTries(t *testing.T) {
-	env := newTaskEnv(t, nil, nil)
-	tries := 0
-	env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(
-		func(context.Context, contract.PushTaskParams) (contract.SendPushResult, error) {
-			tries++
-			return contract.SendPushResult{}, temporal.NewApplicationError("push: worker answered 503", contract.ErrTypePushUnanswered)
-		})
+	env := newTaskEnv(t)
+	env.onPush(func(int) (contract.SendPushResult, error) {
+		return contract.SendPushResult{}, temporal.NewApplicationError("push: worker answered 503", contract.ErrTypePushUnanswered)
+	})
 
 	res := env.run(t, attempt3)
 
-	require.Equal(t, courier.PushTries, tries)
-	require.Empty(t, env.waits)
+	require.Len(t, env.pushes, courier.PushTries)
 	require.Len(t, env.finishes, 1)
 	require.Equal(t, courier.OutcomeFailure, res.Outcome.Kind)
 	require.Contains(t, res.Outcome.Message, "worker answered 503")
 }
 
 // A push that finds the task moved on (cancelled, or finished by an earlier run) ends the
-// workflow as stale without touching the row: no wait, no Finish, no status written.
+// workflow as stale without touching the row: no Finish, no status written.
 func TestTaskStaleAttemptTouchesNothing(t *testing.T) {
-	env := newTaskEnv(t, nil, nil)
-	env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(contract.SendPushResult{},
-		temporal.NewNonRetryableApplicationError("task is no longer processing this attempt", contract.ErrTypeTaskStale, nil)).Once()
+	stale := temporal.NewNonRetryableApplicationError("task is no longer processing this attempt", contract.ErrTypeTaskStale, nil)
+	t.Run("local push", func(t *testing.T) {
+		env := newTaskEnv(t)
+		env.onPush(func(int) (contract.SendPushResult, error) { return contract.SendPushResult{}, stale })
+		require.Equal(t, workflows.TaskRunResult{Stale: true}, env.run(t, attempt3))
+		require.Empty(t, env.finishes)
+		require.Empty(t, env.upserts)
+		require.Len(t, env.pushes, 1, "not tried again")
+	})
+	t.Run("push-and-wait", func(t *testing.T) {
+		env := newTaskEnv(t)
+		env.onPushAwait(func(context.Context) (contract.AttemptResult, error) { return contract.AttemptResult{}, stale })
+		require.Equal(t, workflows.TaskRunResult{Stale: true}, env.run(t, attempt3Heartbeat))
+		require.Empty(t, env.finishes)
+		require.Empty(t, env.upserts)
+	})
+}
+
+// A worker that reports before its answer to the push reached courier: the result reaches the
+// run while it pushes, and is the attempt's at once, whatever the push's own answer.
+func TestTaskResultBeforeThePushIsAnswered(t *testing.T) {
+	env := newTaskEnv(t)
+	env.onPush(accepted).After(time.Hour)
+	won := courier.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200, Message: "quick", Result: json.RawMessage(`{"ok":true}`), Recorded: true}
+	var refused error
+	env.report(time.Minute, contract.AttemptResult{Attempt: 3, Outcome: won, Status: courier.TaskSuccess}, &refused)
 
 	res := env.run(t, attempt3)
 
-	require.Equal(t, workflows.TaskRunResult{Stale: true}, res)
-	require.Empty(t, env.waits)
+	require.NoError(t, refused)
 	require.Empty(t, env.finishes)
+	require.Equal(t, workflows.TaskRunResult{Applied: true, Status: courier.TaskSuccess, Outcome: won}, res)
+}
+
+// Once the attempt has its outcome, a result update is refused (the gateway answers 409): the
+// recorded outcome stands.
+func TestTaskResultUpdateIsRefusedWhenTheAttemptIsOver(t *testing.T) {
+	env := newTaskEnv(t)
+	env.onPush(accepted)
+	env.finishMock.After(time.Minute) // the deadline's outcome is being recorded when the result comes
+	var late error
+	env.report(10*time.Minute+30*time.Second, contract.AttemptResult{Attempt: 3, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess}}, &late)
+
+	res := env.run(t, attempt3)
+
+	var app *temporal.ApplicationError
+	require.ErrorAs(t, late, &app)
+	require.Equal(t, workflows.ErrTypeAttemptOver, app.Type())
+	require.Len(t, env.finishes, 1)
+	require.Equal(t, courier.OutcomeTimeout, res.Outcome.Kind)
+}
+
+// Cancelling the workflow while the attempt is outstanding (pushing, waiting for the result,
+// or in its push-and-wait) still finishes it as cancelled, on a disconnected context so the
+// cancel cannot abort it, rather than at the deadline (10 min) or when the push-and-wait would
+// have ended (1 h). When the API has already cancelled the row, Finish changes nothing and no
+// status is written; when it had not, the row is cancelled and so is the status.
+func TestTaskCancelWhileOutstanding(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		p     workflows.TaskParams
+		setup func(e *taskEnv)
+	}{
+		// The test environment ends a cancelled local activity when its mock returns: here at 2 min.
+		{"pushing", attempt3, func(e *taskEnv) { e.onPush(accepted).After(2 * time.Minute) }},
+		{"waiting", attempt3, func(e *taskEnv) { e.onPush(accepted) }},
+		{"push-and-wait", attempt3Heartbeat, func(e *taskEnv) {
+			e.onPushAwait(completed(contract.AttemptResult{Attempt: 3, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess}})).After(time.Hour)
+		}},
+	} {
+		for name, fin := range map[string]contract.FinishTaskResult{
+			"row already cancelled by the API": {Applied: false, Status: courier.TaskCancelled},
+			"row still processing":             {Applied: true, Status: courier.TaskCancelled},
+		} {
+			t.Run(c.name+", "+name, func(t *testing.T) {
+				env := newTaskEnv(t)
+				c.setup(env)
+				env.finish = func(contract.FinishTaskParams) (contract.FinishTaskResult, error) { return fin, nil }
+				env.RegisterDelayedCallback(env.CancelWorkflow, time.Minute)
+
+				res := env.run(t, c.p)
+
+				cancelled := courier.AttemptOutcome{Kind: courier.OutcomeCancelled, Message: "cancelled"}
+				require.Equal(t, []contract.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: cancelled}}, env.finishes)
+				require.False(t, env.finishAt[0].After(env.start.Add(2*time.Minute)), "finished on the cancel")
+				require.Equal(t, workflows.TaskRunResult{Applied: fin.Applied, Status: courier.TaskCancelled, Outcome: cancelled}, res)
+				var states []string
+				if fin.Applied {
+					states = []string{string(courier.TaskCancelled)}
+				}
+				require.Equal(t, states, env.upsertedStates(t))
+			})
+		}
+	}
+}
+
+// A cancel that arrives while Finish is recording an outcome does not stop it: Finish runs on a
+// disconnected context, once, with that outcome, so the row never stays in Processing (a
+// cancel from the Temporal UI or CLI has no API transaction behind it).
+func TestTaskCancelWhileFinishRunsStillFinishes(t *testing.T) {
+	env := newTaskEnv(t)
+	env.onPush(accepted)
+	won := courier.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200}
+	env.report(time.Minute, contract.AttemptResult{Attempt: 3, Outcome: won}, new(error))
+	env.finishMock.After(time.Minute)
+	env.RegisterDelayedCallback(env.CancelWorkflow, 90*time.Second)
+
+	res := env.run(t, attempt3)
+
+	require.Equal(t, []contract.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: won}}, env.finishes)
+	require.Equal(t, workflows.TaskRunResult{Applied: true, Status: courier.TaskSuccess, Outcome: won}, res)
+}
+
+// The finish is retried until the database answers: an attempt's slot must not stay taken
+// because a write failed. Here the database is down for 20 minutes.
+func TestTaskFinishIsRetriedUntilItSucceeds(t *testing.T) {
+	env := newTaskEnv(t)
+	env.onPush(accepted)
+	env.report(time.Minute, contract.AttemptResult{Attempt: 3, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess}}, new(error))
+	calls := 0
+	env.finish = func(contract.FinishTaskParams) (contract.FinishTaskResult, error) {
+		calls++
+		if env.Now().Before(env.start.Add(20 * time.Minute)) {
+			return contract.FinishTaskResult{}, errors.New("database is down")
+		}
+		return contract.FinishTaskResult{Applied: true, Status: courier.TaskSuccess}, nil
+	}
+
+	res := env.run(t, attempt3)
+
+	require.Greater(t, calls, 10, "tried again and again while the database was down")
+	for _, f := range env.finishes {
+		require.Equal(t, contract.FinishTaskParams{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess}}, f)
+	}
+	require.False(t, env.finishAt[len(env.finishAt)-1].Before(env.start.Add(20*time.Minute)), "the last try came after the database was back")
+	require.True(t, res.Applied)
+	require.Equal(t, courier.TaskSuccess, res.Status)
+	env.requireFinishedLocally(t)
+}
+
+// A Finish the row refused (it had moved on while the attempt ran) is reported as not applied,
+// with the row's status, and the workflow's status attribute is left alone.
+func TestTaskStatusIsWrittenOnlyWhenFinishApplied(t *testing.T) {
+	env := newTaskEnv(t)
+	env.onPush(accepted)
+	env.finish = func(contract.FinishTaskParams) (contract.FinishTaskResult, error) {
+		return contract.FinishTaskResult{Applied: false, Status: courier.TaskCancelled}, nil
+	}
+
+	res := env.run(t, attempt3)
+
+	require.False(t, res.Applied)
+	require.Equal(t, courier.TaskCancelled, res.Status)
+	require.Equal(t, courier.OutcomeTimeout, res.Outcome.Kind)
 	require.Empty(t, env.upserts)
-	env.requirePushedOnce(t, attempt3)
+}
+
+// How each way the push-and-wait can end without the worker's result becomes the attempt's
+// outcome: its last heartbeat tells whether courier was still pushing.
+func TestTaskPushAwaitEndingsAreFinishedAsOutcomes(t *testing.T) {
+	for name, tc := range map[string]struct {
+		err      error
+		kind     courier.OutcomeKind
+		contains string
+	}{
+		"the push was refused": {temporal.NewNonRetryableApplicationError("push: 422 Unprocessable Entity", contract.ErrTypePushFailed, nil),
+			courier.OutcomeFailure, "push: 422"},
+		"processing timeout after the worker accepted": {temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_CLOSE, nil),
+			courier.OutcomeTimeout, "processing timeout: no result within 10m0s"},
+		"processing timeout while pushing": {temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_SCHEDULE_TO_CLOSE, nil, contract.PushingDetail{CourierPushing: true}),
+			courier.OutcomeTimeout, "the push was not accepted within 10m0s"},
+		"heartbeat timeout after the worker accepted": {temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil),
+			courier.OutcomeTimeout, "heartbeat timeout: no heartbeat for 30s"},
+		"heartbeat timeout with the worker's own details": {temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil, json.RawMessage(`{"page":3}`)),
+			courier.OutcomeTimeout, "heartbeat timeout: no heartbeat for 30s"},
+		"heartbeat timeout while pushing": {temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil, contract.PushingDetail{CourierPushing: true}),
+			courier.OutcomeTimeout, "courier stopped pushing"},
+		"any other error": {errors.New("worker lost"), courier.OutcomeFailure, "worker lost"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			env := newTaskEnv(t)
+			env.onPushAwait(func(context.Context) (contract.AttemptResult, error) { return contract.AttemptResult{}, tc.err })
+
+			res := env.run(t, attempt3Heartbeat)
+
+			require.Len(t, env.finishes, 1)
+			fin := env.finishes[0]
+			require.Equal(t, contract.FinishTaskParams{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: fin.Outcome}, fin)
+			require.Equal(t, tc.kind, fin.Outcome.Kind)
+			require.Contains(t, fin.Outcome.Message, tc.contains)
+			require.Equal(t, workflows.TaskRunResult{Applied: true, Status: courier.TaskPending, Outcome: fin.Outcome}, res)
+			env.requirePushAwaitedOnce(t, attempt3Heartbeat)
+			env.requireFinishedLocally(t)
+		})
+	}
 }
 
 // slowTaskParams time the wall-clock tests: the SDK's test environment checks heartbeat
@@ -463,261 +672,57 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// A worker that takes longer than the heartbeat timeout to accept its push, and then
-// heartbeats, is not timed out: the heartbeat timeout starts with the wait, once the worker has
-// the task.
-func TestTaskSlowAcceptIsNotAHeartbeatTimeout(t *testing.T) {
+// Heartbeats keep an attempt with a heartbeat timeout alive for as long as the work takes;
+// silence ends it on its heartbeat timeout, and whatever comes afterwards is ignored.
+func TestTaskHeartbeatTimeout(t *testing.T) {
 	t.Parallel()
 	p := slowTaskParams
-	env := newTaskEnv(t,
-		func(ctx context.Context, _ contract.PushTaskParams) (contract.SendPushResult, error) {
-			if err := sleepCtx(ctx, 3*p.HeartbeatTimeout); err != nil { // no heartbeats while the worker accepts
-				return contract.SendPushResult{}, err
-			}
-			return contract.SendPushResult{Try: 1}, nil
-		},
-		func(ctx context.Context, _ contract.AwaitResultParams) (courier.AttemptOutcome, error) {
+	done := contract.AttemptResult{Attempt: 3, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess, Message: "long job done"}}
+	t.Run("heartbeats", func(t *testing.T) {
+		t.Parallel()
+		env := newTaskEnv(t)
+		env.onPushAwait(func(ctx context.Context) (contract.AttemptResult, error) {
 			for i := 0; i < 30; i++ { // 3 heartbeat timeouts of work, heartbeating
 				activity.RecordHeartbeat(ctx)
 				if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
-					return courier.AttemptOutcome{}, err
+					return contract.AttemptResult{}, err
 				}
 			}
-			return courier.AttemptOutcome{Kind: courier.OutcomeSuccess, Message: "long job done"}, nil
+			return done, nil
 		})
 
-	res := env.run(t, p)
+		res := env.run(t, p)
 
-	require.Equal(t, courier.OutcomeSuccess, res.Outcome.Kind, "message: %s", res.Outcome.Message)
-	require.Equal(t, "long job done", res.Outcome.Message)
-	require.Equal(t, courier.TaskSuccess, res.Status)
-	env.requirePushedOnce(t, p)
-	env.requireWaitedOnce(t, p)
-}
-
-// A wait without heartbeats times out on its heartbeat timeout, and whatever it returns
-// afterwards is ignored.
-func TestTaskWaitWithoutHeartbeatTimesOut(t *testing.T) {
-	t.Parallel()
-	p := slowTaskParams
-	env := newTaskEnv(t,
-		func(context.Context, contract.PushTaskParams) (contract.SendPushResult, error) { return accepted() },
-		func(ctx context.Context, _ contract.AwaitResultParams) (courier.AttemptOutcome, error) {
+		require.Equal(t, courier.OutcomeSuccess, res.Outcome.Kind, "message: %s", res.Outcome.Message)
+		require.Equal(t, "long job done", res.Outcome.Message)
+		require.Equal(t, courier.TaskSuccess, res.Status)
+		env.requirePushAwaitedOnce(t, p)
+	})
+	t.Run("silence", func(t *testing.T) {
+		t.Parallel()
+		env := newTaskEnv(t)
+		env.onPushAwait(func(ctx context.Context) (contract.AttemptResult, error) {
 			if err := sleepCtx(ctx, 3*p.HeartbeatTimeout); err != nil {
-				return courier.AttemptOutcome{}, err
+				return contract.AttemptResult{}, err
 			}
-			return courier.AttemptOutcome{Kind: courier.OutcomeSuccess, Message: "too late"}, nil
+			return done, nil
 		})
 
-	res := env.run(t, p)
+		res := env.run(t, p)
 
-	require.Len(t, env.finishes, 1)
-	out := env.finishes[0].Outcome
-	require.Equal(t, courier.OutcomeTimeout, out.Kind)
-	require.Contains(t, out.Message, "heartbeat timeout")
-	require.Contains(t, out.Message, p.HeartbeatTimeout.String())
-	require.Equal(t, out, res.Outcome)
-	require.Equal(t, courier.TaskPending, res.Status)
-	env.requireWaitedOnce(t, p)
-}
-
-// A worker that reports before its answer to the push reached courier: the gateway hands the
-// result over as an update, the attempt is finished with it at once, and no wait is opened.
-func TestTaskResultBeforeThePushIsAnswered(t *testing.T) {
-	env := newTaskEnv(t, nil, nil)
-	env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(accepted()).After(time.Hour).Once()
-	won := courier.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200, Message: "quick", Result: json.RawMessage(`{"ok":true}`)}
-	var rejected error
-	env.report(time.Minute, workflows.TaskResultParams{Attempt: 3, Outcome: won}, &rejected)
-
-	res := env.run(t, attempt3)
-
-	require.NoError(t, rejected)
-	require.Equal(t, []contract.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: won}}, env.finishes)
-	require.True(t, env.finishAt[0].Before(env.start.Add(time.Hour)), "finished on the report, not when the push ended")
-	require.Equal(t, workflows.TaskRunResult{Applied: true, Status: courier.TaskSuccess, Outcome: won}, res)
-	require.Empty(t, env.waits)
-}
-
-// A result that comes as an update while the wait is scheduled (the gateway found no wait a
-// moment before) ends the wait and is finished as reported.
-func TestTaskResultUpdateWhileWaiting(t *testing.T) {
-	env := newTaskEnv(t, nil, nil)
-	env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
-	env.OnActivity(contract.AwaitResultName, mock.Anything, mock.Anything).
-		Return(courier.AttemptOutcome{Kind: courier.OutcomeSuccess, Message: "never"}, nil).After(time.Hour).Once()
-	failed := courier.AttemptOutcome{Kind: "weird", StatusCode: 500, Message: "parser crashed"}
-	var rejected error
-	env.report(time.Minute, workflows.TaskResultParams{Attempt: 3, Outcome: failed}, &rejected)
-
-	res := env.run(t, attempt3)
-
-	require.NoError(t, rejected)
-	want := failed
-	want.Kind = courier.OutcomeFailure
-	require.Equal(t, []contract.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: want}}, env.finishes)
-	require.True(t, env.finishAt[0].Before(env.start.Add(time.Hour)))
-	require.Equal(t, want, res.Outcome)
-}
-
-// Once the attempt has its outcome, a result update is refused (the gateway answers 409), and so
-// is one naming another attempt: the recorded outcome stands.
-func TestTaskResultUpdateIsRefusedWhenTheAttemptIsOver(t *testing.T) {
-	env := newTaskEnv(t, nil, nil)
-	env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(accepted()).After(time.Minute).Once()
-	timedOut := temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, nil)
-	env.OnActivity(contract.AwaitResultName, mock.Anything, mock.Anything).Return(courier.AttemptOutcome{}, timedOut).After(time.Minute).Once()
-	env.finishMock.After(time.Minute)
-	var otherAttempt, late error
-	env.report(30*time.Second, workflows.TaskResultParams{Attempt: 2, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess}}, &otherAttempt)
-	env.report(150*time.Second, workflows.TaskResultParams{Attempt: 3, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess}}, &late)
-
-	res := env.run(t, attempt3)
-
-	for _, err := range []error{otherAttempt, late} {
-		var app *temporal.ApplicationError
-		require.ErrorAs(t, err, &app)
-		require.Equal(t, workflows.ErrTypeAttemptOver, app.Type())
-	}
-	require.Len(t, env.finishes, 1)
-	require.Equal(t, courier.OutcomeTimeout, res.Outcome.Kind)
-}
-
-// Cancelling the workflow while the push or the wait is outstanding still finishes the attempt
-// as cancelled (on a disconnected context, so the cancel cannot abort it), at once rather than
-// when the activity would have ended. When the API has already cancelled the row, Finish
-// changes nothing and no status is written; when it had not, the row is cancelled and so is
-// the status.
-func TestTaskCancelWhileOutstanding(t *testing.T) {
-	for name, tc := range map[string]struct {
-		slowPush bool
-		fin      contract.FinishTaskResult
-		states   []string
-	}{
-		"push, row already cancelled by the API": {true, contract.FinishTaskResult{Applied: false, Status: courier.TaskCancelled}, nil},
-		"push, row still processing":             {true, contract.FinishTaskResult{Applied: true, Status: courier.TaskCancelled}, []string{string(courier.TaskCancelled)}},
-		"wait, row already cancelled by the API": {false, contract.FinishTaskResult{Applied: false, Status: courier.TaskCancelled}, nil},
-		"wait, row still processing":             {false, contract.FinishTaskResult{Applied: true, Status: courier.TaskCancelled}, []string{string(courier.TaskCancelled)}},
-	} {
-		t.Run(name, func(t *testing.T) {
-			env := newTaskEnv(t, nil, nil)
-			if tc.slowPush {
-				env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(accepted()).After(time.Hour).Once()
-			} else {
-				env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
-				env.OnActivity(contract.AwaitResultName, mock.Anything, mock.Anything).
-					Return(courier.AttemptOutcome{Kind: courier.OutcomeSuccess}, nil).After(time.Hour).Once()
-			}
-			env.finish = func(contract.FinishTaskParams) (contract.FinishTaskResult, error) { return tc.fin, nil }
-			env.RegisterDelayedCallback(env.CancelWorkflow, time.Minute)
-
-			res := env.run(t, attempt3)
-
-			cancelled := courier.AttemptOutcome{Kind: courier.OutcomeCancelled, Message: "cancelled"}
-			require.Equal(t, []contract.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: cancelled}}, env.finishes)
-			require.True(t, env.finishAt[0].Before(env.start.Add(time.Hour)), "finished on the cancel, not when the activity would have ended")
-			require.Equal(t, workflows.TaskRunResult{Applied: tc.fin.Applied, Status: courier.TaskCancelled, Outcome: cancelled}, res)
-			require.Equal(t, tc.states, env.upsertedStates(t))
-			if tc.slowPush {
-				require.Empty(t, env.waits, "no wait after a cancelled push")
-			}
-		})
-	}
-}
-
-// A cancel that comes after the attempt finished finds the workflow closed: the recorded
-// outcome stands and nothing is finished again.
-func TestTaskCancelAfterFinishChangesNothing(t *testing.T) {
-	env := newTaskEnv(t, nil, nil)
-	won := courier.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200}
-	env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
-	env.OnActivity(contract.AwaitResultName, mock.Anything, mock.Anything).Return(won, nil).After(time.Minute).Once()
-	env.RegisterDelayedCallback(env.CancelWorkflow, 2*time.Minute)
-
-	res := env.run(t, attempt3)
-
-	require.Equal(t, []contract.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: won}}, env.finishes)
-	require.Equal(t, workflows.TaskRunResult{Applied: true, Status: courier.TaskSuccess, Outcome: won}, res)
-	require.Equal(t, []string{string(courier.TaskSuccess)}, env.upsertedStates(t))
-}
-
-// A cancel that arrives while Finish is recording the worker's result does not stop it: Finish
-// runs on a disconnected context, once, with the worker's outcome, so the row never stays in
-// Processing (a cancel from the Temporal UI or CLI has no API transaction behind it).
-func TestTaskCancelWhileFinishRunsStillFinishes(t *testing.T) {
-	env := newTaskEnv(t, nil, nil)
-	won := courier.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200}
-	env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
-	env.OnActivity(contract.AwaitResultName, mock.Anything, mock.Anything).Return(won, nil).Once()
-	env.finishMock.After(time.Minute)
-	env.RegisterDelayedCallback(env.CancelWorkflow, 30*time.Second)
-
-	res := env.run(t, attempt3)
-
-	require.Equal(t, []contract.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: won}}, env.finishes)
-	require.Equal(t, workflows.TaskRunResult{Applied: true, Status: courier.TaskSuccess, Outcome: won}, res)
-	require.Equal(t, []string{string(courier.TaskSuccess)}, env.upsertedStates(t))
-}
-
-// Finish is retried until the database answers: an attempt's slot must not stay taken because
-// one write failed.
-func TestTaskFinishIsRetriedUntilItSucceeds(t *testing.T) {
-	env := newTaskEnv(t, nil, nil)
-	env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
-	env.OnActivity(contract.AwaitResultName, mock.Anything, mock.Anything).
-		Return(courier.AttemptOutcome{Kind: courier.OutcomeSuccess}, nil).Once()
-	calls := 0
-	env.finish = func(contract.FinishTaskParams) (contract.FinishTaskResult, error) {
-		calls++
-		if calls < 4 {
-			return contract.FinishTaskResult{}, errors.New("database is down")
-		}
-		return contract.FinishTaskResult{Applied: true, Status: courier.TaskSuccess}, nil
-	}
-
-	res := env.run(t, attempt3)
-
-	require.Equal(t, 4, calls)
-	require.Len(t, env.finishes, 4, "each retry records the same attempt")
-	for _, f := range env.finishes {
-		require.Equal(t, contract.FinishTaskParams{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess}}, f)
-	}
-	require.True(t, res.Applied)
-	require.Equal(t, courier.TaskSuccess, res.Status)
-	env.requireFinishedOnTheFinishQueue(t)
-}
-
-// A Finish the row refused (it had moved on while the attempt ran) is reported as not
-// applied, with the row's status, and the workflow's status attribute is left alone; an
-// applied one writes the new status.
-func TestTaskStatusIsWrittenOnlyWhenFinishApplied(t *testing.T) {
-	for name, tc := range map[string]struct {
-		fin    contract.FinishTaskResult
-		states []string
-	}{
-		"refused": {contract.FinishTaskResult{Applied: false, Status: courier.TaskCancelled}, nil},
-		"applied": {contract.FinishTaskResult{Applied: true, Status: courier.TaskSuccess}, []string{string(courier.TaskSuccess)}},
-	} {
-		t.Run(name, func(t *testing.T) {
-			env := newTaskEnv(t, nil, nil)
-			won := courier.AttemptOutcome{Kind: courier.OutcomeSuccess}
-			env.OnActivity(contract.SendPushName, mock.Anything, mock.Anything).Return(accepted()).Once()
-			env.OnActivity(contract.AwaitResultName, mock.Anything, mock.Anything).Return(won, nil).Once()
-			env.finish = func(contract.FinishTaskParams) (contract.FinishTaskResult, error) { return tc.fin, nil }
-
-			res := env.run(t, attempt3)
-
-			require.Len(t, env.finishes, 1)
-			require.Equal(t, workflows.TaskRunResult{Applied: tc.fin.Applied, Status: tc.fin.Status, Outcome: won}, res)
-			require.Equal(t, tc.states, env.upsertedStates(t))
-		})
-	}
+		require.Len(t, env.finishes, 1)
+		out := env.finishes[0].Outcome
+		require.Equal(t, courier.OutcomeTimeout, out.Kind)
+		require.Equal(t, "heartbeat timeout: no heartbeat for "+p.HeartbeatTimeout.String(), out.Message)
+		require.Equal(t, out, res.Outcome)
+		require.Equal(t, courier.TaskPending, res.Status)
+	})
 }
 
 // runSweeper runs the sweeper with the sweep answered by sweep; it returns the sweep's
 // parameters as received and how each sweep was scheduled.
 func runSweeper(t *testing.T, p contract.SweepParams, sweep func(n int) (contract.SweepResult, error)) (*taskEnv, []contract.SweepParams, []activity.Info) {
-	env := newTaskEnv(t, nil, nil)
+	env := newTaskEnv(t)
 	var got []contract.SweepParams
 	var infos []activity.Info
 	env.OnActivity(contract.SweepTasksName, mock.Anything, mock.Anything).Return(

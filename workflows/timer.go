@@ -22,7 +22,7 @@ const (
 	// ErrTypeTimerFailed is the failure type of a timer run whose delivery failed (its budget
 	// spent, a permanent refusal, an unknown business type): the run ends Failed with the last
 	// error as the message, so the Temporal UI lists it under Failures. Its details carry the
-	// TimerState.
+	// TimerSnapshot.
 	ErrTypeTimerFailed = "TimerFailed"
 )
 
@@ -35,22 +35,13 @@ type TimerParams struct {
 	// Version is the state version a continued run starts from (0 for a new timer), so
 	// versions keep rising across runs.
 	Version int
-	// V is the code version the run was started for: TimerV from the timer service and from
-	// continue-as-new, 0 in runs started before it existed (and by schedules created before
-	// it).
-	V int `json:",omitempty"`
 }
 
-// TimerV is the timer code version new runs are started with (TimerParams.V). A run that
-// carries it in its input, which is in its history, fails a failed delivery and may continue
-// as new without asking workflow.GetVersion (each first call records a marker and upserts a
-// search attribute). Runs with V = 0 replay as they were recorded. The upserts stay as they
-// are: a V run that an older worker ran would not replay without them.
-const TimerV = 1
-
-// TimerState is what the state query, the updates and the workflow result report.
-type TimerState struct {
-	State     courier.TimerState
+// TimerSnapshot is a timer as its run sees it: what the state query (QueryTimerState), the
+// updates and the workflow result report. Its field names are in recorded histories and query
+// results; the type's name is not.
+type TimerSnapshot struct {
+	State     courier.TimerState // where the timer is in its life
 	FireAt    time.Time
 	Attempts  int
 	LastError string
@@ -66,15 +57,7 @@ type RescheduleRequest struct {
 // the server suggests it or after timerUpdatesPerRun accepted changes, whichever comes first.
 // The server refuses updates past a per-run limit (history.maxTotalUpdates, 2,000 by default)
 // and histories grow with every reschedule; a fresh run has neither problem.
-const (
-	timerUpdatesPerRun = 1000
-	// timerContinueAsNew guards the continue-as-new path: runs recorded before it replay
-	// without it.
-	timerContinueAsNew = "timer-continue-as-new"
-	// timerFailsChange guards a failed delivery ending the run Failed: runs recorded before it
-	// completed with the failed state as their result.
-	timerFailsChange = "timer-failed-fails"
-)
+const timerUpdatesPerRun = 1000
 
 var (
 	saState  = temporal.NewSearchAttributeKeyKeyword(courier.SAState)
@@ -95,8 +78,8 @@ var timerDeliveryNonRetryable = []string{contract.ErrTypePermanentDelivery, cont
 // retry budget. A cancel that was accepted wins: the timer never fires after it. Any number of
 // reschedules works: a scheduled timer continues as new when the server suggests it. A timer
 // whose delivery failed ends Failed (ErrTypeTimerFailed) with its state in the details.
-func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
-	st := TimerState{State: courier.TimerScheduled, FireAt: p.FireAt, Version: p.Version}
+func Timer(ctx workflow.Context, p TimerParams) (TimerSnapshot, error) {
+	st := TimerSnapshot{State: courier.TimerScheduled, FireAt: p.FireAt, Version: p.Version}
 	changed := false
 	updates := 0 // changes accepted by this run
 	// publish keeps the state and fire time searchable in the Temporal UI and the list API.
@@ -104,7 +87,7 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 		_ = workflow.UpsertTypedSearchAttributes(ctx,
 			saState.ValueSet(string(st.State)), saFireAt.ValueSet(st.FireAt))
 	}
-	if err := workflow.SetQueryHandler(ctx, QueryTimerState, func() (TimerState, error) { return st, nil }); err != nil {
+	if err := workflow.SetQueryHandler(ctx, QueryTimerState, func() (TimerSnapshot, error) { return st, nil }); err != nil {
 		return st, err
 	}
 	mustBeScheduled := func(verb string) error {
@@ -114,7 +97,7 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 		return nil
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateReschedule,
-		func(ctx workflow.Context, req RescheduleRequest) (TimerState, error) {
+		func(ctx workflow.Context, req RescheduleRequest) (TimerSnapshot, error) {
 			st.FireAt, changed = req.FireAt, true
 			st.Version++
 			updates++
@@ -130,7 +113,7 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 		return st, err
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateCancel,
-		func(ctx workflow.Context) (TimerState, error) {
+		func(ctx workflow.Context) (TimerSnapshot, error) {
 			st.State, changed = courier.TimerCancelled, true
 			st.Version++
 			updates++
@@ -144,10 +127,7 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 	// continueAsNew reports whether this run should hand over to a fresh one. Only a run that
 	// accepted changes does, so a server that keeps suggesting it cannot cause a loop of runs.
 	continueAsNew := func() bool {
-		if updates == 0 || (updates < timerUpdatesPerRun && !workflow.GetInfo(ctx).GetContinueAsNewSuggested()) {
-			return false
-		}
-		return p.V >= TimerV || workflow.GetVersion(ctx, timerContinueAsNew, workflow.DefaultVersion, 1) >= 1
+		return updates > 0 && (updates >= timerUpdatesPerRun || workflow.GetInfo(ctx).GetContinueAsNewSuggested())
 	}
 
 	for st.State == courier.TimerScheduled {
@@ -163,7 +143,7 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 			}
 			if st.State == courier.TimerScheduled {
 				return st, workflow.NewContinueAsNewError(ctx, TimerName, TimerParams{
-					BizType: p.BizType, BizID: p.BizID, FireAt: st.FireAt, Payload: p.Payload, Version: st.Version, V: TimerV})
+					BizType: p.BizType, BizID: p.BizID, FireAt: st.FireAt, Payload: p.Payload, Version: st.Version})
 			}
 			break
 		}
@@ -189,7 +169,7 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 	if err := workflow.ExecuteLocalActivity(lctx, contract.LoadBizTypeName, p.BizType).Get(ctx, &cfg); err != nil {
 		st.State, st.LastError = courier.TimerFailed, rootMessage(err)
 		publish()
-		return st, timerFailure(ctx, p, st)
+		return st, timerFailure(st)
 	}
 	retry := RetryPolicy{InitialInterval: cfg.InitialInterval, BackoffCoef: cfg.Backoff,
 		MaxInterval: cfg.MaxInterval, MaxAttempts: cfg.MaxAttempts}.WithDefaults()
@@ -217,17 +197,13 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerState, error) {
 		return st, err
 	}
 	if st.State == courier.TimerFailed {
-		return st, timerFailure(ctx, p, st)
+		return st, timerFailure(st)
 	}
 	return st, nil
 }
 
 // timerFailure is how a failed timer's run ends: Failed with the last error as the message and
-// the state in the details (timers.Service.Get reads it from there), except in runs recorded
-// before timerFailsChange, which completed with the state as their result.
-func timerFailure(ctx workflow.Context, p TimerParams, st TimerState) error {
-	if p.V < TimerV && workflow.GetVersion(ctx, timerFailsChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-		return nil
-	}
+// the state in the details (timers.Service.Get reads it from there).
+func timerFailure(st TimerSnapshot) error {
 	return temporal.NewNonRetryableApplicationError(st.LastError, ErrTypeTimerFailed, nil, st)
 }

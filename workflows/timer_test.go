@@ -55,10 +55,10 @@ func newTimerEnv(t *testing.T, deliver func(n int) error) *timerEnv {
 	return env
 }
 
-func (e *timerEnv) run(t *testing.T, in time.Duration) workflows.TimerState {
+func (e *timerEnv) run(t *testing.T, in time.Duration) workflows.TimerSnapshot {
 	e.ExecuteWorkflow(workflows.TimerName, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: e.start.Add(in), Payload: []byte(`{}`)})
 	require.True(t, e.IsWorkflowCompleted())
-	var st workflows.TimerState
+	var st workflows.TimerSnapshot
 	// A failed delivery ends the run Failed, with the last error as the message and the state
 	// in the details; every other outcome completes with the state as the result.
 	var app *temporal.ApplicationError
@@ -173,7 +173,7 @@ func TestTimerStateQuery(t *testing.T) {
 	env.RegisterDelayedCallback(func() {
 		v, err := env.QueryWorkflow(workflows.QueryTimerState)
 		require.NoError(t, err)
-		var st workflows.TimerState
+		var st workflows.TimerSnapshot
 		require.NoError(t, v.Get(&st))
 		require.Equal(t, courier.TimerScheduled, st.State)
 		require.True(t, env.start.Add(time.Hour).Equal(st.FireAt))
@@ -205,7 +205,7 @@ func TestTimerContinuesAsNewWhenSuggested(t *testing.T) {
 	require.NoError(t, rejected)
 	p := continuedWith(t, env)
 	require.Equal(t, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: env.start.Add(2 * time.Hour).UTC(),
-		Payload: []byte(`{"k":1}`), Version: 1, V: workflows.TimerV}, normalize(p))
+		Payload: []byte(`{"k":1}`), Version: 1}, normalize(p))
 	require.Empty(t, env.delivered, "the old run never fires")
 }
 
@@ -253,7 +253,7 @@ func TestTimerContinuedRunCancels(t *testing.T) {
 	env.ExecuteWorkflow(workflows.TimerName, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: env.start.Add(time.Hour), Payload: []byte(`{}`), Version: 41})
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
-	var st workflows.TimerState
+	var st workflows.TimerSnapshot
 	require.NoError(t, env.GetWorkflowResult(&st))
 	require.NoError(t, rejected)
 	require.Equal(t, courier.TimerCancelled, st.State)
@@ -264,21 +264,4 @@ func TestTimerContinuedRunCancels(t *testing.T) {
 func normalize(p workflows.TimerParams) workflows.TimerParams {
 	p.FireAt = p.FireAt.UTC()
 	return p
-}
-
-// A run started with TimerV fails a failed delivery as runs before it did, without a version
-// marker.
-func TestTimerVFailsWithoutVersionMarker(t *testing.T) {
-	env := newTimerEnv(t, func(int) error {
-		return temporal.NewNonRetryableApplicationError("gone", contract.ErrTypePermanentDelivery, nil)
-	})
-	env.OnGetVersion(mock.Anything, workflow.DefaultVersion, 1).Run(func(args mock.Arguments) {
-		t.Errorf("GetVersion(%v) in a TimerV run", args.Get(0))
-	}).Return(workflow.Version(1)).Maybe()
-	env.ExecuteWorkflow(workflows.TimerName, workflows.TimerParams{BizType: "orders", BizID: "o-1",
-		FireAt: env.start.Add(time.Minute), Payload: []byte(`{}`), V: workflows.TimerV})
-	require.True(t, env.IsWorkflowCompleted())
-	var app *temporal.ApplicationError
-	require.ErrorAs(t, env.GetWorkflowError(), &app)
-	require.Equal(t, workflows.ErrTypeTimerFailed, app.Type())
 }

@@ -8,38 +8,33 @@ import (
 
 // Registered names of the task activities.
 const (
-	// PushTaskName pushes and then stays open until the result completes it: the one activity
-	// of an attempt in runs recorded before the push and the wait were split. It stays
-	// registered, on the workflows' own task queue, for those runs.
-	PushTaskName = "task-push"
-	// SendPushName pushes one attempt to its worker and ends when the worker has answered
-	// (attempts started before PushAwaitName, which wait for the result in AwaitResultName).
+	// SendPushName pushes one attempt without a heartbeat timeout to its worker, as a local
+	// activity of the attempt's run, and ends when the worker has answered; the run then waits
+	// for the result itself.
 	SendPushName = "task-send-push"
-	// PushAwaitName is the one activity of an attempt: it pushes to the worker, trying again
-	// within the attempt while tries fail on the way, heartbeats while it pushes, and then stays
-	// open until the gateway completes it by its id (courier.TaskAttemptActivityID) with the
-	// worker's result. It runs on the push task queue and carries the processing deadline and
-	// the heartbeat timeout.
+	// PushAwaitName is the one activity of an attempt with a heartbeat timeout: it pushes to the
+	// worker, trying again within the attempt while tries fail on the way, heartbeats while it
+	// pushes, and then stays open until the gateway completes it by its id
+	// (courier.TaskAttemptActivityID) with an AttemptResult. It carries the processing deadline
+	// and the heartbeat timeout, which the worker's heartbeats extend.
 	PushAwaitName = "task-push-await"
-	// AwaitResultName waits for the worker's result: the gateway completes it by its id
-	// (courier.TaskAttemptActivityID) and records the worker's heartbeats on it. It alone carries
-	// the processing deadline and the heartbeat timeout.
-	AwaitResultName = "task-await-result"
 	// FinishTaskName records an attempt's outcome and releases its slot.
 	FinishTaskName = "task-finish"
 	// SweepTasksName runs one sweep of the task lifecycle.
 	SweepTasksName = "task-sweep"
 )
 
-// TaskPushQueue is the Temporal task queue of the pushes of the task workflows that run on
-// workflowQueue: courier-task-push beside the default courier-outbox, <queue>-task-push beside
-// any other. Pushes wait on workers' endpoints for up to their push timeout, so they get their
-// own queue and slots: a push endpoint that never answers holds push slots only.
+// TaskPushQueue is the Temporal task queue of the task attempts' runs and their pushes beside
+// the workflows' queue workflowQueue: courier-task-push beside the default courier-outbox,
+// <queue>-task-push beside any other. Pushes wait on workers' endpoints for up to their push
+// timeout, so they get their own queue and slots: a push endpoint that never answers holds push
+// slots only. The runs are there too, so the worker that runs an attempt's first workflow task
+// takes its push at once.
 func TaskPushQueue(workflowQueue string) string { return taskQueueBeside(workflowQueue, "task-push") }
 
-// TaskFinishQueue is the Temporal task queue of the waits for results, the finishes (which
-// release slots) and the sweeps of the task workflows that run on workflowQueue:
-// courier-task-finish beside the default courier-outbox, <queue>-task-finish beside any other.
+// TaskFinishQueue is the Temporal task queue of the task sweeps beside the workflows' queue
+// workflowQueue: courier-task-finish beside the default courier-outbox, <queue>-task-finish
+// beside any other.
 func TaskFinishQueue(workflowQueue string) string {
 	return taskQueueBeside(workflowQueue, "task-finish")
 }
@@ -94,19 +89,17 @@ type PushingDetail struct {
 // exactly those.
 type PushTaskParams struct {
 	TaskID            string
-	Version           int64
+	Version           int64 // the task version
 	Attempt           int
 	ProcessingTimeout time.Duration
-	HeartbeatTimeout  time.Duration
+	// HeartbeatTimeout is the attempt's (0: none); the push records it in the row, so the
+	// gateway knows how the run takes the worker's result (AttemptResult).
+	HeartbeatTimeout time.Duration
 	// Deadline is when the processing timeout runs out, fixed by the workflow before the first
-	// try so every try tells the worker the same; zero (PushTaskName): the activity's start
-	// plus the processing timeout.
+	// try so every try tells the worker the same.
 	Deadline time.Time
 	// PushTimeout bounds one try's HTTP request; zero: courier.DefaultPushTimeout.
 	PushTimeout time.Duration
-	// V is the task workflow code version of the run that pushes (workflows.TaskParams.V),
-	// recorded in the row with the run's id; 0 in pushes of runs from before it was passed.
-	V int `json:",omitempty"`
 }
 
 // SendPushResult is an accepted push.
@@ -114,12 +107,15 @@ type SendPushResult struct {
 	Try int32 // the try the worker accepted (1 unless earlier ones failed on the way)
 }
 
-// AwaitResultParams name the attempt whose result the wait is for (shown in the history). The
-// wait's result, like the legacy push's, is the worker's courier.AttemptOutcome.
-type AwaitResultParams struct {
-	TaskID  string
-	Version int64
+// AttemptResult is a worker's result of one attempt as the gateway hands it to the attempt's
+// run: what PushAwaitName is completed with (an attempt with a heartbeat timeout), or the
+// argument of the run's task-result update (one without).
+type AttemptResult struct {
 	Attempt int
+	Outcome courier.AttemptOutcome
+	// Status is the task's status as the gateway's write left it, for an outcome it recorded
+	// in the row (Outcome.Recorded).
+	Status courier.TaskStatus `json:",omitempty"`
 }
 
 // FinishTaskParams ends one attempt.

@@ -3,18 +3,14 @@ package main
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/courier-oss/courier/workflows"
 )
 
 // runCourier runs the test binary as courier with args and returns stdout, stderr and the exit
@@ -104,30 +100,6 @@ func TestUsageMistakes(t *testing.T) {
 		require.Empty(t, stdout, "%v", tc.args)
 		require.Contains(t, stderr, tc.want, "%v", tc.args)
 		require.Equal(t, 1, strings.Count(stderr, "Usage"), "%v: the usage once: %s", tc.args, stderr)
-	}
-}
-
-// The task and outbox code versions a fleet upgrade pins (docs/deployment.md) must be ones
-// this courier knows: anything else is refused before anything starts (no data written, no
-// port taken).
-func TestCodeVersionsAreChecked(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		flag, name string
-		newest     int
-	}{
-		{"--task-code-version", "task", workflows.TaskV},
-		{"--outbox-code-version", "outbox", workflows.OutboxV},
-	} {
-		for _, v := range []string{"0", strconv.Itoa(c.newest + 1)} {
-			dir := filepath.Join(t.TempDir(), "data")
-			args := []string{"dev", "--data-dir", dir, c.flag, v}
-			_, stderr, code := runCourier(t, args...)
-			require.Equal(t, 1, code, "%v: %s", args, stderr)
-			require.Contains(t, stderr, fmt.Sprintf("%s code version must be from 1 to %d", c.name, c.newest), "%v", args)
-			_, err := os.Stat(dir)
-			require.True(t, errors.Is(err, os.ErrNotExist), "%v: the data dir was created before the settings were checked", args)
-		}
 	}
 }
 

@@ -46,9 +46,6 @@ type OutboxConfig struct {
 	// COURIER_OUTBOX_MAX_ATTEMPTS; default workflows.DefaultOutboxRetry.
 	Retry workflows.RetryPolicy
 	Batch relay.BatchConfig // COURIER_OUTBOX_BATCH_*: outbox_batch.go
-	// CodeVersion is COURIER_OUTBOX_CODE_VERSION: the delivery workflow code version new runs
-	// start with; default workflows.OutboxV.
-	CodeVersion int
 }
 
 // Config is the configuration shared by worker, gateway and dev. Each field names its
@@ -64,7 +61,9 @@ type Config struct {
 	MaxBodyBytes    int64         // COURIER_MAX_BODY_BYTES; default gateway.DefaultMaxBodyBytes
 	RequestTimeout  time.Duration // COURIER_REQUEST_TIMEOUT; bound on one gateway request's work; default gateway.DefaultRequestTimeout
 	Outbox          OutboxConfig
-	Tasks           TasksConfig
+	// Tasks is COURIER_PUBLIC_URL, COURIER_TASK_POLL, COURIER_TASK_SWEEP_EVERY,
+	// COURIER_TASK_PUSH_SLOTS and COURIER_TASK_FINISH_SLOTS; the defaults are tasks.Config's.
+	Tasks tasks.Config
 
 	// KeyRate is the request rate of each API key without its own, per gateway instance:
 	// COURIER_KEY_RATE_LIMIT requests/s (default 0: unlimited, whatever the burst) and
@@ -74,16 +73,6 @@ type Config struct {
 	KeyRate courier.Rate
 
 	env envReader // reads the environment for the flags' defaults; Validate reports what did not parse
-}
-
-// TasksConfig tunes prioritized tasks.
-type TasksConfig struct {
-	PublicURL    string        // COURIER_PUBLIC_URL; the gateway's base URL as task workers reach it
-	PollInterval time.Duration // COURIER_TASK_POLL; fallback claim poll; default tasks.DefaultPollInterval
-	SweepEvery   time.Duration // COURIER_TASK_SWEEP_EVERY; sweeper schedule interval; default tasks.DefaultSweepEvery
-	PushSlots    int           // COURIER_TASK_PUSH_SLOTS; pushes one worker runs at once, on their own task queue; default worker.DefaultPushSlots
-	FinishSlots  int           // COURIER_TASK_FINISH_SLOTS; sweeps (and version-1 result waits and finishes) one worker runs at once; default worker.DefaultFinishSlots
-	CodeVersion  int           // COURIER_TASK_CODE_VERSION; the task workflow code version new attempts start with; default workflows.TaskV
 }
 
 type sourceList []sourceSpec
@@ -222,12 +211,10 @@ func (c *Config) bindRuntime(fs *flag.FlagSet) {
 	fs.StringVar(&c.Tasks.PublicURL, "public-url", env("COURIER_PUBLIC_URL", ""), "the gateway's base URL as task workers reach it, for the result and heartbeat links in each push (COURIER_PUBLIC_URL; dev: the gateway's address)")
 	fs.DurationVar(&c.Tasks.PollInterval, "task-poll", c.env.duration("COURIER_TASK_POLL", tasks.DefaultPollInterval), "fallback task claim poll interval (COURIER_TASK_POLL)")
 	fs.DurationVar(&c.Tasks.SweepEvery, "task-sweep-every", c.env.duration("COURIER_TASK_SWEEP_EVERY", tasks.DefaultSweepEvery), "task sweeper schedule interval (COURIER_TASK_SWEEP_EVERY)")
-	fs.IntVar(&c.Tasks.PushSlots, "task-push-slots", c.env.integer("COURIER_TASK_PUSH_SLOTS", worker.DefaultPushSlots), "task pushes this worker runs at once, on the push task queue; a push holds its slot until the worker answers or the queue's push_timeout passes (COURIER_TASK_PUSH_SLOTS)")
+	fs.IntVar(&c.Tasks.PushSlots, "task-push-slots", c.env.integer("COURIER_TASK_PUSH_SLOTS", tasks.DefaultPushSlots), "task pushes this worker runs at once, on the push task queue; a push holds its slot until the worker answers or the queue's push_timeout passes (COURIER_TASK_PUSH_SLOTS)")
+	fs.IntVar(&c.Tasks.FinishSlots, "task-finish-slots", c.env.integer("COURIER_TASK_FINISH_SLOTS", tasks.DefaultFinishSlots), "task sweeps this worker runs at once, on the finish task queue (COURIER_TASK_FINISH_SLOTS)")
 	c.bindBrokers(fs)
 	c.bindOutboxBatch(fs)
-	fs.IntVar(&c.Outbox.CodeVersion, "outbox-code-version", c.env.integer("COURIER_OUTBOX_CODE_VERSION", workflows.OutboxV), fmt.Sprintf("the outbox delivery workflow code version new runs start with, 1 to %d: set 1 while upgrading a fleet from a courier before version 2, see docs/deployment.md (COURIER_OUTBOX_CODE_VERSION)", workflows.OutboxV))
-	fs.IntVar(&c.Tasks.CodeVersion, "task-code-version", c.env.integer("COURIER_TASK_CODE_VERSION", workflows.TaskV), fmt.Sprintf("the task workflow code version new attempts start with, 1 to %d: while a fleet is upgraded, the newest version every process knows (4 from a courier before version 5); on Temporal Cloud 4 costs fewer actions per task, see docs/deployment.md (COURIER_TASK_CODE_VERSION)", workflows.TaskV))
-	fs.IntVar(&c.Tasks.FinishSlots, "task-finish-slots", c.env.integer("COURIER_TASK_FINISH_SLOTS", worker.DefaultFinishSlots), "task sweeps (and the result waits and finishes of task code version 1) this worker runs at once, on the finish task queue (COURIER_TASK_FINISH_SLOTS)")
 }
 
 // Validate reports the first configuration error in plain words.
@@ -253,10 +240,6 @@ func (c *Config) Validate(needDB bool) error {
 	case c.Outbox.Retry.MaxInterval < c.Outbox.Retry.InitialInterval:
 		// Temporal refuses such a retry policy: every record would go dead at its first failure.
 		return fmt.Errorf("outbox retry max interval (%s) must be at least the initial interval (%s)", c.Outbox.Retry.MaxInterval, c.Outbox.Retry.InitialInterval)
-	case c.Outbox.CodeVersion < 1 || c.Outbox.CodeVersion > workflows.OutboxV:
-		return fmt.Errorf("outbox code version must be from 1 to %d", workflows.OutboxV)
-	case c.Tasks.CodeVersion < 1 || c.Tasks.CodeVersion > workflows.TaskV:
-		return fmt.Errorf("task code version must be from 1 to %d", workflows.TaskV)
 	case c.Tasks.PollInterval < 10*time.Millisecond:
 		return errors.New("task poll interval must be at least 10ms")
 	case c.Tasks.PushSlots < 1 || c.Tasks.PushSlots > 10000:

@@ -1,0 +1,125 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/activities/contract"
+	"github.com/courier-oss/courier/workflows"
+)
+
+// registerTimers registers timers on the workflows' worker: the timer workflow and the
+// business-type read its runs make as a local activity. The deliveries run on each business
+// type's own worker (bizWorkers), which registers them in registerTimerDelivery.
+func registerTimers(r sdkworker.Registry, acts *activities.Timers) {
+	workflows.RegisterTimers(r)
+	r.RegisterActivityWithOptions(acts.LoadBizType, activity.RegisterOptions{Name: contract.LoadBizTypeName})
+}
+
+// registerTimerDelivery registers the timer deliveries on a business type's worker.
+func registerTimerDelivery(r sdkworker.Registry, acts *activities.Timers) {
+	r.RegisterActivityWithOptions(acts.Deliver, activity.RegisterOptions{Name: contract.DeliverTimerName})
+}
+
+// BizTypeLister lists the configured business types.
+type BizTypeLister interface {
+	ListBizTypes(ctx context.Context) ([]courier.BizType, error)
+}
+
+// bizWorkers keeps one Temporal worker per business type, on the type's own task queue, so a
+// slow or failing type never delays another. Each worker asks the server to hold the queue to
+// the type's rate limit (TaskQueueActivitiesPerSecond): the server enforces it across every
+// worker on the queue, and every worker reads the same value from the database.
+type bizWorkers struct {
+	tc      client.Client
+	types   BizTypeLister
+	timers  *activities.Timers
+	refresh time.Duration
+	log     *slog.Logger
+
+	mu      sync.Mutex
+	running map[string]runningBiz
+}
+
+type runningBiz struct {
+	w    sdkworker.Worker
+	rate float64
+}
+
+func (b *bizWorkers) run(ctx context.Context) {
+	t := time.NewTicker(b.refresh)
+	defer t.Stop()
+	for {
+		b.sync(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// sync starts workers for new types, restarts those whose rate limit changed, and stops those
+// of deleted types.
+func (b *bizWorkers) sync(ctx context.Context) {
+	types, err := b.types.ListBizTypes(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			b.log.Warn("listing business types failed", "error", err)
+		}
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	seen := map[string]bool{}
+	for _, t := range types {
+		seen[t.Name] = true
+		if r, ok := b.running[t.Name]; ok {
+			if r.rate == t.RateLimit {
+				continue
+			}
+			r.w.Stop()
+			delete(b.running, t.Name)
+		}
+		opts := sdkworker.Options{MaxConcurrentActivityExecutionSize: 100}
+		if t.RateLimit > 0 {
+			// The SDK's 2 pollers: every poll in flight can take a task the moment the server's
+			// limiter allows one, so more pollers let bursts past the rate.
+			opts.TaskQueueActivitiesPerSecond = t.RateLimit
+		} else {
+			// Pollers as on the workflows' queue: a delivery is short, so the poll round trip,
+			// not the work, bounds how fast fires due at once go out.
+			opts.MaxConcurrentActivityTaskPollers = 8
+		}
+		w := sdkworker.New(b.tc, courier.BizTypeTaskQueue(t.Name), opts)
+		registerTimerDelivery(w, b.timers)
+		if err := w.Start(); err != nil {
+			b.log.Warn("starting the business type's worker failed", "biz_type", t.Name, "error", err)
+			continue
+		}
+		b.running[t.Name] = runningBiz{w: w, rate: t.RateLimit}
+	}
+	for name, r := range b.running {
+		if !seen[name] {
+			r.w.Stop()
+			delete(b.running, name)
+		}
+	}
+}
+
+func (b *bizWorkers) stopAll() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for name, r := range b.running {
+		r.w.Stop()
+		delete(b.running, name)
+	}
+}
