@@ -35,7 +35,7 @@ type BizType struct {
 	FailureURL   string
 	FailureTopic string
 	CreatedAt    time.Time
-	UpdatedAt      time.Time
+	UpdatedAt    time.Time
 }
 
 // DefaultTimerRetention is how long a bucketed timer's row is kept once it is finished.

@@ -58,6 +58,7 @@ var routeScope = map[string]courier.Scope{
 	"DELETE /v1/timers/:biz_type/:biz_id": courier.ScopeProducer,
 
 	"POST /v1/tasks":                                      courier.ScopeProducer,
+	"GET /v1/tasks":                                       courier.ScopeProducer,
 	"GET /v1/tasks/:task_id":                              courier.ScopeProducer,
 	"GET /v1/tasks/:task_id/versions/:version":            courier.ScopeProducer,
 	"DELETE /v1/tasks/:task_id/versions/:version":         courier.ScopeProducer,
@@ -133,6 +134,7 @@ var hostileQueries = []string{
 	"page_token=garbage", "page_token=%ZZ", "page_token=" + url.QueryEscape(base64.RawURLEncoding.EncodeToString([]byte(`{"after":-1,"source":"x"}`))),
 	"page_token=" + strings.Repeat("A", 5000), "status=%00", "status=bogus", "state=bogus", "biz_type=..", "biz_type=%00",
 	"source=..%2F..", "source=%00", "include_payload=maybe", "topic=%24JS.API.%3E", "%=1", "a=%", "queue=%00",
+	"priority=0", "priority=%00", "created_after=yesterday", "created_before=%00", "created_after=2026-01-01T00:00:00Z&created_before=1970-01-01T00:00:00Z",
 }
 
 // hostileAPI is a gateway with every service on one stack, seeded with one of each resource.
