@@ -99,6 +99,9 @@ func (b BizType) Validate() error {
 		if err := CheckCallbackURL("failure_url", b.FailureURL); err != nil {
 			return err
 		}
+		if b.Delivery != DeliveryHTTP {
+			return bad("failure_url", "failure_url is signed with the type's secrets, which only an http type has: use failure_topic")
+		}
 	}
 	if b.FailureTopic != "" {
 		if err := CheckTopic("failure_topic", b.FailureTopic); err != nil {

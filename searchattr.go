@@ -14,7 +14,7 @@ const (
 // Search attribute names courier sets on its workflows, so operators can find work by its
 // business key in the Temporal UI.
 const (
-	SAKind    = "CourierKind"     // outbox, timer, task
+	SAKind    = "CourierKind"     // one of the Kind values below
 	SATopic   = "CourierTopic"    // outbox topic
 	SASource  = "CourierSource"   // outbox source database
 	SARecord  = "CourierRecordID" // outbox record id (in its source)
@@ -27,6 +27,19 @@ const (
 	SATaskVersion  = "CourierTaskVersion"  // task version
 	SATaskPriority = "CourierTaskPriority" // task priority 1..5
 	SATaskQueue    = "CourierTaskQueue"    // task queue
+)
+
+// The values of SAKind: what kind of work a workflow run is.
+const (
+	KindOutbox      = "outbox"       // an outbox record's delivery
+	KindOutboxBatch = "outbox-batch" // a batch of outbox records (batch mode)
+	KindTimer       = "timer"        // a timer of its own (the default mode)
+	KindTimerBucket = "timer-bucket" // a business type's second of bucketed timers
+	// KindBucketedTimer is a bucketed timer's delivery in a run of its own: retried after its
+	// bucket's attempt failed, or redelivered.
+	KindBucketedTimer = "bucketed-timer"
+	KindScheduleRun   = "schedule-run" // a run of a cron schedule
+	KindTask          = "task"         // a task attempt
 )
 
 // SearchAttributes lists every custom search attribute courier registers on start.

@@ -83,3 +83,35 @@ type TimerKey struct {
 	BizType string
 	BizID   string
 }
+
+// TimerInsert says what inserting one bucketed timer did.
+type TimerInsert struct {
+	Record TimerRecord // the stored timer: the new one, or the one already there
+	// Created: the insert stored it. Otherwise a timer with the key was there already: with
+	// the same request (RequestHash), a repeat; with another, Conflict.
+	Created  bool
+	Conflict bool
+}
+
+// TimerFilter selects bucketed timers for a list, newest first. Zero fields do not filter.
+type TimerFilter struct {
+	BizType        string
+	State          TimerState
+	FinishedAfter  time.Time // finished (delivered, failed, cancelled) at or after
+	FinishedBefore time.Time // finished before
+	Limit          int       // timers per page; the store bounds it
+	After          *TimerCursor
+}
+
+// TimerCursor continues a timer list after the timer it names (the last of the previous page).
+type TimerCursor struct {
+	CreatedAt time.Time `json:"created_at"`
+	BizType   string    `json:"biz_type"`
+	BizID     string    `json:"biz_id"`
+}
+
+// TimerBucketRef names a business type's bucket of bucketed timers.
+type TimerBucketRef struct {
+	BizType string
+	Bucket  int64 // the Unix second
+}

@@ -79,7 +79,9 @@ func (a *Outbox) Deliver(ctx context.Context, p contract.DeliverParams) (contrac
 	if source == "" {
 		source = courier.DefaultSource
 	}
-	perr := a.pub.Publish(ctx, mq.Message{
+	pctx, cancel := publishContext(ctx)
+	defer cancel()
+	perr := a.pub.Publish(pctx, mq.Message{
 		ID:      courier.OutboxMessageID(source, rec.ID),
 		Topic:   rec.Topic,
 		Key:     rec.Key,
@@ -90,16 +92,21 @@ func (a *Outbox) Deliver(ctx context.Context, p contract.DeliverParams) (contrac
 		if a.metrics != nil {
 			a.metrics.Failures.WithLabelValues(source, rec.Topic).Inc()
 		}
-		if rerr := st.RecordOutboxAttempt(ctx, rec.ID, perr.Error(), nextRetryIn(activity.GetInfo(ctx))); rerr != nil {
+		// The attempt is recorded on a context of its own: the publish may have ended because
+		// the attempt's time ran out, and the row must still say so.
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), recordReserve)
+		defer rcancel()
+		if rerr := st.RecordOutboxAttempt(rctx, rec.ID, perr.Error(), nextRetryIn(activity.GetInfo(ctx))); rerr != nil {
 			activity.GetLogger(ctx).Warn("could not record failed attempt", "id", rec.ID, "error", rerr)
 		}
-		if errors.Is(perr, mq.ErrUnknownTopic) {
+		switch {
+		case errors.Is(perr, mq.ErrUnknownTopic):
 			return contract.DeliverResult{}, temporal.NewNonRetryableApplicationError(perr.Error(), contract.ErrTypeUnknownTopic, perr)
-		}
-		if errors.Is(perr, mq.ErrRefused) {
+		case errors.Is(perr, mq.ErrRefused):
 			return contract.DeliverResult{}, temporal.NewNonRetryableApplicationError(perr.Error(), contract.ErrTypeRefusedMessage, perr)
 		}
-		return contract.DeliverResult{}, perr
+		return contract.DeliverResult{}, temporal.NewApplicationErrorWithOptions(perr.Error(), contract.ErrTypePublishRetry,
+			temporal.ApplicationErrorOptions{Cause: perr, Category: temporal.ApplicationErrorCategoryBenign})
 	}
 	sent, err := st.MarkOutboxSent(ctx, rec.ID)
 	if err != nil {
@@ -112,6 +119,23 @@ func (a *Outbox) Deliver(ctx context.Context, p contract.DeliverParams) (contrac
 		a.metrics.Latency.Observe(a.now().Sub(rec.CreatedAt).Seconds())
 	}
 	return contract.DeliverResult{AlreadySent: !sent}, nil
+}
+
+// recordReserve is the time an attempt keeps back from its publish to record a failure: the
+// publish gives up that long before the attempt's deadline, so the row is written within the
+// attempt's time (a local first attempt never holds its workflow task past its budget) and
+// the API shows the attempt as soon as it ended.
+const recordReserve = time.Second
+
+// publishContext is ctx for the publish: it ends recordReserve before ctx's deadline (a
+// quarter of the time left, if that is less).
+func publishContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	reserve := min(recordReserve, time.Until(deadline)/4)
+	return context.WithDeadline(ctx, deadline.Add(-reserve))
 }
 
 // refuse returns a non-retryable error for a row that must never reach the broker: rows written
@@ -143,6 +167,11 @@ func (a *Outbox) MarkDead(ctx context.Context, p contract.MarkDeadParams) error 
 	marked, err := st.MarkOutboxDead(ctx, p.ID, p.LastError)
 	if err != nil {
 		return fmt.Errorf("mark outbox %d dead: %w", p.ID, err)
+	}
+	if marked {
+		// Once per record, when it goes dead: the retries before it were expected conditions.
+		activity.GetLogger(ctx).Error("outbox record is dead: its retry budget is spent or it can never be published; redrive it once the cause is fixed",
+			"source", p.Source, "id", p.ID, "error", p.LastError)
 	}
 	if marked && a.metrics != nil {
 		rec, err := st.GetOutbox(ctx, p.ID)

@@ -73,6 +73,7 @@ func (a *Timers) LoadBizType(ctx context.Context, name string) (contract.BizType
 		TaskQueue:       courier.BizTypeTaskQueue(b.Name),
 		InitialInterval: b.RetryInitial, Backoff: b.RetryBackoff, MaxInterval: b.RetryMax,
 		MaxAttempts: int32(b.MaxAttempts), RequestTimeout: b.RequestTimeout,
+		NotifyFailure: b.FailureURL != "" || b.FailureTopic != "",
 	}, nil
 }
 
@@ -102,26 +103,92 @@ func (a *Timers) Deliver(ctx context.Context, p contract.DeliverTimerParams) (n 
 	case courier.DeliveryMQ:
 		err := a.pub.Publish(ctx, mq.Message{ID: courier.TimerWorkflowID(p.BizType, p.BizID) + "/" + p.DeliveryID,
 			Topic: b.Topic, Key: p.BizID, Payload: body})
-		if errors.Is(err, mq.ErrUnknownTopic) || errors.Is(err, mq.ErrRefused) {
-			return 0, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrTypePermanentDelivery, err)
+		if err != nil {
+			return 0, deliveryFailed(err, attempt, errors.Is(err, mq.ErrUnknownTopic) || errors.Is(err, mq.ErrRefused), 0)
 		}
-		return int(attempt), err
+		return int(attempt), nil
 	case courier.DeliveryHTTP:
 		signer, err := webhook.NewSigner(b.Secrets...)
 		if err != nil {
-			return 0, temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrTypePermanentDelivery, err)
+			return 0, deliveryFailed(err, attempt, true, 0)
 		}
 		client := a.clients.Client(callback.Options{AllowPrivate: b.AllowPrivate, AllowLoopback: a.allowLoopback, Timeout: b.RequestTimeout})
 		err = client.Send(ctx, callback.Request{URL: b.CallbackURL, DeliveryID: p.DeliveryID, Body: body, Signer: signer})
 		var ce *callback.Error
-		if errors.As(err, &ce) {
-			if !ce.Retryable {
-				return 0, temporal.NewNonRetryableApplicationError(ce.Error(), contract.ErrTypePermanentDelivery, err)
-			}
-			return 0, temporal.NewApplicationErrorWithOptions(ce.Error(), contract.ErrTypeRetryableDelivery,
-				temporal.ApplicationErrorOptions{NextRetryDelay: ce.RetryAfter, Cause: err})
+		switch {
+		case errors.As(err, &ce):
+			return 0, deliveryFailed(err, attempt, !ce.Retryable, ce.RetryAfter)
+		case err != nil:
+			return 0, deliveryFailed(err, attempt, false, 0)
 		}
-		return int(attempt), err
+		return int(attempt), nil
 	}
-	return 0, temporal.NewNonRetryableApplicationError(fmt.Sprintf("unknown delivery %q", b.Delivery), contract.ErrTypePermanentDelivery, nil)
+	return 0, deliveryFailed(fmt.Errorf("unknown delivery %q", b.Delivery), attempt, true, 0)
+}
+
+// deliveryFailed is how a failed delivery attempt ends: a permanent failure is not retried; the
+// others (the receiver down, busy or answering 5xx or 429) are retried after retryAfter when the
+// receiver asked for it, and are benign, so the SDK does not log every retry as an error (the
+// timer's failure for good is logged once). Both carry the attempt's number in their details,
+// so a timer that fails for good says how many attempts it made.
+func deliveryFailed(err error, attempt int32, permanent bool, retryAfter time.Duration) error {
+	typ, category := contract.ErrTypeRetryableDelivery, temporal.ApplicationErrorCategoryBenign
+	if permanent {
+		typ, category = contract.ErrTypePermanentDelivery, temporal.ApplicationErrorCategoryUnspecified
+	}
+	return temporal.NewApplicationErrorWithOptions(err.Error(), typ, temporal.ApplicationErrorOptions{
+		NonRetryable: permanent, Cause: err, NextRetryDelay: retryAfter, Category: category,
+		Details: []any{contract.DeliveryAttempt{Attempt: int(attempt)}}})
+}
+
+// NotifyFailure sends the timer.failed event of a timer that failed for good to its type's
+// failure targets: signed like a callback to failure_url, published to failure_topic (message
+// id timer/<biz_type>/<biz_id>/<delivery id>/failed, so a repeat is dropped). Receivers answering
+// 5xx or 429, or a broker that is down, are retried by the activity's budget; an event that
+// could not be sent within it is logged.
+func (a *Timers) NotifyFailure(ctx context.Context, p contract.NotifyTimerFailureParams) (err error) {
+	b, err := a.bizType(ctx, p.BizType)
+	if err != nil {
+		return err
+	}
+	body, err := json.Marshal(api.TimerFailedEvent{Event: api.TimerFailedEventName, BizType: p.BizType, BizID: p.BizID,
+		FireAt: p.FireAt.UTC(), Attempts: p.Attempts, LastError: p.LastError, DeliveryID: p.DeliveryID})
+	if err != nil {
+		return temporal.NewNonRetryableApplicationError(err.Error(), contract.ErrTypePermanentDelivery, err)
+	}
+	info := activity.GetInfo(ctx)
+	defer func() {
+		if err != nil && (info.Attempt >= info.RetryPolicy.MaximumAttempts || !retryableDelivery(err)) {
+			activity.GetLogger(ctx).Error("a failed timer's event could not be sent", "biz_type", p.BizType, "biz_id", p.BizID, "error", err)
+		}
+	}()
+	if b.FailureTopic != "" {
+		err = a.pub.Publish(ctx, mq.Message{ID: courier.TimerWorkflowID(p.BizType, p.BizID) + "/" + p.DeliveryID + "/failed",
+			Topic: b.FailureTopic, Key: p.BizID, Payload: body})
+		if err != nil {
+			return deliveryFailed(err, info.Attempt, errors.Is(err, mq.ErrUnknownTopic) || errors.Is(err, mq.ErrRefused), 0)
+		}
+	}
+	if b.FailureURL != "" {
+		signer, serr := webhook.NewSigner(b.Secrets...)
+		if serr != nil {
+			return deliveryFailed(serr, info.Attempt, true, 0)
+		}
+		client := a.clients.Client(callback.Options{AllowPrivate: b.AllowPrivate, AllowLoopback: a.allowLoopback, Timeout: b.RequestTimeout})
+		err = client.Send(ctx, callback.Request{URL: b.FailureURL, DeliveryID: p.DeliveryID + "/failed", Body: body, Signer: signer})
+		var ce *callback.Error
+		switch {
+		case errors.As(err, &ce):
+			return deliveryFailed(err, info.Attempt, !ce.Retryable, ce.RetryAfter)
+		case err != nil:
+			return deliveryFailed(err, info.Attempt, false, 0)
+		}
+	}
+	return nil
+}
+
+// retryableDelivery says whether a delivery error will be tried again.
+func retryableDelivery(err error) bool {
+	var app *temporal.ApplicationError
+	return !errors.As(err, &app) || !app.NonRetryable()
 }

@@ -27,6 +27,7 @@ type TimerRowStore interface {
 	ClaimDueTimers(ctx context.Context, bizType string, bucket int64, claim string, limit int) ([]courier.TimerRecord, error)
 	FinishTimerClaim(ctx context.Context, bizType, claim string, outcomes []store.TimerOutcome) error
 	NextDueTimer(ctx context.Context, bizType string, bucket int64) (time.Time, bool, error)
+	RecordTimerResult(ctx context.Context, bizType, bizID string, state courier.TimerState, attempts int, lastError string) (bool, error)
 	TakeTokens(ctx context.Context, name string, rate float64, burst, want int) (int, time.Duration, error)
 }
 
@@ -239,3 +240,12 @@ func (a *TimerBuckets) callBack(ctx context.Context, b courier.BizType, recs []c
 
 // rateBurst is the burst of a business type's delivery rate: a second's worth, at least 1.
 func rateBurst(rate float64) int { return max(1, int(rate)) }
+
+// RecordResult writes how a bucketed timer's own run ended into its row (a repeat changes
+// nothing).
+func (a *TimerBuckets) RecordResult(ctx context.Context, p contract.RecordTimerResultParams) error {
+	if _, err := a.store.RecordTimerResult(ctx, p.BizType, p.BizID, p.State, p.Attempts, p.LastError); err != nil {
+		return fmt.Errorf("record timer %s/%s: %w", p.BizType, p.BizID, err)
+	}
+	return nil
+}

@@ -60,15 +60,19 @@ type Reschedule struct {
 
 // Timer is a timer as the API shows it.
 type Timer struct {
-	BizType    string             `json:"biz_type"`
-	BizID      string             `json:"biz_id"`
-	State      courier.TimerState `json:"state"` // scheduled, firing, delivered, failed, cancelled
-	FireAt     time.Time          `json:"fire_at"`
-	Attempts   int                `json:"attempts"`
-	LastError  string             `json:"last_error,omitempty"`
-	Version    int                `json:"version"` // increases with every reschedule
-	WorkflowID string             `json:"workflow_id"`
-	Payload    json.RawMessage    `json:"payload,omitempty"`
+	BizType   string             `json:"biz_type"`
+	BizID     string             `json:"biz_id"`
+	State     courier.TimerState `json:"state"` // scheduled, firing, delivered, failed, cancelled
+	FireAt    time.Time          `json:"fire_at"`
+	Attempts  int                `json:"attempts"`
+	LastError string             `json:"last_error,omitempty"`
+	Version   int                `json:"version"` // increases with every reschedule
+	// WorkflowID is where to find the timer in the Temporal UI: its own workflow, or for a
+	// bucketed timer its bucket's (timer-bucket/<biz_type>/<second>); a bucketed timer whose
+	// delivery failed in its bucket is retried by a workflow of its own (timer/<biz_type>/<biz_id>).
+	WorkflowID string            `json:"workflow_id"`
+	Mode       courier.TimerMode `json:"mode,omitempty"` // workflow or bucketed
+	Payload    json.RawMessage   `json:"payload,omitempty"`
 
 	// Created is set by the Go client: this request armed the timer (201) rather than found it
 	// armed. It is never in the JSON.
@@ -90,4 +94,65 @@ type TimerCallback struct {
 	FireAt     time.Time       `json:"fire_at"`
 	Attempt    int32           `json:"attempt"`
 	Payload    json.RawMessage `json:"payload"`
+}
+
+// TimerFailedEvent is what a business type's failure_url (signed like a callback) or
+// failure_topic receives when one of its timers fails for good: its retry budget spent, or
+// refused by the receiver. Redeliver the timer once the cause is fixed.
+type TimerFailedEvent struct {
+	Event      string    `json:"event"` // "timer.failed"
+	BizType    string    `json:"biz_type"`
+	BizID      string    `json:"biz_id"`
+	FireAt     time.Time `json:"fire_at"`
+	Attempts   int       `json:"attempts"`
+	LastError  string    `json:"last_error"`
+	DeliveryID string    `json:"delivery_id"` // the failed delivery's id
+}
+
+// TimerFailedEventName is TimerFailedEvent.Event.
+const TimerFailedEventName = "timer.failed"
+
+// TimerBatch is the body of POST /v1/timers/batch: up to 1,000 timers, each created as POST
+// /v1/timers would create it.
+type TimerBatch struct {
+	Timers []TimerRequest `json:"timers"`
+}
+
+// The outcomes of one timer of a batch.
+const (
+	BatchCreated  = "created"  // armed by this request (what POST /v1/timers answers 201)
+	BatchExisting = "existing" // the same request had armed it before (200)
+	BatchRefused  = "refused"  // refused; nothing of it was written
+)
+
+// TimerBatchItem is one timer's answer in a batch, in the request's order.
+type TimerBatchItem struct {
+	Index   int          `json:"index"`
+	Status  int          `json:"status"`  // the HTTP status POST /v1/timers would have answered
+	Outcome string       `json:"outcome"` // created, existing or refused
+	Timer   *Timer       `json:"timer,omitempty"`
+	Error   *ErrorDetail `json:"error,omitempty"` // a refused timer's error
+}
+
+// TimerBatchResult answers a batch: every timer's own outcome, and the counts.
+type TimerBatchResult struct {
+	Items    []TimerBatchItem `json:"items"`
+	Created  int              `json:"created"`
+	Existing int              `json:"existing"`
+	Refused  int              `json:"refused"`
+}
+
+// TimerRedeliverFilter is the body of POST /v1/timers/redeliver (scope admin): which failed
+// timers of a business type to deliver again.
+type TimerRedeliverFilter struct {
+	BizType      string     `json:"biz_type"`
+	FailedAfter  *time.Time `json:"failed_after,omitempty"`  // failed at or after
+	FailedBefore *time.Time `json:"failed_before,omitempty"` // failed before
+	Max          *int       `json:"max,omitempty"`           // timers at most, 1 to 1,000; left out: 100
+}
+
+// TimerRedeliverResult says what a bulk redelivery did.
+type TimerRedeliverResult struct {
+	Redelivered int  `json:"redelivered"`
+	More        bool `json:"more"` // failed timers matching the filter remain beyond max
 }

@@ -121,7 +121,7 @@ func RunTimers(ctx context.Context, stack Stack, cfg TimersConfig) ([]TimerResul
 		return nil, err
 	}
 	defer w.Stop()
-	svc := timers.New(stack.Temporal, "", st, "bench-timers")
+	svc := timers.New(stack.Temporal, "", st, st, "bench-timers")
 
 	start := time.Now()
 	first := start.Add(cfg.Lead)

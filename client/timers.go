@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
@@ -25,8 +26,11 @@ type Timer = api.Timer
 
 // TimerQuery selects timers for ListTimers. Zero fields do not filter.
 type TimerQuery struct {
-	BizType   string
-	State     courier.TimerState // "" for every state
+	BizType string
+	State   courier.TimerState // "" for every state
+	// FinishedAfter and FinishedBefore select timers by when they were delivered, failed or
+	// cancelled.
+	FinishedAfter, FinishedBefore time.Time
 	PageSize  int                // 1–1000; 0: the gateway's default (100)
 	PageToken string             // TimerPage.NextPageToken of the previous page
 }
@@ -87,6 +91,11 @@ func (c *Client) ListTimers(ctx context.Context, q TimerQuery) (*TimerPage, erro
 	if q.PageSize != 0 {
 		v.Set("page_size", strconv.Itoa(q.PageSize))
 	}
+	for k, t := range map[string]time.Time{"finished_after": q.FinishedAfter, "finished_before": q.FinishedBefore} {
+		if !t.IsZero() {
+			v.Set(k, t.UTC().Format(time.RFC3339Nano))
+		}
+	}
 	var out TimerPage
 	if _, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/timers", query: v, idempotent: true, out: &out}); err != nil {
 		return nil, err
@@ -105,4 +114,47 @@ func (c *Client) AllTimers(ctx context.Context, q TimerQuery) iter.Seq2[Timer, e
 		}
 		return p.Items, p.NextPageToken, nil
 	}, q.PageToken)
+}
+
+// TimerBatchResult answers CreateTimers: every timer's own outcome, in the request's order.
+type TimerBatchResult = api.TimerBatchResult
+
+// CreateTimers arms up to 1,000 timers in one request (POST /v1/timers/batch, scope
+// producer). Each is answered on its own (Items[i].Outcome: created, existing or refused, with
+// the timer or the error); a refused one writes nothing and refuses no other. Retried like
+// CreateTimer: a repeat of an armed timer answers existing.
+func (c *Client) CreateTimers(ctx context.Context, reqs []TimerRequest) (*TimerBatchResult, error) {
+	var out TimerBatchResult
+	if _, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/timers/batch", body: api.TimerBatch{Timers: reqs},
+		idempotent: true, out: &out}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// RedeliverTimer delivers a failed timer again (scope admin): a new delivery id, the type's
+// whole retry budget, now. ErrConflict when the timer has not failed.
+func (c *Client) RedeliverTimer(ctx context.Context, bizType, bizID string) (*Timer, error) {
+	var out Timer
+	if _, err := c.do(ctx, call{method: http.MethodPost, path: timerPath(bizType, bizID) + "/redeliver", out: &out}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// TimerRedeliverFilter selects the failed timers RedeliverTimers delivers again.
+type TimerRedeliverFilter = api.TimerRedeliverFilter
+
+// TimerRedeliverResult says what RedeliverTimers did.
+type TimerRedeliverResult = api.TimerRedeliverResult
+
+// RedeliverTimers delivers again the failed timers of a business type that f selects, at most
+// f.Max (default 100) per call (POST /v1/timers/redeliver, scope admin); More says whether
+// others remain. Safe to retry: a repeat redelivers only timers still failed.
+func (c *Client) RedeliverTimers(ctx context.Context, f TimerRedeliverFilter) (*TimerRedeliverResult, error) {
+	var out TimerRedeliverResult
+	if _, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/timers/redeliver", body: f, idempotent: true, out: &out}); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/internal/ratelimit"
 	"github.com/courier-oss/courier/metrics"
+	"github.com/courier-oss/courier/timers"
 )
 
 // limitTTL is how long a gateway trusts a business type's or queue's insert rate it has read:
@@ -166,14 +167,43 @@ type admittedTimers struct {
 }
 
 func (t admittedTimers) Create(ctx context.Context, r api.TimerRequest) (api.Timer, bool, error) {
-	err := t.a.admitInsert(ctx, metrics.RefusedBizTypeRate, "biz_type", r.BizType, func(ctx context.Context, name string) (courier.Rate, error) {
-		b, err := t.types.GetBizType(ctx, name)
-		return b.InsertLimit(), err
-	})
-	if err != nil {
+	if err := t.admit(ctx, r.BizType); err != nil {
 		return api.Timer{}, false, err
 	}
 	return t.TimerService.Create(ctx, r)
+}
+
+// admit counts one timer create against its business type's insert rate.
+func (t admittedTimers) admit(ctx context.Context, bizType string) error {
+	return t.a.admitInsert(ctx, metrics.RefusedBizTypeRate, "biz_type", bizType, func(ctx context.Context, name string) (courier.Rate, error) {
+		b, err := t.types.GetBizType(ctx, name)
+		return b.InsertLimit(), err
+	})
+}
+
+// CreateBatch applies the insert rate to each timer of a batch: a timer over its type's rate is
+// refused (rate_limited) on its own, the others go on.
+func (t admittedTimers) CreateBatch(ctx context.Context, reqs []api.TimerRequest) ([]timers.BatchResult, error) {
+	refused := make([]error, len(reqs))
+	var pass []api.TimerRequest
+	var at []int
+	for i, r := range reqs {
+		if refused[i] = t.admit(ctx, r.BizType); refused[i] == nil {
+			pass, at = append(pass, r), append(at, i)
+		}
+	}
+	res, err := t.TimerService.CreateBatch(ctx, pass)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]timers.BatchResult, len(reqs))
+	for i, e := range refused {
+		out[i].Err = e
+	}
+	for j, r := range res {
+		out[at[j]] = r
+	}
+	return out, nil
 }
 
 // admittedBizTypes forgets a business type's cached rate when it changes through this gateway.

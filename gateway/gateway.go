@@ -130,6 +130,9 @@ func New(cfg Config, d Deps) *echo.Echo {
 		v1.GET("/timers/:biz_type/:biz_id", h.getTimer, producer)
 		v1.PATCH("/timers/:biz_type/:biz_id", h.rescheduleTimer, producer)
 		v1.DELETE("/timers/:biz_type/:biz_id", h.cancelTimer, producer)
+		v1.POST("/timers/batch", h.createTimers, producer)
+		v1.POST("/timers/:biz_type/:biz_id/redeliver", h.redeliverTimer, admin)
+		v1.POST("/timers/redeliver", h.redeliverTimers, admin)
 	}
 	if d.Tasks != nil {
 		workerScope := requireScope(d.Keys, adm, courier.ScopeWorker)

@@ -2,23 +2,28 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"net/http"
-	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/timers"
 )
 
 // TimerService is what the timer endpoints need.
 type TimerService interface {
 	Create(ctx context.Context, r api.TimerRequest) (api.Timer, bool, error)
+	CreateBatch(ctx context.Context, reqs []api.TimerRequest) ([]timers.BatchResult, error)
 	Get(ctx context.Context, bizType, bizID string) (api.Timer, error)
 	Reschedule(ctx context.Context, bizType, bizID string, fireAt time.Time) (api.Timer, error)
 	Cancel(ctx context.Context, bizType, bizID string) (api.Timer, error)
-	List(ctx context.Context, bizType, state string, pageSize int, token []byte) ([]api.Timer, []byte, error)
+	List(ctx context.Context, q timers.ListQuery, token []byte) ([]api.Timer, []byte, error)
+	Redeliver(ctx context.Context, bizType, bizID string) (api.Timer, error)
+	RedeliverFailed(ctx context.Context, q timers.RedeliverQuery) (timers.RedeliverResult, error)
 }
 
 func (h *handlers) createTimer(c echo.Context) error {
@@ -100,22 +105,25 @@ func timerPath(c echo.Context) (string, string, error) {
 }
 
 func (h *handlers) listTimers(c echo.Context) error {
-	size := 100
-	if v := c.QueryParam("page_size"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1000 {
-			return courier.Errorf(courier.CodeInvalid, "page_size must be from 1 to 1000")
-		}
-		size = n
+	var q timers.ListQuery
+	var err error
+	if q.PageSize, err = queryInt(c, "page_size", 100, 1, 1000); err != nil {
+		return err
 	}
-	bizType, state := c.QueryParam("biz_type"), c.QueryParam("state")
-	query := "timers\x00" + bizType + "\x00" + state
+	q.BizType, q.State = c.QueryParam("biz_type"), courier.TimerState(c.QueryParam("state"))
+	if q.FinishedAfter, err = queryTime(c, "finished_after"); err != nil {
+		return err
+	}
+	if q.FinishedBefore, err = queryTime(c, "finished_before"); err != nil {
+		return err
+	}
+	query := strings.Join([]string{"timers", q.BizType, string(q.State), c.QueryParam("finished_after"), c.QueryParam("finished_before")}, "\x00")
 	ctx := c.Request().Context()
 	token, err := h.pages.open(ctx, query, c.QueryParam("page_token"))
 	if err != nil {
 		return err
 	}
-	items, next, err := h.d.Timers.List(ctx, bizType, state, size, token)
+	items, next, err := h.d.Timers.List(ctx, q, token)
 	if err != nil {
 		return err
 	}
@@ -127,4 +135,84 @@ func (h *handlers) listTimers(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, api.TimerPage{Items: items, NextPageToken: nextToken})
+}
+
+// createTimers arms up to timers.MaxBatch timers in one request, each answered on its own.
+func (h *handlers) createTimers(c echo.Context) error {
+	var req api.TimerBatch
+	if err := bindJSON(c, &req); err != nil {
+		return err
+	}
+	switch {
+	case len(req.Timers) == 0:
+		return &courier.Error{Code: courier.CodeValidation, Message: "timers must list at least one timer", Details: map[string]any{"field": "timers"}}
+	case len(req.Timers) > timers.MaxBatch:
+		return &courier.Error{Code: courier.CodeValidation, Message: fmt.Sprintf("timers may list at most %d timers", timers.MaxBatch),
+			Details: map[string]any{"field": "timers", "limit": timers.MaxBatch}}
+	}
+	res, err := h.d.Timers.CreateBatch(c.Request().Context(), req.Timers)
+	if err != nil {
+		return err
+	}
+	out := api.TimerBatchResult{Items: make([]api.TimerBatchItem, len(res))}
+	for i, r := range res {
+		item := api.TimerBatchItem{Index: i}
+		switch {
+		case r.Err != nil:
+			status, body := render(r.Err)
+			detail := body.Error
+			item.Status, item.Outcome, item.Error = status, api.BatchRefused, &detail
+			out.Refused++
+		case r.Created:
+			t := r.Timer
+			item.Status, item.Outcome, item.Timer = http.StatusCreated, api.BatchCreated, &t
+			out.Created++
+		default:
+			t := r.Timer
+			item.Status, item.Outcome, item.Timer = http.StatusOK, api.BatchExisting, &t
+			out.Existing++
+		}
+		out.Items[i] = item
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// redeliverTimer delivers a failed timer again.
+func (h *handlers) redeliverTimer(c echo.Context) error {
+	bizType, bizID, err := timerPath(c)
+	if err != nil {
+		return err
+	}
+	t, err := h.d.Timers.Redeliver(c.Request().Context(), bizType, bizID)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusAccepted, t)
+}
+
+// redeliverTimers delivers again the failed timers of a business type a filter selects.
+func (h *handlers) redeliverTimers(c echo.Context) error {
+	var req api.TimerRedeliverFilter
+	if err := bindJSON(c, &req); err != nil {
+		return err
+	}
+	q := timers.RedeliverQuery{BizType: req.BizType}
+	if req.FailedAfter != nil {
+		q.FailedAfter = *req.FailedAfter
+	}
+	if req.FailedBefore != nil {
+		q.FailedBefore = *req.FailedBefore
+	}
+	if req.Max != nil {
+		if *req.Max < 1 {
+			return &courier.Error{Code: courier.CodeValidation, Message: fmt.Sprintf("max must be from 1 to %d", timers.MaxRedeliver),
+				Details: map[string]any{"field": "max"}}
+		}
+		q.Max = *req.Max
+	}
+	res, err := h.d.Timers.RedeliverFailed(c.Request().Context(), q)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, api.TimerRedeliverResult{Redelivered: res.Redelivered, More: res.More})
 }

@@ -320,7 +320,7 @@ func TestTimerDeliveriesAreRouted(t *testing.T) {
 	s := newRoutedStack(t)
 	s.route(true, mq.Route{Pattern: "points.>", Broker: "points"}, mq.Route{Pattern: "coupons.>", Broker: "coupons"})
 	ctx := t.Context()
-	svc := timers.New(s.tc, s.ns, s.store, relay.DefaultTaskQueue)
+	svc := timers.New(s.tc, s.ns, s.store, s.store, relay.DefaultTaskQueue)
 	for name, topic := range map[string]string{"coupon-expiry": "coupons.expiring", "points-expiry": "points.expiring"} {
 		_, _, err := s.store.PutBizType(ctx, courier.BizType{Name: name, Delivery: courier.DeliveryMQ, Topic: topic})
 		require.NoError(t, err)

@@ -23,6 +23,10 @@ import (
 
 const workerRoleEnv = "COURIER_IT_WORKER"
 
+// workerTimersEnv set to 1 makes the worker subprocess deliver timers too (business types and
+// bucketed timers from its database, callbacks allowed to loopback).
+const workerTimersEnv = "COURIER_IT_TIMERS"
+
 // runWorkerProcess is the body of a worker subprocess: the same worker courier runs, connected
 // to the test's Temporal server, database and NATS through the environment. It runs until
 // killed.
@@ -41,12 +45,18 @@ func runWorkerProcess() int {
 	if err != nil {
 		return fail(err)
 	}
-	w, err := worker.New(worker.Config{
-		Relay: relay.Config{BatchSize: 50, PollInterval: 50 * time.Millisecond, Lease: 2 * time.Second, Retry: testRetry},
-	}, worker.Deps{
+	deps := worker.Deps{
 		Temporal: tc, Publisher: pub, Logger: quiet,
 		Sources: []relay.Source{{Name: courier.DefaultSource, Store: st}},
-	})
+	}
+	cfg := worker.Config{
+		Relay: relay.Config{BatchSize: 50, PollInterval: 50 * time.Millisecond, Lease: 2 * time.Second, Retry: testRetry},
+	}
+	if os.Getenv(workerTimersEnv) == "1" {
+		deps.BizTypes, deps.TimerRows = st, st
+		cfg.AllowLoopbackCallbacks, cfg.Namespace = true, os.Getenv("COURIER_IT_NAMESPACE")
+	}
+	w, err := worker.New(cfg, deps)
 	if err != nil {
 		return fail(err)
 	}

@@ -161,7 +161,7 @@ func TestFailedWorkToFailedWorkflows(t *testing.T) {
 	require.Equal(t, http.StatusConflict, code, "a failed timer cannot be cancelled")
 	require.Equal(t, string(courier.TimerFailed), eb.Error.Details["state"])
 	require.Eventually(t, func() bool {
-		list, _, err := s.timers.List(ctx, "order.close", string(courier.TimerFailed), 10, nil)
+		list, _, err := s.timers.List(ctx, timers.ListQuery{BizType: "order.close", State: courier.TimerFailed, PageSize: 10}, nil)
 		return err == nil && len(list) == 1 && list[0].BizID == "o-41"
 	}, 10*time.Second, 100*time.Millisecond)
 

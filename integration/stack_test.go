@@ -198,7 +198,7 @@ func (s *stack) timerWorker(relayOn bool) {
 		Namespace:              s.ts.GetDefaultNamespace(),
 		AllowLoopbackCallbacks: true,
 		BizTypeRefresh:         100 * time.Millisecond,
-	}, worker.Deps{Temporal: s.tc, Publisher: s.pub, Logger: quiet, BizTypes: bizTypes,
+	}, worker.Deps{Temporal: s.tc, Publisher: s.pub, Logger: quiet, BizTypes: bizTypes, TimerRows: s.store,
 		Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store}}})
 	require.NoError(s.t, err)
 	require.NoError(s.t, w.Start(s.t.Context()))
@@ -207,7 +207,7 @@ func (s *stack) timerWorker(relayOn bool) {
 
 // timerService is the timer API's service on the stack.
 func (s *stack) timerService() *timers.Service {
-	return timers.New(s.tc, s.ts.GetDefaultNamespace(), s.store, relay.DefaultTaskQueue)
+	return timers.New(s.tc, s.ts.GetDefaultNamespace(), s.store, s.store, relay.DefaultTaskQueue)
 }
 
 func startHTTP(t *testing.T, h http.Handler) string {

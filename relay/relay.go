@@ -401,7 +401,7 @@ func (r *Relay) startBatch(ctx context.Context, source string, recs []store.Clai
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		EnableEagerStart:         true,
 		TypedSearchAttributes: temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet("outbox-batch"),
+			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet(courier.KindOutboxBatch),
 			temporal.NewSearchAttributeKeyKeyword(courier.SASource).ValueSet(source),
 			temporal.NewSearchAttributeKeyInt64(courier.SARecord).ValueSet(ids[0]),
 		),
@@ -496,7 +496,7 @@ func (r *Relay) startOne(ctx context.Context, source string, rec store.ClaimedRe
 		// run that already exists, the SDK starts normally.
 		EnableEagerStart: true,
 		TypedSearchAttributes: temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet("outbox"),
+			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet(courier.KindOutbox),
 			temporal.NewSearchAttributeKeyKeyword(courier.SATopic).ValueSet(rec.Topic),
 			temporal.NewSearchAttributeKeyKeyword(courier.SASource).ValueSet(source),
 			temporal.NewSearchAttributeKeyInt64(courier.SARecord).ValueSet(rec.ID),

@@ -60,15 +60,6 @@ func records(rows []timerRow) []courier.TimerRecord {
 	return out
 }
 
-// TimerInsert says what inserting one bucketed timer did.
-type TimerInsert struct {
-	Record courier.TimerRecord // the stored timer: the new one, or the one already there
-	// Created: the insert stored it. Otherwise a timer with the key was there already: with the
-	// same request (RequestHash), a repeat; with another, Conflict.
-	Created  bool
-	Conflict bool
-}
-
 // timerColumns are the columns a timer is read with.
 const timerColumns = "biz_type, biz_id, fire_at, bucket, state, payload, request_hash, version, attempts, last_error, " +
 	"claim, delivery_id, traceparent, tracestate, created_at, updated_at, finished_at"
@@ -80,14 +71,14 @@ const MaxTimerBatch = 1000
 // already there (a repeat when its RequestHash matches, a conflict otherwise). Records carry
 // their fire time (truncated to milliseconds), payload, request hash and trace; their state is
 // scheduled. Nothing is half-written: either every new record is stored or none.
-func (s *Store) InsertTimers(ctx context.Context, recs []courier.TimerRecord) ([]TimerInsert, error) {
+func (s *Store) InsertTimers(ctx context.Context, recs []courier.TimerRecord) ([]courier.TimerInsert, error) {
 	if len(recs) == 0 {
 		return nil, nil
 	}
 	if len(recs) > MaxTimerBatch {
 		return nil, fmt.Errorf("store: %d timers in one insert, at most %d", len(recs), MaxTimerBatch)
 	}
-	out := make([]TimerInsert, len(recs))
+	out := make([]courier.TimerInsert, len(recs))
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		values := make([]string, 0, len(recs))
 		args := make([]any, 0, len(recs)*8)
@@ -121,7 +112,7 @@ func (s *Store) InsertTimers(ctx context.Context, recs []courier.TimerRecord) ([
 		for i, r := range recs {
 			k := courier.TimerKey{BizType: r.BizType, BizID: r.BizID}
 			if row := byKey[k]; row != nil {
-				out[i] = TimerInsert{Record: row.record(), Created: true}
+				out[i] = courier.TimerInsert{Record: row.record(), Created: true}
 				delete(byKey, k) // a key twice in one batch: the second is the first's repeat
 				existing[k] = row
 				continue
@@ -130,7 +121,7 @@ func (s *Store) InsertTimers(ctx context.Context, recs []courier.TimerRecord) ([
 			if row == nil {
 				return fmt.Errorf("store: timer %s/%s neither inserted nor found", r.BizType, r.BizID)
 			}
-			out[i] = TimerInsert{Record: row.record(), Conflict: row.RequestHash != r.RequestHash}
+			out[i] = courier.TimerInsert{Record: row.record(), Conflict: row.RequestHash != r.RequestHash}
 		}
 		return nil
 	})
@@ -271,9 +262,12 @@ type TimerOutcome struct {
 	Failed    bool // the failure is final: no retry can change it
 }
 
+// handedClaim marks a firing timer whose own run has been started: it is that run's to end.
+const handedClaim = "handed"
+
 // FinishTimerClaim records how claim's deliveries ended and lets go of the claim: delivered
-// timers are delivered; failed ones keep firing with their error, out of the claim, for the
-// runs that take them over (RecordTimerResult ends them).
+// timers are delivered; failed ones keep firing with their error, handed to the runs of their
+// own that the caller started for them (RecordTimerResult ends them).
 func (s *Store) FinishTimerClaim(ctx context.Context, bizType, claim string, outcomes []TimerOutcome) error {
 	var delivered []string
 	failed := map[string]string{}
@@ -294,8 +288,8 @@ func (s *Store) FinishTimerClaim(ctx context.Context, bizType, claim string, out
 			}
 		}
 		for id, msg := range failed {
-			_, err := tx.NewRaw("UPDATE courier_timers SET claim = NULL, last_error = ?, updated_at = "+s.nowSQL()+
-				" WHERE biz_type = ? AND biz_id = ? AND claim = ?", msg, bizType, id, claim).Exec(ctx)
+			_, err := tx.NewRaw("UPDATE courier_timers SET claim = ?, last_error = ?, updated_at = "+s.nowSQL()+
+				" WHERE biz_type = ? AND biz_id = ? AND claim = ?", handedClaim, msg, bizType, id, claim).Exec(ctx)
 			if err != nil {
 				return err
 			}
@@ -321,9 +315,18 @@ func (s *Store) RecordTimerResult(ctx context.Context, bizType, bizID string, st
 	return n == 1, nil
 }
 
+// MarkTimerHanded records that a firing timer's own run was started (after a redelivery, or by
+// the sweep of stranded timers), so the sweep leaves it to that run.
+func (s *Store) MarkTimerHanded(ctx context.Context, bizType, bizID string) error {
+	_, err := s.db.NewRaw("UPDATE courier_timers SET claim = ? WHERE biz_type = ? AND biz_id = ? AND state = 'firing' AND claim IS NULL",
+		handedClaim, bizType, bizID).Exec(ctx)
+	return err
+}
+
 // RedeliverTimerRecord makes a failed bucketed timer firing again, its attempts and error
-// cleared and its version bumped, for a new delivery (a run of its own). A timer that is not
-// failed is returned as it is, with ok false.
+// cleared and its version bumped, for a new delivery: the caller starts its run and marks it
+// handed (MarkTimerHanded); until then StrandedTimers finds it. A timer that is not failed is
+// returned as it is, with ok false.
 func (s *Store) RedeliverTimerRecord(ctx context.Context, bizType, bizID string) (courier.TimerRecord, bool, error) {
 	var rows []timerRow
 	err := s.db.NewRaw("UPDATE courier_timers SET state = 'firing', attempts = 0, last_error = '', claim = NULL, "+
@@ -339,29 +342,12 @@ func (s *Store) RedeliverTimerRecord(ctx context.Context, bizType, bizID string)
 	return rec, false, err
 }
 
-// TimerFilter selects bucketed timers for a list, newest first. Zero fields do not filter.
-type TimerFilter struct {
-	BizType        string
-	State          courier.TimerState
-	FinishedAfter  time.Time // finished (delivered, failed, cancelled) at or after
-	FinishedBefore time.Time // finished before
-	Limit          int       // timers per page; at most MaxTimerPage
-	After          *TimerCursor
-}
-
-// TimerCursor continues a list after the timer it names (the last of the previous page).
-type TimerCursor struct {
-	CreatedAt time.Time `json:"created_at"`
-	BizType   string    `json:"biz_type"`
-	BizID     string    `json:"biz_id"`
-}
-
 // MaxTimerPage bounds one page of a timer list.
 const MaxTimerPage = 1000
 
 // ListTimerRecords returns one page of the bucketed timers f selects, newest first (by
 // creation, then key, descending), and whether another page follows.
-func (s *Store) ListTimerRecords(ctx context.Context, f TimerFilter) ([]courier.TimerRecord, bool, error) {
+func (s *Store) ListTimerRecords(ctx context.Context, f courier.TimerFilter) ([]courier.TimerRecord, bool, error) {
 	limit := f.Limit
 	if limit <= 0 || limit > MaxTimerPage {
 		limit = 100
@@ -400,29 +386,30 @@ func (s *Store) ListTimerRecords(ctx context.Context, f TimerFilter) ([]courier.
 	return records(rows[:min(len(rows), limit)]), more, nil
 }
 
-// TimerBucketRef names a business type's bucket.
-type TimerBucketRef struct {
-	BizType string `bun:"biz_type"`
-	Bucket  int64  `bun:"bucket"`
-}
-
 // OverdueTimerBuckets lists up to limit buckets holding timers still scheduled although they
 // fell due more than grace ago: their bucket's workflow never ran (a crash between a timer's
 // insert and its bucket's start) or ended before they were due. Starting those buckets'
 // workflows delivers them.
-func (s *Store) OverdueTimerBuckets(ctx context.Context, grace time.Duration, limit int) ([]TimerBucketRef, error) {
-	var out []TimerBucketRef
-	err := s.db.NewRaw("SELECT DISTINCT biz_type, bucket FROM courier_timers WHERE state = 'scheduled' AND fire_at < "+
-		s.nowPlusSQL(-grace)+" ORDER BY bucket LIMIT ?", limit).Scan(ctx, &out)
-	if errors.Is(err, sql.ErrNoRows) {
-		err = nil
+func (s *Store) OverdueTimerBuckets(ctx context.Context, grace time.Duration, limit int) ([]courier.TimerBucketRef, error) {
+	var rows []struct {
+		BizType string `bun:"biz_type"`
+		Bucket  int64  `bun:"bucket"`
 	}
-	return out, err
+	err := s.db.NewRaw("SELECT DISTINCT biz_type, bucket FROM courier_timers WHERE state = 'scheduled' AND fire_at < "+
+		s.nowPlusSQL(-grace)+" ORDER BY bucket LIMIT ?", limit).Scan(ctx, &rows)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, err
+	}
+	out := make([]courier.TimerBucketRef, len(rows))
+	for i, r := range rows {
+		out[i] = courier.TimerBucketRef{BizType: r.BizType, Bucket: r.Bucket}
+	}
+	return out, nil
 }
 
 // StrandedTimers lists up to limit bucketed timers that have been firing without a claim for
-// longer than grace: handed to a run of their own that was never started (a crash between the
-// hand-over and the start). Starting those runs again delivers them.
+// longer than grace: redelivered, but their run was never started (a crash between the two).
+// Starting their runs delivers them.
 func (s *Store) StrandedTimers(ctx context.Context, grace time.Duration, limit int) ([]courier.TimerRecord, error) {
 	var rows []timerRow
 	err := s.db.NewRaw("SELECT "+timerColumns+" FROM courier_timers WHERE state = 'firing' AND claim IS NULL AND updated_at <= "+

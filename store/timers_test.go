@@ -205,13 +205,13 @@ func TestTimerListSweepPurge(t *testing.T) {
 
 		overdue, err := s.OverdueTimerBuckets(ctx, 10*time.Second, 10)
 		require.NoError(t, err)
-		require.Equal(t, []store.TimerBucketRef{{BizType: "coupon.expiry", Bucket: courier.TimerBucket(past)}}, overdue)
+		require.Equal(t, []courier.TimerBucketRef{{BizType: "coupon.expiry", Bucket: courier.TimerBucket(past)}}, overdue)
 		none, err := s.OverdueTimerBuckets(ctx, 2*time.Minute, 10)
 		require.NoError(t, err)
 		require.Empty(t, none, "not overdue by two minutes")
 
 		var seen []string
-		f := store.TimerFilter{BizType: "coupon.expiry", Limit: 5}
+		f := courier.TimerFilter{BizType: "coupon.expiry", Limit: 5}
 		for {
 			page, more, err := s.ListTimerRecords(ctx, f)
 			require.NoError(t, err)
@@ -222,7 +222,7 @@ func TestTimerListSweepPurge(t *testing.T) {
 				break
 			}
 			last := page[len(page)-1]
-			f.After = &store.TimerCursor{CreatedAt: last.CreatedAt, BizType: last.BizType, BizID: last.BizID}
+			f.After = &courier.TimerCursor{CreatedAt: last.CreatedAt, BizType: last.BizType, BizID: last.BizID}
 		}
 		require.Len(t, seen, 12)
 
@@ -234,12 +234,25 @@ func TestTimerListSweepPurge(t *testing.T) {
 			{BizID: claimed[2].BizID, LastError: "refused", Failed: true}, {BizID: claimed[3].BizID, LastError: "503"}}))
 		stranded, err := s.StrandedTimers(ctx, 0, 10)
 		require.NoError(t, err)
-		require.Len(t, stranded, 2, "handed over, not yet ended")
+		require.Empty(t, stranded, "the failed ones are their own runs' now")
+		ok, err := s.RecordTimerResult(ctx, "coupon.expiry", claimed[2].BizID, courier.TimerFailed, 1, "refused")
+		require.NoError(t, err)
+		require.True(t, ok)
+		_, ok, err = s.RedeliverTimerRecord(ctx, "coupon.expiry", claimed[2].BizID)
+		require.NoError(t, err)
+		require.True(t, ok)
+		stranded, err = s.StrandedTimers(ctx, 0, 10)
+		require.NoError(t, err)
+		require.Len(t, stranded, 1, "redelivered, its run not yet started")
 		stranded, err = s.StrandedTimers(ctx, time.Hour, 10)
+		require.NoError(t, err)
+		require.Empty(t, stranded, "not stranded for an hour")
+		require.NoError(t, s.MarkTimerHanded(ctx, "coupon.expiry", claimed[2].BizID))
+		stranded, err = s.StrandedTimers(ctx, 0, 10)
 		require.NoError(t, err)
 		require.Empty(t, stranded)
 
-		delivered, _, err := s.ListTimerRecords(ctx, store.TimerFilter{State: courier.TimerDelivered})
+		delivered, _, err := s.ListTimerRecords(ctx, courier.TimerFilter{State: courier.TimerDelivered})
 		require.NoError(t, err)
 		require.Len(t, delivered, 2)
 		n, err := s.PurgeTimerRecords(ctx, "coupon.expiry", time.Hour, 10)
@@ -254,7 +267,7 @@ func TestTimerListSweepPurge(t *testing.T) {
 		counts, err := s.CountTimerRecords(ctx)
 		require.NoError(t, err)
 		require.EqualValues(t, 8, counts["coupon.expiry"][courier.TimerScheduled])
-		require.EqualValues(t, 2, counts["coupon.expiry"][courier.TimerFiring])
+		require.EqualValues(t, 2, counts["coupon.expiry"][courier.TimerFiring], "one handed over, one redelivered")
 	})
 }
 

@@ -234,7 +234,7 @@ func (c *Claimer) startRun(ctx context.Context, t store.ClaimedTask) (err error)
 		// claimer runs beside it on the same client), saving a round trip through matching.
 		EnableEagerStart: true,
 		TypedSearchAttributes: temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet("task"),
+			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet(courier.KindTask),
 			temporal.NewSearchAttributeKeyKeyword(courier.SATaskID).ValueSet(t.TaskID),
 			temporal.NewSearchAttributeKeyInt64(courier.SATaskVersion).ValueSet(t.Version),
 			temporal.NewSearchAttributeKeyInt64(courier.SATaskPriority).ValueSet(int64(t.Priority)),

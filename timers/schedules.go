@@ -94,7 +94,7 @@ func (s *Service) compile(ctx context.Context, id string, sp api.ScheduleSpec) (
 		TaskQueue: s.taskQueue,
 		Args:      []any{workflows.TimerParams{BizType: sp.BizType, BizID: id, Payload: payload}},
 		TypedSearchAttributes: temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet("schedule-run"),
+			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet(courier.KindScheduleRun),
 			temporal.NewSearchAttributeKeyKeyword(courier.SABizType).ValueSet(sp.BizType),
 			temporal.NewSearchAttributeKeyKeyword(courier.SABizID).ValueSet(id),
 		),

@@ -2,6 +2,7 @@ package timers
 
 import (
 	"context"
+	"log/slog"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -38,6 +39,17 @@ type BizTypes interface {
 	GetBizType(ctx context.Context, name string) (courier.BizType, error)
 }
 
+// TimerRows is what the bucketed mode needs from courier's database (store.Store).
+type TimerRows interface {
+	InsertTimers(ctx context.Context, recs []courier.TimerRecord) ([]courier.TimerInsert, error)
+	GetTimerRecord(ctx context.Context, bizType, bizID string) (courier.TimerRecord, error)
+	CancelTimerRecord(ctx context.Context, bizType, bizID string) (courier.TimerRecord, bool, error)
+	RescheduleTimerRecord(ctx context.Context, bizType, bizID string, fireAt time.Time) (courier.TimerRecord, bool, error)
+	RedeliverTimerRecord(ctx context.Context, bizType, bizID string) (courier.TimerRecord, bool, error)
+	MarkTimerHanded(ctx context.Context, bizType, bizID string) error
+	ListTimerRecords(ctx context.Context, f courier.TimerFilter) ([]courier.TimerRecord, bool, error)
+}
+
 // DefaultUpdateTimeout is how long a reschedule or cancel waits for the timer's workflow to
 // answer by default.
 const DefaultUpdateTimeout = 10 * time.Second
@@ -53,18 +65,24 @@ type Service struct {
 	// courier.CodeUnavailable and a RetryAfter (the change may still take effect later, and
 	// repeating it is safe). Default DefaultUpdateTimeout; set it before the first call.
 	UpdateTimeout time.Duration
+	// Logger reports what the service recovers from by itself (a bucket it could not arm, which
+	// the sweep arms); default slog.Default(). Set it before the first call.
+	Logger *slog.Logger
 
 	tc        client.Client
 	namespace string
 	types     BizTypes
+	rows      TimerRows // nil: no bucketed mode
 	taskQueue string
 	now       func() time.Time
+	armed     armedBuckets
 }
 
 // New builds the service; taskQueue is where timer workflows run (courier's workflow queue).
-func New(tc client.Client, namespace string, types BizTypes, taskQueue string) *Service {
-	return &Service{tc: tc, namespace: namespace, types: types, taskQueue: taskQueue, now: time.Now,
-		UpdateTimeout: DefaultUpdateTimeout}
+// rows keeps bucketed timers; nil refuses business types in the bucketed mode.
+func New(tc client.Client, namespace string, types BizTypes, rows TimerRows, taskQueue string) *Service {
+	return &Service{tc: tc, namespace: namespace, types: types, rows: rows, taskQueue: taskQueue, now: time.Now,
+		UpdateTimeout: DefaultUpdateTimeout, Logger: slog.Default()}
 }
 
 func validation(field, format string, args ...any) error {
@@ -95,45 +113,79 @@ const (
 // Create arms a timer. The same request again returns the existing timer (created=false); a
 // different request for the same (biz_type, biz_id) is a conflict, also after it fired. A delay
 // counts from now; repeating a delay request is the same request: it returns the timer the
-// first one created, with that one's fire time.
+// first one created, with that one's fire time. The business type's mode decides where the
+// timer lives: a workflow of its own, or a row delivered by its second's bucket.
 func (s *Service) Create(ctx context.Context, r api.TimerRequest) (api.Timer, bool, error) {
-	if err := courier.CheckName("biz_type", r.BizType); err != nil {
+	p, err := s.prepare(ctx, r)
+	if err != nil {
 		return api.Timer{}, false, err
+	}
+	if p.mode == courier.TimerModeBucketed {
+		res := s.createBucketed(ctx, []prepared{p})
+		return res[0].Timer, res[0].Created, res[0].Err
+	}
+	return s.createWorkflow(ctx, p)
+}
+
+// prepared is a create request checked and resolved: its type's mode, its fire time and the
+// hash that recognises a repeat.
+type prepared struct {
+	req    api.TimerRequest
+	mode   courier.TimerMode
+	fireAt time.Time
+	hash   string
+}
+
+// prepare checks a create request and resolves it against the business type and the clock.
+func (s *Service) prepare(ctx context.Context, r api.TimerRequest) (prepared, error) {
+	if err := courier.CheckName("biz_type", r.BizType); err != nil {
+		return prepared{}, err
 	}
 	if err := courier.CheckID("biz_id", r.BizID); err != nil {
-		return api.Timer{}, false, err
+		return prepared{}, err
 	}
-	if _, err := s.types.GetBizType(ctx, r.BizType); err != nil {
+	b, err := s.types.GetBizType(ctx, r.BizType)
+	if err != nil {
 		if courier.ErrorCode(err) == courier.CodeNotFound {
-			return api.Timer{}, false, validation("biz_type", "business type %q is not configured", r.BizType)
+			return prepared{}, validation("biz_type", "business type %q is not configured", r.BizType)
 		}
-		return api.Timer{}, false, err
+		return prepared{}, err
 	}
 	if len(r.Payload) == 0 {
 		r.Payload = json.RawMessage("null")
 	}
 	if len(r.Payload) > MaxPayloadBytes {
-		return api.Timer{}, false, &courier.Error{Code: courier.CodeTooLarge, Message: fmt.Sprintf("payload is over %d bytes", MaxPayloadBytes)}
+		return prepared{}, &courier.Error{Code: courier.CodeTooLarge, Message: fmt.Sprintf("payload is over %d bytes", MaxPayloadBytes),
+			Details: map[string]any{"field": "payload", "limit_bytes": MaxPayloadBytes}}
 	}
 	if !json.Valid(r.Payload) {
-		return api.Timer{}, false, validation("payload", "payload must be JSON")
+		return prepared{}, validation("payload", "payload must be JSON")
 	}
 	at, delay, err := r.When.Resolve(s.now())
 	switch {
 	case err != nil:
-		return api.Timer{}, false, err
+		return prepared{}, err
 	case delay != nil && *delay > MaxDelay:
-		return api.Timer{}, false, validation("delay", "delay must be from 0 to %s", MaxDelay)
+		return prepared{}, validation("delay", "delay must be from 0 to %s", MaxDelay)
 	case at.After(s.now().Add(MaxDelay)):
-		return api.Timer{}, false, validation("fire_at", "fire_at must be within %s", MaxDelay)
+		return prepared{}, validation("fire_at", "fire_at must be within %s", MaxDelay)
 	}
-	fireAt := at.UTC().Truncate(time.Millisecond)
-	var hash string
+	p := prepared{req: r, mode: b.WithDefaults().TimerMode, fireAt: at.UTC().Truncate(time.Millisecond)}
 	if delay != nil {
-		hash = requestHash(time.Time{}, delay, r.Payload)
+		p.hash = requestHash(time.Time{}, delay, r.Payload)
 	} else {
-		hash = requestHash(fireAt, nil, r.Payload)
+		p.hash = requestHash(p.fireAt, nil, r.Payload)
 	}
+	if p.mode == courier.TimerModeBucketed && s.rows == nil {
+		return prepared{}, validation("biz_type", "business type %q keeps bucketed timers, which this process cannot reach", r.BizType)
+	}
+	return p, nil
+}
+
+// createWorkflow arms a timer of its own: its workflow, started with the request's hash in its
+// memo so a repeat is recognised.
+func (s *Service) createWorkflow(ctx context.Context, p prepared) (api.Timer, bool, error) {
+	r, fireAt, hash := p.req, p.fireAt, p.hash
 	id := courier.TimerWorkflowID(r.BizType, r.BizID)
 	memo := map[string]any{memoHash: hash}
 	if tc := tracing.FromContext(ctx); !tc.IsZero() {
@@ -141,7 +193,7 @@ func (s *Service) Create(ctx context.Context, r api.TimerRequest) (api.Timer, bo
 		// workflow's header); the memo shows the trace in the Temporal UI.
 		memo[memoTraceParent] = tc.Parent
 	}
-	_, err = s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+	_, err := s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                                       id,
 		TaskQueue:                                s.taskQueue,
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
@@ -149,14 +201,8 @@ func (s *Service) Create(ctx context.Context, r api.TimerRequest) (api.Timer, bo
 		Memo:                                     memo,
 		// With a worker on the same client (courier dev, the relay's timer rows), the first
 		// workflow task comes back with the start instead of through matching.
-		EnableEagerStart: true,
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet("timer"),
-			temporal.NewSearchAttributeKeyKeyword(courier.SABizType).ValueSet(r.BizType),
-			temporal.NewSearchAttributeKeyKeyword(courier.SABizID).ValueSet(r.BizID),
-			temporal.NewSearchAttributeKeyKeyword(courier.SAState).ValueSet(string(courier.TimerScheduled)),
-			temporal.NewSearchAttributeKeyTime(courier.SAFireAt).ValueSet(fireAt),
-		),
+		EnableEagerStart:      true,
+		TypedSearchAttributes: timerSearchAttributes(courier.KindTimer, r.BizType, r.BizID, courier.TimerScheduled, fireAt),
 	}, workflows.TimerName, workflows.TimerParams{BizType: r.BizType, BizID: r.BizID, FireAt: fireAt, Payload: r.Payload})
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &already) {
@@ -165,9 +211,7 @@ func (s *Service) Create(ctx context.Context, r api.TimerRequest) (api.Timer, bo
 			return api.Timer{}, false, herr
 		}
 		if existing != hash {
-			return api.Timer{}, false, &courier.Error{Code: courier.CodeConflict,
-				Message: "a different timer exists for this biz_type and biz_id",
-				Details: map[string]any{"workflow_id": id}}
+			return api.Timer{}, false, conflict(id)
 		}
 		t, err := s.Get(ctx, r.BizType, r.BizID)
 		return t, false, err
@@ -176,7 +220,24 @@ func (s *Service) Create(ctx context.Context, r api.TimerRequest) (api.Timer, bo
 		return api.Timer{}, false, fmt.Errorf("start timer: %w", err)
 	}
 	return api.Timer{BizType: r.BizType, BizID: r.BizID, State: courier.TimerScheduled, FireAt: fireAt,
-		WorkflowID: id, Payload: r.Payload}, true, nil
+		WorkflowID: id, Payload: r.Payload, Mode: courier.TimerModeWorkflow}, true, nil
+}
+
+// timerSearchAttributes are a timer run's search attributes at its start.
+func timerSearchAttributes(kind, bizType, bizID string, state courier.TimerState, fireAt time.Time) temporal.SearchAttributes {
+	return temporal.NewSearchAttributes(
+		temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet(kind),
+		temporal.NewSearchAttributeKeyKeyword(courier.SABizType).ValueSet(bizType),
+		temporal.NewSearchAttributeKeyKeyword(courier.SABizID).ValueSet(bizID),
+		temporal.NewSearchAttributeKeyKeyword(courier.SAState).ValueSet(string(state)),
+		temporal.NewSearchAttributeKeyTime(courier.SAFireAt).ValueSet(fireAt),
+	)
+}
+
+// conflict answers a create that differs from the timer already under its key.
+func conflict(workflowID string) error {
+	return &courier.Error{Code: courier.CodeConflict, Message: "a different timer exists for this biz_type and biz_id",
+		Details: map[string]any{"workflow_id": workflowID}}
 }
 
 func (s *Service) memoHash(ctx context.Context, id string) (string, error) {
@@ -195,8 +256,18 @@ func notFound(bizType, bizID string) error {
 	return courier.Errorf(courier.CodeNotFound, "no timer %s/%s", bizType, bizID)
 }
 
-// Get returns a timer's current state.
+// Get returns a timer's current state, wherever it lives: a bucketed timer's row, or a timer's
+// own workflow.
 func (s *Service) Get(ctx context.Context, bizType, bizID string) (api.Timer, error) {
+	if rec, ok, err := s.row(ctx, bizType, bizID); ok || err != nil {
+		return timerOfRecord(rec), err
+	}
+	return s.getWorkflow(ctx, bizType, bizID)
+}
+
+// getWorkflow reads a timer of its own from its workflow: the current run's state query, or
+// the closed run's result or failure.
+func (s *Service) getWorkflow(ctx context.Context, bizType, bizID string) (api.Timer, error) {
 	id := courier.TimerWorkflowID(bizType, bizID)
 	d, err := s.tc.DescribeWorkflowExecution(ctx, id, "")
 	var nf *serviceerror.NotFound
@@ -244,8 +315,13 @@ func (s *Service) Get(ctx context.Context, bizType, bizID string) (api.Timer, er
 		st.LastError = "workflow " + strings.ToLower(d.GetWorkflowExecutionInfo().GetStatus().String())
 		st.FireAt = searchTime(d.GetWorkflowExecutionInfo().GetSearchAttributes(), courier.SAFireAt)
 	}
+	return snapshotTimer(bizType, bizID, st, id), nil
+}
+
+// snapshotTimer shows a timer run's snapshot.
+func snapshotTimer(bizType, bizID string, st workflows.TimerSnapshot, workflowID string) api.Timer {
 	return api.Timer{BizType: bizType, BizID: bizID, State: st.State, FireAt: st.FireAt.UTC(), Attempts: st.Attempts,
-		LastError: st.LastError, Version: st.Version, WorkflowID: id}, nil
+		LastError: st.LastError, Version: st.Version, WorkflowID: workflowID, Mode: courier.TimerModeWorkflow}
 }
 
 // Reschedule moves a scheduled timer; a timer that fired or was cancelled is a conflict.
@@ -256,14 +332,27 @@ func (s *Service) Reschedule(ctx context.Context, bizType, bizID string, fireAt 
 	if fireAt.After(s.now().Add(MaxDelay)) {
 		return api.Timer{}, validation("fire_at", "fire_at must be within %s", MaxDelay)
 	}
-	return s.update(ctx, bizType, bizID, workflows.UpdateReschedule, workflows.RescheduleRequest{FireAt: fireAt.UTC().Truncate(time.Millisecond)})
+	fireAt = fireAt.UTC().Truncate(time.Millisecond)
+	if t, found, err := s.rescheduleRow(ctx, bizType, bizID, fireAt); found || err != nil {
+		return t, err
+	}
+	return s.update(ctx, bizType, bizID, workflows.UpdateReschedule, workflows.RescheduleRequest{FireAt: fireAt})
 }
 
 // Cancel cancels a scheduled timer; once acknowledged it never fires. Cancelling a cancelled
 // timer is not an error: it returns the timer as it is, so a repeated cancel gets the answer
 // the first one got. A timer that already fired is a conflict.
 func (s *Service) Cancel(ctx context.Context, bizType, bizID string) (api.Timer, error) {
+	if t, found, err := s.cancelRow(ctx, bizType, bizID); found || err != nil {
+		return t, err
+	}
 	return s.update(ctx, bizType, bizID, workflows.UpdateCancel)
+}
+
+// closedConflict answers a change to a timer that already fired or was cancelled.
+func closedConflict(t api.Timer) error {
+	return &courier.Error{Code: courier.CodeConflict,
+		Message: fmt.Sprintf("timer is %s; it cannot be changed", t.State), Details: map[string]any{"state": t.State}}
 }
 
 func (s *Service) update(ctx context.Context, bizType, bizID, name string, args ...any) (api.Timer, error) {
@@ -291,13 +380,11 @@ func (s *Service) update(ctx context.Context, bizType, bizID, name string, args 
 		if name == workflows.UpdateCancel && t.State == courier.TimerCancelled {
 			return t, nil
 		}
-		return api.Timer{}, &courier.Error{Code: courier.CodeConflict,
-			Message: fmt.Sprintf("timer is %s; it cannot be changed", t.State), Details: map[string]any{"state": t.State}}
+		return api.Timer{}, closedConflict(t)
 	case err != nil:
 		return api.Timer{}, err
 	}
-	return api.Timer{BizType: bizType, BizID: bizID, State: st.State, FireAt: st.FireAt.UTC(), Attempts: st.Attempts,
-		LastError: st.LastError, Version: st.Version, WorkflowID: id}, nil
+	return snapshotTimer(bizType, bizID, st, id), nil
 }
 
 func (s *Service) updateTimeout() time.Duration {
@@ -329,27 +416,95 @@ func (s *Service) unavailable(id string) error {
 // new leaves closed runs behind that still say "scheduled"; only its current run counts.
 var timerQuery = fmt.Sprintf("%s = 'timer' AND ExecutionStatus != 'ContinuedAsNew'", courier.SAKind)
 
-// List returns timers of a business type, optionally in one state, newest first, a page at a
-// time (pass the returned token back for the next page).
-func (s *Service) List(ctx context.Context, bizType, state string, pageSize int, token []byte) ([]api.Timer, []byte, error) {
-	q := timerQuery
-	if bizType != "" {
-		if err := courier.CheckName("biz_type", bizType); err != nil {
+// ListQuery selects timers for List. Zero fields do not filter.
+type ListQuery struct {
+	BizType string
+	State   courier.TimerState
+	// FinishedAfter and FinishedBefore select timers by when they were delivered, failed or
+	// cancelled (timers still scheduled or firing have no such time and are left out).
+	FinishedAfter, FinishedBefore time.Time
+	PageSize                      int // 1–1000; 0: 100
+}
+
+// listCursor is where a list continues: timers of their own (Temporal's page token) come
+// first, then bucketed ones (courier's database).
+type listCursor struct {
+	Rows     bool                 `json:"rows,omitempty"` // the workflows are done: on to the rows
+	Temporal []byte               `json:"t,omitempty"`
+	After    *courier.TimerCursor `json:"after,omitempty"`
+}
+
+// List returns timers, optionally of one business type, state and finish time, a page at a
+// time (pass the returned token back for the next page): timers of their own newest first,
+// then bucketed timers newest first. A page may hold fewer than PageSize timers (even none)
+// while a next token follows.
+func (s *Service) List(ctx context.Context, q ListQuery, token []byte) ([]api.Timer, []byte, error) {
+	if q.BizType != "" {
+		if err := courier.CheckName("biz_type", q.BizType); err != nil {
 			return nil, nil, err
 		}
-		q += fmt.Sprintf(" AND %s = '%s'", courier.SABizType, bizType)
 	}
-	if state != "" {
-		if !courier.TimerState(state).Valid() {
-			return nil, nil, courier.Errorf(courier.CodeInvalid, "state must be scheduled, firing, delivered, failed or cancelled")
+	if q.State != "" && !q.State.Valid() {
+		return nil, nil, &courier.Error{Code: courier.CodeInvalid, Message: "state must be scheduled, firing, delivered, failed or cancelled",
+			Details: map[string]any{"field": "state"}}
+	}
+	if q.PageSize <= 0 || q.PageSize > 1000 {
+		q.PageSize = 100
+	}
+	var cur listCursor
+	if len(token) > 0 {
+		if err := json.Unmarshal(token, &cur); err != nil {
+			return nil, nil, err // sealed by the gateway: never a caller's doing
 		}
-		q += fmt.Sprintf(" AND %s = '%s'", courier.SAState, state)
 	}
-	if pageSize <= 0 || pageSize > 1000 {
-		pageSize = 100
+	if !cur.Rows {
+		items, next, err := s.listWorkflows(ctx, q, cur.Temporal)
+		if err != nil || len(next) > 0 || s.rows == nil {
+			return items, wrapCursor(listCursor{Temporal: next}, len(next) > 0), err
+		}
+		return items, wrapCursor(listCursor{Rows: true}, true), nil
+	}
+	recs, more, err := s.rows.ListTimerRecords(ctx, courier.TimerFilter{BizType: q.BizType, State: q.State,
+		FinishedAfter: q.FinishedAfter, FinishedBefore: q.FinishedBefore, Limit: q.PageSize, After: cur.After})
+	if err != nil {
+		return nil, nil, err
+	}
+	items := make([]api.Timer, len(recs))
+	for i, r := range recs {
+		items[i] = timerOfRecord(r)
+	}
+	if !more || len(recs) == 0 {
+		return items, nil, nil
+	}
+	last := recs[len(recs)-1]
+	return items, wrapCursor(listCursor{Rows: true, After: &courier.TimerCursor{CreatedAt: last.CreatedAt, BizType: last.BizType, BizID: last.BizID}}, true), nil
+}
+
+func wrapCursor(c listCursor, more bool) []byte {
+	if !more {
+		return nil
+	}
+	b, _ := json.Marshal(c)
+	return b
+}
+
+// listWorkflows pages through the timers of their own in visibility.
+func (s *Service) listWorkflows(ctx context.Context, q ListQuery, token []byte) ([]api.Timer, []byte, error) {
+	query := timerQuery
+	if q.BizType != "" {
+		query += fmt.Sprintf(" AND %s = '%s'", courier.SABizType, q.BizType)
+	}
+	if q.State != "" {
+		query += fmt.Sprintf(" AND %s = '%s'", courier.SAState, q.State)
+	}
+	if !q.FinishedAfter.IsZero() {
+		query += fmt.Sprintf(" AND CloseTime >= '%s'", q.FinishedAfter.UTC().Format(time.RFC3339Nano))
+	}
+	if !q.FinishedBefore.IsZero() {
+		query += fmt.Sprintf(" AND CloseTime < '%s'", q.FinishedBefore.UTC().Format(time.RFC3339Nano))
 	}
 	resp, err := s.tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-		Namespace: s.namespace, PageSize: int32(pageSize), NextPageToken: token, Query: q,
+		Namespace: s.namespace, PageSize: int32(q.PageSize), NextPageToken: token, Query: query,
 	})
 	if err != nil {
 		return nil, nil, err
@@ -360,7 +515,7 @@ func (s *Service) List(ctx context.Context, bizType, state string, pageSize int,
 		out = append(out, api.Timer{
 			BizType: searchString(sa, courier.SABizType), BizID: searchString(sa, courier.SABizID),
 			State: courier.TimerState(searchString(sa, courier.SAState)), FireAt: searchTime(sa, courier.SAFireAt),
-			WorkflowID: e.GetExecution().GetWorkflowId(),
+			WorkflowID: e.GetExecution().GetWorkflowId(), Mode: courier.TimerModeWorkflow,
 		})
 	}
 	return out, resp.GetNextPageToken(), nil

@@ -16,17 +16,27 @@ import (
 	"github.com/courier-oss/courier/workflows"
 )
 
-// registerTimers registers timers on the workflows' worker: the timer workflow and the
-// business-type read its runs make as a local activity. The deliveries run on each business
-// type's own worker (bizWorkers), which registers them in registerTimerDelivery.
-func registerTimers(r sdkworker.Registry, acts *activities.Timers) {
+// registerTimers registers timers on the workflows' worker: the timer and bucket workflows,
+// the business-type read the timer runs make as a local activity, and the write of a bucketed
+// timer's end into its row. The deliveries run on each business type's own worker
+// (bizWorkers), which registers them in registerTimerDelivery. buckets is nil without the
+// bucketed mode.
+func registerTimers(r sdkworker.Registry, acts *activities.Timers, buckets *activities.TimerBuckets) {
 	workflows.RegisterTimers(r)
 	r.RegisterActivityWithOptions(acts.LoadBizType, activity.RegisterOptions{Name: contract.LoadBizTypeName})
+	if buckets != nil {
+		r.RegisterActivityWithOptions(buckets.RecordResult, activity.RegisterOptions{Name: contract.RecordTimerResultName})
+	}
 }
 
-// registerTimerDelivery registers the timer deliveries on a business type's worker.
-func registerTimerDelivery(r sdkworker.Registry, acts *activities.Timers) {
+// registerTimerDelivery registers the timer deliveries on a business type's worker: one timer
+// at a time, a bucket's batch, and the event of a timer that failed for good.
+func registerTimerDelivery(r sdkworker.Registry, acts *activities.Timers, buckets *activities.TimerBuckets) {
 	r.RegisterActivityWithOptions(acts.Deliver, activity.RegisterOptions{Name: contract.DeliverTimerName})
+	r.RegisterActivityWithOptions(acts.NotifyFailure, activity.RegisterOptions{Name: contract.NotifyTimerFailureName})
+	if buckets != nil {
+		r.RegisterActivityWithOptions(buckets.DeliverBatch, activity.RegisterOptions{Name: contract.DeliverTimerBatchName})
+	}
 }
 
 // BizTypeLister lists the configured business types.
@@ -42,6 +52,7 @@ type bizWorkers struct {
 	tc      client.Client
 	types   BizTypeLister
 	timers  *activities.Timers
+	buckets *activities.TimerBuckets // nil without the bucketed mode
 	refresh time.Duration
 	log     *slog.Logger
 
@@ -100,7 +111,7 @@ func (b *bizWorkers) sync(ctx context.Context) {
 			opts.MaxConcurrentActivityTaskPollers = 8
 		}
 		w := sdkworker.New(b.tc, courier.BizTypeTaskQueue(t.Name), opts)
-		registerTimerDelivery(w, b.timers)
+		registerTimerDelivery(w, b.timers, b.buckets)
 		if err := w.Start(); err != nil {
 			b.log.Warn("starting the business type's worker failed", "biz_type", t.Name, "error", err)
 			continue

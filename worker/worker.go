@@ -87,6 +87,17 @@ type Deps struct {
 		BizTypeLister
 		activities.BizTypeStore
 	}
+	// TimerRows keeps bucketed timers (courier's store); nil: business types in the bucketed
+	// mode are refused.
+	TimerRows TimerRowStore
+}
+
+// TimerRowStore is what bucketed timers need from courier's database: their rows, their
+// sweep, and the token buckets of their delivery rate.
+type TimerRowStore interface {
+	timers.TimerRows
+	timers.SweepRows
+	activities.TimerRowStore
 }
 
 // Worker is a running (or startable) courier worker.
@@ -96,6 +107,7 @@ type Worker struct {
 	tw     sdkworker.Worker
 	relay  *relay.Relay
 	biz    *bizWorkers
+	sweep  *timers.Sweeper // bucketed timers' sweep; nil without them
 	claim  *tasks.Claimer
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -145,11 +157,22 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		}
 	}
 	if d.BizTypes != nil {
+		var rows timers.TimerRows
+		if d.TimerRows != nil {
+			rows = d.TimerRows
+		}
+		svc := timers.New(d.Temporal, cfg.Namespace, d.BizTypes, rows, queue)
+		svc.Logger = d.Logger
 		timerActs := activities.NewTimers(d.BizTypes, d.Publisher, cfg.AllowLoopbackCallbacks, d.TimerMetrics)
-		registerTimers(w.tw, timerActs)
-		w.biz = &bizWorkers{tc: d.Temporal, types: d.BizTypes, timers: timerActs, refresh: cfg.BizTypeRefresh,
+		var bucketActs *activities.TimerBuckets
+		if d.TimerRows != nil {
+			bucketActs = activities.NewTimerBuckets(d.TimerRows, d.Publisher, svc, cfg.AllowLoopbackCallbacks, d.TimerMetrics)
+			w.sweep = timers.NewSweeper(svc, d.TimerRows, 0, d.Logger)
+		}
+		registerTimers(w.tw, timerActs, bucketActs)
+		w.biz = &bizWorkers{tc: d.Temporal, types: d.BizTypes, timers: timerActs, buckets: bucketActs, refresh: cfg.BizTypeRefresh,
 			log: d.Logger, running: map[string]runningBiz{}}
-		rd.Timers = timers.New(d.Temporal, cfg.Namespace, d.BizTypes, queue)
+		rd.Timers = svc
 	}
 	w.relay = relay.New(d.Temporal, cfg.Relay, rd)
 	return w, nil
@@ -219,6 +242,9 @@ func (w *Worker) Start(ctx context.Context) error {
 			defer wg.Done()
 			w.biz.run(rctx)
 		}()
+	}
+	if w.sweep != nil {
+		wg.Go(func() { w.sweep.Run(rctx) })
 	}
 	if w.claim != nil && !w.cfg.Tasks.DisableClaimer {
 		wg.Add(1)

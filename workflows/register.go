@@ -22,10 +22,11 @@ func RegisterTasks(attempts, sweeper WorkflowRegistrar) {
 	sweeper.RegisterWorkflowWithOptions(TaskSweeper, workflow.RegisterOptions{Name: TaskSweeperName})
 }
 
-// RegisterTimers registers the timer workflow under its stable name, on the workflows' task
-// queue.
+// RegisterTimers registers the timer and bucket workflows under their stable names, on the
+// workflows' task queue.
 func RegisterTimers(r WorkflowRegistrar) {
 	r.RegisterWorkflowWithOptions(Timer, workflow.RegisterOptions{Name: TimerName})
+	r.RegisterWorkflowWithOptions(TimerBucket, workflow.RegisterOptions{Name: TimerBucketName})
 }
 
 // Register registers every courier workflow on one registrar: what a replayer needs. Workers

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -35,6 +36,19 @@ type TimerParams struct {
 	// Version is the state version a continued run starts from (0 for a new timer), so
 	// versions keep rising across runs.
 	Version int
+	// HandOver, when set, makes this run the delivery of a bucketed timer whose row is in
+	// courier's database: it delivers at once (FireAt has come) and records how the delivery
+	// ended in the row. Nil for a timer of its own (the default mode).
+	HandOver *TimerHandOver `json:",omitempty"`
+}
+
+// TimerHandOver is what a bucketed timer's run starts from: the attempts its bucket already
+// made (1 after a bucket's failed delivery, 0 for a redelivery) and how the last one ended.
+type TimerHandOver struct {
+	Attempts   int
+	LastError  string
+	Permanent  bool   // the bucket's attempt failed for good: nothing to retry
+	DeliveryID string // the delivery id the bucket's attempt used; "" for a new one (this run's)
 }
 
 // TimerSnapshot is a timer as its run sees it: what the state query (QueryTimerState), the
@@ -73,6 +87,24 @@ var loadBizTypeOptions = workflow.LocalActivityOptions{
 // timerDeliveryNonRetryable are the delivery's error types that no retry can fix.
 var timerDeliveryNonRetryable = []string{contract.ErrTypePermanentDelivery, contract.ErrTypeUnknownBizType}
 
+// timerFailureNotifyChange guards what runs recorded before it did not do: a timer that fails
+// for good notifies its business type's failure target, and says how many attempts it made.
+const timerFailureNotifyChange = "timer-failure-notify"
+
+// notifyFailureOptions send a failed timer's event with a bounded budget of its own: about an
+// hour of retries, then the event is given up (and logged); the timer is failed either way.
+var notifyFailureOptions = workflow.ActivityOptions{
+	StartToCloseTimeout: time.Minute,
+	RetryPolicy: RetryPolicy{InitialInterval: time.Second, BackoffCoef: 2, MaxInterval: 5 * time.Minute,
+		MaxAttempts: 20}.Temporal(contract.ErrTypePermanentDelivery),
+}
+
+// recordTimerOptions write a bucketed timer's end into its row until the database answers.
+var recordTimerOptions = workflow.ActivityOptions{
+	StartToCloseTimeout: 30 * time.Second,
+	RetryPolicy:         untilDone.Temporal(),
+}
+
 // Timer waits until FireAt (never earlier), accepting reschedules and a cancel as updates so the
 // caller learns the outcome, then delivers once through the business type's queue with its
 // retry budget. A cancel that was accepted wins: the timer never fires after it. Any number of
@@ -80,6 +112,10 @@ var timerDeliveryNonRetryable = []string{contract.ErrTypePermanentDelivery, cont
 // whose delivery failed ends Failed (ErrTypeTimerFailed) with its state in the details.
 func Timer(ctx workflow.Context, p TimerParams) (TimerSnapshot, error) {
 	st := TimerSnapshot{State: courier.TimerScheduled, FireAt: p.FireAt, Version: p.Version}
+	if p.HandOver != nil {
+		// The bucket has fired it: it can no longer be rescheduled or cancelled.
+		st.State, st.Attempts, st.LastError = courier.TimerFiring, p.HandOver.Attempts, p.HandOver.LastError
+	}
 	changed := false
 	updates := 0 // changes accepted by this run
 	// publish keeps the state and fire time searchable in the Temporal UI and the list API.
@@ -173,6 +209,68 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerSnapshot, error) {
 	}
 	retry := RetryPolicy{InitialInterval: cfg.InitialInterval, BackoffCoef: cfg.Backoff,
 		MaxInterval: cfg.MaxInterval, MaxAttempts: cfg.MaxAttempts}.WithDefaults()
+	err := deliverTimer(ctx, p, cfg, retry, &st)
+	if err != nil {
+		st.State, st.LastError = courier.TimerFailed, rootMessage(err)
+	} else {
+		st.State = courier.TimerDelivered
+	}
+	publish()
+	if p.HandOver != nil {
+		rctx := workflow.WithActivityOptions(ctx, recordTimerOptions)
+		if err := workflow.ExecuteActivity(rctx, contract.RecordTimerResultName, contract.RecordTimerResultParams{
+			BizType: p.BizType, BizID: p.BizID, State: st.State, Attempts: st.Attempts, LastError: st.LastError}).Get(ctx, nil); err != nil {
+			return st, err
+		}
+	}
+	if st.State == courier.TimerFailed {
+		// Once per timer (the logger is quiet on replay): its attempts before were expected
+		// conditions, logged by no one.
+		workflow.GetLogger(ctx).Error("timer failed for good: redeliver it once the cause is fixed",
+			"biz_type", p.BizType, "biz_id", p.BizID, "attempts", st.Attempts, "error", st.LastError)
+	}
+	if st.State == courier.TimerFailed && cfg.NotifyFailure &&
+		workflow.GetVersion(ctx, timerFailureNotifyChange, workflow.DefaultVersion, 1) >= 1 {
+		nctx := workflow.WithActivityOptions(ctx, notifyFailureOptions)
+		nctx = workflow.WithTaskQueue(nctx, cfg.TaskQueue)
+		// A notification that could not be sent leaves the timer failed all the same: the
+		// activity logs it, and the timer is listed and redeliverable.
+		_ = workflow.ExecuteActivity(nctx, contract.NotifyTimerFailureName, contract.NotifyTimerFailureParams{
+			BizType: p.BizType, BizID: p.BizID, FireAt: st.FireAt, Attempts: st.Attempts, LastError: st.LastError,
+			DeliveryID: deliveryID(ctx, p)}).Get(ctx, nil)
+	}
+	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+		return st, err
+	}
+	if st.State == courier.TimerFailed {
+		return st, timerFailure(st)
+	}
+	return st, nil
+}
+
+// deliveryID is the id receivers deduplicate a timer's delivery on: the run's id, or the id
+// the bucket's attempt used when the run took over from it.
+func deliveryID(ctx workflow.Context, p TimerParams) string {
+	if p.HandOver != nil && p.HandOver.DeliveryID != "" {
+		return p.HandOver.DeliveryID
+	}
+	return workflow.GetInfo(ctx).WorkflowExecution.RunID
+}
+
+// deliverTimer delivers the timer through its type's queue with the type's retry budget (the
+// rest of it, after the attempts a bucket made), and counts the attempts in st, also when the
+// delivery failed for good.
+func deliverTimer(ctx workflow.Context, p TimerParams, cfg contract.BizTypeDelivery, retry RetryPolicy, st *TimerSnapshot) error {
+	if h := p.HandOver; h != nil && h.Attempts > 0 {
+		if h.Permanent || h.Attempts >= int(retry.MaxAttempts) {
+			return errors.New(h.LastError)
+		}
+		// The bucket made the first attempt: wait the budget's first backoff, then the rest.
+		if err := workflow.Sleep(ctx, retry.firstBackoff()); err != nil {
+			return err
+		}
+		retry = retry.afterFirst()
+	}
 	timeout := cfg.RequestTimeout
 	if timeout <= 0 {
 		timeout = 10 * time.Second
@@ -182,24 +280,34 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerSnapshot, error) {
 		StartToCloseTimeout: timeout + 5*time.Second,
 		RetryPolicy:         retry.Temporal(timerDeliveryNonRetryable...),
 	})
-	info := workflow.GetInfo(ctx)
+	made := 0
+	if p.HandOver != nil {
+		made = p.HandOver.Attempts
+	}
+	var n int
 	err := workflow.ExecuteActivity(dctx, contract.DeliverTimerName, contract.DeliverTimerParams{
-		BizType: p.BizType, BizID: p.BizID, DeliveryID: info.WorkflowExecution.RunID,
-		FireAt: st.FireAt, Payload: p.Payload,
-	}).Get(ctx, &st.Attempts)
+		BizType: p.BizType, BizID: p.BizID, DeliveryID: deliveryID(ctx, p), FireAt: st.FireAt, Payload: p.Payload,
+	}).Get(ctx, &n)
+	st.Attempts = made + n
 	if err != nil {
-		st.State, st.LastError = courier.TimerFailed, rootMessage(err)
-	} else {
-		st.State = courier.TimerDelivered
+		st.Attempts = made + failedAttempts(err, retry)
 	}
-	publish()
-	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
-		return st, err
+	return err
+}
+
+// failedAttempts is how many attempts a failed delivery made: the attempt number its last
+// error carries, or the whole budget when the last attempt timed out after every retry.
+func failedAttempts(err error, retry RetryPolicy) int {
+	var app *temporal.ApplicationError
+	var d contract.DeliveryAttempt
+	if errors.As(err, &app) && app.HasDetails() && app.Details(&d) == nil && d.Attempt > 0 {
+		return d.Attempt
 	}
-	if st.State == courier.TimerFailed {
-		return st, timerFailure(st)
+	var act *temporal.ActivityError
+	if errors.As(err, &act) && act.RetryState() == enumspb.RETRY_STATE_MAXIMUM_ATTEMPTS_REACHED {
+		return int(retry.MaxAttempts)
 	}
-	return st, nil
+	return 1
 }
 
 // timerFailure is how a failed timer's run ends: Failed with the last error as the message and

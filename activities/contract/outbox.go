@@ -15,6 +15,10 @@ const (
 	// subject such as $JS.API.…, a reply subject, a reserved header, unreadable headers): it
 	// is dead at once and never reaches the broker.
 	ErrTypeRefusedMessage = "RefusedMessage"
+	// ErrTypePublishRetry marks an attempt the broker did not acknowledge (down, slow, cut):
+	// retried by the budget. It is benign: an expected condition, logged at debug level by
+	// the SDK (the broker's outage is logged once by the router).
+	ErrTypePublishRetry = "PublishRetry"
 )
 
 // DeliverParams names the record to deliver.

@@ -1,11 +1,20 @@
 package contract
 
-import "time"
+import (
+	"time"
+
+	"github.com/courier-oss/courier"
+)
 
 // Registered names of the timer activities.
 const (
 	LoadBizTypeName  = "timer-load-biz-type"
 	DeliverTimerName = "timer-deliver"
+	// RecordTimerResultName writes how a bucketed timer's own run ended into its row.
+	RecordTimerResultName = "timer-record-result"
+	// NotifyTimerFailureName sends the signed timer.failed event to the type's failure
+	// targets (URL and/or topic).
+	NotifyTimerFailureName = "timer-notify-failure"
 )
 
 // Error types of the timer activities. The first two are non-retryable.
@@ -25,6 +34,28 @@ type BizTypeDelivery struct {
 	MaxInterval     time.Duration
 	MaxAttempts     int32
 	RequestTimeout  time.Duration // one attempt's bound
+	// NotifyFailure says the type has a failure target: a timer that fails for good sends it
+	// an event (NotifyTimerFailureName).
+	NotifyFailure bool
+}
+
+// RecordTimerResultParams end a bucketed timer's row: delivered or failed, after Attempts.
+type RecordTimerResultParams struct {
+	BizType   string
+	BizID     string
+	State     courier.TimerState
+	Attempts  int
+	LastError string
+}
+
+// NotifyTimerFailureParams describe a timer that failed for good.
+type NotifyTimerFailureParams struct {
+	BizType    string
+	BizID      string
+	FireAt     time.Time
+	Attempts   int
+	LastError  string
+	DeliveryID string
 }
 
 // DeliverTimerParams is the delivery activity's input.
@@ -34,4 +65,10 @@ type DeliverTimerParams struct {
 	DeliveryID string // the same for every attempt: receivers deduplicate on it
 	FireAt     time.Time
 	Payload    []byte
+}
+
+// DeliveryAttempt is the detail of a failed delivery attempt's error: its number, so a timer
+// that fails for good reports how many attempts it made.
+type DeliveryAttempt struct {
+	Attempt int
 }

@@ -220,6 +220,7 @@ func (a *app) newWorker() (*worker.Worker, error) {
 		Metrics:      metrics.NewOutbox(a.reg),
 		Logger:       a.log,
 		BizTypes:     bizTypes,
+		TimerRows:    a.store,
 		TimerMetrics: metrics.NewTimers(a.reg),
 		Tasks:        a.store,
 		TaskMetrics:  a.tasksMetrics(),
@@ -236,7 +237,7 @@ func (a *app) newGateway(wake, wakeTasks func()) http.Handler {
 			extra[src.Name] = src.Store
 		}
 	}
-	svc := timers.New(a.temporal, a.cfg.Temporal.Namespace, a.store, relay.DefaultTaskQueue)
+	svc := timers.New(a.temporal, a.cfg.Temporal.Namespace, a.store, a.store, relay.DefaultTaskQueue)
 	a.reg.MustRegister(metrics.NewTimerStateCollector(func() (map[string]int64, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
