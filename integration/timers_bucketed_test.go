@@ -141,7 +141,7 @@ func TestBucketedTimers(t *testing.T) {
 			due := map[string]time.Time{}
 			for i := range 300 {
 				id := fmt.Sprintf("c-%03d", i)
-				at := start.Add(time.Duration(i) * 2 * time.Second / 300)
+				at := start.Add(time.Duration(i) * 2 * time.Second / 300).Truncate(time.Millisecond)
 				due[id] = at
 				reqs = append(reqs, cc.TimerRequest{BizType: "coupon.expiry", BizID: id, When: cc.At(at), Payload: json.RawMessage(`{"coupon":1}`)})
 			}
@@ -339,9 +339,10 @@ func TestBucketedTimerSweep(t *testing.T) {
 	require.Eventually(t, func() bool { return rcv.delivered() == 2 }, time.Minute, 100*time.Millisecond,
 		"the sweep arms the orphans' bucket")
 	for _, id := range []string{"orphan-1", "orphan-2"} {
-		rec, err := s.store.GetTimerRecord(ctx, "coupon.sweep", id)
-		require.NoError(t, err)
-		require.Equal(t, courier.TimerDelivered, rec.State)
+		require.Eventually(t, func() bool {
+			rec, err := s.store.GetTimerRecord(ctx, "coupon.sweep", id)
+			return err == nil && rec.State == courier.TimerDelivered
+		}, 10*time.Second, 50*time.Millisecond, "%s is recorded delivered", id)
 	}
 }
 
@@ -410,6 +411,7 @@ func TestTimerFailureNotifyAndRedeliver(t *testing.T) {
 
 		_, err = producer.RedeliverTimer(ctx, typ, id)
 		require.ErrorIs(t, err, cc.ErrPermissionDenied, "redelivery is an operator's")
+
 		rcv.set(id, 0)
 		tm, err := admin.RedeliverTimer(ctx, typ, id)
 		require.NoError(t, err)

@@ -329,7 +329,7 @@ func (s *Store) MarkTimerHanded(ctx context.Context, bizType, bizID string) erro
 // returned as it is, with ok false.
 func (s *Store) RedeliverTimerRecord(ctx context.Context, bizType, bizID string) (courier.TimerRecord, bool, error) {
 	var rows []timerRow
-	err := s.db.NewRaw("UPDATE courier_timers SET state = 'firing', attempts = 0, last_error = '', claim = NULL, "+
+	err := s.db.NewRaw("UPDATE courier_timers SET state = 'firing', attempts = 0, last_error = '', claim = NULL, delivery_id = '', "+
 		"finished_at = NULL, version = version + 1, updated_at = "+s.nowSQL()+
 		" WHERE biz_type = ? AND biz_id = ? AND state = 'failed' RETURNING "+timerColumns, bizType, bizID).Scan(ctx, &rows)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {

@@ -2,11 +2,13 @@ package timers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
@@ -236,16 +238,43 @@ func (s *Service) rescheduleRow(ctx context.Context, bizType, bizID string, fire
 // HandOver gives a bucketed timer to a timer run of its own (timer/<biz_type>/<biz_id>): the
 // rest of its type's retry budget after a failed attempt in its bucket (or nothing to retry,
 // when the failure was permanent), or a whole new budget after a redelivery; the run records
-// how the delivery ended in the row. A hand-over repeated while the run is open is a no-op.
+// how the delivery ended in the row. A bucket's hand-over repeated while its run is open is a
+// no-op. A redelivery (no attempts made yet) waits for the previous delivery's run, which
+// records its end a moment before it closes, to close first.
 func (s *Service) HandOver(ctx context.Context, rec courier.TimerRecord, lastError string, permanent bool) error {
-	_, err := s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                       courier.TimerWorkflowID(rec.BizType, rec.BizID),
-		TaskQueue:                s.taskQueue,
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		TypedSearchAttributes:    timerSearchAttributes(courier.KindBucketedTimer, rec.BizType, rec.BizID, courier.TimerFiring, rec.FireAt),
-	}, workflows.TimerName, workflows.TimerParams{BizType: rec.BizType, BizID: rec.BizID, FireAt: rec.FireAt,
-		Payload: rec.Payload, Version: rec.Version,
-		HandOver: &workflows.TimerHandOver{Attempts: rec.Attempts, LastError: lastError, Permanent: permanent, DeliveryID: rec.DeliveryID}})
-	return err
+	id := courier.TimerWorkflowID(rec.BizType, rec.BizID)
+	opts := client.StartWorkflowOptions{
+		ID:                                       id,
+		TaskQueue:                                s.taskQueue,
+		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		TypedSearchAttributes:                    timerSearchAttributes(courier.KindBucketedTimer, rec.BizType, rec.BizID, courier.TimerFiring, rec.FireAt),
+	}
+	params := workflows.TimerParams{BizType: rec.BizType, BizID: rec.BizID, FireAt: rec.FireAt, Payload: rec.Payload, Version: rec.Version,
+		HandOver: &workflows.TimerHandOver{Attempts: rec.Attempts, LastError: lastError, Permanent: permanent, DeliveryID: rec.DeliveryID}}
+	for {
+		_, err := s.tc.ExecuteWorkflow(ctx, opts, workflows.TimerName, params)
+		var already *serviceerror.WorkflowExecutionAlreadyStarted
+		if !errors.As(err, &already) {
+			return err
+		}
+		if rec.Attempts > 0 {
+			return nil // this firing's run, started by an earlier try of the same hand-over
+		}
+		// The previous delivery's run is closing: wait for it, then start the new one.
+		wctx, cancel := context.WithTimeout(ctx, handOverWait)
+		_ = s.tc.GetWorkflow(wctx, id, "").Get(wctx, nil) // its outcome is the previous delivery's
+		timedOut := wctx.Err() != nil
+		cancel()
+		if timedOut && ctx.Err() == nil {
+			return &courier.Error{Code: courier.CodeUnavailable, RetryAfter: time.Second,
+				Message: fmt.Sprintf("the timer's previous delivery (%s) has not closed yet; repeat the request in a moment", id)}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
 }
+
+// handOverWait bounds how long a redelivery waits for the previous delivery's run to close.
+const handOverWait = 10 * time.Second
