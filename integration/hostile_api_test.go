@@ -51,11 +51,14 @@ var routeScope = map[string]courier.Scope{
 	"PUT /v1/biz-types/:name":    courier.ScopeAdmin,
 	"DELETE /v1/biz-types/:name": courier.ScopeAdmin,
 
-	"POST /v1/timers":                     courier.ScopeProducer,
-	"GET /v1/timers":                      courier.ScopeProducer,
-	"GET /v1/timers/:biz_type/:biz_id":    courier.ScopeProducer,
-	"PATCH /v1/timers/:biz_type/:biz_id":  courier.ScopeProducer,
-	"DELETE /v1/timers/:biz_type/:biz_id": courier.ScopeProducer,
+	"POST /v1/timers":                             courier.ScopeProducer,
+	"GET /v1/timers":                              courier.ScopeProducer,
+	"GET /v1/timers/:biz_type/:biz_id":            courier.ScopeProducer,
+	"PATCH /v1/timers/:biz_type/:biz_id":          courier.ScopeProducer,
+	"DELETE /v1/timers/:biz_type/:biz_id":         courier.ScopeProducer,
+	"POST /v1/timers/batch":                       courier.ScopeProducer,
+	"POST /v1/timers/redeliver":                   courier.ScopeAdmin,
+	"POST /v1/timers/:biz_type/:biz_id/redeliver": courier.ScopeAdmin,
 
 	"POST /v1/tasks":                                      courier.ScopeProducer,
 	"GET /v1/tasks":                                       courier.ScopeProducer,
@@ -88,6 +91,9 @@ var validBodies = map[string][]string{
 	"POST /v1/timers": {`{"biz_type":"orders","biz_id":"h-1","fire_at":"2099-01-01T00:00:00Z","payload":{"n":1}}`,
 		`{"biz_type":"orders","biz_id":"h-2","delay":"1000h","payload":{"n":1}}`},
 	"PATCH /v1/timers/:biz_type/:biz_id": {`{"fire_at":"2099-06-01T00:00:00Z"}`, `{"delay":"2000h"}`},
+	"POST /v1/timers/batch": {`{"timers":[{"biz_type":"orders","biz_id":"hb-1","fire_at":"2099-01-01T00:00:00Z","payload":{"n":1}},` +
+		`{"biz_type":"orders","biz_id":"hb-2","delay":"1000h"}]}`},
+	"POST /v1/timers/redeliver": {`{"biz_type":"orders","failed_after":"2020-01-01T00:00:00Z","failed_before":"2099-01-01T00:00:00Z","max":10}`},
 	"POST /v1/tasks": {`{"task_id":"h-1","task_version":1,"priority":3,"queue":"hq","payload":{"n":1},` +
 		`"overrides":{"pending_timeout":"1h","processing_timeout":"1m","heartbeat_timeout":"10s","max_attempts":2}}`},
 	"POST /v1/tasks/:task_id/versions/:version/result":    {`{"attempt":1,"status":"success","status_code":200,"message":"ok","result":{"n":1}}`},

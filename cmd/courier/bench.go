@@ -36,6 +36,8 @@ func runBench(ctx context.Context, args []string) error {
 	var cfg bench.OutboxConfig
 	var tcfg bench.TimersConfig
 	var kcfg bench.TasksConfig
+	var bcfg bench.BucketedConfig
+	var timerMode string
 	postgresUsage := "also run against this PostgreSQL database, in a throwaway schema (COURIER_BENCH_POSTGRES_URL)"
 	switch args[0] {
 	case "outbox":
@@ -50,6 +52,9 @@ func runBench(ctx context.Context, args []string) error {
 		fs.IntVar(&tcfg.Timers, "timers", 1000, "timers per scenario")
 		fs.DurationVar(&tcfg.Window, "window", 10*time.Second, "fire times are spread across this window")
 		fs.DurationVar(&tcfg.Lead, "lead", 15*time.Second, "the first fire time is this long after creation starts")
+		fs.StringVar(&timerMode, "mode", "workflow", "workflow: timers of their own beside bare Temporal; bucketed: bucketed timers (NATS and signed HTTP), created through the batch endpoint")
+		fs.IntVar(&bcfg.Timers, "bucketed-timers", 100_000, "timers per bucketed scenario")
+		fs.StringVar(&bcfg.PostgresURL, "postgres-url", env("COURIER_BENCH_POSTGRES_URL", ""), postgresUsage)
 	case "tasks":
 		fs.IntVar(&kcfg.Tasks, "tasks", 2000, "tasks per scenario, spread evenly over priorities 1-5")
 		fs.IntVar(&kcfg.Limit, "limit", 20, "the queue's concurrency limit (and the baseline's concurrent activities)")
@@ -74,7 +79,7 @@ func runBench(ctx context.Context, args []string) error {
 		defer pprof.StopCPUProfile()
 	}
 	if *asJSON {
-		cfg.Out, tcfg.Out, kcfg.Out = os.Stderr, os.Stderr, os.Stderr
+		cfg.Out, tcfg.Out, kcfg.Out, bcfg.Out = os.Stderr, os.Stderr, os.Stderr, os.Stderr
 	}
 	dir, err := os.MkdirTemp("", "courier-bench-stack-")
 	if err != nil {
@@ -104,7 +109,18 @@ func runBench(ctx context.Context, args []string) error {
 	stack := bench.Stack{Temporal: tc, NATSURL: ns.URL(), Namespace: tmp.Namespace()}
 	switch args[0] {
 	case "timers":
-		rs, err := bench.RunTimers(ctx, stack, tcfg)
+		run := bench.RunTimers
+		switch timerMode {
+		case "workflow":
+		case "bucketed":
+			bcfg.Window = tcfg.Window
+			run = func(ctx context.Context, stack bench.Stack, _ bench.TimersConfig) ([]bench.TimerResult, error) {
+				return bench.RunTimersBucketed(ctx, stack, bcfg)
+			}
+		default:
+			return &usageError{msg: "--mode must be workflow or bucketed", usage: flagUsage(fs)}
+		}
+		rs, err := run(ctx, stack, tcfg)
 		return report(*asJSON, err, func() bench.Report { return bench.TimersReport(rs) })
 	case "tasks":
 		rs, err := bench.RunTasks(ctx, stack, kcfg)
