@@ -238,3 +238,67 @@ func history(t *testing.T, s *stack, id, runID string) *historypb.History {
 	}
 	return hist
 }
+
+// TestRecordBucketedTimerHistories records the bucketed mode's and the failure path's
+// histories (make record-histories): a bucket that delivered its timers, a bucketed timer
+// retried by a run of its own that then failed and notified its type's failure target, a timer
+// of its own that failed and notified, and its redelivery. Each only where it is missing.
+func TestRecordBucketedTimerHistories(t *testing.T) {
+	if os.Getenv("COURIER_RECORD_HISTORIES") == "" {
+		t.Skip("set COURIER_RECORD_HISTORIES=1 to re-record workflow histories")
+	}
+	s := newStack(t, "sqlite")
+	rcv, url, secret := newBucketReceiver(t)
+	ctx := context.Background()
+	for _, mode := range []courier.TimerMode{courier.TimerModeBucketed, courier.TimerModeWorkflow} {
+		_, _, err := s.store.PutBizType(ctx, courier.BizType{Name: "rec." + string(mode), Delivery: courier.DeliveryHTTP,
+			CallbackURL: url, Secrets: []string{secret}, TimerMode: mode, MaxAttempts: 2,
+			RetryInitial: 100 * time.Millisecond, RetryMax: 200 * time.Millisecond, FailureURL: url + "/failed"})
+		require.NoError(t, err)
+	}
+	s.timerWorker(false)
+	svc := s.timerService()
+	at := time.Now().Add(2 * time.Second).Truncate(time.Second).Add(1500 * time.Millisecond)
+	rcv.set("failing", http.StatusServiceUnavailable)
+	rcv.set("failing-own", http.StatusServiceUnavailable)
+	for _, r := range []api.TimerRequest{
+		{BizType: "rec.bucketed", BizID: "b-1", When: api.At(at)},
+		{BizType: "rec.bucketed", BizID: "b-2", When: api.At(at.Add(300 * time.Millisecond))},
+		{BizType: "rec.bucketed", BizID: "failing", When: api.At(at.Add(600 * time.Millisecond))},
+		{BizType: "rec.workflow", BizID: "failing-own", When: api.At(at)},
+	} {
+		_, _, err := svc.Create(ctx, r)
+		require.NoError(t, err)
+	}
+	closed := func(id string) bool {
+		d, err := s.tc.DescribeWorkflowExecution(ctx, id, "")
+		return err == nil && d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	}
+	bucket := courier.TimerBucketWorkflowID("rec.bucketed", courier.TimerBucket(at))
+	handed := courier.TimerWorkflowID("rec.bucketed", "failing")
+	own := courier.TimerWorkflowID("rec.workflow", "failing-own")
+	for _, id := range []string{bucket, handed, own} {
+		require.Eventually(t, func() bool { return closed(id) }, time.Minute, 50*time.Millisecond, id)
+	}
+	require.Eventually(t, func() bool { return len(rcv.failureEvents()) == 2 }, time.Minute, 50*time.Millisecond)
+	writeNew(t, filepath.Join("..", "workflows", "testdata", "histories", workflows.TimerBucketName, "delivered.json"), history(t, s, bucket, ""))
+	dir := filepath.Join("..", "workflows", "testdata", "histories", workflows.TimerName)
+	writeNew(t, filepath.Join(dir, "bucketed-retried-failed-notified.json"), history(t, s, handed, ""))
+	writeNew(t, filepath.Join(dir, "failed-notified.json"), history(t, s, own, ""))
+
+	rcv.set("failing-own", 0)
+	first, err := s.tc.DescribeWorkflowExecution(ctx, own, "")
+	require.NoError(t, err)
+	_, err = svc.Redeliver(ctx, "rec.workflow", "failing-own")
+	require.NoError(t, err)
+	var runID string
+	require.Eventually(t, func() bool {
+		d, err := s.tc.DescribeWorkflowExecution(ctx, own, "")
+		if err != nil || d.GetWorkflowExecutionInfo().GetExecution().GetRunId() == first.GetWorkflowExecutionInfo().GetExecution().GetRunId() {
+			return false
+		}
+		runID = d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+		return d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
+	}, time.Minute, 50*time.Millisecond)
+	writeNew(t, filepath.Join(dir, "redelivered.json"), history(t, s, own, runID))
+}
