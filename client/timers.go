@@ -31,8 +31,8 @@ type TimerQuery struct {
 	// FinishedAfter and FinishedBefore select timers by when they were delivered, failed or
 	// cancelled.
 	FinishedAfter, FinishedBefore time.Time
-	PageSize  int                // 1–1000; 0: the gateway's default (100)
-	PageToken string             // TimerPage.NextPageToken of the previous page
+	PageSize                      int    // 1–1000; 0: the gateway's default (100)
+	PageToken                     string // TimerPage.NextPageToken of the previous page
 }
 
 // TimerPage is one page of timers; NextPageToken is empty on the last.

@@ -2,12 +2,12 @@ package timers
 
 import (
 	"context"
-	"log/slog"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"

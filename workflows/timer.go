@@ -213,7 +213,7 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerSnapshot, error) {
 	if err != nil {
 		st.State, st.LastError = courier.TimerFailed, rootMessage(err)
 	} else {
-		st.State = courier.TimerDelivered
+		st.State, st.LastError = courier.TimerDelivered, "" // a bucket's failed attempt is behind it
 	}
 	publish()
 	if p.HandOver != nil {

@@ -265,3 +265,102 @@ func normalize(p workflows.TimerParams) workflows.TimerParams {
 	p.FireAt = p.FireAt.UTC()
 	return p
 }
+
+// handOverEnv runs a bucketed timer's own run (TimerParams.HandOver) with its activities
+// mocked: the type's config (notify as given), deliveries answered by deliver, and what the run
+// records in the row and sends as a failure event.
+type handOverEnv struct {
+	*testsuite.TestWorkflowEnvironment
+	delivered []time.Time
+	recorded  []contract.RecordTimerResultParams
+	notified  []contract.NotifyTimerFailureParams
+}
+
+func newHandOverEnv(t *testing.T, notify bool, deliver func(n int) error) *handOverEnv {
+	var s testsuite.WorkflowTestSuite
+	env := &handOverEnv{TestWorkflowEnvironment: s.NewTestWorkflowEnvironment()}
+	cfg := bizCfg
+	cfg.NotifyFailure = notify
+	env.RegisterWorkflowWithOptions(workflows.Timer, workflow.RegisterOptions{Name: workflows.TimerName})
+	env.RegisterActivityWithOptions(func(context.Context, string) (contract.BizTypeDelivery, error) { return cfg, nil },
+		activity.RegisterOptions{Name: contract.LoadBizTypeName})
+	n := 0
+	env.RegisterActivityWithOptions(func(ctx context.Context, p contract.DeliverTimerParams) (int, error) {
+		n++
+		env.delivered = append(env.delivered, env.Now())
+		require.Equal(t, "bucket-claim/o-1", p.DeliveryID, "the bucket's delivery id is kept")
+		if err := deliver(n); err != nil {
+			return 0, temporal.NewApplicationErrorWithOptions(err.Error(), contract.ErrTypeRetryableDelivery,
+				temporal.ApplicationErrorOptions{Details: []any{contract.DeliveryAttempt{Attempt: int(activity.GetInfo(ctx).Attempt)}}})
+		}
+		return int(activity.GetInfo(ctx).Attempt), nil
+	}, activity.RegisterOptions{Name: contract.DeliverTimerName})
+	env.RegisterActivityWithOptions(func(_ context.Context, p contract.RecordTimerResultParams) error {
+		env.recorded = append(env.recorded, p)
+		return nil
+	}, activity.RegisterOptions{Name: contract.RecordTimerResultName})
+	env.RegisterActivityWithOptions(func(_ context.Context, p contract.NotifyTimerFailureParams) error {
+		env.notified = append(env.notified, p)
+		return nil
+	}, activity.RegisterOptions{Name: contract.NotifyTimerFailureName})
+	return env
+}
+
+func (e *handOverEnv) run(h workflows.TimerHandOver) workflows.TimerSnapshot {
+	h.DeliveryID = "bucket-claim/o-1"
+	e.ExecuteWorkflow(workflows.TimerName, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: e.Now(), HandOver: &h})
+	var st workflows.TimerSnapshot
+	var app *temporal.ApplicationError
+	if errors.As(e.GetWorkflowError(), &app) {
+		_ = app.Details(&st)
+		return st
+	}
+	_ = e.GetWorkflowResult(&st)
+	return st
+}
+
+// A bucketed timer's run waits the first backoff after its bucket's attempt, makes the rest of
+// the budget's attempts and records the end in the row, counting the bucket's attempt.
+func TestTimerHandOverRetriesTheRestOfTheBudget(t *testing.T) {
+	env := newHandOverEnv(t, false, func(n int) error {
+		if n == 1 {
+			return errors.New("503")
+		}
+		return nil
+	})
+	start := env.Now()
+	st := env.run(workflows.TimerHandOver{Attempts: 1, LastError: "503"})
+	require.NoError(t, env.GetWorkflowError())
+	require.Equal(t, courier.TimerDelivered, st.State)
+	require.Equal(t, 3, st.Attempts, "the bucket's attempt and two of the run's")
+	require.Len(t, env.delivered, 2)
+	require.GreaterOrEqual(t, env.delivered[0].Sub(start), bizCfg.InitialInterval, "the first backoff after the bucket's attempt")
+	require.Equal(t, []contract.RecordTimerResultParams{{BizType: "orders", BizID: "o-1", State: courier.TimerDelivered, Attempts: 3}}, env.recorded)
+	require.Empty(t, env.notified)
+}
+
+// When the rest of the budget fails too, the timer fails for good with every attempt counted,
+// the row records it, and its type's failure target hears of it.
+func TestTimerHandOverFailsAndNotifies(t *testing.T) {
+	env := newHandOverEnv(t, true, func(int) error { return errors.New("503 again") })
+	st := env.run(workflows.TimerHandOver{Attempts: 1, LastError: "503"})
+	require.ErrorContains(t, env.GetWorkflowError(), "503 again")
+	require.Equal(t, courier.TimerFailed, st.State)
+	require.Equal(t, 3, st.Attempts, "the bucket's attempt and the two left of a budget of three")
+	require.Len(t, env.recorded, 1)
+	require.Equal(t, courier.TimerFailed, env.recorded[0].State)
+	require.Equal(t, 3, env.recorded[0].Attempts)
+	require.Len(t, env.notified, 1)
+	require.Equal(t, contract.NotifyTimerFailureParams{BizType: "orders", BizID: "o-1", FireAt: env.notified[0].FireAt, Attempts: 3,
+		LastError: "503 again", DeliveryID: "bucket-claim/o-1"}, env.notified[0])
+}
+
+// A refusal in the bucket (permanent) is not retried: the run fails the timer at once.
+func TestTimerHandOverPermanentFailure(t *testing.T) {
+	env := newHandOverEnv(t, false, func(int) error { t.Fatal("a refused timer is not delivered again"); return nil })
+	st := env.run(workflows.TimerHandOver{Attempts: 1, LastError: "callback answered 410", Permanent: true})
+	require.Equal(t, courier.TimerFailed, st.State)
+	require.Equal(t, 1, st.Attempts)
+	require.Equal(t, "callback answered 410", st.LastError)
+	require.Len(t, env.recorded, 1)
+}
