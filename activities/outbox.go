@@ -99,14 +99,17 @@ func (a *Outbox) Deliver(ctx context.Context, p contract.DeliverParams) (contrac
 		if rerr := st.RecordOutboxAttempt(rctx, rec.ID, perr.Error(), nextRetryIn(activity.GetInfo(ctx))); rerr != nil {
 			activity.GetLogger(ctx).Warn("could not record failed attempt", "id", rec.ID, "error", rerr)
 		}
+		// Every failed attempt is benign to the SDK's log: the retries are expected, and a record
+		// that can never be published is logged once, at ERROR, when it goes dead (MarkDead).
+		typ, permanent := contract.ErrTypePublishRetry, false
 		switch {
 		case errors.Is(perr, mq.ErrUnknownTopic):
-			return contract.DeliverResult{}, temporal.NewNonRetryableApplicationError(perr.Error(), contract.ErrTypeUnknownTopic, perr)
+			typ, permanent = contract.ErrTypeUnknownTopic, true
 		case errors.Is(perr, mq.ErrRefused):
-			return contract.DeliverResult{}, temporal.NewNonRetryableApplicationError(perr.Error(), contract.ErrTypeRefusedMessage, perr)
+			typ, permanent = contract.ErrTypeRefusedMessage, true
 		}
-		return contract.DeliverResult{}, temporal.NewApplicationErrorWithOptions(perr.Error(), contract.ErrTypePublishRetry,
-			temporal.ApplicationErrorOptions{Cause: perr, Category: temporal.ApplicationErrorCategoryBenign})
+		return contract.DeliverResult{}, temporal.NewApplicationErrorWithOptions(perr.Error(), typ,
+			temporal.ApplicationErrorOptions{Cause: perr, NonRetryable: permanent, Category: temporal.ApplicationErrorCategoryBenign})
 	}
 	sent, err := st.MarkOutboxSent(ctx, rec.ID)
 	if err != nil {

@@ -197,10 +197,12 @@ func (a *Tasks) SendPush(ctx context.Context, p contract.PushTaskParams) (contra
 	case ctx.Err() != nil:
 		return contract.SendPushResult{}, ctx.Err() // the activity's own timeout or a cancel: Temporal classifies it
 	case errors.As(err, &ce) && ce.Retryable:
+		// Expected: the worker is down, busy or slow. Tried again within the attempt; benign, so
+		// the SDK does not log each try as an error.
 		return contract.SendPushResult{}, temporal.NewApplicationErrorWithOptions("push: "+err.Error(), contract.ErrTypePushUnanswered,
-			temporal.ApplicationErrorOptions{Cause: err, NextRetryDelay: ce.RetryAfter})
+			temporal.ApplicationErrorOptions{Cause: err, NextRetryDelay: ce.RetryAfter, Category: temporal.ApplicationErrorCategoryBenign})
 	default:
-		return contract.SendPushResult{}, temporal.NewNonRetryableApplicationError("push: "+err.Error(), contract.ErrTypePushFailed, err)
+		return contract.SendPushResult{}, refusedPush("push: "+err.Error(), err)
 	}
 }
 

@@ -89,8 +89,14 @@ func (a *Tasks) pushTries(ctx context.Context, pr pushRequest, timeout time.Dura
 	}
 }
 
-func pushFailed(msg string) error {
-	return temporal.NewNonRetryableApplicationError(msg, contract.ErrTypePushFailed, nil)
+func pushFailed(msg string) error { return refusedPush(msg, nil) }
+
+// refusedPush ends an attempt whose push the worker refused (a 4xx, a refused address): the
+// attempt fails and the queue's retry policy decides what follows, which is an expected outcome
+// (benign: not logged as an error; a task that fails for good is logged once).
+func refusedPush(msg string, cause error) error {
+	return temporal.NewApplicationErrorWithOptions(msg, contract.ErrTypePushFailed,
+		temporal.ApplicationErrorOptions{NonRetryable: true, Cause: cause, Category: temporal.ApplicationErrorCategoryBenign})
 }
 
 // heartbeatWhilePushing records contract.PushingDetail often enough to keep a heartbeat

@@ -128,16 +128,16 @@ func (a *Timers) Deliver(ctx context.Context, p contract.DeliverTimerParams) (n 
 
 // deliveryFailed is how a failed delivery attempt ends: a permanent failure is not retried; the
 // others (the receiver down, busy or answering 5xx or 429) are retried after retryAfter when the
-// receiver asked for it, and are benign, so the SDK does not log every retry as an error (the
-// timer's failure for good is logged once). Both carry the attempt's number in their details,
-// so a timer that fails for good says how many attempts it made.
+// receiver asked for it. Both are benign, so the SDK does not log every attempt as an error: a
+// timer that fails for good is logged once, by its run. Both carry the attempt's number in
+// their details, so a timer that fails for good says how many attempts it made.
 func deliveryFailed(err error, attempt int32, permanent bool, retryAfter time.Duration) error {
-	typ, category := contract.ErrTypeRetryableDelivery, temporal.ApplicationErrorCategoryBenign
+	typ := contract.ErrTypeRetryableDelivery
 	if permanent {
-		typ, category = contract.ErrTypePermanentDelivery, temporal.ApplicationErrorCategoryUnspecified
+		typ = contract.ErrTypePermanentDelivery
 	}
 	return temporal.NewApplicationErrorWithOptions(err.Error(), typ, temporal.ApplicationErrorOptions{
-		NonRetryable: permanent, Cause: err, NextRetryDelay: retryAfter, Category: category,
+		NonRetryable: permanent, Cause: err, NextRetryDelay: retryAfter, Category: temporal.ApplicationErrorCategoryBenign,
 		Details: []any{contract.DeliveryAttempt{Attempt: int(attempt)}}})
 }
 

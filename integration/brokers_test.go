@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 	"go.temporal.io/sdk/client"
+	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/server/temporaltest"
 
 	"github.com/courier-oss/courier"
@@ -110,8 +112,9 @@ type routedStack struct {
 	metrics    *metrics.Brokers
 	router     *mq.Router
 	worker     *worker.Worker
-	activity   int    // the worker's outbox activity slots
-	stopWorker func() // stops the worker, its router's watch and the router
+	activity   int         // the worker's outbox activity slots
+	stopWorker func()      // stops the worker, its router's watch and the router
+	logs       *logCapture // what the worker, its Temporal client and the router log
 }
 
 // brokerRetry retries a record for as long as a test's outage lasts; an attempt may take ten
@@ -128,10 +131,15 @@ var brokerRetry = workflows.RetryPolicy{
 func newRoutedStack(t *testing.T) *routedStack {
 	t.Helper()
 	ts := temporaltest.NewServer(temporaltest.WithT(t))
-	tc := ts.GetDefaultClient()
+	logs := &logCapture{}
+	tc, err := client.Dial(client.Options{HostPort: ts.GetFrontendHostPort(), Namespace: ts.GetDefaultNamespace(),
+		Logger: sdklog.NewStructuredLogger(slog.New(logs))})
+	require.NoError(t, err)
+	t.Cleanup(tc.Close)
 	require.NoError(t, worker.EnsureSearchAttributes(t.Context(), tc, ts.GetDefaultNamespace()))
 	st, _ := testenv.Store(t, "sqlite")
-	s := &routedStack{t: t, ns: ts.GetDefaultNamespace(), tc: tc, store: st, points: startCluster(t, "points"), coupons: startCluster(t, "coupons"), activity: 4}
+	s := &routedStack{t: t, ns: ts.GetDefaultNamespace(), tc: tc, store: st, points: startCluster(t, "points"), coupons: startCluster(t, "coupons"),
+		activity: 4, logs: logs}
 	s.points.createStream("POINTS", "points.>")
 	s.coupons.createStream("COUPONS", "coupons.>")
 	return s
@@ -149,7 +157,7 @@ func (s *routedStack) route(watch bool, routes ...mq.Route) {
 	}
 	s.metrics = metrics.NewBrokers(prometheus.NewRegistry(), []string{"points", "coupons"})
 	r, err := mq.NewRouter(mq.RouterConfig{Brokers: brokers, Routes: routes, Default: mq.NoDefaultBroker,
-		MaxInFlight: 2, Observer: s.metrics, Logger: quiet})
+		MaxInFlight: 2, Observer: s.metrics, Logger: slog.New(s.logs)})
 	require.NoError(s.t, err)
 	s.router = r
 	ctx, cancel := context.WithCancel(context.Background())
@@ -166,7 +174,7 @@ func (s *routedStack) route(watch bool, routes ...mq.Route) {
 		MaxConcurrentActivities: s.activity,
 		Namespace:               s.ns,
 		BizTypeRefresh:          100 * time.Millisecond,
-	}, worker.Deps{Temporal: s.tc, Publisher: r, Logger: quiet, BizTypes: s.store,
+	}, worker.Deps{Temporal: s.tc, Publisher: r, Logger: slog.New(s.logs), BizTypes: s.store,
 		Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store}}})
 	require.NoError(s.t, err)
 	require.NoError(s.t, w.Start(s.t.Context()))
@@ -291,6 +299,24 @@ func TestBrokerDownDelaysOnlyItsOwnRecords(t *testing.T) {
 			s.points.start()
 			require.Eventually(t, func() bool { return s.allSent(points) }, 3*time.Minute, 100*time.Millisecond,
 				"points records are delivered once points is back")
+			// The outage is an expected condition, not a stream of errors: no attempt of a
+			// record that waited for it is logged as an error, and the one record that went dead
+			// is logged once. With health checks the broker's outage is logged once as it starts
+			// and once, with its length, as it ends.
+			require.Zero(t, s.logs.count(slog.LevelError, "Activity error"), "retries are not errors")
+			require.Equal(t, 1, s.logs.count(slog.LevelError, "outbox record is dead"), "the dead record, once")
+			if tc.watch {
+				// Once per transition (a loaded machine's health checks may flap, each flap a pair of
+				// lines), never a line per retry: the retries themselves log nothing at ERROR.
+				require.Eventually(t, func() bool {
+					return s.logs.count(slog.LevelInfo, "broker is up again") >= 1 &&
+						s.logs.count(slog.LevelInfo, "broker is up again") == s.logs.count(slog.LevelWarn, "broker is down")
+				}, 30*time.Second, 50*time.Millisecond, "each outage is logged as it starts and as it ends")
+
+				up, _ := s.logs.find("broker is up again")
+				require.Equal(t, "points", up.attrs["broker"])
+				require.NotEmpty(t, up.attrs["outage"])
+			}
 			requireOnce(t, s.points.ids("POINTS"), warm[0], points)
 			requireOnce(t, s.coupons.ids("COUPONS"), warm[1], coupons)
 			require.GreaterOrEqual(t, value(s.metrics.Acked.WithLabelValues("coupons")), 65.0)

@@ -334,6 +334,9 @@ func attemptFinished(ctx workflow.Context, p TaskParams, out courier.AttemptOutc
 	if msg == "" {
 		msg = fmt.Sprintf("task failed: attempt %d ended in %s", p.Attempt, out.Kind)
 	}
+	// Once per task (the logger is quiet on replay): the attempts before were expected outcomes.
+	workflow.GetLogger(ctx).Error("task failed for good: its attempts are spent; insert it again to retry",
+		"task_id", p.TaskID, "version", p.Version, "attempt", p.Attempt, "error", msg)
 	return res, temporal.NewNonRetryableApplicationError(msg, ErrTypeTaskFailed, nil, res)
 }
 
