@@ -65,6 +65,7 @@ func TestRecordHistories(t *testing.T) {
 		failures int
 	}{
 		{"sent", "orders.created", 0},
+		{"sent-final-state", "orders.created", 0}, // "sent" was recorded before FinalState and is kept
 		{"retried-then-sent", "orders.created", 2},
 		{"dead-unknown-topic", "nowhere.created", 0},
 		{"dead-after-budget", "orders.created", -1},

@@ -56,7 +56,7 @@ func TestRecordTaskHistories(t *testing.T) {
 	w := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) {
 		noteRun(p)
 		switch p.TaskID {
-		case "success":
+		case "success", "success-final-state":
 			report(t, token, p, "success", 200, "parsed")
 		case "heartbeat-success":
 			heartbeat(t, token, p)
@@ -100,13 +100,16 @@ func TestRecordTaskHistories(t *testing.T) {
 	}))
 	defer odd.Close()
 	ts.putQueue("odd", map[string]any{"push_url": odd.URL})
-	queues := map[string]string{"success": "plain", "retried": "plain", "failed": "once", "cancelled": "hold",
+	// Every case is recorded from runs started as the claimer starts them now (FinalState);
+	// "success" was recorded before FinalState existed and is kept as it was.
+	queues := map[string]string{"success": "plain", "success-final-state": "plain", "retried": "plain", "failed": "once", "cancelled": "hold",
 		"processing-timeout": "quick", "push-retried": "odd", "result-before-push-answered": "odd",
 		"heartbeat-success": "beat", "heartbeat-retried": "beat", "heartbeat-timeout": "beat"}
 	for id, q := range queues {
 		require.Equal(t, http.StatusCreated, ts.insert(id, 1, 2, q))
 	}
 	ts.waitStatus("success", 1, courier.TaskSuccess, time.Minute)
+	ts.waitStatus("success-final-state", 1, courier.TaskSuccess, time.Minute)
 	ts.waitStatus("retried", 1, courier.TaskPending, time.Minute)
 	ts.waitStatus("failed", 1, courier.TaskFailed, time.Minute)
 	ts.waitStatus("processing-timeout", 1, courier.TaskPending, time.Minute)

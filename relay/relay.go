@@ -504,7 +504,7 @@ func (r *Relay) startOne(ctx context.Context, source string, rec store.ClaimedRe
 		),
 	}
 	_, err = r.tc.ExecuteWorkflow(ctx, opts, workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{
-		Source: source, ID: rec.ID, Retry: r.cfg.Retry,
+		Source: source, ID: rec.ID, Retry: r.cfg.Retry, FinalState: true,
 	})
 	return err
 }

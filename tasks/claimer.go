@@ -242,7 +242,8 @@ func (c *Claimer) startRun(ctx context.Context, t store.ClaimedTask) (err error)
 			temporal.NewSearchAttributeKeyKeyword(courier.SAState).ValueSet(string(courier.TaskProcessing)),
 		),
 	}, workflows.TaskName, workflows.TaskParams{TaskID: t.TaskID, Version: t.Version, Attempt: t.Attempt, Queue: t.Queue,
-		Priority: t.Priority, ProcessingTimeout: t.ProcessingTimeout, HeartbeatTimeout: t.HeartbeatTimeout, PushTimeout: t.PushTimeout})
+		Priority: t.Priority, ProcessingTimeout: t.ProcessingTimeout, HeartbeatTimeout: t.HeartbeatTimeout, PushTimeout: t.PushTimeout,
+		FinalState: true})
 	return err
 }
 

@@ -60,6 +60,11 @@ type OutboxDeliveryParams struct {
 	Source string
 	ID     int64
 	Retry  RetryPolicy // the delivery budget; zero fields take DefaultOutboxRetry's
+	// FinalState makes the run write "sent" to CourierState before it completes, so the search
+	// attribute never goes on saying "dispatched" for a sent record (it costs one event). Runs
+	// started before it existed (recorded histories) wrote none; the field keeps them replaying
+	// as they ran.
+	FinalState bool `json:",omitempty"`
 }
 
 // OutboxDeliveryResult is the delivery workflow's outcome.
@@ -77,7 +82,7 @@ var markDeadOptions = workflow.ActivityOptions{
 }
 
 // OutboxDelivery publishes one outbox record with retries and backoff, then the record is
-// sent and the run completes (a Completed run is a sent record: no state is written for it).
+// sent, "sent" is written to CourierState (FinalState) and the run completes.
 // The first attempt is a local activity (deliverLocalFirst). Once the budget is spent (or the
 // failure is permanent) it marks the record dead with its last error, writes "dead" to
 // CourierState, and the run fails with it (ErrTypeOutboxDead), so the Temporal UI lists it
@@ -85,6 +90,9 @@ var markDeadOptions = workflow.ActivityOptions{
 func OutboxDelivery(ctx workflow.Context, p OutboxDeliveryParams) (OutboxDeliveryResult, error) {
 	res, err := deliverLocalFirst(ctx, contract.DeliverParams{Source: p.Source, ID: p.ID}, p.Retry.WithDefaults())
 	if err == nil {
+		if p.FinalState {
+			_ = workflow.UpsertTypedSearchAttributes(ctx, saOutboxState.ValueSet(string(courier.OutboxSent)))
+		}
 		return OutboxDeliveryResult{Status: courier.OutboxSent, AlreadySent: res.AlreadySent}, nil
 	}
 	lastErr := rootMessage(err)

@@ -251,16 +251,19 @@ func TestRetryPolicyDefaults(t *testing.T) {
 	require.Equal(t, time.Second, custom.InitialInterval)
 }
 
-// A sent record's run writes no state (its run completes, which says it); a dead one's writes
-// "dead".
+// A run started with FinalState writes "sent" for a sent record, so CourierState never says
+// "dispatched" for it afterwards; a dead one's writes "dead". Runs started before FinalState
+// (recorded histories) wrote nothing for a sent record.
 func TestOutboxDeliveryStateUpserts(t *testing.T) {
 	for _, c := range []struct {
-		name string
-		fail bool
-		want []string
+		name       string
+		fail       bool
+		finalState bool
+		want       []string
 	}{
-		{"sent", false, nil},
-		{"dead", true, []string{string(courier.OutboxDead)}},
+		{"sent", false, true, []string{string(courier.OutboxSent)}},
+		{"dead", true, true, []string{string(courier.OutboxDead)}},
+		{"sent, started before FinalState", false, false, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			env := newEnv(t)
@@ -275,7 +278,7 @@ func TestOutboxDeliveryStateUpserts(t *testing.T) {
 				err = temporal.NewNonRetryableApplicationError("x", contract.ErrTypeUnknownTopic, nil)
 			}
 			env.OnActivity(contract.DeliverOutboxName, mock.Anything, mock.Anything).Return(contract.DeliverResult{}, err)
-			env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 3, Retry: budget})
+			env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 3, Retry: budget, FinalState: c.finalState})
 			require.True(t, env.IsWorkflowCompleted())
 			if c.fail {
 				require.Equal(t, courier.OutboxDead, deadResult(t, env).Status)

@@ -47,6 +47,11 @@ type TaskParams struct {
 	// 0: off. It decides how the run waits for the result (Task).
 	HeartbeatTimeout time.Duration
 	PushTimeout      time.Duration // one try of the push; 0: courier.DefaultPushTimeout
+	// FinalState makes the run write the task's status to CourierState however the attempt
+	// ends, success included, so the search attribute never goes on saying "processing" after
+	// the run closed. Runs started before it existed (recorded histories) wrote none for a
+	// success; the field keeps them replaying as they ran.
+	FinalState bool `json:",omitempty"`
 }
 
 // TaskRunResult is how one attempt's workflow ended.
@@ -58,6 +63,10 @@ type TaskRunResult struct {
 }
 
 var saTaskState = temporal.NewSearchAttributeKeyKeyword(courier.SAState)
+
+// StateStale is the CourierState of a task attempt's run that found its task moved on before
+// its push (cancelled, superseded or finished meanwhile) and did nothing.
+const StateStale = "stale"
 
 // pushRetry tries a push again within its attempt when a try failed on the way (no
 // connection, no answer within the push timeout, 429 or 5xx), after the worker's Retry-After
@@ -123,6 +132,11 @@ func Task(ctx workflow.Context, p TaskParams) (TaskRunResult, error) {
 	}
 	switch {
 	case stale:
+		if p.FinalState {
+			// The task had moved on (cancelled, superseded, finished by an earlier run): this
+			// run did nothing, and says so.
+			_ = workflow.UpsertTypedSearchAttributes(ctx, saTaskState.ValueSet(StateStale))
+		}
 		return TaskRunResult{Stale: true}, nil
 	case r.Outcome.Recorded:
 		// The row holds it and the slot is free already.
@@ -317,13 +331,11 @@ func finishAttempt(ctx workflow.Context, p TaskParams, out courier.AttemptOutcom
 	return attemptFinished(ctx, p, out, fin)
 }
 
-// attemptFinished ends the run once the row has the outcome: when the row took it, a status
-// other than success is written to the run's search attribute (a state upsert is an event, a
-// billable action and a visibility write, spent only on the states operators look for:
-// retries, failures, cancels; a success's run completes, which says it), and a task left Failed
-// fails the run.
+// attemptFinished ends the run once the row has the outcome: when the row took it, the task's
+// status is written to the run's CourierState (runs started before FinalState skipped it for a
+// success), and a task left Failed fails the run.
 func attemptFinished(ctx workflow.Context, p TaskParams, out courier.AttemptOutcome, fin contract.FinishTaskResult) (TaskRunResult, error) {
-	if fin.Applied && fin.Status != courier.TaskSuccess {
+	if fin.Applied && (fin.Status != courier.TaskSuccess || p.FinalState) {
 		_ = workflow.UpsertTypedSearchAttributes(ctx, saTaskState.ValueSet(string(fin.Status)))
 	}
 	res := TaskRunResult{Applied: fin.Applied, Status: fin.Status, Outcome: out}

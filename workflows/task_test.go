@@ -787,3 +787,38 @@ func TestTaskActivityQueues(t *testing.T) {
 	require.Equal(t, "bench-a-task-push", contract.TaskPushQueue("bench-a"))
 	require.Equal(t, "bench-a-task-finish", contract.TaskFinishQueue("bench-a"))
 }
+
+// A run started with FinalState writes the task's status however the attempt ends, success
+// included, so CourierState never says "processing" after the run closed; one that finds its
+// task moved on says "stale".
+func TestTaskFinalState(t *testing.T) {
+	p := attempt3
+	p.FinalState = true
+	for _, status := range []courier.TaskStatus{courier.TaskSuccess, courier.TaskPending, courier.TaskFailed} {
+		t.Run(string(status), func(t *testing.T) {
+			env := newTaskEnv(t)
+			env.onPush(accepted)
+			env.finish = func(contract.FinishTaskParams) (contract.FinishTaskResult, error) {
+				return contract.FinishTaskResult{Applied: true, Status: status}, nil
+			}
+			var refused error
+			kind := courier.OutcomeSuccess
+			if status != courier.TaskSuccess {
+				kind = courier.OutcomeFailure
+			}
+			env.report(time.Minute, contract.AttemptResult{Attempt: 3, Outcome: courier.AttemptOutcome{Kind: kind, Message: "worker said so"}}, &refused)
+			env.run(t, p)
+			require.NoError(t, refused)
+			require.Equal(t, []string{string(status)}, env.upsertedStates(t))
+		})
+	}
+	t.Run("stale", func(t *testing.T) {
+		env := newTaskEnv(t)
+		env.onPush(func(int) (contract.SendPushResult, error) {
+			return contract.SendPushResult{}, temporal.NewNonRetryableApplicationError("moved on", contract.ErrTypeTaskStale, nil)
+		})
+		res := env.run(t, p)
+		require.True(t, res.Stale)
+		require.Equal(t, []string{workflows.StateStale}, env.upsertedStates(t))
+	})
+}
