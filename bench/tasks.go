@@ -178,10 +178,10 @@ func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL st
 	}
 	defer func() {
 		w.Stop()
-		// The next scenario's worker creates the sweeper schedule again, on its own queue.
+		// The next scenario's worker starts the sweeper again, on its own queue.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		_ = tc.ScheduleClient().GetHandle(dctx, tasks.SweeperScheduleID).Delete(dctx)
+		_ = tc.TerminateWorkflow(dctx, tasks.SweeperID, "", "the bench scenario ended")
 	}()
 	svc := tasks.NewService(st, tc, namespace, w.WakeTasks, nil, log)
 	gw.Config.Handler = gateway.New(gateway.Config{}, gateway.Deps{Keys: st, Outbox: st, Tasks: svc, Logger: log})

@@ -15,13 +15,13 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
-	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/tasks"
 	"github.com/courier-oss/courier/workflows"
 )
@@ -140,19 +140,14 @@ func TestRecordTaskHistories(t *testing.T) {
 		}
 	}
 
-	h := ts.tc.ScheduleClient().GetHandle(ctx, tasks.SweeperScheduleID)
-	require.NoError(t, h.Trigger(ctx, client.ScheduleTriggerOptions{}))
-	var wfID, runID string
-	require.Eventually(t, func() bool {
-		desc, err := h.Describe(ctx)
-		if err != nil || len(desc.Info.RecentActions) == 0 {
-			return false
-		}
-		wfID = desc.Info.RecentActions[0].StartWorkflowResult.WorkflowID
-		runID = desc.Info.RecentActions[0].StartWorkflowResult.FirstExecutionRunID
-		return closed(wfID, runID)
-	}, time.Minute, 100*time.Millisecond)
-	writeNew(t, filepath.Join(dir, workflows.TaskSweeperName, "run.json"), history(t, ts.stack, wfID, runID))
+	// The sweeper's loop: a run that swept every 50 ms until it continued as new. (run.json is
+	// a single sweep a schedule started, recorded before the loop.)
+	require.NoError(t, tasks.EnsureSweeper(ctx, ts.tc, relay.DefaultTaskQueue, 50*time.Millisecond))
+	d, err := ts.tc.DescribeWorkflowExecution(ctx, tasks.SweeperID, "")
+	require.NoError(t, err)
+	runID := d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+	require.Eventually(t, func() bool { return closed(tasks.SweeperID, runID) }, 2*time.Minute, 100*time.Millisecond)
+	writeNew(t, filepath.Join(dir, workflows.TaskSweeperName, "loop.json"), history(t, ts.stack, tasks.SweeperID, runID))
 }
 
 // unrecorded is a task run's history with the recorded mark taken off the result the gateway

@@ -15,7 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/sdk/client"
+	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
@@ -521,10 +521,11 @@ func TestTasksHeartbeatFailureCancel(t *testing.T) {
 	require.EqualValues(t, 3, latest.TaskVersion)
 }
 
-// TestTaskSweeperSchedule: the worker creates the sweeper's schedule; a run repairs a limiter
-// count that drifted from the rows, fails a task past its pending timeout, and finishes an
-// attempt whose workflow an operator terminated (Temporal would never time it out).
-func TestTaskSweeperSchedule(t *testing.T) {
+// TestTaskSweeper: the worker starts the sweeper, one workflow of its own kind that sweeps
+// every interval (no schedule leaving a run a minute behind); a sweep repairs a limiter count
+// that drifted from the rows, fails a task past its pending timeout, and finishes an attempt
+// whose workflow an operator terminated (Temporal would never time it out).
+func TestTaskSweeper(t *testing.T) {
 	ts := newTaskStack(t, "sqlite")
 	ctx := t.Context()
 	w := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) {}) // never answers
@@ -545,17 +546,24 @@ func TestTaskSweeperSchedule(t *testing.T) {
 	_, err = ts.store.DB().NewRaw("UPDATE courier_task_queues SET in_flight = 7 WHERE name = 'idle'").Exec(ctx)
 	require.NoError(t, err)
 
-	h := ts.tc.ScheduleClient().GetHandle(ctx, tasks.SweeperScheduleID)
-	desc, err := h.Describe(ctx)
-	require.NoError(t, err, "the worker created the sweeper schedule")
-	require.NotNil(t, desc)
-	require.NoError(t, h.Trigger(ctx, client.ScheduleTriggerOptions{}))
+	d, err := ts.tc.DescribeWorkflowExecution(ctx, tasks.SweeperID, "")
+	require.NoError(t, err, "the worker started the sweeper")
+	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, d.GetWorkflowExecutionInfo().GetStatus())
+	_, err = ts.tc.ScheduleClient().GetHandle(ctx, tasks.SweeperID).Describe(ctx)
+	require.Error(t, err, "no schedule starts a run a minute")
+	// Another interval replaces the running sweeper, whose first sweep comes at once.
+	require.NoError(t, tasks.EnsureSweeper(ctx, ts.tc, relay.DefaultTaskQueue, 200*time.Millisecond))
+	require.NoError(t, tasks.EnsureSweeper(ctx, ts.tc, relay.DefaultTaskQueue, 200*time.Millisecond), "idempotent")
 	require.Eventually(t, func() bool { return ts.inFlight("idle") == 0 }, time.Minute, 100*time.Millisecond, "limiter repaired")
 	ts.waitStatus("expiring", 1, courier.TaskFailed, time.Minute)
 	require.Contains(t, ts.get("expiring", 1).Message, "pending timeout")
 	orphan := ts.waitStatus("orphan", 1, courier.TaskFailed, time.Minute)
 	require.Contains(t, orphan.Message, "workflow ended")
 	require.Equal(t, 0, ts.inFlight("default"), "the orphan's slot is free again")
+	resp, err := ts.tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Namespace: ts.ts.GetDefaultNamespace(),
+		Query: fmt.Sprintf("%s = '%s' AND ExecutionStatus = 'Running'", courier.SAKind, courier.KindTaskSweeper)})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, resp.GetCount(), "one sweeper runs, sweeping every interval")
 }
 
 // TestTasksResubmitWhileOldRunOpen: a task cancelled in the database whose attempt's workflow

@@ -3,6 +3,7 @@ package tasks
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -247,38 +248,47 @@ func (c *Claimer) startRun(ctx context.Context, t store.ClaimedTask) (err error)
 	return err
 }
 
-// SweeperScheduleID is the Temporal Schedule that runs the task sweeper.
-const SweeperScheduleID = "courier-task-sweeper"
+// SweeperID is the workflow id of the task sweeper (and of the Temporal Schedule that ran it
+// before it looped in one workflow).
+const SweeperID = "courier-task-sweeper"
 
-// EnsureSweeper creates the sweeper's schedule if it does not exist: every interval (0:
-// DefaultSweepEvery), with overlaps skipped, so exactly one sweep runs at a time.
+// memoSweepEvery is the sweeper run's memo key holding its interval, so a changed interval is
+// noticed.
+const memoSweepEvery = "every"
+
+// EnsureSweeper starts the sweeper workflow unless it runs (its fixed id keeps exactly one
+// across the fleet): a sweep every interval (0: DefaultSweepEvery). A running sweeper with
+// another interval is replaced. The schedule that started a sweep a minute before is deleted:
+// each of its runs stayed in the namespace's list.
 func EnsureSweeper(ctx context.Context, tc client.Client, taskQueue string, every time.Duration) error {
 	if every <= 0 {
 		every = DefaultSweepEvery
 	}
-	_, err := tc.ScheduleClient().Create(ctx, client.ScheduleOptions{
-		ID:      SweeperScheduleID,
-		Spec:    client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: every}}},
-		Overlap: enumspb.SCHEDULE_OVERLAP_POLICY_SKIP,
-		Action: &client.ScheduleWorkflowAction{
-			ID:        SweeperScheduleID,
-			Workflow:  workflows.TaskSweeperName,
-			Args:      []any{contract.SweepParams{}},
-			TaskQueue: taskQueue,
-		},
-	})
-	if errors.Is(err, temporal.ErrScheduleAlreadyRunning) {
-		// Keep the existing schedule (and its pause state) but apply a changed interval.
-		return tc.ScheduleClient().GetHandle(ctx, SweeperScheduleID).Update(ctx, client.ScheduleUpdateOptions{
-			DoUpdate: func(in client.ScheduleUpdateInput) (*client.ScheduleUpdate, error) {
-				iv := in.Description.Schedule.Spec.Intervals
-				if len(iv) == 1 && iv[0].Every == every {
-					return nil, temporal.ErrSkipScheduleUpdate
-				}
-				in.Description.Schedule.Spec = &client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: every}}}
-				return &client.ScheduleUpdate{Schedule: &in.Description.Schedule}, nil
-			},
-		})
+	if err := tc.ScheduleClient().GetHandle(ctx, SweeperID).Delete(ctx); err != nil {
+		var nf *serviceerror.NotFound
+		if !errors.As(err, &nf) {
+			return fmt.Errorf("delete the sweeper's old schedule: %w", err)
+		}
 	}
+	conflict := enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING
+	if d, err := tc.DescribeWorkflowExecution(ctx, SweeperID, ""); err == nil &&
+		d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		var running string
+		if p := d.GetWorkflowExecutionInfo().GetMemo().GetFields()[memoSweepEvery]; p != nil {
+			_ = converter.GetDefaultDataConverter().FromPayload(p, &running)
+		}
+		if running != every.String() {
+			conflict = enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING
+		}
+	}
+	_, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       SweeperID,
+		TaskQueue:                taskQueue,
+		WorkflowIDConflictPolicy: conflict,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		Memo:                     map[string]any{memoSweepEvery: every.String()},
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet(courier.KindTaskSweeper)),
+	}, workflows.TaskSweeperName, contract.SweepParams{Every: every})
 	return err
 }

@@ -45,6 +45,6 @@ func TestReplayRecordedHistories(t *testing.T) {
 			})
 		}
 	}
-	require.GreaterOrEqual(t, good, 31, "recorded histories are missing; run make record-histories")
+	require.GreaterOrEqual(t, good, 32, "recorded histories are missing; run make record-histories")
 	require.GreaterOrEqual(t, broken, 2, "a broken history is missing")
 }

@@ -356,8 +356,15 @@ func attemptFinished(ctx workflow.Context, p TaskParams, out courier.AttemptOutc
 // picks up whatever is left after that.
 var sweepRetry = RetryPolicy{InitialInterval: 5 * time.Second, MaxAttempts: 3}
 
-// TaskSweeper runs one sweep of the task lifecycle. A Temporal Schedule starts it, with
-// overlaps skipped, so exactly one runs at a time across the fleet.
+// sweepsPerRun is how many sweeps one run of the sweeper makes before it continues as new:
+// an hour's worth at the default interval, a few hundred history events.
+const sweepsPerRun = 60
+
+// TaskSweeper sweeps the task lifecycle every p.Every, in one workflow that continues as new
+// every sweepsPerRun sweeps, so the namespace holds one running sweeper and a closed run an
+// hour rather than a run a minute (its fixed id keeps exactly one running across the fleet). A
+// sweep that fails after its retries is left to the next. With p.Every zero (runs a schedule
+// started before) it sweeps once.
 func TaskSweeper(ctx workflow.Context, p contract.SweepParams) (contract.SweepResult, error) {
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:           contract.TaskFinishQueue(workflow.GetInfo(ctx).TaskQueueName),
@@ -366,6 +373,22 @@ func TaskSweeper(ctx workflow.Context, p contract.SweepParams) (contract.SweepRe
 		RetryPolicy:         sweepRetry.Temporal(),
 	})
 	var res contract.SweepResult
-	err := workflow.ExecuteActivity(actx, contract.SweepTasksName, p).Get(ctx, &res)
-	return res, err
+	if p.Every <= 0 {
+		err := workflow.ExecuteActivity(actx, contract.SweepTasksName, p).Get(ctx, &res)
+		return res, err
+	}
+	for i := 1; ; i++ {
+		if err := workflow.ExecuteActivity(actx, contract.SweepTasksName, p).Get(ctx, &res); err != nil {
+			if temporal.IsCanceledError(err) {
+				return res, err
+			}
+			workflow.GetLogger(ctx).Warn("a task sweep failed; the next one takes over", "error", err)
+		}
+		if i >= sweepsPerRun || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+			return res, workflow.NewContinueAsNewError(ctx, TaskSweeperName, p)
+		}
+		if err := workflow.Sleep(ctx, p.Every); err != nil {
+			return res, err
+		}
+	}
 }

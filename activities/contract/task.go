@@ -139,6 +139,9 @@ type FinishTaskResult struct {
 type SweepParams struct {
 	BatchSize  int // rows per statement; default 500
 	MaxBatches int // statements per step and queue; default 20
+	// Every makes the sweeper workflow sweep again after this long, continuing as new now and
+	// then, instead of sweeping once; 0 in the runs a schedule started before it existed.
+	Every time.Duration `json:",omitempty"`
 }
 
 // SweepResult counts what one sweep changed.
