@@ -178,6 +178,9 @@ func (s *Service) Report(ctx context.Context, taskID string, version int64, r co
 	if err != nil {
 		return err
 	}
+	if s.metrics != nil && t.PushedAt != nil {
+		s.metrics.PushToResult.WithLabelValues(t.Queue).Observe(time.Since(*t.PushedAt).Seconds())
+	}
 	out := r.Outcome(tracing.FromContext(ctx))
 	if t.CodeVersion >= workflows.TaskLocalPushV {
 		return s.reportToRun(ctx, t, r.Attempt, out)

@@ -250,6 +250,11 @@ func (a *app) newGateway(wake, wakeTasks func()) http.Handler {
 		return svc.CountByState(ctx)
 	}))
 	a.reg.MustRegister(metrics.NewTaskTableCollector(taskStatuses(), taskStats(a.store)))
+	a.reg.MustRegister(metrics.NewTaskBacklogCollector(func() ([]courier.QueueBacklog, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return a.store.QueueBacklogs(ctx, time.Now())
+	}))
 	return gateway.New(gateway.Config{MaxBodyBytes: a.cfg.MaxBodyBytes, RequestTimeout: a.cfg.RequestTimeout, KeyRate: a.cfg.KeyRate}, gateway.Deps{
 		Tasks:     tasks.NewService(a.store, a.temporal, a.cfg.Temporal.Namespace, wakeTasks, a.tasksMetrics(), a.log),
 		Keys:      a.store,
