@@ -100,11 +100,21 @@ func timerPath(c echo.Context) (string, string, error) {
 }
 
 func (h *handlers) listTimers(c echo.Context) error {
+	page, err := h.timerPage(c)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, page)
+}
+
+// timerPage reads the page of timers the request's query asks for (biz_type, state, page_size,
+// page_token): the API's list and the console's.
+func (h *handlers) timerPage(c echo.Context) (api.TimerPage, error) {
 	size := 100
 	if v := c.QueryParam("page_size"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 1000 {
-			return courier.Errorf(courier.CodeInvalid, "page_size must be from 1 to 1000")
+			return api.TimerPage{}, courier.Errorf(courier.CodeInvalid, "page_size must be from 1 to 1000")
 		}
 		size = n
 	}
@@ -113,18 +123,18 @@ func (h *handlers) listTimers(c echo.Context) error {
 	ctx := c.Request().Context()
 	token, err := h.pages.open(ctx, query, c.QueryParam("page_token"))
 	if err != nil {
-		return err
+		return api.TimerPage{}, err
 	}
 	items, next, err := h.d.Timers.List(ctx, bizType, state, size, token)
 	if err != nil {
-		return err
+		return api.TimerPage{}, err
 	}
 	if items == nil {
 		items = []api.Timer{}
 	}
 	nextToken, err := h.pages.seal(ctx, query, next)
 	if err != nil {
-		return err
+		return api.TimerPage{}, err
 	}
-	return c.JSON(http.StatusOK, api.TimerPage{Items: items, NextPageToken: nextToken})
+	return api.TimerPage{Items: items, NextPageToken: nextToken}, nil
 }
