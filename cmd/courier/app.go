@@ -255,7 +255,8 @@ func (a *app) newGateway(wake, wakeTasks func()) http.Handler {
 		defer cancel()
 		return a.store.QueueBacklogs(ctx, time.Now())
 	}))
-	return gateway.New(gateway.Config{MaxBodyBytes: a.cfg.MaxBodyBytes, RequestTimeout: a.cfg.RequestTimeout, KeyRate: a.cfg.KeyRate}, gateway.Deps{
+	console := gateway.ConsoleConfig{Disabled: !a.cfg.Console, TemporalUIURL: a.cfg.TemporalUIURL, Namespace: a.cfg.Temporal.Namespace}
+	return gateway.New(gateway.Config{MaxBodyBytes: a.cfg.MaxBodyBytes, RequestTimeout: a.cfg.RequestTimeout, KeyRate: a.cfg.KeyRate, Console: console}, gateway.Deps{
 		Tasks:     tasks.NewService(a.store, a.temporal, a.cfg.Temporal.Namespace, wakeTasks, a.tasksMetrics(), a.log),
 		Keys:      a.store,
 		Outbox:    a.store,
@@ -276,6 +277,9 @@ func (a *app) newGateway(wake, wakeTasks func()) http.Handler {
 		Admission: metrics.NewAdmission(a.reg),
 		Wake:      wake,
 		Logger:    a.log,
+
+		Overview:      a.store,
+		TimerOverview: svc,
 	})
 }
 
