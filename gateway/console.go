@@ -146,7 +146,7 @@ func isConsole(c echo.Context) bool {
 }
 
 // headers sets the console's security headers: no script, style or image from anywhere but the
-// console itself (it has no script at all), no framing, no caching, no referrer.
+// console itself (it has no script at all), no framing, no caching, no referrer outside it.
 func (cs *console) headers(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		setConsoleHeaders(c.Response().Header())
@@ -158,7 +158,7 @@ func setConsoleHeaders(h http.Header) {
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Frame-Options", "DENY")
-	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Referrer-Policy", "same-origin") // no-referrer would make browsers send "Origin: null" on the console's own forms
 	h.Set("Cache-Control", "no-store")
 }
 
