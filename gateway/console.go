@@ -79,15 +79,15 @@ type FlowControl interface {
 
 // console serves the console's pages; h gives it the API's handlers and services.
 type console struct {
-	h     *handlers
-	cfg   ConsoleConfig
-	adm   *admission
-	keys  *sessionKeys
-	view  *consoleView
-	log   *slog.Logger
-	now   func() time.Time
-	flow  FlowControl
-	stats OverviewStore
+	h      *handlers
+	cfg    ConsoleConfig
+	adm    *admission
+	keys   *sessionKeys
+	view   *consoleView
+	log    *slog.Logger
+	now    func() time.Time
+	flow   FlowControl
+	stats  OverviewStore
 	timers TimerOverview
 }
 

@@ -74,7 +74,8 @@ type Config struct {
 	RequestTimeout time.Duration
 	// KeyRate is the request rate of every API key without its own (docs/admission.md), per
 	// gateway instance; the zero Rate (the default) is unlimited.
-	KeyRate courier.Rate	// Console configures the operators' console under /console (on by default).
+	KeyRate courier.Rate
+	// Console configures the operators' console under /console (on by default).
 	Console ConsoleConfig
 }
 
