@@ -77,6 +77,16 @@ type FlowControl interface {
 	Resume(ctx context.Context, t PauseTarget) error
 }
 
+// TimerRedelivery delivers failed timers again (one, or a business type's in bulk). courier has
+// no implementation yet (it comes with the bucketed timer mode); while Deps.Redeliver is nil the
+// console offers no redelivery. Once set, admins get a Redeliver button on each failed timer
+// (POST /console/timers/{biz_type}/{biz_id}/redeliver) and a "redeliver all" per business type
+// with failed timers in the overview (POST /console/timers/redeliver, form field biz_type).
+type TimerRedelivery interface {
+	RedeliverTimer(ctx context.Context, bizType, bizID string) error
+	RedeliverFailedTimers(ctx context.Context, bizType string) (int, error)
+}
+
 // console serves the console's pages; h gives it the API's handlers and services.
 type console struct {
 	h      *handlers
@@ -87,6 +97,7 @@ type console struct {
 	log    *slog.Logger
 	now    func() time.Time
 	flow   FlowControl
+	redo   TimerRedelivery
 	stats  OverviewStore
 	timers TimerOverview
 }
@@ -100,7 +111,7 @@ func newConsole(cfg ConsoleConfig, h *handlers, adm *admission) *console {
 	}
 	cfg.TemporalUIURL = strings.TrimRight(cfg.TemporalUIURL, "/")
 	return &console{h: h, cfg: cfg, adm: adm, keys: &sessionKeys{secrets: h.d.Secrets}, log: h.d.Logger, now: time.Now,
-		view: newConsoleView(cfg), flow: h.d.Flow, stats: h.d.Overview, timers: h.d.TimerOverview}
+		view: newConsoleView(cfg, h.d.Tasks != nil, h.d.Timers != nil), flow: h.d.Flow, redo: h.d.Redeliver, stats: h.d.Overview, timers: h.d.TimerOverview}
 }
 
 // mount registers the console's routes. Reads need a session; actions need a session, its CSRF
@@ -136,6 +147,10 @@ func (cs *console) mount(e *echo.Echo) {
 	if cs.flow != nil {
 		e.POST("/console/pause", cs.pause, act...)
 		e.POST("/console/resume", cs.resume, act...)
+	}
+	if cs.redo != nil && cs.h.d.Timers != nil {
+		e.POST("/console/timers/:biz_type/:biz_id/redeliver", cs.redeliverTimer, act...)
+		e.POST("/console/timers/redeliver", cs.redeliverFailed, act...)
 	}
 }
 

@@ -175,3 +175,34 @@ func (cs *console) flowAction(c echo.Context, pause bool) error {
 	cs.audit(c, flash, "kind", t.Kind, "name", t.Name)
 	return seeOther(c, "/console", "flash", flash)
 }
+
+// redeliverTimer delivers one failed timer again (Deps.Redeliver).
+func (cs *console) redeliverTimer(c echo.Context) error {
+	bizType, bizID, err := timerPath(c)
+	if err != nil {
+		return err
+	}
+	if err := cs.redo.RedeliverTimer(c.Request().Context(), bizType, bizID); err != nil {
+		return err
+	}
+	cs.audit(c, "redeliver-timer", "biz_type", bizType, "biz_id", bizID)
+	return seeOther(c, "/console/timers/"+url.PathEscape(bizType)+"/"+url.PathEscape(bizID), "flash", "redelivered")
+}
+
+// redeliverFailed delivers a business type's failed timers again: form field biz_type.
+func (cs *console) redeliverFailed(c echo.Context) error {
+	bizType := c.Request().PostForm.Get("biz_type")
+	if err := courier.CheckName("biz_type", bizType); err != nil {
+		return err
+	}
+	if c.Request().PostForm.Get("confirm") != "yes" {
+		return &courier.Error{Code: courier.CodeValidation, Message: "tick the confirmation to redeliver every failed timer of the type",
+			Details: map[string]any{"field": "confirm"}}
+	}
+	n, err := cs.redo.RedeliverFailedTimers(c.Request().Context(), bizType)
+	if err != nil {
+		return err
+	}
+	cs.audit(c, "redeliver-failed-timers", "biz_type", bizType, "redelivered", n)
+	return seeOther(c, "/console", "flash", "redelivered-n", "n", strconv.Itoa(n))
+}

@@ -47,6 +47,7 @@ type overviewData struct {
 	// Flow is set when flow control (pause/resume) is available; PausedTopics lists the paused
 	// topic patterns and PausedBizTypes the paused business types.
 	Flow           bool
+	Redeliver      bool // failed timers can be redelivered (Deps.Redeliver)
 	FlowErr        string
 	PausedTopics   []string
 	PausedBizTypes []string
@@ -98,7 +99,7 @@ func (cs *console) section(ctx context.Context, what string, fn func(ctx context
 // on its own deadline.
 func (cs *console) overview(c echo.Context) error {
 	ctx := c.Request().Context()
-	d := overviewData{Window: overviewWindow, Flow: cs.flow != nil}
+	d := overviewData{Window: overviewWindow, Flow: cs.flow != nil, Redeliver: cs.redo != nil}
 	var wg sync.WaitGroup
 	run := func(fn func()) {
 		wg.Add(1)
@@ -276,6 +277,10 @@ func flashOf(c echo.Context) string {
 		return "Paused."
 	case "resumed":
 		return "Resumed."
+	case "redelivered":
+		return "Redelivered: the timer is delivered again."
+	case "redelivered-n":
+		return fmt.Sprintf("Redelivered %d failed timers.", n("n"))
 	}
 	return ""
 }
@@ -363,6 +368,13 @@ type timerListData struct {
 	BizType, State, Size string
 	States               []courier.TimerState
 	Next                 string
+	Redeliver            bool // failed timers can be redelivered (Deps.Redeliver)
+}
+
+// timerData is a timer's page.
+type timerData struct {
+	api.Timer
+	Redeliver bool
 }
 
 // timerList is the API's timer list as a page, with the same filters and paging.
@@ -372,7 +384,7 @@ func (cs *console) timerList(c echo.Context) error {
 		return err
 	}
 	d := timerListData{Page: page, BizType: c.QueryParam("biz_type"), State: c.QueryParam("state"), Size: c.QueryParam("page_size"),
-		States: courier.TimerStates, Next: page.NextPageToken}
+		States: courier.TimerStates, Next: page.NextPageToken, Redeliver: cs.redo != nil}
 	return cs.view.render(c, http.StatusOK, "timers", consolePage{Title: "Timers", Flash: flashOf(c), Data: d})
 }
 
@@ -386,5 +398,6 @@ func (cs *console) timerDetail(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return cs.view.render(c, http.StatusOK, "timer", consolePage{Title: "Timer " + bizID, Flash: flashOf(c), Data: t})
+	return cs.view.render(c, http.StatusOK, "timer", consolePage{Title: "Timer " + bizID, Flash: flashOf(c),
+		Data: timerData{Timer: t, Redeliver: cs.redo != nil}})
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/outbox"
@@ -34,9 +35,12 @@ type consoleFixture struct {
 	admin, producer, revokedKey string
 	revokedID                   string
 	flow                        *fakeFlow
+	redo                        *fakeRedelivery
 }
 
-func newConsoleFixture(t *testing.T, flow bool) *consoleFixture {
+// newConsoleFixture builds the fixture; slots wires fakes into the places the console keeps for
+// services courier does not have yet (flow control, timer redelivery).
+func newConsoleFixture(t *testing.T, slots bool) *consoleFixture {
 	t.Helper()
 	st, _ := testenv.Store(t, "sqlite")
 	ctx := t.Context()
@@ -51,9 +55,10 @@ func newConsoleFixture(t *testing.T, flow bool) *consoleFixture {
 	deps := gateway.Deps{Logger: slog.New(slog.DiscardHandler), Keys: st, Outbox: st, BizTypes: st, Overview: st, Secrets: st, Gatherer: prometheus.NewRegistry(),
 		Tasks:  tasks.NewService(st, nil, "default", nil, nil, nil),
 		Checks: []gateway.Check{{Name: "database", Probe: st.Ping}, {Name: "mq:default", Optional: true, Probe: func(context.Context) error { return io.EOF }}}}
-	if flow {
+	if slots {
 		f.flow = &fakeFlow{paused: map[gateway.PauseTarget]bool{}}
-		deps.Flow = f.flow
+		f.redo = &fakeRedelivery{}
+		deps.Flow, deps.Redeliver, deps.Timers = f.flow, f.redo, failedTimers{}
 	}
 	srv := httptest.NewServer(gateway.New(gateway.Config{Console: gateway.ConsoleConfig{TemporalUIURL: "http://127.0.0.1:8233/", Namespace: "courier"}}, deps))
 	t.Cleanup(srv.Close)
@@ -371,3 +376,63 @@ func TestConsolePauseSlot(t *testing.T) {
 }
 
 func idString(id int64) string { return strconv.FormatInt(id, 10) }
+
+type fakeRedelivery struct {
+	mu    sync.Mutex
+	one   []string
+	types []string
+}
+
+func (f *fakeRedelivery) RedeliverTimer(_ context.Context, bizType, bizID string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.one = append(f.one, bizType+"/"+bizID)
+	return nil
+}
+
+func (f *fakeRedelivery) RedeliverFailedTimers(_ context.Context, bizType string) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.types = append(f.types, bizType)
+	return 3, nil
+}
+
+// failedTimers answers every timer as failed.
+type failedTimers struct{ gateway.TimerService }
+
+func (failedTimers) Get(_ context.Context, bizType, bizID string) (api.Timer, error) {
+	return api.Timer{BizType: bizType, BizID: bizID, State: courier.TimerFailed, LastError: "callback answered 410",
+		WorkflowID: courier.TimerWorkflowID(bizType, bizID)}, nil
+}
+
+// With timer redelivery wired (Deps.Redeliver), a failed timer gets a Redeliver button, and a
+// business type's failed timers are redelivered together; the service is a fake until courier
+// has one.
+func TestConsoleRedeliverySlot(t *testing.T) {
+	t.Parallel()
+	f := newConsoleFixture(t, true)
+	b := f.browser(t)
+	csrf := b.signIn(f.admin)
+	p := b.get("/console/timers/order.close/o-1")
+	require.Equal(t, http.StatusOK, p.status, p.body)
+	require.Contains(t, p.body, `action="/console/timers/order.close/o-1/redeliver"`)
+	p = b.do(http.MethodPost, "/console/timers/order.close/o-1/redeliver", url.Values{"csrf": {csrf}})
+	require.Equal(t, http.StatusSeeOther, p.status, p.body)
+	require.Equal(t, []string{"order.close/o-1"}, f.redo.one)
+	require.Contains(t, b.get(p.header.Get("Location")).body, "Redelivered")
+
+	p = b.do(http.MethodPost, "/console/timers/redeliver", url.Values{"csrf": {csrf}, "biz_type": {"order.close"}})
+	require.Equal(t, http.StatusUnprocessableEntity, p.status, "the bulk redelivery needs its confirmation")
+	p = b.do(http.MethodPost, "/console/timers/redeliver", url.Values{"csrf": {csrf}, "biz_type": {"../x"}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusBadRequest, p.status)
+	p = b.do(http.MethodPost, "/console/timers/redeliver", url.Values{"csrf": {csrf}, "biz_type": {"order.close"}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusSeeOther, p.status, p.body)
+	require.Equal(t, []string{"order.close"}, f.redo.types)
+	require.Contains(t, b.get(p.header.Get("Location")).body, "Redelivered 3 failed timers.")
+
+	plain := newConsoleFixture(t, false)
+	pb := plain.browser(t)
+	pcsrf := pb.signIn(plain.admin)
+	p = pb.do(http.MethodPost, "/console/timers/redeliver", url.Values{"csrf": {pcsrf}, "biz_type": {"order.close"}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusNotFound, p.status, "no redelivery service, no route")
+}

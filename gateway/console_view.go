@@ -46,8 +46,11 @@ type consoleView struct {
 	pages map[string]*template.Template
 }
 
-func newConsoleView(cfg ConsoleConfig) *consoleView {
+func newConsoleView(cfg ConsoleConfig, hasTasks, hasTimers bool) *consoleView {
 	funcs := template.FuncMap{
+		// The navigation leaves out the lists of services the gateway was built without.
+		"hasTasks":  func() bool { return hasTasks },
+		"hasTimers": func() bool { return hasTimers },
 		// temporal links a workflow id to the Temporal UI (its latest run); "" without a UI.
 		"temporal": func(workflowID string) string {
 			if cfg.TemporalUIURL == "" {

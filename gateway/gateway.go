@@ -61,9 +61,10 @@ type Deps struct {
 	Logger    *slog.Logger
 
 	// The console's own reads (ConsoleConfig): nil leaves their sections out of its overview.
-	Overview      OverviewStore // queue backlogs and the outbox summary of courier's database
-	TimerOverview TimerOverview // timers per business type and the schedules, from Temporal
-	Flow          FlowControl   // pause and resume; nil until flow control exists
+	Overview      OverviewStore   // queue backlogs and the outbox summary of courier's database
+	TimerOverview TimerOverview   // timers per business type and the schedules, from Temporal
+	Flow          FlowControl     // pause and resume; nil until flow control exists
+	Redeliver     TimerRedelivery // failed timers delivered again; nil until courier has it
 }
 
 // Config tunes the gateway.
