@@ -306,16 +306,22 @@ func parseForm(c echo.Context) error {
 	return nil
 }
 
-// sameOrigin refuses a request a browser says comes from another site.
+// sameOrigin refuses a request a browser says comes from another site: its Sec-Fetch-Site, or
+// an Origin whose host is neither the request's Host nor, behind a proxy that rewrites Host,
+// its X-Forwarded-Host (a page on another site cannot set that header on a form it posts).
 func sameOrigin(c echo.Context) error {
 	req := c.Request()
+	refused := courier.Errorf(courier.CodePermissionDenied, "console actions come from the console's own pages only")
 	if site := req.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
-		return courier.Errorf(courier.CodePermissionDenied, "console actions come from the console's own pages only")
+		return refused
 	}
 	if o := req.Header.Get("Origin"); o != "" {
 		u, err := url.Parse(o)
-		if err != nil || u.Host != req.Host {
-			return courier.Errorf(courier.CodePermissionDenied, "console actions come from the console's own pages only")
+		if err != nil || u.Host == "" {
+			return refused
+		}
+		if u.Host != req.Host && u.Host != req.Header.Get("X-Forwarded-Host") {
+			return refused
 		}
 	}
 	return nil

@@ -325,6 +325,8 @@ func TestConsoleActions(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, p.status, "another site, as the browser says")
 	require.Equal(t, courier.OutboxDead, status(dead[0]), "nothing refused changed anything")
 
+	p = admin.do(http.MethodPost, redrive, url.Values{"csrf": {csrf}}, "Origin", "null")
+	require.Equal(t, http.StatusForbidden, p.status, "an opaque origin")
 	p = admin.do(http.MethodPost, redrive, url.Values{"csrf": {csrf}}, "Origin", f.url)
 	require.Equal(t, http.StatusSeeOther, p.status, p.body)
 	require.Equal(t, courier.OutboxPending, status(dead[0]))
