@@ -43,7 +43,9 @@ var codeOfStatus = map[int]courier.Code{
 	http.StatusServiceUnavailable:    courier.CodeUnavailable,
 }
 
-func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
+// errorHandler answers every error: JSON for the API, a page for the console (view; nil
+// without one).
+func errorHandler(log *slog.Logger, view *consoleView) echo.HTTPErrorHandler {
 	return func(err error, c echo.Context) {
 		if c.Response().Committed {
 			return
@@ -55,6 +57,12 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 		}
 		if status >= 500 {
 			log.ErrorContext(c.Request().Context(), "request failed", "method", c.Request().Method, "path", c.Path(), "error", err)
+		}
+		if view != nil && isConsole(c) {
+			if err := view.errorPage(c, status, body); err != nil {
+				log.ErrorContext(c.Request().Context(), "render console error page", "error", err)
+			}
+			return
 		}
 		if c.Request().Method == http.MethodHead {
 			_ = c.NoContent(status)

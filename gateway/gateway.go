@@ -59,6 +59,11 @@ type Deps struct {
 	Admission *metrics.Admission     // counts admission-control refusals; nil counts nothing
 	Wake      func()                 // optional: nudge an in-process relay after a redrive
 	Logger    *slog.Logger
+
+	// The console's own reads (ConsoleConfig): nil leaves their sections out of its overview.
+	Overview      OverviewStore // queue backlogs and the outbox summary of courier's database
+	TimerOverview TimerOverview // timers per business type and the schedules, from Temporal
+	Flow          FlowControl   // pause and resume; nil until flow control exists
 }
 
 // Config tunes the gateway.
@@ -70,6 +75,8 @@ type Config struct {
 	// KeyRate is the request rate of every API key without its own (docs/admission.md), per
 	// gateway instance; the zero Rate (the default) is unlimited.
 	KeyRate courier.Rate
+	// Console configures the operators' console under /console (on by default).
+	Console ConsoleConfig
 }
 
 // Defaults of Config.
@@ -97,7 +104,6 @@ func New(cfg Config, d Deps) *echo.Echo {
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
-	e.HTTPErrorHandler = errorHandler(d.Logger)
 	e.Use(traceRequests) // first: its span covers everything else, a recovered panic included
 	e.Use(middleware.Recover())
 	e.Use(deadline(cfg.RequestTimeout))
@@ -105,6 +111,13 @@ func New(cfg Config, d Deps) *echo.Echo {
 	e.Use(bodyLimit(cfg.MaxBodyBytes))
 
 	h := &handlers{d: d, pages: &pageTokens{secrets: d.Secrets}}
+	var view *consoleView
+	if !cfg.Console.Disabled {
+		con := newConsole(cfg.Console, h, adm)
+		con.mount(e)
+		view = con.view
+	}
+	e.HTTPErrorHandler = errorHandler(d.Logger, view)
 	e.GET("/healthz", h.healthz)
 	e.GET("/readyz", h.readyz)
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{})))

@@ -73,37 +73,47 @@ func (h *handlers) source(c echo.Context) (string, OutboxStore, error) {
 // 1000) per page, without payloads unless include_payload=true, and then no more payload bytes
 // than the store's budget per page.
 func (h *handlers) listOutbox(c echo.Context) error {
-	src, st, err := h.source(c)
+	page, err := h.outboxPage(c)
 	if err != nil {
 		return err
 	}
+	return c.JSON(http.StatusOK, page)
+}
+
+// outboxPage reads the page of records the request's query asks for (source, status, topic,
+// limit, include_payload, page_token): the API's list and the console's.
+func (h *handlers) outboxPage(c echo.Context) (api.OutboxPage, error) {
+	src, st, err := h.source(c)
+	if err != nil {
+		return api.OutboxPage{}, err
+	}
 	f := courier.OutboxFilter{Status: courier.OutboxStatus(c.QueryParam("status")), Topic: c.QueryParam("topic")}
 	if f.Status != "" && !f.Status.Valid() {
-		return &courier.Error{Code: courier.CodeInvalid, Message: fmt.Sprintf("status must be one of pending, dispatched, sent, dead; got %q", f.Status),
+		return api.OutboxPage{}, &courier.Error{Code: courier.CodeInvalid, Message: fmt.Sprintf("status must be one of pending, dispatched, sent, dead; got %q", f.Status),
 			Details: map[string]any{"field": "status"}}
 	}
 	if f.Topic != "" {
 		if err := courier.CheckTopic("topic", f.Topic); err != nil {
-			return err
+			return api.OutboxPage{}, err
 		}
 	}
 	if f.Limit, err = queryInt(c, "limit", 100, 1, 1000); err != nil {
-		return err
+		return api.OutboxPage{}, err
 	}
 	if f.WithPayload, err = queryBool(c, "include_payload"); err != nil {
-		return err
+		return api.OutboxPage{}, err
 	}
 	want := outboxCursor{V: 1, Source: src, Status: string(f.Status), Topic: f.Topic}
 	if raw := c.QueryParam("page_token"); raw != "" {
 		cur, err := parseOutboxCursor(raw, want)
 		if err != nil {
-			return err
+			return api.OutboxPage{}, err
 		}
 		f.AfterID = cur.After
 	}
 	recs, more, err := st.ListOutbox(c.Request().Context(), f)
 	if err != nil {
-		return err
+		return api.OutboxPage{}, err
 	}
 	page := api.OutboxPage{Items: make([]api.OutboxRecord, 0, len(recs))}
 	for _, r := range recs {
@@ -113,7 +123,7 @@ func (h *handlers) listOutbox(c echo.Context) error {
 		want.After = recs[len(recs)-1].ID
 		page.NextPageToken = want.token()
 	}
-	return c.JSON(http.StatusOK, page)
+	return page, nil
 }
 
 // publishOutbox writes one outbox record for producers that cannot write to a database of their
@@ -166,26 +176,35 @@ func (h *handlers) redriveOutbox(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
+	rec, err := h.redriveRecord(c.Request().Context(), src, st, id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusAccepted, api.OutboxRecordOf(src, rec))
+}
+
+// redriveRecord makes one record of source src pending again once its last delivery run has
+// closed: the API's redrive and the console's.
+func (h *handlers) redriveRecord(ctx context.Context, src string, st OutboxStore, id int64) (courier.OutboxRecord, error) {
 	if h.d.Runs != nil {
 		rec, err := st.GetOutbox(ctx, id)
 		if err != nil {
-			return err
+			return courier.OutboxRecord{}, err
 		}
 		if rec.Status == courier.OutboxDead {
 			if err := h.d.Runs.WaitClosed(ctx, courier.OutboxWorkflowID(src, id)); err != nil {
-				return err
+				return courier.OutboxRecord{}, err
 			}
 		}
 	}
 	rec, err := st.RedriveOutbox(ctx, id)
 	if err != nil {
-		return err
+		return courier.OutboxRecord{}, err
 	}
 	if h.d.Wake != nil {
 		h.d.Wake()
 	}
-	return c.JSON(http.StatusAccepted, api.OutboxRecordOf(src, rec))
+	return rec, nil
 }
 
 // Bulk redrive bounds.
@@ -205,14 +224,24 @@ func (h *handlers) redriveDeadOutbox(c echo.Context) error {
 	if err := bindJSON(c, &req); err != nil {
 		return err
 	}
+	res, err := h.redriveDead(c.Request().Context(), req)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, res)
+}
+
+// redriveDead checks a bulk redrive's filter and redrives what it matches: the API's bulk
+// redrive and the console's.
+func (h *handlers) redriveDead(ctx context.Context, req api.RedriveFilter) (api.RedriveResult, error) {
 	src, st := courier.DefaultSource, h.d.Outbox
 	if req.Source != "" && req.Source != courier.DefaultSource {
 		var ok bool
 		if st, ok = h.d.Sources[req.Source]; !ok {
 			if err := courier.CheckName("source", req.Source); err != nil {
-				return err
+				return api.RedriveResult{}, err
 			}
-			return &courier.Error{Code: courier.CodeNotFound, Message: fmt.Sprintf("unknown outbox source %q", req.Source),
+			return api.RedriveResult{}, &courier.Error{Code: courier.CodeNotFound, Message: fmt.Sprintf("unknown outbox source %q", req.Source),
 				Details: map[string]any{"field": "source"}}
 		}
 		src = req.Source
@@ -220,7 +249,7 @@ func (h *handlers) redriveDeadOutbox(c echo.Context) error {
 	f := courier.DeadFilter{Topic: req.Topic}
 	if f.Topic != "" {
 		if err := courier.CheckTopicPattern("topic", f.Topic); err != nil {
-			return err
+			return api.RedriveResult{}, err
 		}
 	}
 	if req.DeadSince != nil {
@@ -230,23 +259,22 @@ func (h *handlers) redriveDeadOutbox(c echo.Context) error {
 		f.DeadBefore = *req.DeadBefore
 	}
 	if !f.DeadSince.IsZero() && !f.DeadBefore.IsZero() && !f.DeadSince.Before(f.DeadBefore) {
-		return &courier.Error{Code: courier.CodeValidation, Message: "dead_since must be before dead_before",
+		return api.RedriveResult{}, &courier.Error{Code: courier.CodeValidation, Message: "dead_since must be before dead_before",
 			Details: map[string]any{"field": "dead_since"}}
 	}
 	left := defaultRedriveMax
 	if req.Max != nil {
 		left = *req.Max
 		if left < 1 || left > maxRedriveMax {
-			return &courier.Error{Code: courier.CodeValidation, Message: fmt.Sprintf("max must be 1 to %d; got %d", maxRedriveMax, left),
+			return api.RedriveResult{}, &courier.Error{Code: courier.CodeValidation, Message: fmt.Sprintf("max must be 1 to %d; got %d", maxRedriveMax, left),
 				Details: map[string]any{"field": "max"}}
 		}
 	}
-	ctx := c.Request().Context()
 	var res api.RedriveResult
 	for left > 0 {
 		refs, err := st.DeadOutbox(ctx, f, min(left, redriveBatch))
 		if err != nil {
-			return err
+			return api.RedriveResult{}, err
 		}
 		if len(refs) == 0 {
 			break
@@ -255,18 +283,18 @@ func (h *handlers) redriveDeadOutbox(c echo.Context) error {
 		left -= len(refs)
 		ids, err := h.closedRuns(ctx, src, refs)
 		if err != nil {
-			return err
+			return api.RedriveResult{}, err
 		}
 		res.Busy += len(refs) - len(ids)
 		n, err := st.RedriveDeadOutbox(ctx, ids)
 		if err != nil {
-			return err
+			return api.RedriveResult{}, err
 		}
 		res.Redriven += n
 		if left == 0 {
 			rest, err := st.DeadOutbox(ctx, f, 1)
 			if err != nil {
-				return err
+				return api.RedriveResult{}, err
 			}
 			res.More = len(rest) > 0
 		}
@@ -274,7 +302,7 @@ func (h *handlers) redriveDeadOutbox(c echo.Context) error {
 	if res.Redriven > 0 && h.d.Wake != nil {
 		h.d.Wake()
 	}
-	return c.JSON(http.StatusOK, res)
+	return res, nil
 }
 
 // closedRuns returns the ids of refs whose last delivery run is closed (all of them without

@@ -66,45 +66,55 @@ func (h *handlers) insertTask(c echo.Context) error {
 // creation time, without payloads and results (GET one version for those). The page token is
 // sealed to its query, like a timer list's.
 func (h *handlers) listTasks(c echo.Context) error {
+	page, err := h.taskPage(c)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, page)
+}
+
+// taskPage reads the page of task versions the request's query asks for: the API's list and the
+// console's.
+func (h *handlers) taskPage(c echo.Context) (api.TaskPage, error) {
 	var f courier.TaskFilter
 	var err error
 	if f.Queue = c.QueryParam("queue"); f.Queue != "" {
 		if err := courier.CheckName("queue", f.Queue); err != nil {
-			return err
+			return api.TaskPage{}, err
 		}
 	}
 	if f.Status = courier.TaskStatus(c.QueryParam("status")); f.Status != "" && !f.Status.Valid() {
-		return &courier.Error{Code: courier.CodeInvalid, Message: fmt.Sprintf("status must be one of %s", taskStatusNames),
+		return api.TaskPage{}, &courier.Error{Code: courier.CodeInvalid, Message: fmt.Sprintf("status must be one of %s", taskStatusNames),
 			Details: map[string]any{"field": "status"}}
 	}
 	if f.Priority, err = queryInt(c, "priority", 0, 1, courier.MaxPriority); err != nil {
-		return err
+		return api.TaskPage{}, err
 	}
 	if f.CreatedAfter, err = queryTime(c, "created_after"); err != nil {
-		return err
+		return api.TaskPage{}, err
 	}
 	if f.CreatedBefore, err = queryTime(c, "created_before"); err != nil {
-		return err
+		return api.TaskPage{}, err
 	}
 	if f.Limit, err = queryInt(c, "limit", 100, 1, 1000); err != nil {
-		return err
+		return api.TaskPage{}, err
 	}
 	query := strings.Join([]string{"tasks", f.Queue, string(f.Status), c.QueryParam("priority"),
 		c.QueryParam("created_after"), c.QueryParam("created_before")}, "\x00")
 	ctx := c.Request().Context()
 	cursor, err := h.pages.open(ctx, query, c.QueryParam("page_token"))
 	if err != nil {
-		return err
+		return api.TaskPage{}, err
 	}
 	if cursor != nil {
 		f.After = new(courier.TaskKey)
 		if err := json.Unmarshal(cursor, f.After); err != nil {
-			return err // sealed by this gateway fleet: never a client's doing
+			return api.TaskPage{}, err // sealed by this gateway fleet: never a client's doing
 		}
 	}
 	tasks, more, err := h.d.Tasks.List(ctx, f)
 	if err != nil {
-		return err
+		return api.TaskPage{}, err
 	}
 	page := api.TaskPage{Items: make([]api.Task, len(tasks))}
 	for i, t := range tasks {
@@ -114,10 +124,10 @@ func (h *handlers) listTasks(c echo.Context) error {
 		last := tasks[len(tasks)-1]
 		next, _ := json.Marshal(courier.TaskKey{CreatedAt: last.CreatedAt, TaskID: last.TaskID, Version: last.Version})
 		if page.NextPageToken, err = h.pages.seal(ctx, query, next); err != nil {
-			return err
+			return api.TaskPage{}, err
 		}
 	}
-	return c.JSON(http.StatusOK, page)
+	return page, nil
 }
 
 // taskStatusNames lists the statuses for a refusal.

@@ -105,36 +105,46 @@ func timerPath(c echo.Context) (string, string, error) {
 }
 
 func (h *handlers) listTimers(c echo.Context) error {
+	page, err := h.timerPage(c)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, page)
+}
+
+// timerPage reads the page of timers the request's query asks for (biz_type, state,
+// finished_after, finished_before, page_size, page_token): the API's list and the console's.
+func (h *handlers) timerPage(c echo.Context) (api.TimerPage, error) {
 	var q timers.ListQuery
 	var err error
 	if q.PageSize, err = queryInt(c, "page_size", 100, 1, 1000); err != nil {
-		return err
+		return api.TimerPage{}, err
 	}
 	q.BizType, q.State = c.QueryParam("biz_type"), courier.TimerState(c.QueryParam("state"))
 	if q.FinishedAfter, err = queryTime(c, "finished_after"); err != nil {
-		return err
+		return api.TimerPage{}, err
 	}
 	if q.FinishedBefore, err = queryTime(c, "finished_before"); err != nil {
-		return err
+		return api.TimerPage{}, err
 	}
 	query := strings.Join([]string{"timers", q.BizType, string(q.State), c.QueryParam("finished_after"), c.QueryParam("finished_before")}, "\x00")
 	ctx := c.Request().Context()
 	token, err := h.pages.open(ctx, query, c.QueryParam("page_token"))
 	if err != nil {
-		return err
+		return api.TimerPage{}, err
 	}
 	items, next, err := h.d.Timers.List(ctx, q, token)
 	if err != nil {
-		return err
+		return api.TimerPage{}, err
 	}
 	if items == nil {
 		items = []api.Timer{}
 	}
 	nextToken, err := h.pages.seal(ctx, query, next)
 	if err != nil {
-		return err
+		return api.TimerPage{}, err
 	}
-	return c.JSON(http.StatusOK, api.TimerPage{Items: items, NextPageToken: nextToken})
+	return api.TimerPage{Items: items, NextPageToken: nextToken}, nil
 }
 
 // createTimers arms up to timers.MaxBatch timers in one request, each answered on its own.

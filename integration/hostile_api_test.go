@@ -150,7 +150,9 @@ type hostileAPI struct {
 	url     string
 	keys    map[courier.Scope]string
 	revoked string
-	valid   map[string]string // path parameter values that name the seeded resources, by route prefix and name
+	// sessions are console sessions by API key (hostile_console_test.go).
+	sessions map[string]consoleSession
+	valid    map[string]string // path parameter values that name the seeded resources, by route prefix and name
 }
 
 func newHostileAPI(t *testing.T) *hostileAPI {
@@ -169,12 +171,13 @@ func newHostileAPI(t *testing.T) *hostileAPI {
 	e := gateway.New(gateway.Config{MaxBodyBytes: 64 << 10, RequestTimeout: 20 * time.Second}, gateway.Deps{
 		Keys: s.store, Outbox: s.store, Runs: relay.DeliveryRuns{Temporal: s.tc, Wait: time.Second},
 		BizTypes: s.store, Timers: svc, Schedules: svc, Secrets: s.store,
-		Tasks:  tasks.NewService(s.store, s.tc, s.ts.GetDefaultNamespace(), nil, nil, quiet),
-		Logger: quiet,
+		Tasks:    tasks.NewService(s.store, s.tc, s.ts.GetDefaultNamespace(), nil, nil, quiet),
+		Logger:   quiet,
+		Overview: s.store, TimerOverview: svc,
 	})
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
-	a := &hostileAPI{s: s, e: e, url: srv.URL, keys: map[courier.Scope]string{}}
+	a := &hostileAPI{s: s, e: e, url: srv.URL, keys: map[courier.Scope]string{}, sessions: map[string]consoleSession{}}
 	for _, sc := range []courier.Scope{courier.ScopeAdmin, courier.ScopeProducer, courier.ScopeWorker} {
 		_, tok, err := s.store.CreateAPIKey(ctx, "hostile-"+string(sc), []courier.Scope{sc})
 		require.NoError(t, err)
@@ -182,8 +185,12 @@ func newHostileAPI(t *testing.T) *hostileAPI {
 	}
 	k, tok, err := s.store.CreateAPIKey(ctx, "revoked", []courier.Scope{courier.ScopeAdmin})
 	require.NoError(t, err)
+	a.signInConsole(t, tok) // a session the revocation must end
 	require.NoError(t, s.store.RevokeAPIKey(ctx, k.ID))
 	a.revoked = tok
+	for _, sc := range []courier.Scope{courier.ScopeAdmin, courier.ScopeProducer, courier.ScopeWorker} {
+		a.signInConsole(t, a.keys[sc])
+	}
 
 	// One of each resource, so valid paths reach real handlers and real state.
 	ids, err := outbox.Enqueue(ctx, s.store.DB(), outbox.Message{Topic: "orders.created", Payload: []byte(`{}`)})
@@ -198,7 +205,7 @@ func newHostileAPI(t *testing.T) *hostileAPI {
 	require.NoError(t, err)
 	a.valid = map[string]string{
 		"outbox:id": fmt.Sprint(ids[0]), "biz-types:name": "hbt", "timers:biz_type": "orders", "timers:biz_id": "o-1",
-		"tasks:task_id": "t-1", "tasks:version": "1", "queues:name": "hq", "schedules:id": "s-1",
+		"tasks:task_id": "t-1", "tasks:version": "1", "queues:name": "hq", "schedules:id": "s-1", "static:name": "console.css",
 	}
 	return a
 }
@@ -212,7 +219,8 @@ func (a *hostileAPI) routes(t *testing.T) []*echo.Route {
 			continue
 		}
 		_, known := routeScope[r.Method+" "+r.Path]
-		require.True(t, known, "route %s %s is not classified in routeScope: say who may call it and give it a valid body", r.Method, r.Path)
+		_, consoleKnown := consoleRoutes[r.Method+" "+r.Path]
+		require.True(t, known || consoleKnown, "route %s %s is not classified in routeScope (or consoleRoutes): say who may call it and give it a valid body", r.Method, r.Path)
 		out = append(out, r)
 	}
 	sort.SliceStable(out, func(i, j int) bool {
@@ -222,7 +230,7 @@ func (a *hostileAPI) routes(t *testing.T) []*echo.Route {
 		}
 		return out[i].Method+out[i].Path < out[j].Method+out[j].Path
 	})
-	require.GreaterOrEqual(t, len(out), len(routeScope), "every classified route is served")
+	require.GreaterOrEqual(t, len(out), len(routeScope)+len(consoleRoutes), "every classified route is served")
 	return out
 }
 
@@ -256,8 +264,8 @@ func params(route string) []string {
 	return out
 }
 
-// send sends a request with the path and query exactly as written.
-func (a *hostileAPI) send(t *testing.T, method, path, query, token, contentType string, body []byte) (int, http.Header, []byte) {
+// send sends a request with the path and query exactly as written, and any extra header pairs.
+func (a *hostileAPI) send(t *testing.T, method, path, query, token, contentType string, body []byte, header ...string) (int, http.Header, []byte) {
 	t.Helper()
 	u, err := url.Parse(a.url)
 	require.NoError(t, err)
@@ -273,7 +281,10 @@ func (a *hostileAPI) send(t *testing.T, method, path, query, token, contentType 
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := noRedirects.Do(req)
 	require.NoError(t, err, "%s %s", method, path)
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
@@ -429,6 +440,10 @@ func TestEveryRouteRefusesHostileInput(t *testing.T) {
 	}
 	n := 0
 	for _, r := range a.routes(t) {
+		if isConsoleRoute(r.Path) {
+			n += a.hostileConsole(t, r, &before)
+			continue
+		}
 		scope := routeScope[r.Method+" "+r.Path]
 		token := a.keys[courier.ScopeAdmin]
 		if scope == courier.ScopeWorker {
@@ -524,6 +539,10 @@ func TestAuthEveryRoute(t *testing.T) {
 	a := newHostileAPI(t)
 	for _, r := range a.routes(t) {
 		key := r.Method + " " + r.Path
+		if isConsoleRoute(r.Path) {
+			t.Run(key, func(t *testing.T) { a.consoleAuth(t, r) })
+			continue
+		}
 		scope := routeScope[key]
 		path := a.path(t, r.Path, "", "")
 		var body []byte

@@ -7,6 +7,9 @@ type Tasks struct {
 	InsertToPush   prometheus.Histogram   // courier_task_insert_to_push_seconds
 	Results        *prometheus.CounterVec // courier_task_results_total{queue,outcome}
 	LimiterRepairs *prometheus.CounterVec // courier_task_limiter_repairs_total{queue}
+	// PushToResult is courier_task_push_to_result_seconds{queue}: from an attempt's push to its
+	// worker's result, as the gateway takes it.
+	PushToResult *prometheus.HistogramVec
 }
 
 // NewTasks creates the task metrics and registers them with reg.
@@ -25,9 +28,14 @@ func NewTasks(reg prometheus.Registerer) *Tasks {
 			Name: "courier_task_limiter_repairs_total",
 			Help: "Times the sweeper found a queue's slot count different from its rows in Processing and repaired it.",
 		}, []string{"queue"}),
+		PushToResult: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "courier_task_push_to_result_seconds",
+			Help:    "Time from an attempt's push to its worker's result (success or failure) reaching the gateway, by queue.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 18),
+		}, []string{"queue"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.InsertToPush, m.Results, m.LimiterRepairs)
+		reg.MustRegister(m.InsertToPush, m.Results, m.LimiterRepairs, m.PushToResult)
 	}
 	return m
 }

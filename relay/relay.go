@@ -492,7 +492,7 @@ func (r *Relay) startOne(ctx context.Context, source string, rec store.ClaimedRe
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		// The worker in this process polls this queue on the same client, so the server can
 		// hand the first workflow task back in the start's response instead of through
-		// matching (docs/benchmarks.md, "Engine tuning"). Without a free local slot, or on a
+		// matching (docs/benchmarks-history.md, "Engine tuning"). Without a free local slot, or on a
 		// run that already exists, the SDK starts normally.
 		EnableEagerStart: true,
 		TypedSearchAttributes: temporal.NewSearchAttributes(

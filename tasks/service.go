@@ -173,6 +173,9 @@ func (s *Service) Report(ctx context.Context, taskID string, version int64, r co
 	if err != nil {
 		return err
 	}
+	if s.metrics != nil && t.PushedAt != nil {
+		s.metrics.PushToResult.WithLabelValues(t.Queue).Observe(time.Since(*t.PushedAt).Seconds())
+	}
 	res := contract.AttemptResult{Attempt: r.Attempt, Outcome: r.Outcome(tracing.FromContext(ctx))}
 	status, recorded, err := s.recordOutcome(ctx, t, r.Attempt, res.Outcome)
 	if err != nil {

@@ -40,7 +40,7 @@ const (
 // at 400/s (four times what the engine completes here) saw runs' last workflow tasks time out on
 // their worker's queue, go to the shared one and wait there again, so runs closed up to 58 s
 // after their record was published, each with a replay that only added to the load. With 20 s
-// the last run closed 3.5–6 s after the last record (docs/benchmarks.md, fifth round). A worker
+// the last run closed 3.5–6 s after the last record (docs/benchmarks-history.md, fifth round). A worker
 // that stops hands its queue back at once; one that dies is given up by the engine as soon as
 // its queue has had no poll for 10 s, so only tasks already waiting for it when it died wait
 // the full 20 s.

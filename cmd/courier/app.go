@@ -244,7 +244,13 @@ func (a *app) newGateway(wake, wakeTasks func()) http.Handler {
 		return svc.CountByState(ctx)
 	}))
 	a.reg.MustRegister(metrics.NewTaskTableCollector(taskStatuses(), taskStats(a.store)))
-	return gateway.New(gateway.Config{MaxBodyBytes: a.cfg.MaxBodyBytes, RequestTimeout: a.cfg.RequestTimeout, KeyRate: a.cfg.KeyRate}, gateway.Deps{
+	a.reg.MustRegister(metrics.NewTaskBacklogCollector(func() ([]courier.QueueBacklog, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return a.store.QueueBacklogs(ctx, time.Now())
+	}))
+	console := gateway.ConsoleConfig{Disabled: !a.cfg.Console, TemporalUIURL: a.cfg.TemporalUIURL, Namespace: a.cfg.Temporal.Namespace}
+	return gateway.New(gateway.Config{MaxBodyBytes: a.cfg.MaxBodyBytes, RequestTimeout: a.cfg.RequestTimeout, KeyRate: a.cfg.KeyRate, Console: console}, gateway.Deps{
 		Tasks:     tasks.NewService(a.store, a.temporal, a.cfg.Temporal.Namespace, wakeTasks, a.tasksMetrics(), a.log),
 		Keys:      a.store,
 		Outbox:    a.store,
@@ -265,6 +271,9 @@ func (a *app) newGateway(wake, wakeTasks func()) http.Handler {
 		Admission: metrics.NewAdmission(a.reg),
 		Wake:      wake,
 		Logger:    a.log,
+
+		Overview:      a.store,
+		TimerOverview: svc,
 	})
 }
 

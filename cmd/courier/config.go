@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -71,6 +72,12 @@ type Config struct {
 	// is no default limit.
 	// docs/admission.md.
 	KeyRate courier.Rate
+
+	// Console is COURIER_CONSOLE: serve the operators' console under /console; default true.
+	Console bool
+	// TemporalUIURL is COURIER_TEMPORAL_UI_URL: the Temporal Web UI the console links each item
+	// to; default none (courier dev: its embedded UI).
+	TemporalUIURL string
 
 	env envReader // reads the environment for the flags' defaults; Validate reports what did not parse
 }
@@ -181,6 +188,8 @@ func (c *Config) bindRuntime(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.env.duration("COURIER_REQUEST_TIMEOUT", gateway.DefaultRequestTimeout), "bound on one gateway request's work; slower requests get 503 (COURIER_REQUEST_TIMEOUT)")
 	fs.Float64Var(&c.KeyRate.PerSecond, "key-rate-limit", c.env.float("COURIER_KEY_RATE_LIMIT", 0), "requests per second each API key without its own rate may make, on each gateway; 0 = unlimited (COURIER_KEY_RATE_LIMIT)")
 	fs.IntVar(&c.KeyRate.Burst, "key-rate-burst", c.env.integer("COURIER_KEY_RATE_BURST", 0), "requests such a key may make at once above its rate; 0 = the rate rounded up (COURIER_KEY_RATE_BURST)")
+	fs.BoolVar(&c.Console, "console", c.env.boolean("COURIER_CONSOLE", true), "serve the operators' console under /console (COURIER_CONSOLE)")
+	fs.StringVar(&c.TemporalUIURL, "temporal-ui-url", env("COURIER_TEMPORAL_UI_URL", ""), "the Temporal Web UI's address, for the console's links to each workflow (COURIER_TEMPORAL_UI_URL; dev: its embedded UI)")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", int64(c.env.integer("COURIER_MAX_BODY_BYTES", gateway.DefaultMaxBodyBytes)), "request body limit in bytes (COURIER_MAX_BODY_BYTES)")
 	c.env.list("COURIER_OUTBOX_SOURCES", &c.Outbox.Sources)
 	fs.Var(&c.Outbox.Sources, "outbox-source", "extra producer database to relay from, name=database-url; repeatable (COURIER_OUTBOX_SOURCES, comma-separated)")
@@ -252,6 +261,11 @@ func (c *Config) Validate(needDB bool) error {
 		return errors.New("request timeout must be from 1s to 10m")
 	case c.MaxBodyBytes < 1024 || c.MaxBodyBytes > 2<<20:
 		return errors.New("max body bytes must be from 1 KiB to 2 MiB (Temporal rejects payloads over 2 MB)")
+	}
+	if c.TemporalUIURL != "" {
+		if u, err := url.Parse(c.TemporalUIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("COURIER_TEMPORAL_UI_URL %q must be an http or https URL such as http://127.0.0.1:8233", c.TemporalUIURL)
+		}
 	}
 	if err := c.validateBrokers(); err != nil {
 		return err

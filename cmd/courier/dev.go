@@ -122,6 +122,9 @@ func runDev(ctx context.Context, args []string) error {
 	if err := cfg.Validate(true); err != nil {
 		return err
 	}
+	if cfg.TemporalUIURL == "" {
+		cfg.TemporalUIURL = tmp.UIURL()
+	}
 	a := &app{cfg: cfg, log: log, reg: newRegistry(), dev: true}
 	defer a.close()
 	if err := a.connect(ctx, true); err != nil {
@@ -146,7 +149,7 @@ func runDev(ctx context.Context, args []string) error {
 	gw := "http://" + gwLn.Addr().String()
 	fmt.Printf(`
 courier dev is up (%.1fs)
-  gateway      %s   (OpenAPI: %s/openapi.yaml, metrics: %s/metrics)
+  gateway      %s   (OpenAPI: %s/openapi.yaml, metrics: %s/metrics)%s
   Temporal UI  %s   (namespace %s)
   Temporal     %s
   NATS         %s   (broker "default")%s
@@ -156,7 +159,7 @@ courier dev is up (%.1fs)
 
 Try:  curl -H "Authorization: Bearer %s" %s/v1/outbox
 Stop with Ctrl-C.
-`, time.Since(start).Seconds(), gw, gw, gw, tmp.UIURL(), tmp.Namespace(), tmp.Address(), nats.URL(),
+`, time.Since(start).Seconds(), gw, gw, gw, consoleLine(cfg, gw), tmp.UIURL(), tmp.Namespace(), tmp.Address(), nats.URL(),
 		extraBrokers(cfg), cfg.DatabaseURL, dev.DataDir, token, filepath.Join(dev.DataDir, "dev-api-key"), token, gw)
 
 	select {
@@ -189,6 +192,14 @@ func devAPIKey(ctx context.Context, a *app, path string) (string, error) {
 		return "", err
 	}
 	return token, nil
+}
+
+// consoleLine is the start banner's line for the console ("" when it is off).
+func consoleLine(cfg Config, gw string) string {
+	if !cfg.Console {
+		return ""
+	}
+	return "\n  console      " + gw + "/console   (sign in with the API key below)"
 }
 
 // extraBrokers lists the brokers --broker adds to the embedded NATS, and the routes, for the

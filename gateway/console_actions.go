@@ -1,0 +1,213 @@
+package gateway
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/timers"
+)
+
+// The console's actions. Each is a POST carrying the session's CSRF token, needs the admin
+// scope, calls the same code as its API route, logs who did it, and answers with a redirect to
+// the page that shows the result (post/redirect/get), so a reload never repeats it.
+
+func (cs *console) audit(c echo.Context, action string, args ...any) {
+	v := viewerOf(c)
+	cs.log.InfoContext(c.Request().Context(), "console action", append([]any{"action", action, "key_id", v.Key.ID}, args...)...)
+}
+
+func seeOther(c echo.Context, path string, kv ...string) error {
+	u, err := consoleLink(path, kv...)
+	if err != nil {
+		return err
+	}
+	return c.Redirect(http.StatusSeeOther, string(u))
+}
+
+// redriveRecord redrives one record, like POST /v1/outbox/{id}/redrive (?source= names a
+// producer's database).
+func (cs *console) redriveRecord(c echo.Context) error {
+	id, err := pathInt(c, "id")
+	if err != nil {
+		return err
+	}
+	src, st, err := cs.h.source(c)
+	if err != nil {
+		return err
+	}
+	if _, err := cs.h.redriveRecord(c.Request().Context(), src, st, id); err != nil {
+		return err
+	}
+	cs.audit(c, "redrive", "source", src, "id", id)
+	source := src
+	if source == courier.DefaultSource {
+		source = ""
+	}
+	return seeOther(c, "/console/outbox/"+strconv.FormatInt(id, 10), "source", source, "flash", "redriven")
+}
+
+// redriveDead redrives the dead records a topic pattern matches, like POST /v1/outbox/redrive:
+// form fields source, topic (a pattern), max (default the API's), and confirm.
+func (cs *console) redriveDead(c echo.Context) error {
+	form := c.Request().PostForm
+	req := api.RedriveFilter{Source: form.Get("source"), Topic: strings.TrimSpace(form.Get("topic"))}
+	if raw := strings.TrimSpace(form.Get("max")); raw != "" {
+		n, err := strconv.Atoi(raw)
+		if err != nil {
+			return &courier.Error{Code: courier.CodeInvalid, Message: "max must be a whole number", Details: map[string]any{"field": "max"}}
+		}
+		req.Max = &n
+	}
+	if form.Get("confirm") != "yes" {
+		return &courier.Error{Code: courier.CodeValidation, Message: "tick the confirmation to redrive every matching dead record",
+			Details: map[string]any{"field": "confirm"}}
+	}
+	res, err := cs.h.redriveDead(c.Request().Context(), req)
+	if err != nil {
+		return err
+	}
+	cs.audit(c, "redrive-dead", "source", req.Source, "topic", req.Topic, "redriven", res.Redriven, "busy", res.Busy)
+	more := ""
+	if res.More {
+		more = "1"
+	}
+	source := req.Source
+	if source == courier.DefaultSource {
+		source = ""
+	}
+	topic := req.Topic // the list filters by one topic, not a pattern
+	if courier.CheckTopic("topic", topic) != nil {
+		topic = ""
+	}
+	return seeOther(c, "/console/outbox", "source", source, "status", string(courier.OutboxDead), "topic", topic,
+		"flash", "bulk", "n", strconv.FormatInt(res.Redriven, 10), "busy", strconv.Itoa(res.Busy), "more", more)
+}
+
+// cancelTask cancels a task version, like DELETE /v1/tasks/{task_id}/versions/{version}.
+func (cs *console) cancelTask(c echo.Context) error {
+	id, v, err := taskPath(c, true)
+	if err != nil {
+		return err
+	}
+	if _, err := cs.h.d.Tasks.Cancel(c.Request().Context(), id, v); err != nil {
+		return err
+	}
+	cs.audit(c, "cancel-task", "task_id", id, "version", v)
+	return seeOther(c, "/console/tasks/"+url.PathEscape(id)+"/versions/"+strconv.FormatInt(v, 10), "flash", "cancelled")
+}
+
+// cancelTimer cancels a timer, like DELETE /v1/timers/{biz_type}/{biz_id}.
+func (cs *console) cancelTimer(c echo.Context) error {
+	bizType, bizID, err := timerPath(c)
+	if err != nil {
+		return err
+	}
+	if _, err := cs.h.d.Timers.Cancel(c.Request().Context(), bizType, bizID); err != nil {
+		return err
+	}
+	cs.audit(c, "cancel-timer", "biz_type", bizType, "biz_id", bizID)
+	return seeOther(c, "/console/timers/"+url.PathEscape(bizType)+"/"+url.PathEscape(bizID), "flash", "cancelled")
+}
+
+// pauseSchedule and unpauseSchedule are POST /v1/schedules/{id}/pause and /unpause.
+func (cs *console) pauseSchedule(c echo.Context) error   { return cs.scheduleState(c, true) }
+func (cs *console) unpauseSchedule(c echo.Context) error { return cs.scheduleState(c, false) }
+
+func (cs *console) scheduleState(c echo.Context, pause bool) error {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	v := viewerOf(c)
+	ctx := c.Request().Context()
+	flash := "resumed"
+	if pause {
+		err = cs.h.d.Schedules.PauseSchedule(ctx, id, fmt.Sprintf("paused in the console (API key %s)", v.Key.ID))
+		flash = "paused"
+	} else {
+		err = cs.h.d.Schedules.UnpauseSchedule(ctx, id, fmt.Sprintf("resumed in the console (API key %s)", v.Key.ID))
+	}
+	if err != nil {
+		return err
+	}
+	cs.audit(c, flash+"-schedule", "schedule_id", id)
+	return seeOther(c, "/console", "flash", flash)
+}
+
+// pause and resume are flow control's (Deps.Flow): form fields kind (queue, biz_type, topic)
+// and name.
+func (cs *console) pause(c echo.Context) error  { return cs.flowAction(c, true) }
+func (cs *console) resume(c echo.Context) error { return cs.flowAction(c, false) }
+
+func (cs *console) flowAction(c echo.Context, pause bool) error {
+	form := c.Request().PostForm
+	t := PauseTarget{Kind: form.Get("kind"), Name: form.Get("name")}
+	var err error
+	switch t.Kind {
+	case PauseQueue:
+		err = courier.CheckName("name", t.Name)
+	case PauseBizType:
+		err = courier.CheckName("name", t.Name)
+	case PauseTopic:
+		err = courier.CheckTopicPattern("name", t.Name)
+	default:
+		err = &courier.Error{Code: courier.CodeInvalid, Message: "kind must be queue, biz_type or topic", Details: map[string]any{"field": "kind"}}
+	}
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	flash := "paused"
+	if pause {
+		err = cs.flow.Pause(ctx, t)
+	} else {
+		err, flash = cs.flow.Resume(ctx, t), "resumed"
+	}
+	if err != nil {
+		return err
+	}
+	cs.audit(c, flash, "kind", t.Kind, "name", t.Name)
+	return seeOther(c, "/console", "flash", flash)
+}
+
+// redeliverTimer delivers one failed timer again.
+func (cs *console) redeliverTimer(c echo.Context) error {
+	bizType, bizID, err := timerPath(c)
+	if err != nil {
+		return err
+	}
+	if _, err := cs.h.d.Timers.Redeliver(c.Request().Context(), bizType, bizID); err != nil {
+		return err
+	}
+	cs.audit(c, "redeliver-timer", "biz_type", bizType, "biz_id", bizID)
+	return seeOther(c, "/console/timers/"+url.PathEscape(bizType)+"/"+url.PathEscape(bizID), "flash", "redelivered")
+}
+
+// redeliverFailed delivers a business type's failed timers again: form field biz_type.
+func (cs *console) redeliverFailed(c echo.Context) error {
+	bizType := c.Request().PostForm.Get("biz_type")
+	if err := courier.CheckName("biz_type", bizType); err != nil {
+		return err
+	}
+	if c.Request().PostForm.Get("confirm") != "yes" {
+		return &courier.Error{Code: courier.CodeValidation, Message: "tick the confirmation to redeliver every failed timer of the type",
+			Details: map[string]any{"field": "confirm"}}
+	}
+	res, err := cs.h.d.Timers.RedeliverFailed(c.Request().Context(), timers.RedeliverQuery{BizType: bizType, Max: timers.MaxRedeliver})
+	if err != nil {
+		return err
+	}
+	cs.audit(c, "redeliver-failed-timers", "biz_type", bizType, "redelivered", res.Redelivered)
+	more := "0"
+	if res.More {
+		more = "1"
+	}
+	return seeOther(c, "/console", "flash", "redelivered-n", "n", strconv.Itoa(res.Redelivered), "more", more)
+}

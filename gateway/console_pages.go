@@ -1,0 +1,407 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
+)
+
+// What the overview reads, and how far.
+const (
+	overviewWindow     = 5 * time.Minute // tasks finished "recently"
+	overviewTimeout    = 5 * time.Second // each section; a slow one shows as unavailable, the rest still render
+	checkTimeout       = 2 * time.Second // each readiness probe
+	timerHorizon       = time.Hour       // timers "due soon"
+	timerGrace         = time.Minute     // a scheduled timer this far past its fire time is late
+	overviewDeadTopics = 10              // topics listed under dead records, per source
+	overviewBizTypes   = 20              // business types counted
+	overviewSchedules  = 20              // schedules listed
+	unreadable         = "unavailable: " // prefix of a section that could not be read
+)
+
+type overviewData struct {
+	Window    time.Duration
+	Queues    []queueLine
+	QueuesErr string
+	Outbox    []outboxLine
+	Checks    []checkLine
+	// Timers counts the business types' timers; TimersMore says only the first
+	// overviewBizTypes are counted.
+	Timers        []courier.TimerTypeStats
+	TimersMore    bool
+	TimersErr     string
+	HasTimers     bool
+	Schedules     []api.Schedule
+	SchedulesMore bool
+	SchedulesErr  string
+	HasSchedules  bool
+	// Flow is set when flow control (pause/resume) is available; PausedTopics lists the paused
+	// topic patterns and PausedBizTypes the paused business types.
+	Flow           bool
+	Redeliver      bool // failed timers can be redelivered (the gateway has the timer service)
+	FlowErr        string
+	PausedTopics   []string
+	PausedBizTypes []string
+}
+
+type queueLine struct {
+	Name            string
+	Pending         [courier.PriorityBands]int64
+	Total           int64
+	InFlight, Limit int
+	Oldest          time.Time
+	Succeeded       int64
+	Failed          int64
+	Paused          bool
+}
+
+type outboxLine struct {
+	Source   string
+	Overview courier.OutboxOverview
+	Err      string
+}
+
+// Count is the source's rows in a status.
+func (l outboxLine) Count(status string) int64 {
+	return l.Overview.ByStatus[courier.OutboxStatus(status)]
+}
+
+type checkLine struct {
+	Name     string
+	OK       bool
+	Optional bool
+}
+
+// section runs fn with its own deadline, logging a failure and returning what the page shows
+// for it ("" when it worked).
+func (cs *console) section(ctx context.Context, what string, fn func(ctx context.Context) error) string {
+	ctx, cancel := context.WithTimeout(ctx, overviewTimeout)
+	defer cancel()
+	if err := fn(ctx); err != nil {
+		cs.log.WarnContext(ctx, "console overview section unavailable", "section", what, "error", err)
+		return unreadable + "could not be read (the gateway's log says why)"
+	}
+	return ""
+}
+
+// overview is the console's first page: every queue's backlog by band, slots and recent
+// results; every outbox's backlog, oldest unsent row and dead records by topic; the
+// dependencies' health; timers per business type; schedules. Each section is read at once and
+// on its own deadline.
+func (cs *console) overview(c echo.Context) error {
+	ctx := c.Request().Context()
+	d := overviewData{Window: overviewWindow, Flow: cs.flow != nil, Redeliver: cs.h.d.Timers != nil}
+	var wg sync.WaitGroup
+	run := func(fn func()) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn()
+		}()
+	}
+	paused := map[PauseTarget]bool{}
+	if cs.flow != nil {
+		d.FlowErr = cs.section(ctx, "flow control", func(ctx context.Context) error {
+			ts, err := cs.flow.Paused(ctx)
+			for _, t := range ts {
+				paused[t] = true
+				switch t.Kind {
+				case PauseTopic:
+					d.PausedTopics = append(d.PausedTopics, t.Name)
+				case PauseBizType:
+					d.PausedBizTypes = append(d.PausedBizTypes, t.Name)
+				}
+			}
+			return err
+		})
+	}
+	run(func() {
+		d.QueuesErr = cs.section(ctx, "task queues", func(ctx context.Context) error { return cs.queues(ctx, &d, paused) })
+	})
+	d.Outbox = cs.outboxSources()
+	for i := range d.Outbox {
+		run(func() {
+			line := &d.Outbox[i]
+			st := cs.overviewer(line.Source)
+			line.Err = cs.section(ctx, "outbox "+line.Source, func(ctx context.Context) error {
+				var err error
+				line.Overview, err = st.OutboxOverview(ctx, overviewDeadTopics)
+				return err
+			})
+		})
+	}
+	d.Checks = make([]checkLine, len(cs.h.d.Checks))
+	for i, chk := range cs.h.d.Checks {
+		run(func() {
+			pctx, cancel := context.WithTimeout(ctx, checkTimeout)
+			defer cancel()
+			d.Checks[i] = checkLine{Name: chk.Name, OK: chk.Probe(pctx) == nil, Optional: chk.Optional}
+		})
+	}
+	if cs.timers != nil && cs.h.d.BizTypes != nil {
+		d.HasTimers = true
+		run(func() {
+			d.TimersErr = cs.section(ctx, "timers", func(ctx context.Context) error {
+				types, err := cs.h.d.BizTypes.ListBizTypes(ctx)
+				if err != nil {
+					return err
+				}
+				names := make([]string, 0, len(types))
+				for _, t := range types {
+					names = append(names, t.Name)
+				}
+				sort.Strings(names)
+				if len(names) > overviewBizTypes {
+					names, d.TimersMore = names[:overviewBizTypes], true
+				}
+				d.Timers, err = cs.timers.TimerStats(ctx, names, time.Now(), timerHorizon, timerGrace)
+				return err
+			})
+		})
+	}
+	if cs.timers != nil && cs.h.d.Schedules != nil {
+		d.HasSchedules = true
+		run(func() {
+			d.SchedulesErr = cs.section(ctx, "schedules", func(ctx context.Context) error {
+				var err error
+				d.Schedules, d.SchedulesMore, err = cs.timers.ListSchedules(ctx, overviewSchedules)
+				return err
+			})
+		})
+	}
+	wg.Wait()
+	return cs.view.render(c, http.StatusOK, "overview", consolePage{Title: "Overview", Flash: flashOf(c), Data: d})
+}
+
+// queues fills the overview's queue lines: the backlog from the database, the slots from the
+// queues' configuration.
+func (cs *console) queues(ctx context.Context, d *overviewData, paused map[PauseTarget]bool) error {
+	if cs.stats == nil {
+		return nil
+	}
+	backlogs, err := cs.stats.QueueBacklogs(ctx, time.Now().Add(-overviewWindow))
+	if err != nil {
+		return err
+	}
+	limits := map[string]courier.Queue{}
+	if cs.h.d.Tasks != nil {
+		qs, err := cs.h.d.Tasks.ListQueues(ctx)
+		if err != nil {
+			return err
+		}
+		for _, q := range qs {
+			limits[q.Name] = q
+		}
+	}
+	for _, b := range backlogs {
+		q := limits[b.Queue]
+		d.Queues = append(d.Queues, queueLine{Name: b.Queue, Pending: b.Pending, Total: b.PendingTotal(),
+			InFlight: q.InFlight, Limit: q.ConcurrencyLimit, Oldest: b.OldestPending,
+			Succeeded: b.Succeeded, Failed: b.Failed, Paused: paused[PauseTarget{Kind: PauseQueue, Name: b.Queue}]})
+	}
+	return nil
+}
+
+// outboxSources lists the outbox tables the overview can summarise: courier's own first.
+func (cs *console) outboxSources() []outboxLine {
+	var out []outboxLine
+	if cs.overviewer(courier.DefaultSource) != nil {
+		out = append(out, outboxLine{Source: courier.DefaultSource})
+	}
+	names := make([]string, 0, len(cs.h.d.Sources))
+	for name := range cs.h.d.Sources {
+		if cs.overviewer(name) != nil {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		out = append(out, outboxLine{Source: n})
+	}
+	return out
+}
+
+func (cs *console) overviewer(source string) outboxOverviewer {
+	if source == courier.DefaultSource {
+		if cs.stats != nil {
+			return cs.stats
+		}
+		o, _ := cs.h.d.Outbox.(outboxOverviewer)
+		return o
+	}
+	o, _ := cs.h.d.Sources[source].(outboxOverviewer)
+	return o
+}
+
+// sourceNames lists the outbox sources for the list's filter: courier's own first.
+func (cs *console) sourceNames() []string {
+	names := make([]string, 0, len(cs.h.d.Sources))
+	for name := range cs.h.d.Sources {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return append([]string{courier.DefaultSource}, names...)
+}
+
+// flashOf is what the last action did, from the fixed messages below; the redirect after an
+// action names one by key, so a link can show nothing else.
+func flashOf(c echo.Context) string {
+	n := func(name string) int {
+		v, _ := strconv.Atoi(c.QueryParam(name))
+		return max(v, 0)
+	}
+	switch c.QueryParam("flash") {
+	case "redriven":
+		return "Redriven: the record is pending again and the relay delivers it in a moment."
+	case "bulk":
+		s := fmt.Sprintf("Redrove %d dead records.", n("n"))
+		if b := n("busy"); b > 0 {
+			s += fmt.Sprintf(" %d were left dead because their last delivery run was still closing: redrive again in a moment.", b)
+		}
+		if c.QueryParam("more") == "1" {
+			s += " More dead records match: redrive again for the next ones."
+		}
+		return s
+	case "cancelled":
+		return "Cancelled."
+	case "paused":
+		return "Paused."
+	case "resumed":
+		return "Resumed."
+	case "redelivered":
+		return "Redelivered: the timer is delivered again."
+	case "redelivered-n":
+		s := fmt.Sprintf("Redelivered %d failed timers.", n("n"))
+		if c.QueryParam("more") == "1" {
+			s += " More failed timers match: redeliver again for the next ones."
+		}
+		return s
+	}
+	return ""
+}
+
+type outboxListData struct {
+	Page     api.OutboxPage
+	Statuses []string
+	Source   string
+	Status   string
+	Topic    string
+	Limit    string
+	Sources  []string
+	Next     string // the next page's token
+}
+
+// outboxList is the API's outbox list as a page, with the same filters and paging.
+func (cs *console) outboxList(c echo.Context) error {
+	page, err := cs.h.outboxPage(c)
+	if err != nil {
+		return err
+	}
+	d := outboxListData{Page: page, Statuses: []string{"pending", "dispatched", "sent", "dead"}, Source: c.QueryParam("source"), Status: c.QueryParam("status"), Topic: c.QueryParam("topic"),
+		Limit: c.QueryParam("limit"), Sources: cs.sourceNames(), Next: page.NextPageToken}
+	return cs.view.render(c, http.StatusOK, "outbox", consolePage{Title: "Outbox", Flash: flashOf(c), Data: d})
+}
+
+// outboxRecord shows one record with its payload, headers and last error.
+func (cs *console) outboxRecord(c echo.Context) error {
+	id, err := pathInt(c, "id")
+	if err != nil {
+		return err
+	}
+	src, st, err := cs.h.source(c)
+	if err != nil {
+		return err
+	}
+	rec, err := st.GetOutbox(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return cs.view.render(c, http.StatusOK, "record", consolePage{Title: fmt.Sprintf("Outbox record %d", id), Flash: flashOf(c),
+		Data: api.OutboxRecordOf(src, rec)})
+}
+
+type taskListData struct {
+	Page                 api.TaskPage
+	Queue, Status, Prio  string
+	Limit, After, Before string
+	Statuses             []courier.TaskStatus
+	Priorities           []int
+	Next                 string
+}
+
+// taskList is the API's task list as a page, with the same filters and paging.
+func (cs *console) taskList(c echo.Context) error {
+	page, err := cs.h.taskPage(c)
+	if err != nil {
+		return err
+	}
+	prios := make([]int, courier.PriorityBands)
+	for i := range prios {
+		prios[i] = i + 1
+	}
+	d := taskListData{Page: page, Queue: c.QueryParam("queue"), Status: c.QueryParam("status"), Prio: c.QueryParam("priority"),
+		Limit: c.QueryParam("limit"), After: c.QueryParam("created_after"), Before: c.QueryParam("created_before"),
+		Statuses: courier.TaskStatuses, Next: page.NextPageToken, Priorities: prios}
+	return cs.view.render(c, http.StatusOK, "tasks", consolePage{Title: "Tasks", Flash: flashOf(c), Data: d})
+}
+
+// taskDetail shows one task version with its payload, result and message.
+func (cs *console) taskDetail(c echo.Context) error {
+	id, v, err := taskPath(c, true)
+	if err != nil {
+		return err
+	}
+	t, err := cs.h.d.Tasks.Get(c.Request().Context(), id, v)
+	if err != nil {
+		return err
+	}
+	return cs.view.render(c, http.StatusOK, "task", consolePage{Title: "Task " + id, Flash: flashOf(c), Data: api.TaskOf(t)})
+}
+
+type timerListData struct {
+	Page                 api.TimerPage
+	BizType, State, Size string
+	States               []courier.TimerState
+	Next                 string
+	Redeliver            bool // failed timers can be redelivered (the gateway has the timer service)
+}
+
+// timerData is a timer's page.
+type timerData struct {
+	api.Timer
+	Redeliver bool
+}
+
+// timerList is the API's timer list as a page, with the same filters and paging.
+func (cs *console) timerList(c echo.Context) error {
+	page, err := cs.h.timerPage(c)
+	if err != nil {
+		return err
+	}
+	d := timerListData{Page: page, BizType: c.QueryParam("biz_type"), State: c.QueryParam("state"), Size: c.QueryParam("page_size"),
+		States: courier.TimerStates, Next: page.NextPageToken, Redeliver: cs.h.d.Timers != nil}
+	return cs.view.render(c, http.StatusOK, "timers", consolePage{Title: "Timers", Flash: flashOf(c), Data: d})
+}
+
+// timerDetail shows one timer with its attempts, last error and payload.
+func (cs *console) timerDetail(c echo.Context) error {
+	bizType, bizID, err := timerPath(c)
+	if err != nil {
+		return err
+	}
+	t, err := cs.h.d.Timers.Get(c.Request().Context(), bizType, bizID)
+	if err != nil {
+		return err
+	}
+	return cs.view.render(c, http.StatusOK, "timer", consolePage{Title: "Timer " + bizID, Flash: flashOf(c),
+		Data: timerData{Timer: t, Redeliver: cs.h.d.Timers != nil}})
+}
