@@ -40,7 +40,7 @@ const (
 	KindBucketedTimer = "bucketed-timer"
 	KindScheduleRun   = "schedule-run" // a run of a cron schedule
 	KindTask          = "task"         // a task attempt
-	KindTaskSweeper   = "task-sweeper" // the task lifecycle\'s sweeper (one running, a run an hour)
+	KindTaskSweeper   = "task-sweeper" // the task lifecycle's sweeper (one running, a run an hour)
 )
 
 // SearchAttributes lists every custom search attribute courier registers on start.

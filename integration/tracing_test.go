@@ -247,6 +247,7 @@ func TestTraceOutboxProducerToPublish(t *testing.T) {
 			require.Equal(t, traceID, got.TraceID())
 			require.Equal(t, publish.SpanContext.SpanID(), got.SpanID(), "the message continues from the publish span")
 			require.Equal(t, "test", msg.Headers().Get("x-app"), "the producer's headers are published")
+			requireDocumentedTrace(t, exp, traceID, "outbox", strings.NewReplacer("traced.created", "<topic>"))
 		})
 	}
 }
@@ -317,6 +318,7 @@ func TestTraceTimerCreateToCallback(t *testing.T) {
 			require.True(t, sc.IsValid(), "the callback has no traceparent")
 			require.Equal(t, traceID, sc.TraceID())
 			require.Equal(t, ends[0].SpanContext.SpanID(), sc.SpanID(), "the callback continues from its span")
+			requireDocumentedTrace(t, exp, traceID, "timer", strings.NewReplacer())
 		})
 	}
 }
@@ -418,4 +420,9 @@ func testTraceTaskInsertToResult(t *testing.T, d string, heartbeat time.Duration
 			require.Equal(t, "doc-1", a.Value.AsString())
 		}
 	}
+	block := "task"
+	if heartbeat > 0 {
+		block = "task with a heartbeat timeout"
+	}
+	requireDocumentedTrace(t, exp, traceID, block, strings.NewReplacer())
 }
