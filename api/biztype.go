@@ -59,6 +59,7 @@ type BizType struct {
 	FailureTopic    string            `json:"failure_topic,omitempty"`
 	CreatedAt       time.Time         `json:"created_at"`
 	UpdatedAt       time.Time         `json:"updated_at"`
+	Paused          *Pause            `json:"paused,omitempty"` // set while the type is paused
 
 	// Created is set by the Go client: the PUT created the type (201) rather than replaced it.
 	// It is never in the JSON.

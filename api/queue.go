@@ -77,6 +77,7 @@ type Queue struct {
 	InsertRate        float64             `json:"insert_rate_per_second"`
 	InsertBurst       int                 `json:"insert_burst"`
 	MaxPending        int                 `json:"max_pending"`
+	Paused            *Pause              `json:"paused,omitempty"` // set while the queue is paused
 
 	// Created is set by the Go client: the PUT created the queue (201) rather than replaced
 	// it. It is never in the JSON.

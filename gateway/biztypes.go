@@ -47,8 +47,13 @@ func (h *handlers) putBizType(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	ps, err := h.pauses(c.Request().Context())
+	if err != nil {
+		return err
+	}
 	out := api.BizTypeOf(stored)
 	out.GeneratedSecret = generated
+	out.Paused = api.PausedBy(ps.BizType(name))
 	if created {
 		return c.JSON(http.StatusCreated, out)
 	}
@@ -64,7 +69,13 @@ func (h *handlers) getBizType(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, api.BizTypeOf(b))
+	ps, err := h.pauses(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	out := api.BizTypeOf(b)
+	out.Paused = api.PausedBy(ps.BizType(name))
+	return c.JSON(http.StatusOK, out)
 }
 
 func (h *handlers) listBizTypes(c echo.Context) error {
@@ -72,9 +83,15 @@ func (h *handlers) listBizTypes(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	ps, err := h.pauses(c.Request().Context())
+	if err != nil {
+		return err
+	}
 	out := api.List[api.BizType]{Items: make([]api.BizType, 0, len(all))}
 	for _, b := range all {
-		out.Items = append(out.Items, api.BizTypeOf(b))
+		shown := api.BizTypeOf(b)
+		shown.Paused = api.PausedBy(ps.BizType(b.Name))
+		out.Items = append(out.Items, shown)
 	}
 	return c.JSON(http.StatusOK, out)
 }

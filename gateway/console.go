@@ -53,30 +53,6 @@ type TimerOverview interface {
 	ListSchedules(ctx context.Context, limit int) ([]api.Schedule, bool, error)
 }
 
-// PauseTarget names what flow control pauses: a task queue, a business type or an outbox topic
-// pattern.
-type PauseTarget struct {
-	Kind string // PauseQueue, PauseBizType or PauseTopic
-	Name string // a queue or business type name, or a topic pattern ("orders.>")
-}
-
-// The kinds of PauseTarget.
-const (
-	PauseQueue   = "queue"
-	PauseBizType = "biz_type"
-	PauseTopic   = "topic"
-)
-
-// FlowControl pauses and resumes work: held, not lost, and delivered on resume. courier has no
-// implementation yet; while Deps.Flow is nil the console shows no paused state and offers no
-// pause or resume. Once set, the overview marks every paused queue, business type and topic
-// pattern, and admins get pause and resume buttons (POST /console/pause and /console/resume).
-type FlowControl interface {
-	Paused(ctx context.Context) ([]PauseTarget, error)
-	Pause(ctx context.Context, t PauseTarget) error
-	Resume(ctx context.Context, t PauseTarget) error
-}
-
 // console serves the console's pages; h gives it the API's handlers and services.
 type console struct {
 	h      *handlers
@@ -86,7 +62,7 @@ type console struct {
 	view   *consoleView
 	log    *slog.Logger
 	now    func() time.Time
-	flow   FlowControl
+	flow   PauseService
 	stats  OverviewStore
 	timers TimerOverview
 }
@@ -100,7 +76,7 @@ func newConsole(cfg ConsoleConfig, h *handlers, adm *admission) *console {
 	}
 	cfg.TemporalUIURL = strings.TrimRight(cfg.TemporalUIURL, "/")
 	return &console{h: h, cfg: cfg, adm: adm, keys: &sessionKeys{secrets: h.d.Secrets}, log: h.d.Logger, now: time.Now,
-		view: newConsoleView(cfg, h.d.Tasks != nil, h.d.Timers != nil), flow: h.d.Flow, stats: h.d.Overview, timers: h.d.TimerOverview}
+		view: newConsoleView(cfg, h.d.Tasks != nil, h.d.Timers != nil), flow: h.d.Pauses, stats: h.d.Overview, timers: h.d.TimerOverview}
 }
 
 // mount registers the console's routes. Reads need a session; actions need a session, its CSRF

@@ -141,39 +141,31 @@ func (cs *console) scheduleState(c echo.Context, pause bool) error {
 	return seeOther(c, "/console", "flash", flash)
 }
 
-// pause and resume are flow control's (Deps.Flow): form fields kind (queue, biz_type, topic)
-// and name.
+// pause and resume are flow control's (Deps.Pauses): form fields kind (queue, biz_type,
+// topic), name and, to pause, reason.
 func (cs *console) pause(c echo.Context) error  { return cs.flowAction(c, true) }
 func (cs *console) resume(c echo.Context) error { return cs.flowAction(c, false) }
 
 func (cs *console) flowAction(c echo.Context, pause bool) error {
 	form := c.Request().PostForm
-	t := PauseTarget{Kind: form.Get("kind"), Name: form.Get("name")}
-	var err error
-	switch t.Kind {
-	case PauseQueue:
-		err = courier.CheckName("name", t.Name)
-	case PauseBizType:
-		err = courier.CheckName("name", t.Name)
-	case PauseTopic:
-		err = courier.CheckTopicPattern("name", t.Name)
-	default:
-		err = &courier.Error{Code: courier.CodeInvalid, Message: "kind must be queue, biz_type or topic", Details: map[string]any{"field": "kind"}}
-	}
-	if err != nil {
+	p := courier.Pause{Kind: courier.PauseKind(form.Get("kind")), Name: form.Get("name"), Reason: form.Get("reason"),
+		PausedBy: "console, " + keyName(viewerOf(c).Key)}
+	if err := courier.CheckPause(p.Kind, p.Name, p.Reason); err != nil {
 		return err
 	}
 	ctx := c.Request().Context()
 	flash := "paused"
+	var err error
 	if pause {
-		err = cs.flow.Pause(ctx, t)
+		_, _, err = cs.flow.Pause(ctx, p)
 	} else {
-		err, flash = cs.flow.Resume(ctx, t), "resumed"
+		_, err = cs.flow.Resume(ctx, p.Kind, p.Name)
+		flash = "resumed"
 	}
 	if err != nil {
 		return err
 	}
-	cs.audit(c, flash, "kind", t.Kind, "name", t.Name)
+	cs.audit(c, flash, "kind", string(p.Kind), "name", p.Name)
 	return seeOther(c, "/console", "flash", flash)
 }
 

@@ -49,8 +49,8 @@ type overviewData struct {
 	Flow           bool
 	Redeliver      bool // failed timers can be redelivered (the gateway has the timer service)
 	FlowErr        string
-	PausedTopics   []string
-	PausedBizTypes []string
+	PausedTopics   []courier.Pause
+	PausedBizTypes []courier.Pause
 }
 
 type queueLine struct {
@@ -108,17 +108,17 @@ func (cs *console) overview(c echo.Context) error {
 			fn()
 		}()
 	}
-	paused := map[PauseTarget]bool{}
+	paused := courier.NewPauses(nil)
 	if cs.flow != nil {
 		d.FlowErr = cs.section(ctx, "flow control", func(ctx context.Context) error {
-			ts, err := cs.flow.Paused(ctx)
-			for _, t := range ts {
-				paused[t] = true
-				switch t.Kind {
-				case PauseTopic:
-					d.PausedTopics = append(d.PausedTopics, t.Name)
-				case PauseBizType:
-					d.PausedBizTypes = append(d.PausedBizTypes, t.Name)
+			list, err := cs.flow.List(ctx)
+			paused = courier.NewPauses(list)
+			for _, p := range list {
+				switch p.Kind {
+				case courier.PauseTopic:
+					d.PausedTopics = append(d.PausedTopics, p)
+				case courier.PauseBizType:
+					d.PausedBizTypes = append(d.PausedBizTypes, p)
 				}
 			}
 			return err
@@ -184,7 +184,7 @@ func (cs *console) overview(c echo.Context) error {
 
 // queues fills the overview's queue lines: the backlog from the database, the slots from the
 // queues' configuration.
-func (cs *console) queues(ctx context.Context, d *overviewData, paused map[PauseTarget]bool) error {
+func (cs *console) queues(ctx context.Context, d *overviewData, paused courier.Pauses) error {
 	if cs.stats == nil {
 		return nil
 	}
@@ -206,10 +206,12 @@ func (cs *console) queues(ctx context.Context, d *overviewData, paused map[Pause
 		q := limits[b.Queue]
 		d.Queues = append(d.Queues, queueLine{Name: b.Queue, Pending: b.Pending, Total: b.PendingTotal(),
 			InFlight: q.InFlight, Limit: q.ConcurrencyLimit, Oldest: b.OldestPending,
-			Succeeded: b.Succeeded, Failed: b.Failed, Paused: paused[PauseTarget{Kind: PauseQueue, Name: b.Queue}]})
+			Succeeded: b.Succeeded, Failed: b.Failed, Paused: isPaused(paused.Queue(b.Queue))})
 	}
 	return nil
 }
+
+func isPaused(_ courier.Pause, ok bool) bool { return ok }
 
 // outboxSources lists the outbox tables the overview can summarise: courier's own first.
 func (cs *console) outboxSources() []outboxLine {

@@ -23,6 +23,7 @@ import (
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/outbox"
+	"github.com/courier-oss/courier/pauses"
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/tasks"
 	"github.com/courier-oss/courier/timers"
@@ -35,7 +36,6 @@ type consoleFixture struct {
 	st                          *store.Store
 	admin, producer, revokedKey string
 	revokedID                   string
-	flow                        *fakeFlow
 	timers                      *failedTimers
 }
 
@@ -57,9 +57,8 @@ func newConsoleFixture(t *testing.T, slots bool) *consoleFixture {
 		Tasks:  tasks.NewService(st, nil, "default", nil, nil, nil),
 		Checks: []gateway.Check{{Name: "database", Probe: st.Ping}, {Name: "mq:default", Optional: true, Probe: func(context.Context) error { return io.EOF }}}}
 	if slots {
-		f.flow = &fakeFlow{paused: map[gateway.PauseTarget]bool{}}
 		f.timers = &failedTimers{}
-		deps.Flow, deps.Timers = f.flow, f.timers
+		deps.Pauses, deps.Timers = pauses.NewService(st, slog.New(slog.DiscardHandler)), f.timers
 	}
 	srv := httptest.NewServer(gateway.New(gateway.Config{Console: gateway.ConsoleConfig{TemporalUIURL: "http://127.0.0.1:8233/", Namespace: "courier"}}, deps))
 	t.Cleanup(srv.Close)
@@ -137,37 +136,6 @@ func (b *browser) signIn(key string) string {
 	home := b.get("/console")
 	require.Equal(b.t, http.StatusOK, home.status, home.body)
 	return home.csrf(b.t)
-}
-
-type fakeFlow struct {
-	mu     sync.Mutex
-	paused map[gateway.PauseTarget]bool
-}
-
-func (f *fakeFlow) Paused(context.Context) ([]gateway.PauseTarget, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []gateway.PauseTarget
-	for t, p := range f.paused {
-		if p {
-			out = append(out, t)
-		}
-	}
-	return out, nil
-}
-
-func (f *fakeFlow) Pause(_ context.Context, t gateway.PauseTarget) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.paused[t] = true
-	return nil
-}
-
-func (f *fakeFlow) Resume(_ context.Context, t gateway.PauseTarget) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.paused[t] = false
-	return nil
 }
 
 func TestConsoleSignIn(t *testing.T) {
@@ -357,25 +325,49 @@ func TestConsoleActions(t *testing.T) {
 	require.Equal(t, http.StatusUnsupportedMediaType, p.status)
 }
 
-// With flow control wired (Deps.Flow), queues show their state and admins pause and resume
-// them; the service is a fake here until courier has one.
-func TestConsolePauseSlot(t *testing.T) {
+// With flow control (Deps.Pauses), queues, business types and topic patterns show whether they
+// are paused, with the reason and who paused them, and admins pause and resume them.
+func TestConsolePause(t *testing.T) {
 	t.Parallel()
 	f := newConsoleFixture(t, true)
 	b := f.browser(t)
 	csrf := b.signIn(f.admin)
 	home := b.get("/console")
 	require.Contains(t, home.body, `<span class="badge ok">running</span>`)
-	p := b.do(http.MethodPost, "/console/pause", url.Values{"csrf": {csrf}, "kind": {"queue"}, "name": {"docs"}})
+	require.Contains(t, home.body, "Nothing is paused.")
+	p := b.do(http.MethodPost, "/console/pause", url.Values{"csrf": {csrf}, "kind": {"queue"}, "name": {"docs"}, "reason": {"db maintenance"}})
 	require.Equal(t, http.StatusSeeOther, p.status, p.body)
-	require.True(t, f.flow.paused[gateway.PauseTarget{Kind: gateway.PauseQueue, Name: "docs"}])
+	list, err := f.st.ListPauses(t.Context())
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.Equal(t, courier.PauseQueue, list[0].Kind)
+	require.Equal(t, "docs", list[0].Name)
+	require.Equal(t, "db maintenance", list[0].Reason)
+	require.Contains(t, list[0].PausedBy, "console, api key console-admin")
 	home = b.get(p.header.Get("Location"))
 	require.Contains(t, home.body, "Paused.")
 	require.Regexp(t, `data-queue="docs">[\s\S]*?badge paused`, home.body)
+
+	p = b.do(http.MethodPost, "/console/pause", url.Values{"csrf": {csrf}, "kind": {"topic"}, "name": {"orders.>"}, "reason": {"<b>broker</b> move"}})
+	require.Equal(t, http.StatusSeeOther, p.status, p.body)
+	home = b.get("/console")
+	require.Contains(t, home.body, `data-pause="topic/orders.&gt;"`)
+	require.Contains(t, home.body, "&lt;b&gt;broker&lt;/b&gt; move", "the reason is shown as text")
+	require.NotContains(t, home.body, "Nothing is paused.")
+
 	p = b.do(http.MethodPost, "/console/pause", url.Values{"csrf": {csrf}, "kind": {"nope"}, "name": {"docs"}})
+	require.Equal(t, http.StatusUnprocessableEntity, p.status)
+	p = b.do(http.MethodPost, "/console/pause", url.Values{"csrf": {csrf}, "kind": {"topic"}, "name": {"orders.$x"}})
 	require.Equal(t, http.StatusBadRequest, p.status)
 	p = b.do(http.MethodPost, "/console/resume", url.Values{"csrf": {csrf}, "kind": {"topic"}, "name": {"orders.>"}})
 	require.Equal(t, http.StatusSeeOther, p.status, p.body)
+	p = b.do(http.MethodPost, "/console/resume", url.Values{"csrf": {csrf}, "kind": {"topic"}, "name": {"orders.>"}})
+	require.Equal(t, http.StatusNotFound, p.status, "not paused any more")
+	p = b.do(http.MethodPost, "/console/resume", url.Values{"csrf": {csrf}, "kind": {"queue"}, "name": {"docs"}})
+	require.Equal(t, http.StatusSeeOther, p.status, p.body)
+	list, err = f.st.ListPauses(t.Context())
+	require.NoError(t, err)
+	require.Empty(t, list)
 }
 
 func idString(id int64) string { return strconv.FormatInt(id, 10) }

@@ -63,7 +63,7 @@ type Deps struct {
 	// The console's own reads (ConsoleConfig): nil leaves their sections out of its overview.
 	Overview      OverviewStore // queue backlogs and the outbox summary of courier's database
 	TimerOverview TimerOverview // timers per business type and the schedules, from Temporal
-	Flow          FlowControl   // pause and resume; nil until flow control exists
+	Pauses        PauseService  // flow control: pause and resume (nil: no /v1/pauses, no buttons)
 }
 
 // Config tunes the gateway.
@@ -159,6 +159,11 @@ func New(cfg Config, d Deps) *echo.Echo {
 		v1.GET("/queues", h.listQueues, admin)
 		v1.GET("/queues/:name", h.getQueue, admin)
 		v1.PUT("/queues/:name", h.putQueue, admin)
+	}
+	if d.Pauses != nil {
+		v1.GET("/pauses", h.listPauses, admin)
+		v1.POST("/pauses", h.pause, admin)
+		v1.DELETE("/pauses/:kind/:name", h.resume, admin)
 	}
 	if d.Schedules != nil {
 		sc := d.Schedules
@@ -257,5 +262,17 @@ func (h *handlers) readyz(c echo.Context) error {
 	if !ready {
 		status = http.StatusServiceUnavailable
 	}
-	return c.JSON(status, map[string]any{"ready": ready, "checks": out})
+	body := map[string]any{"ready": ready, "checks": out}
+	// What an operator paused is not a fault (the service is ready), but whoever reads this to
+	// see why work is not flowing should find it here.
+	if h.d.Pauses != nil {
+		if list, err := h.d.Pauses.List(ctx); err == nil {
+			paused := make([]string, len(list))
+			for i, p := range list {
+				paused[i] = string(p.Kind) + ":" + p.Name
+			}
+			body["paused"] = paused
+		}
+	}
+	return c.JSON(status, body)
 }

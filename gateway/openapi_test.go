@@ -160,7 +160,7 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 	t.Parallel()
 	doc, _ := openAPISpec(t)
 	e := gateway.New(gateway.Config{}, gateway.Deps{Tasks: newCannedTasks(), Timers: stubTimers{}, Schedules: stubSchedules{},
-		BizTypes: stubBizTypes{}, Gatherer: prometheus.NewRegistry()})
+		BizTypes: stubBizTypes{}, Pauses: stubPauses{}, Gatherer: prometheus.NewRegistry()})
 	param := regexp.MustCompile(`:([a-z_]+)`)
 	var served []string
 	for _, r := range e.Routes() {
@@ -182,3 +182,6 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 	served = slices.Compact(served)
 	require.ElementsMatch(t, documented, served, "served routes (right) and documented operations (left) differ")
 }
+
+// stubPauses stands for the pause service where only the routes matter.
+type stubPauses struct{ gateway.PauseService }

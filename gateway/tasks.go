@@ -228,10 +228,25 @@ func (h *handlers) putQueue(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if created {
-		return c.JSON(http.StatusCreated, api.QueueOf(out))
+	shown, err := h.queueOf(c.Request().Context(), out)
+	if err != nil {
+		return err
 	}
-	return c.JSON(http.StatusOK, api.QueueOf(out))
+	if created {
+		return c.JSON(http.StatusCreated, shown)
+	}
+	return c.JSON(http.StatusOK, shown)
+}
+
+// queueOf shows a queue with its pause, if it is paused.
+func (h *handlers) queueOf(ctx context.Context, q courier.Queue) (api.Queue, error) {
+	ps, err := h.pauses(ctx)
+	if err != nil {
+		return api.Queue{}, err
+	}
+	out := api.QueueOf(q)
+	out.Paused = api.PausedBy(ps.Queue(q.Name))
+	return out, nil
 }
 
 func (h *handlers) getQueue(c echo.Context) error {
@@ -243,7 +258,11 @@ func (h *handlers) getQueue(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, api.QueueOf(q))
+	out, err := h.queueOf(c.Request().Context(), q)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out)
 }
 
 func (h *handlers) listQueues(c echo.Context) error {
@@ -251,9 +270,14 @@ func (h *handlers) listQueues(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	ps, err := h.pauses(c.Request().Context())
+	if err != nil {
+		return err
+	}
 	out := api.List[api.Queue]{Items: make([]api.Queue, len(qs))}
 	for i, q := range qs {
 		out.Items[i] = api.QueueOf(q)
+		out.Items[i].Paused = api.PausedBy(ps.Queue(q.Name))
 	}
 	return c.JSON(http.StatusOK, out)
 }

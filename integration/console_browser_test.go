@@ -20,6 +20,7 @@ import (
 	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/outbox"
+	"github.com/courier-oss/courier/pauses"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/tasks"
 )
@@ -138,11 +139,10 @@ func TestConsoleInABrowser(t *testing.T) {
 	ns := s.ts.GetDefaultNamespace()
 	svc := s.timerService()
 	taskSvc := tasks.NewService(s.store, s.tc, ns, nil, nil, quiet)
-	var flow gateway.FlowControl // pause/resume: nil until courier has flow control
 	gw := gateway.New(gateway.Config{Console: gateway.ConsoleConfig{TemporalUIURL: "http://127.0.0.1:8233", Namespace: ns}}, gateway.Deps{
 		Keys: s.store, Outbox: s.store, Runs: relay.DeliveryRuns{Temporal: s.tc, Wait: 2 * time.Second},
 		BizTypes: s.store, Timers: svc, Schedules: svc, Tasks: taskSvc, Secrets: s.store, Logger: quiet,
-		Overview: s.store, TimerOverview: svc, Flow: flow,
+		Overview: s.store, TimerOverview: svc, Pauses: pauses.NewService(s.store, quiet),
 		Checks: []gateway.Check{
 			{Name: "database", Probe: s.store.Ping},
 			{Name: "temporal", Probe: func(ctx context.Context) error {
@@ -251,9 +251,8 @@ func TestConsoleInABrowser(t *testing.T) {
 	b.until("/console", func() bool { return b.text(sched+" .badge") == "running" }, "and running again")
 
 	t.Run("pause a queue and see pushes stop", func(t *testing.T) {
-		if flow == nil {
-			t.Skip("needs flow control's pause/resume, not in courier yet: give this stack's gateway a gateway.FlowControl (Deps.Flow) " +
-				"and a task claimer pushing to a test worker, and this step runs")
+		if !queuePausesHoldPushes {
+			t.Skip("needs the task claimer to hold a paused queue's pushes (issue 24, part 4): give this stack a task claimer pushing to a test worker, and this step runs")
 		}
 		pauseQueueInBrowser(t, b, "docs", nil, nil)
 	})
@@ -262,6 +261,9 @@ func TestConsoleInABrowser(t *testing.T) {
 		recordConsoleScreenshots(t, b)
 	}
 }
+
+// queuePausesHoldPushes says whether the task claimer holds a paused queue's pushes yet.
+const queuePausesHoldPushes = false
 
 // pauseQueueInBrowser pauses a queue from the overview, sees that a task inserted meanwhile is
 // not pushed, resumes it and sees the push: the browser step of flow control. insert adds a

@@ -24,6 +24,7 @@ import (
 	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/outbox"
+	"github.com/courier-oss/courier/pauses"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/tasks"
 )
@@ -71,6 +72,10 @@ var routeScope = map[string]courier.Scope{
 	"GET /v1/queues/:name":                                courier.ScopeAdmin,
 	"PUT /v1/queues/:name":                                courier.ScopeAdmin,
 
+	"GET /v1/pauses":                courier.ScopeAdmin,
+	"POST /v1/pauses":               courier.ScopeAdmin,
+	"DELETE /v1/pauses/:kind/:name": courier.ScopeAdmin,
+
 	"POST /v1/schedules/:id":         courier.ScopeProducer,
 	"GET /v1/schedules/:id":          courier.ScopeProducer,
 	"PATCH /v1/schedules/:id":        courier.ScopeProducer,
@@ -105,6 +110,7 @@ var validBodies = map[string][]string{
 		`"catchup_window":"1m","jitter":"10s","payload":{"n":1}}`, `{"biz_type":"orders","interval":"15m"}`},
 	"PATCH /v1/schedules/:id":        {`{"biz_type":"orders","cron":"0 10 * * *","time_zone":"UTC"}`},
 	"POST /v1/schedules/:id/pause":   {`{"note":"maintenance"}`},
+	"POST /v1/pauses":                {`{"kind":"queue","name":"hq2","reason":"maintenance"}`, `{"kind":"topic","name":"orders.>"}`},
 	"POST /v1/schedules/:id/unpause": {`{"note":"done"}`},
 	"POST /v1/schedules/:id/trigger": {`{}`},
 }
@@ -174,6 +180,7 @@ func newHostileAPI(t *testing.T) *hostileAPI {
 		Tasks:    tasks.NewService(s.store, s.tc, s.ts.GetDefaultNamespace(), nil, nil, quiet),
 		Logger:   quiet,
 		Overview: s.store, TimerOverview: svc,
+		Pauses: pauses.NewService(s.store, quiet),
 	})
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
@@ -203,9 +210,12 @@ func newHostileAPI(t *testing.T) *hostileAPI {
 	require.NoError(t, err)
 	_, _, err = s.store.InsertTask(ctx, courier.TaskRequest{TaskID: "t-1", Version: 1, Priority: 3, Queue: "hq", Payload: json.RawMessage(`{}`)})
 	require.NoError(t, err)
+	_, _, err = s.store.Pause(ctx, courier.Pause{Kind: courier.PauseQueue, Name: "hq", Reason: "seeded"})
+	require.NoError(t, err)
 	a.valid = map[string]string{
 		"outbox:id": fmt.Sprint(ids[0]), "biz-types:name": "hbt", "timers:biz_type": "orders", "timers:biz_id": "o-1",
 		"tasks:task_id": "t-1", "tasks:version": "1", "queues:name": "hq", "schedules:id": "s-1", "static:name": "console.css",
+		"pauses:kind": "queue", "pauses:name": "hq",
 	}
 	return a
 }

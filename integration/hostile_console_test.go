@@ -44,6 +44,8 @@ var consoleRoutes = map[string]courier.Scope{
 	"POST /console/timers/:biz_type/:biz_id/cancel":         courier.ScopeAdmin,
 	"POST /console/timers/:biz_type/:biz_id/redeliver":      courier.ScopeAdmin,
 	"POST /console/timers/redeliver":                        courier.ScopeAdmin,
+	"POST /console/pause":                                   courier.ScopeAdmin,
+	"POST /console/resume":                                  courier.ScopeAdmin,
 	"POST /console/schedules/:id/pause":                     courier.ScopeAdmin,
 	"POST /console/schedules/:id/unpause":                   courier.ScopeAdmin,
 }
@@ -53,6 +55,8 @@ var consoleRoutes = map[string]courier.Scope{
 var consoleForms = map[string]url.Values{
 	"POST /console/outbox/redrive":   {"topic": {"orders.>"}, "max": {"10"}, "confirm": {"yes"}},
 	"POST /console/timers/redeliver": {"biz_type": {"orders"}, "confirm": {"yes"}},
+	"POST /console/pause":            {"kind": {"topic"}, "name": {"orders.>"}, "reason": {"maintenance"}},
+	"POST /console/resume":           {"kind": {"topic"}, "name": {"orders.>"}},
 	"POST /console/login":            {"key": {"the admin key"}}, // replaced by the real one when sent
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/courier-oss/courier/activities"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/mq"
+	"github.com/courier-oss/courier/pauses"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/tasks"
 	"github.com/courier-oss/courier/timers"
@@ -90,6 +91,9 @@ type Deps struct {
 	// TimerRows keeps bucketed timers (courier's store); nil: business types in the bucketed
 	// mode are refused.
 	TimerRows TimerRowStore
+	// Pauses are the pauses in force (docs/flow-control.md), read before each push, delivery
+	// and publish; nil: nothing is ever paused.
+	Pauses *pauses.Watcher
 }
 
 // TimerRowStore is what bucketed timers need from courier's database: their rows, their

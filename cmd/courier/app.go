@@ -25,6 +25,7 @@ import (
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/mq"
 	"github.com/courier-oss/courier/mq/brokers"
+	"github.com/courier-oss/courier/pauses"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/schema"
 	"github.com/courier-oss/courier/store"
@@ -48,6 +49,25 @@ type app struct {
 	// on (startTracing).
 	interceptors []interceptor.ClientInterceptor
 	taskMetrics  *metrics.Tasks // registered once, shared by the worker and the gateway (tasks)
+	// watcher keeps the pauses in force for this process's worker (pauseWatcher); the pause
+	// service kicks it on a change made here.
+	watcher *pauses.Watcher
+}
+
+// pauseWatcher returns the process's pause watcher, started on first use: it has read the
+// pauses once before it is returned, and on PostgreSQL it hears every change at its commit.
+func (a *app) pauseWatcher(ctx context.Context) (*pauses.Watcher, error) {
+	if a.watcher != nil {
+		return a.watcher, nil
+	}
+	w := pauses.NewWatcher(a.store, 0, a.log)
+	if err := w.Start(ctx); err != nil {
+		return nil, fmt.Errorf("read the pauses: %w", err)
+	}
+	stop := a.store.Listen(ctx, store.PausesChannel, w.Kick, a.log)
+	a.closers = append(a.closers, closerFunc(func() error { stop(); return nil }))
+	a.watcher = w
+	return w, nil
 }
 
 // tasksMetrics returns the task metrics, registering them on first use.
@@ -195,7 +215,11 @@ func (a *app) brokerChecks() []gateway.Check {
 	return out
 }
 
-func (a *app) newWorker() (*worker.Worker, error) {
+func (a *app) newWorker(ctx context.Context) (*worker.Worker, error) {
+	paused, err := a.pauseWatcher(ctx)
+	if err != nil {
+		return nil, err
+	}
 	// Timers read their business type at every fire and delivery: from memory, dropped on change.
 	bizTypes := a.store.NewBizTypeCache(0, a.log)
 	a.closers = append(a.closers, bizTypes)
@@ -224,6 +248,7 @@ func (a *app) newWorker() (*worker.Worker, error) {
 		TimerMetrics: metrics.NewTimers(a.reg),
 		Tasks:        a.store,
 		TaskMetrics:  a.tasksMetrics(),
+		Pauses:       paused,
 	})
 }
 
@@ -248,6 +273,17 @@ func (a *app) newGateway(wake, wakeTasks func()) http.Handler {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		return a.store.QueueBacklogs(ctx, time.Now())
+	}))
+	pauseSvc := pauses.NewService(a.store, a.log)
+	pauseSvc.OnChange(func(context.Context, courier.Pause, bool) {
+		if a.watcher != nil { // a worker in this process: it sees the change now
+			a.watcher.Kick()
+		}
+	})
+	a.reg.MustRegister(metrics.NewPausedCollector(func() ([]courier.Pause, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return a.store.ListPauses(ctx)
 	}))
 	console := gateway.ConsoleConfig{Disabled: !a.cfg.Console, TemporalUIURL: a.cfg.TemporalUIURL, Namespace: a.cfg.Temporal.Namespace}
 	return gateway.New(gateway.Config{MaxBodyBytes: a.cfg.MaxBodyBytes, RequestTimeout: a.cfg.RequestTimeout, KeyRate: a.cfg.KeyRate, Console: console}, gateway.Deps{
@@ -274,6 +310,7 @@ func (a *app) newGateway(wake, wakeTasks func()) http.Handler {
 
 		Overview:      a.store,
 		TimerOverview: svc,
+		Pauses:        pauseSvc,
 	})
 }
 

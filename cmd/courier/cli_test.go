@@ -41,7 +41,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(?m)^  courier ([a-z-]+) `).FindAllStringSubmatch(top, -1) {
 		commands = append(commands, m[1])
 	}
-	require.ElementsMatch(t, []string{"dev", "migrate", "worker", "gateway", "apikey", "bench"}, commands)
+	require.ElementsMatch(t, []string{"dev", "migrate", "worker", "gateway", "apikey", "pause", "resume", "pauses", "bench"}, commands)
 
 	cases := [][]string{{"help"}, {"--help"}}
 	for _, c := range commands {

@@ -137,7 +137,7 @@ func runDev(ctx context.Context, args []string) error {
 	if a.cfg.Tasks.PublicURL == "" {
 		a.cfg.Tasks.PublicURL = "http://" + gwLn.Addr().String()
 	}
-	w, err := a.newWorker()
+	w, err := a.newWorker(ctx)
 	if err != nil {
 		return err
 	}

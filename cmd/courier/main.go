@@ -18,6 +18,9 @@ Usage:
   courier worker    run the Temporal worker and the outbox relay
   courier gateway   run the HTTP gateway
   courier apikey    create or revoke API keys, or set their request rates
+  courier pause     pause a task queue, a business type or an outbox topic pattern
+  courier resume    resume it
+  courier pauses    list what is paused
   courier bench     run a benchmark (courier bench -h lists them)
 
 Every command takes -h for its flags; each flag also reads the environment variable named in
@@ -44,6 +47,12 @@ func main() {
 		err = runGateway(ctx, args)
 	case "apikey":
 		err = runAPIKey(ctx, args)
+	case "pause":
+		err = runPause(ctx, args, os.Stdout)
+	case "resume":
+		err = runResume(ctx, args, os.Stdout)
+	case "pauses":
+		err = runPauses(ctx, args, os.Stdout)
 	case "bench":
 		err = runBench(ctx, args)
 	case "-h", "-help", "--help", "help":

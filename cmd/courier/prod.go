@@ -43,7 +43,7 @@ func runWorker(ctx context.Context, args []string) error {
 	if cfg.Tasks.PublicURL == "" {
 		a.log.Warn("COURIER_PUBLIC_URL is not set: task pushes carry report links without a host; set it to the gateway's URL as task workers reach it")
 	}
-	w, err := a.newWorker()
+	w, err := a.newWorker(ctx)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,55 @@
+package client
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
+)
+
+// Pause is a pause in force: a task queue, a business type or an outbox topic pattern held by
+// an operator (docs/flow-control.md).
+type Pause = api.Pause
+
+// The kinds of pause.
+const (
+	PauseQueue   = courier.PauseQueue
+	PauseBizType = courier.PauseBizType
+	PauseTopic   = courier.PauseTopic
+)
+
+// Pause holds a task queue (kind PauseQueue), a business type (PauseBizType) or the outbox
+// records of a topic pattern (PauseTopic, name "orders.>") and returns the pause in force: the
+// one already there, unchanged, when it was paused before (POST /v1/pauses, scope admin).
+// Work for it is still accepted and kept, and nothing of it is pushed, called back or
+// published until Resume.
+func (c *Client) Pause(ctx context.Context, kind courier.PauseKind, name, reason string) (*Pause, error) {
+	var out Pause
+	req := api.PauseRequest{Kind: kind, Name: name, Reason: reason}
+	if _, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/pauses", body: req, idempotent: true, out: &out}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Resume lifts a pause and returns it, or an *Error with courier.CodeNotFound when kind's name
+// is not paused (DELETE /v1/pauses/{kind}/{name}, scope admin). What waited is delivered at
+// once.
+func (c *Client) Resume(ctx context.Context, kind courier.PauseKind, name string) (*Pause, error) {
+	var out Pause
+	path := "/v1/pauses/" + seg(string(kind)) + "/" + seg(name)
+	if _, err := c.do(ctx, call{method: http.MethodDelete, path: path, idempotent: true, out: &out}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ListPauses reads every pause in force (GET /v1/pauses, scope admin).
+func (c *Client) ListPauses(ctx context.Context) ([]Pause, error) {
+	var out api.List[Pause]
+	if _, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/pauses", idempotent: true, out: &out}); err != nil {
+		return nil, err
+	}
+	return out.Items, nil
+}
