@@ -211,7 +211,7 @@ func (a *app) newWorker() (*worker.Worker, error) {
 			CodeVersion:   a.cfg.Outbox.CodeVersion,
 		},
 		ShutdownTimeout:        a.cfg.ShutdownTimeout,
-		AllowLoopbackCallbacks: a.dev,
+		AllowLoopbackCallbacks: a.dev || a.cfg.AllowLoopback,
 		Namespace:              a.cfg.Temporal.Namespace,
 		Tasks: worker.TasksConfig{
 			Claimer:     tasks.ClaimerConfig{PollInterval: a.cfg.Tasks.PollInterval, CodeVersion: a.cfg.Tasks.CodeVersion},
