@@ -6,8 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -250,7 +250,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	for i := range wkPorts {
 		c.workers = append(c.workers, "http://"+hostPort(cfg.Host, wkPorts[i]))
 	}
-	base := c.courierEnv()
+	base := withEnv(os.Environ(), courierEnv(c.frontend, cfg.Namespace, c.AppDB.URL(AppDatabase), c.nats.URL(), c.gateways[0]))
 	if err := runLogged(ctx, filepath.Join(logs, "courier-migrate.log"), cfg.Binaries.Courier, "migrate", "--database-url", c.AppDB.URL(AppDatabase)); err != nil {
 		return c, fmt.Errorf("courier migrate: %w (see %s)", err, filepath.Join(logs, "courier-migrate.log"))
 	}
@@ -286,17 +286,21 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 // courierEnv is what every courier worker and gateway is told (on top of the environment the
 // orchestrator inherited): where Temporal, the database and NATS are, the gateway's URL for
 // task pushes, and that callbacks and pushes may reach this machine's loopback address, where
-// a local topology's receivers and task workers listen.
-func (c *Cluster) courierEnv() []string {
-	return withEnv(os.Environ(), []string{
-		"TEMPORAL_ADDRESS=" + c.frontend,
-		"TEMPORAL_NAMESPACE=" + c.cfg.Namespace,
-		"DATABASE_URL=" + c.AppDB.URL(AppDatabase),
-		"NATS_URL=" + c.nats.URL(),
-		"COURIER_PUBLIC_URL=" + c.gateways[0],
-		"COURIER_ALLOW_LOOPBACK=true",
-	})
+// a local topology's receivers and task workers listen. Each process also gets its own
+// COURIER_HTTP_ADDR.
+func courierEnv(frontend, namespace, databaseURL, natsURL, publicURL string) []string {
+	return []string{
+		"TEMPORAL_ADDRESS=" + frontend,
+		"TEMPORAL_NAMESPACE=" + namespace,
+		"DATABASE_URL=" + databaseURL,
+		"NATS_URL=" + natsURL,
+		"COURIER_PUBLIC_URL=" + publicURL,
+		loopbackOnly + "=true",
+	}
 }
+
+// loopbackOnly is the setting only a topology on one machine needs.
+const loopbackOnly = "COURIER_ALLOW_LOOPBACK"
 
 // withEnv is env with the KEY=VALUE entries of set added, replacing earlier ones of the same key.
 func withEnv(env, set []string) []string {
