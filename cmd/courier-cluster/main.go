@@ -44,6 +44,7 @@ func run() error {
 	natsPort := fs.Int("nats-port", 4322, "NATS port (never 4222, so a local NATS keeps its port)")
 	gwPorts := fs.String("gateway-ports", "8080,8081", "gateway ports, comma-separated (free ports for the rest)")
 	wkPorts := fs.String("worker-ports", "9190,9191", "worker /metrics and /healthz ports, comma-separated")
+	temporalOnly := fs.Bool("temporal-only", false, "run Temporal, its PostgreSQL and the UI alone, for courier bench --temporal-address")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: courier-cluster [flags]\n\nRuns courier's production topology on this machine (docs/deployment.md). Flags:\n")
 		fs.PrintDefaults()
@@ -78,19 +79,26 @@ func run() error {
 	c, err := cluster.Start(ctx, cluster.Config{
 		Dir: *dir, Binaries: bins, HistoryShards: *shards, Workers: *workers, Gateways: *gateways,
 		FrontendPort: *frontend, UIPort: *uiPort, NATSPort: *natsPort, GatewayPorts: gws, WorkerPorts: wks,
-		Progress: step,
+		TemporalOnly: *temporalOnly, Progress: step,
 	})
 	if err != nil {
 		return err
 	}
-	gw := c.GatewayURLs()[0]
-	fmt.Printf(`
+	if *temporalOnly {
+		fmt.Printf(`
+Temporal is up (%.1fs)
+%s
+Try:  courier bench tasks --temporal-address %s
+Stop with Ctrl-C.
+`, time.Since(start).Seconds(), c.Describe(), c.Frontend())
+	} else {
+		fmt.Printf(`
 courier cluster is up (%.1fs)
 %s
 Try:  curl -H "Authorization: Bearer %s" %s/v1/outbox
-      courier bench tasks --temporal-address %s   (the bench on this cluster)
 Stop with Ctrl-C.
-`, time.Since(start).Seconds(), c.Describe(), c.APIKey(), gw, c.Frontend())
+`, time.Since(start).Seconds(), c.Describe(), c.APIKey(), c.GatewayURLs()[0])
+	}
 
 	var exitErr error
 	if p := c.Exited(ctx); p != nil {

@@ -55,6 +55,10 @@ type Config struct {
 	GatewayPorts, WorkerPorts      []int
 	// DisableUI runs without the Temporal UI.
 	DisableUI bool
+	// TemporalOnly runs Temporal, its database and the UI alone: no NATS, no courier database,
+	// workers or gateways (for `courier bench --temporal-address`, whose courier runs in the
+	// bench's process).
+	TemporalOnly bool
 	// CourierEnv is added to the environment of every courier worker and gateway (KEY=VALUE),
 	// after the topology's own settings, so it can override them.
 	CourierEnv []string
@@ -112,6 +116,9 @@ func (cfg *Config) defaults() error {
 	if cfg.Progress == nil {
 		cfg.Progress = func(string) {}
 	}
+	if cfg.TemporalOnly {
+		cfg.Workers, cfg.Gateways = 0, 0
+	}
 	abs, err := filepath.Abs(cfg.Dir)
 	if err != nil {
 		return err
@@ -155,7 +162,10 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if !cfg.DisableUI {
 		uiPort = fixed("temporal ui", cfg.UIPort)
 	}
-	natsPort := fixed("nats", cfg.NATSPort)
+	natsPort := 0
+	if !cfg.TemporalOnly {
+		natsPort = fixed("nats", cfg.NATSPort)
+	}
 	gwPorts := make([]int, cfg.Gateways)
 	for i := range gwPorts {
 		p := 0
@@ -181,18 +191,14 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		tports[svc] = tp
 	}
 	pgTemporalPort, pgAppPort := ports.free(), ports.free()
+
 	if err := ports.err(); err != nil {
 		return nil, err
 	}
 
-	cfg.Progress("starting PostgreSQL for Temporal and for courier")
-	c.TemporalDB, err = startPostgres(ctx, postgresConfig{name: "postgres-temporal", dir: filepath.Join(cfg.Dir, "postgres-temporal"),
+	cfg.Progress("starting PostgreSQL for Temporal")
+	c.TemporalDB, err = startPostgres(ctx, postgresConfig{name: "postgres-temporal", clusterName: "temporal", dir: filepath.Join(cfg.Dir, "postgres-temporal"),
 		binDir: pgBin, host: cfg.Host, port: pgTemporalPort, maxConnections: 300, logDir: logs})
-	if err != nil {
-		return c, err
-	}
-	c.AppDB, err = startPostgres(ctx, postgresConfig{name: "postgres-app", dir: filepath.Join(cfg.Dir, "postgres-app"),
-		binDir: pgBin, host: cfg.Host, port: pgAppPort, maxConnections: 200, logDir: logs})
 	if err != nil {
 		return c, err
 	}
@@ -225,11 +231,6 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		return c, err
 	}
 
-	cfg.Progress("starting NATS (JetStream)")
-	c.nats, err = embeddednats.Start(embeddednats.Config{Host: cfg.Host, Port: natsPort, StoreDir: filepath.Join(cfg.Dir, "nats")})
-	if err != nil {
-		return c, err
-	}
 	if !cfg.DisableUI {
 		cfg.Progress("starting the Temporal UI")
 		if c.ui, err = startUI(cfg.Host, uiPort, c.frontend, cfg.Namespace); err != nil {
@@ -238,6 +239,21 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		if err := waitHTTP(ctx, nil, c.ui.url+"/", time.Minute); err != nil {
 			return c, fmt.Errorf("temporal ui: %w", err)
 		}
+	}
+	if cfg.TemporalOnly {
+		return c, nil
+	}
+
+	cfg.Progress("starting PostgreSQL for courier")
+	c.AppDB, err = startPostgres(ctx, postgresConfig{name: "postgres-app", clusterName: "courier", dir: filepath.Join(cfg.Dir, "postgres-app"),
+		binDir: pgBin, host: cfg.Host, port: pgAppPort, maxConnections: 200, logDir: logs})
+	if err != nil {
+		return c, err
+	}
+	cfg.Progress("starting NATS (JetStream)")
+	c.nats, err = embeddednats.Start(embeddednats.Config{Host: cfg.Host, Port: natsPort, StoreDir: filepath.Join(cfg.Dir, "nats")})
+	if err != nil {
+		return c, err
 	}
 
 	cfg.Progress("migrating courier's database")
@@ -466,19 +482,25 @@ func (c *Cluster) PProf() map[string]string { return c.pprof }
 // Describe says where everything is, for people.
 func (c *Cluster) Describe() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "  gateways     %s   (OpenAPI: …/openapi.yaml, metrics: …/metrics)\n", strings.Join(c.gateways, ", "))
-	fmt.Fprintf(&b, "  workers      %s   (/healthz, /metrics)\n", strings.Join(c.workers, ", "))
+	if len(c.gateways) > 0 {
+		fmt.Fprintf(&b, "  gateways     %s   (OpenAPI: …/openapi.yaml, metrics: …/metrics)\n", strings.Join(c.gateways, ", "))
+		fmt.Fprintf(&b, "  workers      %s   (/healthz, /metrics)\n", strings.Join(c.workers, ", "))
+	}
 	if c.ui != nil {
 		fmt.Fprintf(&b, "  Temporal UI  %s   (namespace %s)\n", c.ui.url, c.cfg.Namespace)
 	}
 	fmt.Fprintf(&b, "  Temporal     %s   (frontend; %d history shards; history %s, matching %s, worker %s)\n", c.frontend,
 		c.cfg.HistoryShards, c.temporalGR["history"], c.temporalGR["matching"], c.temporalGR["worker"])
 	fmt.Fprintf(&b, "  pprof        history %s, matching %s, frontend %s\n", c.pprof["temporal-history"], c.pprof["temporal-matching"], c.pprof["temporal-frontend"])
-	fmt.Fprintf(&b, "  NATS         %s   (broker \"default\")\n", c.nats.URL())
-	fmt.Fprintf(&b, "  databases    courier %s\n               Temporal %s, %s\n", c.AppDB.URL(AppDatabase),
-		c.TemporalDB.URL(TemporalSettings["DBNAME"]), c.TemporalDB.URL(TemporalSettings["VISIBILITY_DBNAME"]))
+	fmt.Fprintf(&b, "  databases    Temporal %s, %s\n", c.TemporalDB.URL(TemporalSettings["DBNAME"]), c.TemporalDB.URL(TemporalSettings["VISIBILITY_DBNAME"]))
+	if c.AppDB != nil {
+		fmt.Fprintf(&b, "               courier %s\n", c.AppDB.URL(AppDatabase))
+		fmt.Fprintf(&b, "  NATS         %s   (broker \"default\")\n", c.nats.URL())
+	}
 	fmt.Fprintf(&b, "  logs         %s\n", filepath.Join(c.cfg.Dir, "logs"))
-	fmt.Fprintf(&b, "  API key      %s   (admin; kept in %s)\n", c.apiKey, filepath.Join(c.cfg.Dir, "api-key"))
+	if c.apiKey != "" {
+		fmt.Fprintf(&b, "  API key      %s   (admin; kept in %s)\n", c.apiKey, filepath.Join(c.cfg.Dir, "api-key"))
+	}
 	return b.String()
 }
 

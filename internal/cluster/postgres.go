@@ -67,6 +67,7 @@ type Postgres struct {
 // postgresConfig sets up one instance.
 type postgresConfig struct {
 	name           string // for logs: postgres-temporal, postgres-app
+	clusterName    string // PostgreSQL's cluster_name, in every process's title: temporal, courier
 	dir            string // holds data/ and the socket; created if missing
 	binDir         string
 	host           string
@@ -114,6 +115,9 @@ func startPostgres(ctx context.Context, cfg postgresConfig) (*Postgres, error) {
 			"-c", "listen_addresses=" + cfg.host,
 			"-c", "unix_socket_directories=" + cfg.dir,
 			"-c", "max_connections=" + strconv.Itoa(cfg.maxConnections),
+			// In each process's title ("postgres: temporal: checkpointer"), so the bench
+			// (bench/cpu.go) can tell Temporal's database from courier's.
+			"-c", "cluster_name=" + cfg.clusterName,
 		},
 		env:     []string{"LC_ALL=C", "PATH=/usr/bin:/bin"},
 		cred:    cred,
