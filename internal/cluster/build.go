@@ -9,6 +9,9 @@ import (
 	"strings"
 )
 
+// courierModule is courier's module path.
+const courierModule = "github.com/courier-oss/courier"
+
 // Binaries are the programs the topology runs.
 type Binaries struct {
 	TemporalServer string // go.temporal.io/server/cmd/server, the version go.mod pins
@@ -22,7 +25,7 @@ type Binaries struct {
 var buildTargets = []struct{ file, pkg string }{
 	{"temporal-server", "go.temporal.io/server/cmd/server"},
 	{"temporal-sql-tool", "go.temporal.io/server/cmd/tools/sql"},
-	{"courier", "github.com/courier-oss/courier/cmd/courier"},
+	{"courier", courierModule + "/cmd/courier"},
 }
 
 // Build compiles the binaries into dir with the go command, from inside courier's module (the
@@ -33,6 +36,12 @@ func Build(ctx context.Context, dir string, progress func(string)) (Binaries, er
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		return Binaries{}, fmt.Errorf("%w: the go command, to build the Temporal server courier pins", ErrPrerequisite)
+	}
+	// The Temporal binaries build from the versions and checksums courier's go.mod and go.sum
+	// pin, so the go command must run inside courier's module.
+	mod, err := exec.CommandContext(ctx, goBin, "list", "-m", "-f", "{{.Path}}").Output()
+	if got := strings.TrimSpace(string(mod)); err != nil || got != courierModule {
+		return Binaries{}, fmt.Errorf("run this inside courier's repository (the go command finds module %q here, not %s)", got, courierModule)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return Binaries{}, err
