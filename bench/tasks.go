@@ -53,14 +53,14 @@ type TaskResult struct {
 	PerSec    float64       // completed tasks per second over Elapsed
 	P50, P99  time.Duration // from each task's insert (or workflow start) to its first push
 	Max       time.Duration
-	Shares    [courier.PriorityBands]float64    // percent of the pushes per band while every band had a backlog
-	SharesOf  int           // how many pushes Shares counts
-	Duplicate int           // pushes of a task that had been pushed before (retries)
-	Backlog   time.Duration // how long inserting (or starting) the backlog took
-	Held      time.Duration // mean time the HTTP task worker held a task (push to its report done)
-	SlotsMax  int           // courier only: most slots taken at once in the limiter row
-	SlotsAvg  float64       // courier only: mean slots taken while tasks ran
-	Cost      Cost          // history events and billable actions per task
+	Shares    [courier.PriorityBands]float64 // percent of the pushes per band while every band had a backlog
+	SharesOf  int                            // how many pushes Shares counts
+	Duplicate int                            // pushes of a task that had been pushed before (retries)
+	Backlog   time.Duration                  // how long inserting (or starting) the backlog took
+	Held      time.Duration                  // mean time the HTTP task worker held a task (push to its report done)
+	SlotsMax  int                            // courier only: most slots taken at once in the limiter row
+	SlotsAvg  float64                        // courier only: mean slots taken while tasks ran
+	Cost      Cost                           // history events and billable actions per task
 	// CPU is what the run spent while its tasks ran: from opening the queue (courier) or
 	// starting the worker (bare) until every run had closed (courier: as the engine's
 	// visibility store counts them) or completed (bare).
