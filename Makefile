@@ -12,7 +12,7 @@ WORKFLOWCHECK_VERSION := v0.6.0
 GOBIN_DIR             := $(CURDIR)/bin/tools
 TEST_TIMEOUT          ?= 45m
 
-.PHONY: help run build test test-short lint bench record-histories clean
+.PHONY: help run cluster build test test-short lint bench record-histories clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -20,6 +20,10 @@ help: ## list the targets
 run: ## run everything in one process: Temporal + UI (:8233), NATS, SQLite, gateway (:8080), worker
 	go build -o bin/courier ./cmd/courier
 	exec ./bin/courier dev $(ARGS)
+
+cluster: ## the production topology on this machine: Temporal as 4 services on PostgreSQL, UI (:8233), NATS, 2 workers, 2 gateways (:8080, :8081)
+	go build -o bin/courier-cluster ./cmd/courier-cluster
+	exec ./bin/courier-cluster $(ARGS)
 
 build: ## build bin/courier
 	go build -o bin/courier ./cmd/courier
@@ -48,4 +52,4 @@ record-histories: ## re-record the replay histories under workflows/testdata fro
 	COURIER_RECORD_HISTORIES=1 go test -count=1 -run TestRecord ./integration/
 
 clean: ## remove build output and the default dev data dir
-	rm -rf bin .courier
+	rm -rf bin .courier .courier-cluster

@@ -56,6 +56,25 @@ func TestPostgresCPU(t *testing.T) {
 	require.False(t, ok, "no proc")
 }
 
+// With a Temporal cluster on the machine, its server processes and the PostgreSQL server that
+// serves it (cluster_name temporal) count as the engine, not as PostgreSQL.
+func TestScanCPUSplitsTheEngine(t *testing.T) {
+	proc := t.TempDir()
+	write := func(pid, stat, cmdline string) {
+		require.NoError(t, os.MkdirAll(filepath.Join(proc, pid), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(proc, pid, "stat"), []byte(stat), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(proc, pid, "cmdline"), []byte(cmdline), 0o644))
+	}
+	write("20", "20 (temporal-server) S 1 20 20 0 -1 0 0 0 0 0 400 100 0 0 20 0 1 0 5", "temporal-server\x00start\x00--service\x00history\x00")
+	write("21", "21 (postgres) S 1 21 21 0 -1 0 0 0 0 0 10 10 0 0 20 0 1 0 5", "/usr/lib/postgresql/15/bin/postgres\x00-D\x00/x\x00-c\x00cluster_name=temporal\x00")
+	write("22", "22 (postgres) S 21 21 21 0 -1 0 0 0 0 0 60 20 0 0 20 0 1 0 5", "postgres: temporal: postgres temporal 127.0.0.1(5000) idle")
+	write("23", "23 (postgres) S 1 23 23 0 -1 0 0 0 0 0 5 5 0 0 20 0 1 0 5", "/usr/lib/postgresql/15/bin/postgres\x00-D\x00/y\x00-c\x00cluster_name=courier\x00")
+	write("24", "24 (postgres) S 23 23 23 0 -1 0 0 0 0 0 30 0 0 0 20 0 1 0 5", "postgres: courier: postgres courier 127.0.0.1(5001) idle")
+	pg, engine := scanCPU(proc)
+	require.Equal(t, cpuSum{cpu: 400 * time.Millisecond, found: true}, pg, "courier's PostgreSQL: (5+5+30) ticks")
+	require.Equal(t, cpuSum{cpu: 6000 * time.Millisecond, found: true}, engine, "temporal-server and Temporal's PostgreSQL: (500+20+80) ticks")
+}
+
 // This process's clock moves while it works, and a mark reads PostgreSQL only when asked.
 func TestMarkCPU(t *testing.T) {
 	t.Parallel()

@@ -36,6 +36,9 @@ type ReportRow struct {
 	GCCPUMsPerItem       float64 `json:"gc_cpu_ms_per_item,omitempty"` // of cpu_ms_per_item, the Go garbage collector's
 	PostgresCPUMsPerItem float64 `json:"postgres_cpu_ms_per_item,omitempty"`
 	StartCPUMsPerItem    float64 `json:"start_cpu_ms_per_item,omitempty"`
+	// EngineCPUMsPerItem is the Temporal server's processes' CPU per item, when the bench runs
+	// against a Temporal cluster on this machine (courier bench --temporal-address).
+	EngineCPUMsPerItem float64 `json:"engine_cpu_ms_per_item,omitempty"`
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -71,6 +74,7 @@ func (row *ReportRow) setCPU(c cpuSpent, n int) {
 	row.CPUMsPerItem = ms(perItem(c.Self, n))
 	row.GCCPUMsPerItem = ms(perItem(c.GC, n))
 	row.PostgresCPUMsPerItem = ms(perItem(c.Postgres, n))
+	row.EngineCPUMsPerItem = ms(perItem(c.Engine, n))
 }
 
 // TimersReport converts timer results.

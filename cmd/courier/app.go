@@ -234,7 +234,7 @@ func (a *app) newWorker(ctx context.Context) (*worker.Worker, error) {
 			Batch:         a.cfg.Outbox.Batch,
 		},
 		ShutdownTimeout:        a.cfg.ShutdownTimeout,
-		AllowLoopbackCallbacks: a.dev,
+		AllowLoopbackCallbacks: a.dev || a.cfg.AllowLoopback,
 		Namespace:              a.cfg.Temporal.Namespace,
 		Tasks:                  a.cfg.Tasks,
 	}, worker.Deps{

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -62,6 +63,8 @@ func runBench(ctx context.Context, args []string) error {
 		fs.StringVar(&kcfg.PostgresURL, "postgres-url", env("COURIER_BENCH_POSTGRES_URL", ""), postgresUsage)
 		fs.DurationVar(&kcfg.Timeout, "timeout", 10*time.Minute, "give up on a scenario after this long")
 	}
+	temporalAddr := fs.String("temporal-address", env("COURIER_BENCH_TEMPORAL_ADDRESS", ""), "run on this Temporal frontend (host:port; a cluster such as make cluster's) instead of an embedded server; the bare baseline runs there too (COURIER_BENCH_TEMPORAL_ADDRESS)")
+	temporalNS := fs.String("temporal-namespace", "courier", "the namespace on --temporal-address")
 	asJSON := fs.Bool("json", false, "write exactly one JSON object to stdout (the tables go to stderr)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (the engine, the relay and the producers) to this file, for go tool pprof")
 	if err := parse(fs, args[1:]); err != nil {
@@ -92,21 +95,12 @@ func runBench(ctx context.Context, args []string) error {
 		return err
 	}
 	defer ns.Shutdown()
-	sas := map[string]enumspb.IndexedValueType{}
-	for name, typ := range courier.SearchAttributes {
-		sas[name] = worker.IndexedValueType(typ)
-	}
-	tmp, err := devstack.StartTemporal(ctx, devstack.Config{DataDir: dir, TemporalPort: -1, DisableUI: true, SearchAttributes: sas, Logger: quiet})
+	tc, namespace, stopEngine, err := benchEngine(ctx, dir, *temporalAddr, *temporalNS, quiet)
 	if err != nil {
 		return err
 	}
-	defer tmp.Stop()
-	tc, err := client.Dial(client.Options{HostPort: tmp.Address(), Namespace: tmp.Namespace(), Logger: sdklog.NewStructuredLogger(quiet)})
-	if err != nil {
-		return err
-	}
-	defer tc.Close()
-	stack := bench.Stack{Temporal: tc, NATSURL: ns.URL(), Namespace: tmp.Namespace()}
+	defer stopEngine()
+	stack := bench.Stack{Temporal: tc, NATSURL: ns.URL(), Namespace: namespace}
 	switch args[0] {
 	case "timers":
 		run := bench.RunTimers
@@ -128,6 +122,37 @@ func runBench(ctx context.Context, args []string) error {
 	}
 	rs, err := bench.RunOutbox(ctx, stack, cfg)
 	return report(*asJSON, err, func() bench.Report { return bench.OutboxReport(rs) })
+}
+
+// benchEngine connects to the Temporal frontend at addr, or, without one, starts an embedded
+// server in dir. stop closes the client and stops the embedded server.
+func benchEngine(ctx context.Context, dir, addr, namespace string, quiet *slog.Logger) (tc client.Client, ns string, stop func(), err error) {
+	logger := sdklog.NewStructuredLogger(quiet)
+	if addr != "" {
+		tc, err = client.Dial(client.Options{HostPort: addr, Namespace: namespace, Logger: logger})
+		if err != nil {
+			return nil, "", nil, fmt.Errorf("connect to Temporal at %s: %w", addr, err)
+		}
+		if err := worker.EnsureSearchAttributes(ctx, tc, namespace); err != nil {
+			tc.Close()
+			return nil, "", nil, err
+		}
+		return tc, namespace, tc.Close, nil
+	}
+	sas := map[string]enumspb.IndexedValueType{}
+	for name, typ := range courier.SearchAttributes {
+		sas[name] = worker.IndexedValueType(typ)
+	}
+	tmp, err := devstack.StartTemporal(ctx, devstack.Config{DataDir: dir, TemporalPort: -1, DisableUI: true, SearchAttributes: sas, Logger: quiet})
+	if err != nil {
+		return nil, "", nil, err
+	}
+	tc, err = client.Dial(client.Options{HostPort: tmp.Address(), Namespace: tmp.Namespace(), Logger: logger})
+	if err != nil {
+		tmp.Stop()
+		return nil, "", nil, err
+	}
+	return tc, tmp.Namespace(), func() { tc.Close(); tmp.Stop() }, nil
 }
 
 // report writes a finished run's JSON object to stdout when asked; a failed run writes none.

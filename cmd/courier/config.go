@@ -79,6 +79,11 @@ type Config struct {
 	// to; default none (courier dev: its embedded UI).
 	TemporalUIURL string
 
+	// AllowLoopback lets a worker's timer callbacks and task pushes reach 127.0.0.0/8 and ::1,
+	// for topologies on one machine (make cluster); COURIER_ALLOW_LOOPBACK; default false
+	// (courier dev always allows it).
+	AllowLoopback bool
+
 	env envReader // reads the environment for the flags' defaults; Validate reports what did not parse
 }
 
@@ -177,6 +182,7 @@ func (c *Config) bind(fs *flag.FlagSet, defaultHTTP string) {
 	fs.StringVar(&c.DatabaseURL, "database-url", env("DATABASE_URL", ""), "postgres://… or sqlite:PATH (DATABASE_URL)")
 	fs.StringVar(&c.NATSURL, "nats-url", env("NATS_URL", ""), "NATS server URL, the broker named default (NATS_URL; "+DefaultNATSURL+" when COURIER_BROKERS names no broker)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", env("COURIER_HTTP_ADDR", defaultHTTP), "HTTP listen address (COURIER_HTTP_ADDR)")
+	fs.BoolVar(&c.AllowLoopback, "allow-loopback", c.env.boolean("COURIER_ALLOW_LOOPBACK", false), "let timer callbacks and task pushes reach 127.0.0.0/8 and ::1, for every service on one machine (make cluster); never in production (COURIER_ALLOW_LOOPBACK)")
 	c.bindRuntime(fs)
 }
 
