@@ -30,6 +30,9 @@ type Schedule struct {
 	Runs           int          `json:"runs"`
 	MissedCatchup  int          `json:"missed_catchup_window"`
 	SkippedOverlap int          `json:"skipped_overlap"`
+	// BizTypePaused is set while the schedule's business type is paused: runs that fall due
+	// wait, and are delivered on resume (Paused is the schedule's own pause, which skips runs).
+	BizTypePaused *Pause `json:"biz_type_paused,omitempty"`
 }
 
 // ScheduleNote is the optional body of POST /v1/schedules/{id}/pause and /unpause.

@@ -73,6 +73,9 @@ type Timer struct {
 	WorkflowID string            `json:"workflow_id"`
 	Mode       courier.TimerMode `json:"mode,omitempty"` // workflow or bucketed
 	Payload    json.RawMessage   `json:"payload,omitempty"`
+	// Paused is set while the timer's business type is paused and the timer is still to be
+	// delivered: it waits, and is delivered on resume (docs/flow-control.md).
+	Paused *Pause `json:"paused,omitempty"`
 
 	// Created is set by the Go client: this request armed the timer (201) rather than found it
 	// armed. It is never in the JSON.

@@ -33,6 +33,9 @@ func (h *handlers) createSchedule(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if out, err = h.scheduleShown(c.Request().Context(), out); err != nil {
+		return err
+	}
 	return c.JSON(http.StatusCreated, out)
 }
 
@@ -43,6 +46,9 @@ func (h *handlers) getSchedule(c echo.Context) error {
 	}
 	out, err := h.d.Schedules.GetSchedule(c.Request().Context(), id)
 	if err != nil {
+		return err
+	}
+	if out, err = h.scheduleShown(c.Request().Context(), out); err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, out)
@@ -59,6 +65,9 @@ func (h *handlers) updateSchedule(c echo.Context) error {
 	}
 	out, err := h.d.Schedules.UpdateSchedule(c.Request().Context(), id, sp)
 	if err != nil {
+		return err
+	}
+	if out, err = h.scheduleShown(c.Request().Context(), out); err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, out)
@@ -90,4 +99,14 @@ func (h *handlers) scheduleAction(act func(ctx context.Context, id, note string)
 		}
 		return h.getSchedule(c)
 	}
+}
+
+// scheduleShown is a schedule as the API shows it: with its business type's pause, if any.
+func (h *handlers) scheduleShown(ctx context.Context, sc api.Schedule) (api.Schedule, error) {
+	ps, err := h.pauses(ctx)
+	if err != nil {
+		return api.Schedule{}, err
+	}
+	sc.BizTypePaused = api.PausedBy(ps.BizType(sc.Spec.BizType))
+	return sc, nil
 }

@@ -44,6 +44,9 @@ func (h *handlers) createTimer(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if t, err = h.timerShown(c.Request().Context(), t); err != nil {
+		return err
+	}
 	if created {
 		return c.JSON(http.StatusCreated, t)
 	}
@@ -57,6 +60,9 @@ func (h *handlers) getTimer(c echo.Context) error {
 	}
 	t, err := h.d.Timers.Get(c.Request().Context(), bizType, bizID)
 	if err != nil {
+		return err
+	}
+	if t, err = h.timerShown(c.Request().Context(), t); err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, t)
@@ -77,6 +83,9 @@ func (h *handlers) rescheduleTimer(c echo.Context) error {
 	}
 	t, err := h.d.Timers.Reschedule(c.Request().Context(), bizType, bizID, at)
 	if err != nil {
+		return err
+	}
+	if t, err = h.timerShown(c.Request().Context(), t); err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, t)
@@ -140,11 +149,35 @@ func (h *handlers) timerPage(c echo.Context) (api.TimerPage, error) {
 	if items == nil {
 		items = []api.Timer{}
 	}
+	ps, err := h.pauses(ctx)
+	if err != nil {
+		return api.TimerPage{}, err
+	}
+	for i := range items {
+		items[i] = timerPaused(ps, items[i])
+	}
 	nextToken, err := h.pages.seal(ctx, query, next)
 	if err != nil {
 		return api.TimerPage{}, err
 	}
 	return api.TimerPage{Items: items, NextPageToken: nextToken}, nil
+}
+
+// timerShown is a timer as the API shows it: with its business type's pause while it waits
+// for its delivery.
+func (h *handlers) timerShown(ctx context.Context, t api.Timer) (api.Timer, error) {
+	ps, err := h.pauses(ctx)
+	if err != nil {
+		return api.Timer{}, err
+	}
+	return timerPaused(ps, t), nil
+}
+
+func timerPaused(ps courier.Pauses, t api.Timer) api.Timer {
+	if t.State == courier.TimerScheduled || t.State == courier.TimerFiring {
+		t.Paused = api.PausedBy(ps.BizType(t.BizType))
+	}
+	return t
 }
 
 // createTimers arms up to timers.MaxBatch timers in one request, each answered on its own.

@@ -23,6 +23,7 @@ import (
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/mq"
 	"github.com/courier-oss/courier/mq/natsmq"
+	"github.com/courier-oss/courier/pauses"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/timers"
@@ -64,6 +65,20 @@ type stack struct {
 	rcv    *receiver // timer callbacks, started by callbacks()
 	secret string
 	rcvURL string
+
+	// paused, when set before timerWorker, is the pauses its worker obeys.
+	paused *pauses.Watcher
+}
+
+// watchPauses gives the workers started from now on the pauses in the stack's database, read
+// every 200 ms and, on PostgreSQL, at each change's commit.
+func (s *stack) watchPauses() *pauses.Watcher {
+	w := pauses.NewWatcher(s.store, 200*time.Millisecond, quiet)
+	require.NoError(s.t, w.Start(s.t.Context()))
+	stop := s.store.Listen(s.t.Context(), store.PausesChannel, w.Kick, quiet)
+	s.t.Cleanup(stop)
+	s.paused = w
+	return w
 }
 
 // newStack starts the components; opts tune the Temporal test server (its dynamic config, say).
@@ -199,7 +214,7 @@ func (s *stack) timerWorker(relayOn bool) {
 		AllowLoopbackCallbacks: true,
 		BizTypeRefresh:         100 * time.Millisecond,
 	}, worker.Deps{Temporal: s.tc, Publisher: s.pub, Logger: quiet, BizTypes: bizTypes, TimerRows: s.store,
-		Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store}}})
+		Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store}}, Pauses: s.paused})
 	require.NoError(s.t, err)
 	require.NoError(s.t, w.Start(s.t.Context()))
 	s.t.Cleanup(w.Stop)

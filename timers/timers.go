@@ -462,7 +462,11 @@ func (s *Service) List(ctx context.Context, q ListQuery, token []byte) ([]api.Ti
 		if err != nil || len(next) > 0 || s.rows == nil {
 			return items, wrapCursor(listCursor{Temporal: next}, len(next) > 0), err
 		}
-		return items, wrapCursor(listCursor{Rows: true}, true), nil
+		if len(items) > 0 {
+			return items, wrapCursor(listCursor{Rows: true}, true), nil
+		}
+		// No timer of its own matches: the first page is the bucketed timers' first, not an
+		// empty page with a token.
 	}
 	recs, more, err := s.rows.ListTimerRecords(ctx, courier.TimerFilter{BizType: q.BizType, State: q.State,
 		FinishedAfter: q.FinishedAfter, FinishedBefore: q.FinishedBefore, Limit: q.PageSize, After: cur.After})

@@ -48,16 +48,35 @@ type BizTypeLister interface {
 // slow or failing type never delays another. Each worker asks the server to hold the queue to
 // the type's rate limit (TaskQueueActivitiesPerSecond): the server enforces it across every
 // worker on the queue, and every worker reads the same value from the database.
+//
+// A paused business type has no worker: its deliveries (a timer's, a schedule run's, a
+// bucket's batch, a failure event) wait on its queue in Temporal, not started, so no attempt is
+// made or counted, and the first poll after the resume takes them. A delivery under way when
+// the pause arrives completes (the worker stops gracefully).
 type bizWorkers struct {
 	tc      client.Client
 	types   BizTypeLister
 	timers  *activities.Timers
 	buckets *activities.TimerBuckets // nil without the bucketed mode
 	refresh time.Duration
-	log     *slog.Logger
+	// paused reports the business types paused now; nil: none ever is.
+	paused func() courier.Pauses
+	// stopTimeout is how long a stopping worker lets its deliveries under way finish.
+	stopTimeout time.Duration
+	log         *slog.Logger
+	kick        chan struct{}
 
 	mu      sync.Mutex
 	running map[string]runningBiz
+}
+
+// wake makes the workers follow a change at once (a pause or resume) instead of at the next
+// refresh. It never blocks.
+func (b *bizWorkers) wake() {
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
 }
 
 type runningBiz struct {
@@ -74,12 +93,13 @@ func (b *bizWorkers) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-b.kick:
 		}
 	}
 }
 
 // sync starts workers for new types, restarts those whose rate limit changed, and stops those
-// of deleted types.
+// of deleted and paused types.
 func (b *bizWorkers) sync(ctx context.Context) {
 	types, err := b.types.ListBizTypes(ctx)
 	if err != nil {
@@ -90,8 +110,15 @@ func (b *bizWorkers) sync(ctx context.Context) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	paused := courier.NewPauses(nil)
+	if b.paused != nil {
+		paused = b.paused()
+	}
 	seen := map[string]bool{}
 	for _, t := range types {
+		if _, ok := paused.BizType(t.Name); ok {
+			continue // stopped below, like a deleted type's
+		}
 		seen[t.Name] = true
 		if r, ok := b.running[t.Name]; ok {
 			if r.rate == t.RateLimit {
@@ -100,7 +127,7 @@ func (b *bizWorkers) sync(ctx context.Context) {
 			r.w.Stop()
 			delete(b.running, t.Name)
 		}
-		opts := sdkworker.Options{MaxConcurrentActivityExecutionSize: 100}
+		opts := sdkworker.Options{MaxConcurrentActivityExecutionSize: 100, WorkerStopTimeout: b.stopTimeout}
 		if t.RateLimit > 0 {
 			// The SDK's 2 pollers: every poll in flight can take a task the moment the server's
 			// limiter allows one, so more pollers let bursts past the rate.
@@ -118,12 +145,18 @@ func (b *bizWorkers) sync(ctx context.Context) {
 		}
 		b.running[t.Name] = runningBiz{w: w, rate: t.RateLimit}
 	}
+	var stopping sync.WaitGroup
 	for name, r := range b.running {
-		if !seen[name] {
-			r.w.Stop()
-			delete(b.running, name)
+		if seen[name] {
+			continue
 		}
+		delete(b.running, name)
+		if p, ok := paused.BizType(name); ok {
+			b.log.Info("business type paused: its deliveries wait until it is resumed", "biz_type", name, "reason", p.Reason, "paused_by", p.PausedBy)
+		}
+		stopping.Go(r.w.Stop) // at once: each lets its deliveries under way finish
 	}
+	stopping.Wait()
 }
 
 func (b *bizWorkers) stopAll() {

@@ -175,7 +175,11 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		}
 		registerTimers(w.tw, timerActs, bucketActs)
 		w.biz = &bizWorkers{tc: d.Temporal, types: d.BizTypes, timers: timerActs, buckets: bucketActs, refresh: cfg.BizTypeRefresh,
-			log: d.Logger, running: map[string]runningBiz{}}
+			stopTimeout: cfg.ShutdownTimeout, log: d.Logger, kick: make(chan struct{}, 1), running: map[string]runningBiz{}}
+		if d.Pauses != nil {
+			w.biz.paused = d.Pauses.Current
+			d.Pauses.OnChange(func(before, after courier.Pauses) { w.biz.wake() })
+		}
 		rd.Timers = svc
 	}
 	w.relay = relay.New(d.Temporal, cfg.Relay, rd)
