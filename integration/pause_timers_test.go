@@ -62,7 +62,10 @@ func testPausedBizType(t *testing.T, dialect string) {
 	bt, err := admin.GetBizType(ctx, "order.close")
 	require.NoError(t, err)
 	require.NotNil(t, bt.Paused, "the business type says it is paused")
-	time.Sleep(500 * time.Millisecond) // the worker's next read of the pauses (every 200 ms)
+	require.Eventually(t, func() bool { // the worker's next read of the pauses (every 200 ms)
+		_, ok := s.paused.Current().BizType("coupon.expiry")
+		return ok
+	}, 10*time.Second, 20*time.Millisecond)
 
 	// Due within a second: timers of their own, bucketed ones, a schedule run every second, and
 	// a timer of a type that is not paused.
@@ -90,10 +93,15 @@ func testPausedBizType(t *testing.T, dialect string) {
 
 	require.Eventually(t, func() bool { return len(rcv.arrivals("x-1")) == 1 }, 30*time.Second, 50*time.Millisecond,
 		"a type that is not paused keeps flowing")
-	time.Sleep(3 * time.Second) // well past every fire time
-	for _, id := range append(ids, "close-sweep") {
-		require.Empty(t, rcv.arrivals(id), "%s was delivered while its type was paused", id)
-	}
+	held := append(ids, "close-sweep")
+	require.Never(t, func() bool { // until well past every fire time
+		for _, id := range held {
+			if len(rcv.arrivals(id)) > 0 {
+				return true
+			}
+		}
+		return false
+	}, 3*time.Second, 50*time.Millisecond, "a delivery of a paused type was made")
 	tm, err := producer.GetTimer(ctx, "order.close", "o-0")
 	require.NoError(t, err)
 	require.Equal(t, courier.TimerFiring, tm.State, "due, and waiting for its delivery")
@@ -120,7 +128,7 @@ func testPausedBizType(t *testing.T, dialect string) {
 		require.NoError(t, err)
 	}
 	require.Eventually(t, func() bool {
-		for _, id := range append(ids, "close-sweep") {
+		for _, id := range held {
 			if len(rcv.arrivals(id)) == 0 {
 				return false
 			}

@@ -114,7 +114,7 @@ func requireDocumentedTrace(t *testing.T, exp *traceExporter, id trace.TraceID, 
 		if got == want || time.Now().After(deadline) {
 			break
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // spans are exported as they end: poll until the tree is whole
 	}
 	require.Equal(t, want, got, "docs/tracing.md draws the %s trace other than it is (%s=1 re-records it)", name, recordTracesEnv)
 }

@@ -14,11 +14,13 @@ import (
 	"github.com/courier-oss/courier/pauses"
 )
 
-// fakeStore keeps pauses in memory; fail makes ListPauses fail.
+// fakeStore keeps pauses in memory; fail makes ListPauses fail, and failed counts the reads
+// that failed.
 type fakeStore struct {
-	mu   sync.Mutex
-	list []courier.Pause
-	fail bool
+	mu     sync.Mutex
+	list   []courier.Pause
+	fail   bool
+	failed int
 }
 
 func (f *fakeStore) Pause(_ context.Context, p courier.Pause) (courier.Pause, bool, error) {
@@ -50,6 +52,7 @@ func (f *fakeStore) ListPauses(context.Context) ([]courier.Pause, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.fail {
+		f.failed++
 		return nil, errors.New("database down")
 	}
 	return append([]courier.Pause(nil), f.list...), nil
@@ -90,7 +93,11 @@ func TestWatcherFollowsTheService(t *testing.T) {
 	st.fail = true
 	st.mu.Unlock()
 	w.Kick()
-	time.Sleep(100 * time.Millisecond)
+	require.Eventually(t, func() bool { // the watcher has tried to read, and failed
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return st.failed > 0
+	}, 10*time.Second, time.Millisecond)
 	_, ok = w.Current().Topic("orders.created")
 	require.True(t, ok, "the pauses last read stay in force while the database is down")
 	st.mu.Lock()
