@@ -123,6 +123,15 @@ func printCost(w io.Writer, rows []costRow) {
 	fmt.Fprintln(w, "\n| scenario | history events/item | billable actions/item | histories read |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|")
 	for _, r := range rows {
-		fmt.Fprintf(w, "| %s | %.1f | %.1f | %d |\n", r.scenario, r.cost.Events, r.cost.Actions, r.cost.Sampled)
+		fmt.Fprintf(w, "| %s | %s | %s | %d |\n", r.scenario, costPerItem(r.cost.Events), costPerItem(r.cost.Actions), r.cost.Sampled)
 	}
+}
+
+// costPerItem prints a cost per item with the digits it needs: one decimal for a workflow per item,
+// three significant ones for a fraction of an event (a bucketed timer's share of its bucket).
+func costPerItem(v float64) string {
+	if v >= 1 || v == 0 {
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.3g", v)
 }

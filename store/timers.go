@@ -217,12 +217,18 @@ func (s *Store) ClaimDueTimers(ctx context.Context, bizType string, bucket int64
 		}
 		// Arguments by index: the pick runs before the update on PostgreSQL and inside it on
 		// SQLite.
+		// Ordered as the due index is (a bucket is its timers' second, so this is fire_at order):
+		// the pick reads the index's first rows instead of sorting every due timer.
 		pick := "SELECT biz_type, biz_id FROM courier_timers WHERE biz_type = ?2 AND bucket <= ?3 AND state = 'scheduled'" +
-			" AND fire_at <= " + s.nowSQL() + " ORDER BY fire_at LIMIT ?4"
+			" AND fire_at <= " + s.nowSQL() + " ORDER BY bucket, fire_at LIMIT ?4"
 		with, in := "", "(biz_type, biz_id) IN ("+pick+")"
 		if s.pg {
-			with, in = "WITH picked AS MATERIALIZED ("+pick+" FOR UPDATE SKIP LOCKED) ",
-				"(biz_type, biz_id) IN (SELECT biz_type, biz_id FROM picked)"
+			// The picked rows are updated by their row ids (a TID scan): joined by key, a
+			// table without statistics yet (a burst just inserted) was planned as a scan of
+			// every due timer per picked one, 40 s for a batch of 1,000 out of 100,000.
+			pickIDs := strings.Replace(pick, "SELECT biz_type, biz_id FROM", "SELECT ctid FROM", 1)
+			with, in = "WITH picked AS MATERIALIZED ("+pickIDs+" FOR UPDATE SKIP LOCKED) ",
+				"ctid = ANY(ARRAY(SELECT ctid FROM picked))"
 		}
 		// The delivery id (claim/biz_id) is the same for every try of this delivery, and new for
 		// a redelivery.
@@ -242,7 +248,7 @@ func (s *Store) ClaimDueTimers(ctx context.Context, bizType string, bucket int64
 func (s *Store) NextDueTimer(ctx context.Context, bizType string, bucket int64) (at time.Time, ok bool, err error) {
 	var rows []timerRow
 	err = s.db.NewRaw("SELECT "+timerColumns+" FROM courier_timers WHERE biz_type = ? AND bucket <= ? AND state = 'scheduled'"+
-		" ORDER BY fire_at LIMIT 1", bizType, bucket).Scan(ctx, &rows)
+		" ORDER BY bucket, fire_at LIMIT 1", bizType, bucket).Scan(ctx, &rows)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return time.Time{}, false, err
 	}
