@@ -69,6 +69,9 @@ type Task struct {
 	ClaimedAt     *time.Time                `json:"claimed_at,omitempty"`
 	PushedAt      *time.Time                `json:"pushed_at,omitempty"`
 	FinishedAt    *time.Time                `json:"finished_at,omitempty"`
+	// QueuePaused is set on a pending task while its queue is paused: it is kept, and claimed
+	// on the resume.
+	QueuePaused *Pause `json:"queue_paused,omitempty"`
 }
 
 // TaskOf shows a stored task version.

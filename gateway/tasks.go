@@ -120,6 +120,9 @@ func (h *handlers) taskPage(c echo.Context) (api.TaskPage, error) {
 	for i, t := range tasks {
 		page.Items[i] = api.TaskOf(t)
 	}
+	if err := h.markQueuePaused(ctx, page.Items); err != nil {
+		return api.TaskPage{}, err
+	}
 	if more && len(tasks) > 0 {
 		last := tasks[len(tasks)-1]
 		next, _ := json.Marshal(courier.TaskKey{CreatedAt: last.CreatedAt, TaskID: last.TaskID, Version: last.Version})
@@ -128,6 +131,26 @@ func (h *handlers) taskPage(c echo.Context) (api.TaskPage, error) {
 		}
 	}
 	return page, nil
+}
+
+// markQueuePaused sets queue_paused on the pending tasks whose queue is paused: they wait for
+// the resume, not for a slot. The pauses are read once, and only when a pending task is shown.
+func (h *handlers) markQueuePaused(ctx context.Context, items []api.Task) error {
+	var ps *courier.Pauses
+	for i := range items {
+		if items[i].Status != courier.TaskPending {
+			continue
+		}
+		if ps == nil {
+			read, err := h.pauses(ctx)
+			if err != nil {
+				return err
+			}
+			ps = &read
+		}
+		items[i].QueuePaused = api.PausedBy(ps.Queue(items[i].Queue))
+	}
+	return nil
 }
 
 // taskStatusNames lists the statuses for a refusal.
@@ -148,7 +171,11 @@ func (h *handlers) getLatestTask(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, api.TaskOf(t))
+	out := []api.Task{api.TaskOf(t)}
+	if err := h.markQueuePaused(c.Request().Context(), out); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out[0])
 }
 
 func (h *handlers) getTask(c echo.Context) error {
@@ -160,7 +187,11 @@ func (h *handlers) getTask(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, api.TaskOf(t))
+	out := []api.Task{api.TaskOf(t)}
+	if err := h.markQueuePaused(c.Request().Context(), out); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out[0])
 }
 
 func (h *handlers) cancelTask(c echo.Context) error {

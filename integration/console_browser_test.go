@@ -126,8 +126,8 @@ func (b *consoleBrowser) until(path string, cond func() bool, what string) {
 
 // The console in a real browser against a running courier (Temporal, NATS, SQLite, the
 // worker's relay and timers, the gateway): sign in, watch a backlog appear, redrive a dead
-// record and see it sent, and see producers' markup rendered as text. Pausing a queue waits
-// for flow control (see the skipped step).
+// record and see it sent, and see producers' markup rendered as text, pause a queue and see
+// its pushes stop until it is resumed.
 func TestConsoleInABrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Temporal and Chromium")
@@ -251,19 +251,27 @@ func TestConsoleInABrowser(t *testing.T) {
 	b.until("/console", func() bool { return b.text(sched+" .badge") == "running" }, "and running again")
 
 	t.Run("pause a queue and see pushes stop", func(t *testing.T) {
-		if !queuePausesHoldPushes {
-			t.Skip("needs the task claimer to hold a paused queue's pushes (issue 24, part 4): give this stack a task claimer pushing to a test worker, and this step runs")
-		}
-		pauseQueueInBrowser(t, b, "docs", nil, nil)
+		// A courier worker with a task claimer, obeying the pauses, pushing the scans queue to a
+		// test task worker that holds each push (the docs queue has no push URL: it stays put).
+		s.watchPauses()
+		ts := &taskStack{stack: s, gw: srv.URL, recoverAfter: 5 * time.Second}
+		ts.startTaskWorker()
+		tw := startTaskWorker(t, func(*taskWorker, api.TaskPush) {})
+		_, _, err := s.store.PutQueue(ctx, courier.Queue{Name: "scans", ConcurrencyLimit: 4, PushURL: tw.url}.WithDefaults())
+		require.NoError(t, err)
+		n := 0
+		pauseQueueInBrowser(t, b, "scans", func() {
+			n++
+			_, _, err := taskSvc.Insert(ctx, courier.TaskRequest{TaskID: fmt.Sprintf("scan-%d", n), Version: 1, Queue: "scans",
+				Payload: json.RawMessage(`{}`)})
+			require.NoError(t, err)
+		}, func() int { return int(tw.pushes.Load()) })
 	})
 
 	if os.Getenv(recordScreenshotsEnv) != "" {
 		recordConsoleScreenshots(t, b)
 	}
 }
-
-// queuePausesHoldPushes says whether the task claimer holds a paused queue's pushes yet.
-const queuePausesHoldPushes = false
 
 // pauseQueueInBrowser pauses a queue from the overview, sees that a task inserted meanwhile is
 // not pushed, resumes it and sees the push: the browser step of flow control. insert adds a

@@ -21,6 +21,7 @@ import (
 	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
+	"github.com/courier-oss/courier/pauses"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/tasks"
@@ -144,7 +145,8 @@ func taskStackOn(t *testing.T, s *stack, recoverAfter time.Duration, tune func(*
 	ts.gw = srv.URL
 	ts.w = ts.startTaskWorker()
 	ts.svc = tasks.NewService(s.store, s.tc, s.ts.GetDefaultNamespace(), ts.w.WakeTasks, nil, quiet)
-	h = gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store, Tasks: ts.svc, Logger: quiet})
+	h = gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store, Tasks: ts.svc, Logger: quiet,
+		Pauses: pauses.NewService(s.store, quiet)})
 	for _, k := range []struct {
 		dst   *string
 		scope courier.Scope
@@ -176,7 +178,7 @@ func (ts *taskStack) startTaskWorker() *worker.Worker {
 		ts.tune(&cfg)
 	}
 	w, err := worker.New(cfg, worker.Deps{Temporal: ts.tc, Publisher: ts.pub, Logger: quiet, Tasks: ts.store,
-		Sources: []relay.Source{{Name: courier.DefaultSource, Store: ts.store}}})
+		Sources: []relay.Source{{Name: courier.DefaultSource, Store: ts.store}}, Pauses: ts.paused})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(ts.t.Context()))
 	t.Cleanup(w.Stop)

@@ -81,6 +81,11 @@ func (s *Store) Resume(ctx context.Context, kind courier.PauseKind, name string)
 		if _, err := tx.NewDelete().Model((*pauseRow)(nil)).Where("kind = ? AND name = ?", string(kind), name).Exec(ctx); err != nil {
 			return err
 		}
+		if kind == courier.PauseQueue { // the claimers of every worker claim its tasks again at once
+			if err := s.notifyTasks(ctx, tx, name); err != nil {
+				return err
+			}
+		}
 		return s.notifyPauses(ctx, tx, kind)
 	})
 	if err != nil {

@@ -41,7 +41,9 @@ func (s *Store) notExpiredSQL() string {
 // locks the queue's limiter row: free slots are the limit minus in_flight, choose splits them
 // across the bands that have ready tasks, each band's share is taken by higher version then
 // oldest, and in_flight grows by the number taken. The count and the statuses change
-// together, so the limit is exact.
+// together, so the limit is exact. A paused queue (courier_pauses) claims nothing: the pause
+// is read in the same transaction, so no claim that begins after a pause commits takes a task,
+// on any worker.
 func (s *Store) ClaimTasks(ctx context.Context, queue string, max int, choose func(ready BandCounts, slots int) BandCounts) ([]ClaimedTask, error) {
 	var out []ClaimedTask
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
@@ -56,6 +58,9 @@ func (s *Store) ClaimTasks(ctx context.Context, queue string, max int, choose fu
 		}
 		if slots <= 0 {
 			return nil
+		}
+		if paused, err := s.queuePaused(ctx, tx, queue); err != nil || paused {
+			return err
 		}
 		ready, err := s.readyBands(ctx, tx, queue, slots)
 		if err != nil {
@@ -101,6 +106,12 @@ func (s *Store) ClaimTasks(ctx context.Context, queue string, max int, choose fu
 		return err
 	})
 	return out, err
+}
+
+// queuePaused reports whether an operator paused the queue (docs/flow-control.md).
+func (s *Store) queuePaused(ctx context.Context, tx bun.Tx, queue string) (bool, error) {
+	n, err := tx.NewSelect().Model((*pauseRow)(nil)).Where("kind = ? AND name = ?", string(courier.PauseQueue), queue).Count(ctx)
+	return n > 0, err
 }
 
 // readyBands counts a queue's ready tasks per band, each count capped at max, in one

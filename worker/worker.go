@@ -156,6 +156,11 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		w.taskWorkers = newTaskWorkers(d.Temporal, w.tw, queue, cfg, activities.TasksDeps{Store: d.Tasks,
 			PublicURL: cfg.Tasks.PublicURL, AllowLoopback: cfg.AllowLoopbackCallbacks, Workflows: d.Temporal,
 			Metrics: d.TaskMetrics, Wake: w.claim.Wake})
+		if d.Pauses != nil {
+			// The claim reads the pauses itself; a resume read here wakes this claimer at once
+			// (on SQLite there is no notification of it).
+			d.Pauses.OnChange(func(before, after courier.Pauses) { w.claim.Wake() })
+		}
 		if ins, ok := d.Tasks.(relay.TaskInserter); ok { // courier's store is: rows of outbox.InsertTask
 			rd.Tasks, rd.WakeTasks = ins, w.claim.Wake
 		}
