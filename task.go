@@ -3,6 +3,7 @@ package courier
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -94,6 +95,71 @@ type Queue struct {
 	InsertRate  float64 `json:"insert_rate_per_second,omitempty"`
 	InsertBurst int     `json:"insert_burst,omitempty"`
 	MaxPending  int     `json:"max_pending,omitempty"`
+
+	// Flow control by concurrency key (docs/flow-control.md). PerKeyLimit caps the tasks of
+	// one key in Processing (0: no cap; unkeyed tasks are never capped). FairKeys makes the
+	// keys take turns within a priority band, each slot going to the key with the fewest tasks
+	// in Processing for its weight (KeyWeights, default 1); a PerKeyLimit or KeyWeights turns
+	// it on too.
+	PerKeyLimit int            `json:"per_key_limit,omitempty"`
+	FairKeys    bool           `json:"fair_keys,omitempty"`
+	KeyWeights  map[string]int `json:"key_weights,omitempty"`
+
+	// DispatchRate caps the queue's claims (each claim leads to one push) per second across
+	// every worker, held in a token bucket in the database (0: no cap); DispatchBurst is the
+	// bucket's size (0: the rate rounded up, at least 1).
+	DispatchRate  float64 `json:"dispatch_rate_per_second,omitempty"`
+	DispatchBurst int     `json:"dispatch_burst,omitempty"`
+}
+
+// DispatchBucket is the size of the queue's dispatch token bucket: DispatchBurst, or the rate
+// rounded up (at least 1) when it is unset.
+func (q Queue) DispatchBucket() int {
+	if q.DispatchBurst > 0 {
+		return q.DispatchBurst
+	}
+	return max(1, int(math.Ceil(q.DispatchRate)))
+}
+
+// Keyed reports whether the queue claims by concurrency key (a per-key limit, fair keys or key
+// weights); a queue that is not claims as if no task had a key.
+func (q Queue) Keyed() bool { return q.PerKeyLimit > 0 || q.FairKeys || len(q.KeyWeights) > 0 }
+
+// KeyWeight is a concurrency key's weight in its queue's turns: KeyWeights[key], default 1.
+func (q Queue) KeyWeight(key string) int {
+	if w := q.KeyWeights[key]; w > 0 {
+		return w
+	}
+	return 1
+}
+
+// Bounds of the per-key settings.
+const (
+	MaxKeyWeights = 1000 // entries in a queue's key_weights
+	MaxKeyWeight  = 1000
+)
+
+// checkKeys validates the per-key settings and the dispatch rate.
+func (q Queue) checkKeys() error {
+	switch {
+	case q.PerKeyLimit < 0 || q.PerKeyLimit > q.ConcurrencyLimit:
+		return badField("per_key_limit", "per_key_limit must be 0 (none) or from 1 to the concurrency_limit")
+	case q.DispatchRate < 0 || q.DispatchRate > 100000 || math.IsNaN(q.DispatchRate):
+		return badField("dispatch_rate_per_second", "dispatch_rate_per_second must be 0 (none) or up to 100000")
+	case q.DispatchBurst < 0 || q.DispatchBurst > 100000:
+		return badField("dispatch_burst", "dispatch_burst must be from 0 (the rate) to 100000")
+	case len(q.KeyWeights) > MaxKeyWeights:
+		return badField("key_weights", "key_weights holds at most %d keys", MaxKeyWeights)
+	}
+	for k, w := range q.KeyWeights {
+		if err := CheckID("key_weights", k); err != nil {
+			return err
+		}
+		if w < 1 || w > MaxKeyWeight {
+			return badField("key_weights", "a key's weight must be from 1 to %d", MaxKeyWeight)
+		}
+	}
+	return nil
 }
 
 // Bounds of a queue's push timeout, and the tries of one attempt's push.
@@ -183,6 +249,9 @@ func (q Queue) Validate() error {
 	if err := q.checkAdmission(); err != nil {
 		return err
 	}
+	if err := q.checkKeys(); err != nil {
+		return err
+	}
 	if q.PushURL != "" {
 		if err := CheckCallbackURL("push_url", q.PushURL); err != nil {
 			return err
@@ -233,6 +302,9 @@ type TaskRequest struct {
 	Queue     string
 	Payload   json.RawMessage
 	Overrides TaskOverrides
+	// ConcurrencyKey groups tasks for their queue's per-key limit and turns (a tenant, a
+	// customer); "" for none. Printable UTF-8 of at most MaxIDBytes, like an id.
+	ConcurrencyKey string
 	// Trace is the inserting request's W3C trace context, kept with the task so its attempts
 	// join that trace; zero for none. It is not part of the task's content: a repeat with
 	// another trace is still the same request.
@@ -274,31 +346,36 @@ func (r *TaskRequest) Normalize() error {
 	case r.Overrides.MaxAttempts < 0 || r.Overrides.MaxAttempts > 100:
 		return badField("overrides.max_attempts", "max_attempts must be from 1 to 100")
 	}
+	if r.ConcurrencyKey != "" {
+		return CheckID("concurrency_key", r.ConcurrencyKey)
+	}
 	return nil
 }
 
 // Task is one task version as stored.
 type Task struct {
-	TaskID        string
-	Version       int64
-	Queue         string
-	Priority      int
-	Status        TaskStatus
-	Payload       json.RawMessage
-	Overrides     TaskOverrides
-	Attempt       int // the current attempt's number; increases across replacements
-	Attempts      int // attempts used since the task was last (re)submitted
-	Result        json.RawMessage
-	StatusCode    int
-	Message       string
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
-	NextAttemptAt time.Time
-	ExpiresAt     *time.Time // a pending task fails after this
-	ClaimedAt     *time.Time
-	PushedAt      *time.Time
-	FinishedAt    *time.Time
-	RunID         string // the current attempt's Temporal run, recorded by its push (empty before it); a cancel targets exactly this run
+	TaskID   string
+	Version  int64
+	Queue    string
+	Priority int
+	Status   TaskStatus
+	// ConcurrencyKey is the task's key for its queue's per-key limit and turns; "" for none.
+	ConcurrencyKey string
+	Payload        json.RawMessage
+	Overrides      TaskOverrides
+	Attempt        int // the current attempt's number; increases across replacements
+	Attempts       int // attempts used since the task was last (re)submitted
+	Result         json.RawMessage
+	StatusCode     int
+	Message        string
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	NextAttemptAt  time.Time
+	ExpiresAt      *time.Time // a pending task fails after this
+	ClaimedAt      *time.Time
+	PushedAt       *time.Time
+	FinishedAt     *time.Time
+	RunID          string // the current attempt's Temporal run, recorded by its push (empty before it); a cancel targets exactly this run
 	// AttemptHeartbeatTimeout is the current attempt's heartbeat timeout, recorded with RunID by
 	// its push (0: none): it says how the gateway hands the run a worker's result (completing
 	// the attempt's activity by its id, or an update).
@@ -309,12 +386,13 @@ type Task struct {
 
 // TaskFilter selects task versions for a list, newest first. Zero fields do not filter.
 type TaskFilter struct {
-	Queue         string
-	Status        TaskStatus
-	Priority      int       // 1 to MaxPriority
-	CreatedAfter  time.Time // created at or after
-	CreatedBefore time.Time // created before
-	Limit         int       // versions per page; the store bounds it
+	Queue          string
+	Status         TaskStatus
+	Priority       int       // 1 to MaxPriority
+	ConcurrencyKey string    // the tasks of one concurrency key
+	CreatedAfter   time.Time // created at or after
+	CreatedBefore  time.Time // created before
+	Limit          int       // versions per page; the store bounds it
 	// After continues a list past the version it names (the last one of the previous page).
 	After *TaskKey
 }

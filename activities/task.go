@@ -135,7 +135,7 @@ func (a *Tasks) preparePush(ctx context.Context, p contract.PushTaskParams, runI
 	if q.PushURL == "" {
 		return pushRequest{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("queue %q has no push_url", q.Name), contract.ErrTypePushFailed, nil)
 	}
-	push := api.TaskPush{TaskID: t.TaskID, TaskVersion: t.Version, Attempt: p.Attempt, Priority: t.Priority, Queue: t.Queue,
+	push := api.TaskPush{TaskID: t.TaskID, TaskVersion: t.Version, Attempt: p.Attempt, Priority: t.Priority, Queue: t.Queue, ConcurrencyKey: t.ConcurrencyKey,
 		Payload: t.Payload, Deadline: p.Deadline.UTC(), HeartbeatTimeout: api.PositiveDuration(p.HeartbeatTimeout),
 		ResultURL: a.reportURL(t.TaskID, t.Version, "result"), HeartbeatURL: a.reportURL(t.TaskID, t.Version, "heartbeat")}
 	body, err := json.Marshal(push)

@@ -34,6 +34,12 @@ type QueueConfig struct {
 	InsertRate        float64          `json:"insert_rate_per_second,omitempty"` // admission control; 0: unlimited
 	InsertBurst       int              `json:"insert_burst,omitempty"`
 	MaxPending        int              `json:"max_pending,omitempty"` // 0: unbounded backlog
+	// Flow control (docs/flow-control.md): per concurrency key, and the dispatch rate.
+	PerKeyLimit   int            `json:"per_key_limit,omitempty"` // 0: no per-key limit
+	FairKeys      bool           `json:"fair_keys,omitempty"`     // keys take turns within a band
+	KeyWeights    map[string]int `json:"key_weights,omitempty"`   // a key's share of the turns; default 1
+	DispatchRate  float64        `json:"dispatch_rate_per_second,omitempty"`
+	DispatchBurst int            `json:"dispatch_burst,omitempty"`
 }
 
 // Domain is the configuration as the task service takes it, for the queue called name; the
@@ -45,7 +51,8 @@ func (c QueueConfig) Domain(name string) (courier.Queue, error) {
 		Retry: courier.TaskRetry{MaxAttempts: c.Retry.MaxAttempts, InitialInterval: c.Retry.InitialInterval.Std(),
 			Backoff: c.Retry.Backoff, MaxInterval: c.Retry.MaxInterval.Std()},
 		SuccessRetention: c.SuccessRetention.Std(), PurgeAge: c.PurgeAge.Std(),
-		InsertRate: c.InsertRate, InsertBurst: c.InsertBurst, MaxPending: c.MaxPending}
+		InsertRate: c.InsertRate, InsertBurst: c.InsertBurst, MaxPending: c.MaxPending,
+		PerKeyLimit: c.PerKeyLimit, FairKeys: c.FairKeys, KeyWeights: c.KeyWeights, DispatchRate: c.DispatchRate, DispatchBurst: c.DispatchBurst}
 	if c.Weights != nil {
 		w, err := courier.BandWeightsOf(c.Weights)
 		if err != nil {
@@ -77,6 +84,11 @@ type Queue struct {
 	InsertRate        float64             `json:"insert_rate_per_second"`
 	InsertBurst       int                 `json:"insert_burst"`
 	MaxPending        int                 `json:"max_pending"`
+	PerKeyLimit       int                 `json:"per_key_limit"`
+	FairKeys          bool                `json:"fair_keys"` // true also when set by per_key_limit or key_weights
+	KeyWeights        map[string]int      `json:"key_weights,omitempty"`
+	DispatchRate      float64             `json:"dispatch_rate_per_second"`
+	DispatchBurst     int                 `json:"dispatch_burst"`   // the bucket's size in force
 	Paused            *Pause              `json:"paused,omitempty"` // set while the queue is paused
 
 	// Created is set by the Go client: the PUT created the queue (201) rather than replaced
@@ -86,7 +98,7 @@ type Queue struct {
 
 // QueueOf shows a stored queue.
 func QueueOf(q courier.Queue) Queue {
-	return Queue{
+	out := Queue{
 		Name: q.Name, PushURL: q.PushURL, SecretsCount: len(q.Secrets), AllowPrivate: q.AllowPrivate,
 		ConcurrencyLimit: q.ConcurrencyLimit, InFlight: q.InFlight, Weights: q.Weights,
 		PendingTimeout: Duration(q.PendingTimeout), ProcessingTimeout: Duration(q.ProcessingTimeout),
@@ -96,5 +108,10 @@ func QueueOf(q courier.Queue) Queue {
 		SuccessRetention: Duration(q.SuccessRetention), PurgeAge: Duration(q.PurgeAge),
 		CreatedAt: q.CreatedAt, UpdatedAt: q.UpdatedAt,
 		InsertRate: q.InsertRate, InsertBurst: q.InsertBurst, MaxPending: q.MaxPending,
+		PerKeyLimit: q.PerKeyLimit, FairKeys: q.Keyed(), KeyWeights: q.KeyWeights, DispatchRate: q.DispatchRate,
 	}
+	if q.DispatchRate > 0 {
+		out.DispatchBurst = q.DispatchBucket()
+	}
+	return out
 }

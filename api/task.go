@@ -38,37 +38,42 @@ type TaskRequest struct {
 	Queue       string          `json:"queue,omitempty"`    // "": default
 	Payload     json.RawMessage `json:"payload,omitempty"`  // any JSON; pushed to the worker as it is
 	Overrides   TaskOverrides   `json:"overrides,omitzero"`
+	// ConcurrencyKey groups tasks for the queue's per-key limit and turns (a tenant, a
+	// customer); "": none.
+	ConcurrencyKey string `json:"concurrency_key,omitempty"`
 }
 
 // Domain is the request as the task service takes it.
 func (r TaskRequest) Domain() courier.TaskRequest {
 	return courier.TaskRequest{TaskID: r.TaskID, Version: r.TaskVersion, Priority: r.Priority, Queue: r.Queue,
-		Payload: r.Payload, Overrides: r.Overrides.Domain()}
+		Payload: r.Payload, Overrides: r.Overrides.Domain(), ConcurrencyKey: r.ConcurrencyKey}
 }
 
 // Task is a task version as the API shows it.
 type Task struct {
-	TaskID        string                    `json:"task_id"`
-	TaskVersion   int64                     `json:"task_version"`
-	Queue         string                    `json:"queue"`
-	Priority      int                       `json:"priority"`
-	Status        courier.TaskStatus        `json:"status"`
-	Outcome       courier.TaskInsertOutcome `json:"outcome,omitempty"` // an insert's answer only: created, replaced, existing
-	Payload       json.RawMessage           `json:"payload,omitempty"` // left out of lists
-	Overrides     TaskOverrides             `json:"overrides"`
-	Attempt       int                       `json:"attempt"`  // the current attempt's number (name it in results)
-	Attempts      int                       `json:"attempts"` // attempts used since the task was (re)submitted
-	Result        json.RawMessage           `json:"result,omitempty"`
-	StatusCode    int                       `json:"status_code,omitempty"`
-	Message       string                    `json:"message,omitempty"`
-	WorkflowID    string                    `json:"workflow_id"`
-	CreatedAt     time.Time                 `json:"created_at"`
-	UpdatedAt     time.Time                 `json:"updated_at"`
-	NextAttemptAt *time.Time                `json:"next_attempt_at,omitempty"` // pending tasks only
-	ExpiresAt     *time.Time                `json:"expires_at,omitempty"`      // pending tasks only
-	ClaimedAt     *time.Time                `json:"claimed_at,omitempty"`
-	PushedAt      *time.Time                `json:"pushed_at,omitempty"`
-	FinishedAt    *time.Time                `json:"finished_at,omitempty"`
+	TaskID      string `json:"task_id"`
+	TaskVersion int64  `json:"task_version"`
+	Queue       string `json:"queue"`
+	Priority    int    `json:"priority"`
+	// ConcurrencyKey is the task's key for its queue's per-key limit and turns; left out when none.
+	ConcurrencyKey string                    `json:"concurrency_key,omitempty"`
+	Status         courier.TaskStatus        `json:"status"`
+	Outcome        courier.TaskInsertOutcome `json:"outcome,omitempty"` // an insert's answer only: created, replaced, existing
+	Payload        json.RawMessage           `json:"payload,omitempty"` // left out of lists
+	Overrides      TaskOverrides             `json:"overrides"`
+	Attempt        int                       `json:"attempt"`  // the current attempt's number (name it in results)
+	Attempts       int                       `json:"attempts"` // attempts used since the task was (re)submitted
+	Result         json.RawMessage           `json:"result,omitempty"`
+	StatusCode     int                       `json:"status_code,omitempty"`
+	Message        string                    `json:"message,omitempty"`
+	WorkflowID     string                    `json:"workflow_id"`
+	CreatedAt      time.Time                 `json:"created_at"`
+	UpdatedAt      time.Time                 `json:"updated_at"`
+	NextAttemptAt  *time.Time                `json:"next_attempt_at,omitempty"` // pending tasks only
+	ExpiresAt      *time.Time                `json:"expires_at,omitempty"`      // pending tasks only
+	ClaimedAt      *time.Time                `json:"claimed_at,omitempty"`
+	PushedAt       *time.Time                `json:"pushed_at,omitempty"`
+	FinishedAt     *time.Time                `json:"finished_at,omitempty"`
 	// QueuePaused is set on a pending task while its queue is paused: it is kept, and claimed
 	// on the resume.
 	QueuePaused *Pause `json:"queue_paused,omitempty"`
@@ -77,7 +82,7 @@ type Task struct {
 // TaskOf shows a stored task version.
 func TaskOf(t courier.Task) Task {
 	out := Task{
-		TaskID: t.TaskID, TaskVersion: t.Version, Queue: t.Queue, Priority: t.Priority, Status: t.Status,
+		TaskID: t.TaskID, TaskVersion: t.Version, Queue: t.Queue, Priority: t.Priority, ConcurrencyKey: t.ConcurrencyKey, Status: t.Status,
 		Payload: t.Payload, Overrides: overridesOf(t.Overrides), Attempt: t.Attempt, Attempts: t.Attempts,
 		Result: t.Result, StatusCode: t.StatusCode, Message: t.Message, WorkflowID: courier.TaskWorkflowID(t.TaskID, t.Version),
 		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, ClaimedAt: t.ClaimedAt, PushedAt: t.PushedAt, FinishedAt: t.FinishedAt,
@@ -114,13 +119,15 @@ type ReportAccepted struct {
 // TaskPush is the body courier POSTs to a queue's push_url for one attempt (signed like a
 // callback). The worker answers 2xx to take it, then reports to ResultURL naming Attempt.
 type TaskPush struct {
-	TaskID      string          `json:"task_id"`
-	TaskVersion int64           `json:"task_version"`
-	Attempt     int             `json:"attempt"`
-	Priority    int             `json:"priority"`
-	Queue       string          `json:"queue"`
-	Payload     json.RawMessage `json:"payload"`
-	Deadline    time.Time       `json:"deadline"` // the processing timeout runs out at this time
+	TaskID      string `json:"task_id"`
+	TaskVersion int64  `json:"task_version"`
+	Attempt     int    `json:"attempt"`
+	Priority    int    `json:"priority"`
+	Queue       string `json:"queue"`
+	// ConcurrencyKey is the task's concurrency key; left out when none.
+	ConcurrencyKey string          `json:"concurrency_key,omitempty"`
+	Payload        json.RawMessage `json:"payload"`
+	Deadline       time.Time       `json:"deadline"` // the processing timeout runs out at this time
 	// HeartbeatTimeout is how long courier waits between heartbeats before it fails the
 	// attempt; zero (left out) when the queue wants no heartbeats.
 	HeartbeatTimeout PositiveDuration `json:"heartbeat_timeout,omitzero"`

@@ -30,13 +30,14 @@ type TaskPage = api.TaskPage
 
 // TaskQuery selects task versions for ListTasks. Zero fields do not filter.
 type TaskQuery struct {
-	Queue         string
-	Status        courier.TaskStatus
-	Priority      int       // 1 to 5
-	CreatedAfter  time.Time // created at or after
-	CreatedBefore time.Time // created before
-	Limit         int       // versions per page, 1–1000; 0: the gateway's default (100)
-	PageToken     string    // TaskPage.NextPageToken of the previous page
+	Queue          string
+	Status         courier.TaskStatus
+	Priority       int       // 1 to 5
+	ConcurrencyKey string    // the tasks of one concurrency key
+	CreatedAfter   time.Time // created at or after
+	CreatedBefore  time.Time // created before
+	Limit          int       // versions per page, 1–1000; 0: the gateway's default (100)
+	PageToken      string    // TaskPage.NextPageToken of the previous page
 }
 
 // ReportAccepted answers a result or heartbeat that reached its attempt.
@@ -60,7 +61,8 @@ func (c *Client) InsertTask(ctx context.Context, r TaskRequest) (*Task, error) {
 // AllTasks.
 func (c *Client) ListTasks(ctx context.Context, q TaskQuery) (*TaskPage, error) {
 	v := url.Values{}
-	for k, s := range map[string]string{"queue": q.Queue, "status": string(q.Status), "page_token": q.PageToken} {
+	for k, s := range map[string]string{"queue": q.Queue, "status": string(q.Status), "page_token": q.PageToken,
+		"concurrency_key": q.ConcurrencyKey} {
 		if s != "" {
 			v.Set(k, s)
 		}

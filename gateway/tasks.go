@@ -62,7 +62,7 @@ func (h *handlers) insertTask(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
-// listTasks pages through task versions newest first, filtered by queue, status, priority and
+// listTasks pages through task versions newest first, filtered by queue, status, priority, concurrency key and
 // creation time, without payloads and results (GET one version for those). The page token is
 // sealed to its query, like a timer list's.
 func (h *handlers) listTasks(c echo.Context) error {
@@ -90,6 +90,11 @@ func (h *handlers) taskPage(c echo.Context) (api.TaskPage, error) {
 	if f.Priority, err = queryInt(c, "priority", 0, 1, courier.MaxPriority); err != nil {
 		return api.TaskPage{}, err
 	}
+	if f.ConcurrencyKey = c.QueryParam("concurrency_key"); f.ConcurrencyKey != "" {
+		if err := courier.CheckID("concurrency_key", f.ConcurrencyKey); err != nil {
+			return api.TaskPage{}, err
+		}
+	}
 	if f.CreatedAfter, err = queryTime(c, "created_after"); err != nil {
 		return api.TaskPage{}, err
 	}
@@ -100,7 +105,7 @@ func (h *handlers) taskPage(c echo.Context) (api.TaskPage, error) {
 		return api.TaskPage{}, err
 	}
 	query := strings.Join([]string{"tasks", f.Queue, string(f.Status), c.QueryParam("priority"),
-		c.QueryParam("created_after"), c.QueryParam("created_before")}, "\x00")
+		c.QueryParam("created_after"), c.QueryParam("created_before"), f.ConcurrencyKey}, "\x00")
 	ctx := c.Request().Context()
 	cursor, err := h.pages.open(ctx, query, c.QueryParam("page_token"))
 	if err != nil {

@@ -22,6 +22,8 @@ type TaskRow struct {
 	Queue       string            `json:"queue,omitempty"`    // default "default"
 	Payload     json.RawMessage   `json:"payload,omitempty"`  // any JSON; default null
 	Overrides   *TaskRowOverrides `json:"overrides,omitempty"`
+	// ConcurrencyKey groups tasks for the queue's per-key limit and turns; "" for none.
+	ConcurrencyKey string `json:"concurrency_key,omitempty"`
 }
 
 // TaskRowOverrides replace the queue's settings for one task, as in POST /v1/tasks.
@@ -42,7 +44,8 @@ func InsertTask(ctx context.Context, tx Tx, r courier.TaskRequest) (int64, error
 	if err := r.Normalize(); err != nil {
 		return 0, err
 	}
-	row := TaskRow{TaskID: r.TaskID, TaskVersion: r.Version, Priority: r.Priority, Queue: r.Queue, Payload: r.Payload}
+	row := TaskRow{TaskID: r.TaskID, TaskVersion: r.Version, Priority: r.Priority, Queue: r.Queue, Payload: r.Payload,
+		ConcurrencyKey: r.ConcurrencyKey}
 	if o := r.Overrides; o != (courier.TaskOverrides{}) {
 		row.Overrides = &TaskRowOverrides{PendingTimeout: durationString(o.PendingTimeout),
 			ProcessingTimeout: durationString(o.ProcessingTimeout), HeartbeatTimeout: durationString(o.HeartbeatTimeout),
@@ -77,7 +80,8 @@ func ParseTaskRow(payload []byte) (courier.TaskRequest, error) {
 		return courier.TaskRequest{}, &courier.Error{Code: courier.CodeValidation,
 			Message: "task row payload is not a task insert: " + err.Error()}
 	}
-	r := courier.TaskRequest{TaskID: row.TaskID, Version: row.TaskVersion, Priority: row.Priority, Queue: row.Queue, Payload: row.Payload}
+	r := courier.TaskRequest{TaskID: row.TaskID, Version: row.TaskVersion, Priority: row.Priority, Queue: row.Queue, Payload: row.Payload,
+		ConcurrencyKey: row.ConcurrencyKey}
 	if o := row.Overrides; o != nil {
 		r.Overrides.MaxAttempts = o.MaxAttempts
 		for _, d := range []struct {

@@ -57,6 +57,8 @@ func TestUpDownUp(t *testing.T) {
 			require.NoError(t, schema.Up(ctx, db, schema.AllSets...))
 			_, err = db.ExecContext(ctx, "SELECT count(*) FROM courier_api_keys")
 			require.NoError(t, err)
+			_, err = db.ExecContext(ctx, "SELECT count(*) FROM courier_tasks WHERE concurrency_key = '' AND status = 'pending'")
+			require.NoError(t, err, "0014 adds the tasks' concurrency keys")
 		})
 	}
 }

@@ -37,17 +37,34 @@ func (s *Store) notExpiredSQL() string {
 	return " AND (expires_at IS NULL OR expires_at > " + s.nowSQL() + ")"
 }
 
-// ClaimTasks moves up to max ready tasks of a queue to Processing in one transaction that
+// ClaimTasks is ClaimReady's tasks.
+func (s *Store) ClaimTasks(ctx context.Context, queue string, max int, choose func(ready BandCounts, slots int) BandCounts) ([]ClaimedTask, error) {
+	c, err := s.ClaimReady(ctx, queue, max, choose)
+	return c.Tasks, err
+}
+
+// Claim is what one claim took.
+type Claim struct {
+	Tasks []ClaimedTask
+	// NextToken is set when the queue's dispatch rate held back ready tasks: its next token
+	// comes after this long.
+	NextToken time.Duration
+}
+
+// ClaimReady moves up to max ready tasks of a queue to Processing in one transaction that
 // locks the queue's limiter row: free slots are the limit minus in_flight, choose splits them
 // across the bands that have ready tasks, each band's share is taken by higher version then
 // oldest, and in_flight grows by the number taken. The count and the statuses change
 // together, so the limit is exact. A paused queue (courier_pauses) claims nothing: the pause
 // is read in the same transaction, so no claim that begins after a pause commits takes a task,
-// on any worker.
-func (s *Store) ClaimTasks(ctx context.Context, queue string, max int, choose func(ready BandCounts, slots int) BandCounts) ([]ClaimedTask, error) {
-	var out []ClaimedTask
+// on any worker. A queue with a dispatch rate takes one token per task from its bucket in the
+// same transaction (store/ratelimit.go), so the rate holds across every worker. A keyed queue
+// (courier.Queue.Keyed) takes each band's share key by key (task_claim_keys.go); a share its
+// keys cannot use (each at its per-key limit) goes to the other bands.
+func (s *Store) ClaimReady(ctx context.Context, queue string, max int, choose func(ready BandCounts, slots int) BandCounts) (Claim, error) {
+	var out Claim
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		out = out[:0]
+		out = Claim{}
 		q, err := s.getQueue(ctx, tx, queue, true)
 		if err != nil {
 			return err
@@ -73,39 +90,101 @@ func (s *Store) ClaimTasks(ctx context.Context, queue string, max int, choose fu
 		if total == 0 {
 			return nil
 		}
-		take := choose(ready, slots)
-		for b := 1; b <= courier.PriorityBands; b++ {
-			if take[b-1] <= 0 {
-				continue
-			}
-			with, in := s.picked("SELECT task_id, version FROM courier_tasks WHERE queue = ? AND status = 'pending' " +
-				"AND priority = ? AND next_attempt_at <= " + s.nowSQL() + s.notExpiredSQL() +
-				" ORDER BY version DESC, created_at ASC, task_id ASC LIMIT ?")
-			var rows []taskRow
-			err := tx.NewRaw(with+"UPDATE courier_tasks SET status = 'processing', attempt = attempt + 1, claimed_at = "+s.nowSQL()+
-				", pushed_at = NULL, deadline_at = NULL, run_id = NULL, heartbeat_timeout_ms = 0, updated_at = "+s.nowSQL()+" WHERE "+in+" AND status = 'pending' RETURNING *",
-				queue, b, take[b-1]).Scan(ctx, &rows)
-			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		bucket := dispatchBucket(queue)
+		if q.DispatchRate > 0 {
+			took, wait, err := s.takeTokens(ctx, tx, bucket, q.DispatchRate, q.DispatchBucket(), min(slots, total))
+			if err != nil {
 				return err
 			}
-			for i := range rows {
-				t, err := rows[i].task()
+			if took < min(slots, total) {
+				out.NextToken = wait
+			}
+			if slots = took; slots == 0 {
+				return nil
+			}
+		}
+		var keys *keyTurns
+		if q.Keyed() {
+			if keys, err = s.keysInFlight(ctx, tx, q); err != nil {
+				return err
+			}
+		}
+		// A band whose share its keys could not fill is left out of the next round, and what
+		// is left of the slots is split again among the others.
+		for round := 0; slots > len(out.Tasks) && round < courier.PriorityBands; round++ {
+			take := choose(ready, slots-len(out.Tasks))
+			progress := false
+			for b := 1; b <= courier.PriorityBands; b++ {
+				if take[b-1] <= 0 {
+					continue
+				}
+				var rows []taskRow
+				if keys != nil {
+					rows, err = s.claimKeyed(ctx, tx, q, b, take[b-1], keys)
+				} else {
+					rows, err = s.claimBand(ctx, tx, queue, b, take[b-1])
+				}
 				if err != nil {
 					return err
 				}
-				eff := t.Overrides.Apply(q)
-				out = append(out, ClaimedTask{TaskID: t.TaskID, Version: t.Version, Attempt: t.Attempt, Priority: t.Priority,
-					Queue: queue, ProcessingTimeout: eff.ProcessingTimeout, HeartbeatTimeout: eff.HeartbeatTimeout, PushTimeout: eff.PushTimeout,
-					CreatedAt: t.CreatedAt, Trace: t.Trace})
+				if len(rows) < take[b-1] {
+					ready[b-1] = 0
+				} else {
+					ready[b-1] -= len(rows)
+				}
+				progress = progress || len(rows) > 0
+				for i := range rows {
+					t, err := rows[i].task()
+					if err != nil {
+						return err
+					}
+					eff := t.Overrides.Apply(q)
+					out.Tasks = append(out.Tasks, ClaimedTask{TaskID: t.TaskID, Version: t.Version, Attempt: t.Attempt, Priority: t.Priority,
+						Queue: queue, ProcessingTimeout: eff.ProcessingTimeout, HeartbeatTimeout: eff.HeartbeatTimeout, PushTimeout: eff.PushTimeout,
+						CreatedAt: t.CreatedAt, Trace: t.Trace})
+				}
+			}
+			if !progress || keys == nil {
+				break
 			}
 		}
-		if len(out) == 0 {
+		if q.DispatchRate > 0 {
+			if err := s.giveBackTokens(ctx, tx, bucket, q.DispatchBucket(), slots-len(out.Tasks)); err != nil {
+				return err
+			}
+		}
+		if len(out.Tasks) == 0 {
 			return nil
 		}
-		_, err = tx.ExecContext(ctx, "UPDATE courier_task_queues SET in_flight = in_flight + ? WHERE name = ?", len(out), queue)
+		_, err = tx.ExecContext(ctx, "UPDATE courier_task_queues SET in_flight = in_flight + ? WHERE name = ?", len(out.Tasks), queue)
 		return err
 	})
 	return out, err
+}
+
+// dispatchBucket names a queue's dispatch token bucket in courier_rate_limits.
+func dispatchBucket(queue string) string { return "queue-dispatch:" + queue }
+
+// claimBand moves up to n ready tasks of one band to Processing: higher version first, then
+// oldest.
+func (s *Store) claimBand(ctx context.Context, tx bun.Tx, queue string, band, n int) ([]taskRow, error) {
+	with, in := s.picked("SELECT task_id, version FROM courier_tasks WHERE queue = ? AND status = 'pending' " +
+		"AND priority = ? AND next_attempt_at <= " + s.nowSQL() + s.notExpiredSQL() +
+		" ORDER BY version DESC, created_at ASC, task_id ASC LIMIT ?")
+	return s.markClaimed(ctx, tx, with, in, queue, band, n)
+}
+
+// markClaimed moves the pending rows the condition in names to Processing, on their next
+// attempt, and returns them.
+func (s *Store) markClaimed(ctx context.Context, tx bun.Tx, with, in string, args ...any) ([]taskRow, error) {
+	var rows []taskRow
+	err := tx.NewRaw(with+"UPDATE courier_tasks SET status = 'processing', attempt = attempt + 1, claimed_at = "+s.nowSQL()+
+		", pushed_at = NULL, deadline_at = NULL, run_id = NULL, heartbeat_timeout_ms = 0, updated_at = "+s.nowSQL()+" WHERE "+in+" AND status = 'pending' RETURNING *",
+		args...).Scan(ctx, &rows)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, err
+	}
+	return rows, nil
 }
 
 // queuePaused reports whether an operator paused the queue (docs/flow-control.md).

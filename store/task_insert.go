@@ -74,7 +74,7 @@ func (s *Store) InsertTask(ctx context.Context, r courier.TaskRequest) (courier.
 		switch {
 		case exists && (cur.Status == string(courier.TaskProcessing) || cur.Status == string(courier.TaskSuccess)):
 			outcome = courier.TaskExisting
-		case exists && cur.Status == string(courier.TaskPending) && cur.Queue == r.Queue && cur.Priority == r.Priority &&
+		case exists && cur.Status == string(courier.TaskPending) && cur.Queue == r.Queue && cur.Priority == r.Priority && cur.Key == r.ConcurrencyKey &&
 			cur.Overrides == string(overrides) && jsonEqual(cur.Payload, r.Payload):
 			outcome = courier.TaskExisting
 		case exists:
@@ -82,7 +82,7 @@ func (s *Store) InsertTask(ctx context.Context, r courier.TaskRequest) (courier.
 			// The attempt number keeps counting, so a late result from an earlier life can
 			// never match; attempt_base restarts the retry budget.
 			_, err = tx.NewUpdate().Model((*taskRow)(nil)).
-				Set("queue = ?, priority = ?, payload = ?, overrides = ?", r.Queue, r.Priority, string(r.Payload), string(overrides)).
+				Set("queue = ?, priority = ?, payload = ?, overrides = ?, concurrency_key = ?", r.Queue, r.Priority, string(r.Payload), string(overrides), r.ConcurrencyKey).
 				Set("traceparent = ?, tracestate = ?", nullString(r.Trace.Parent), nullString(r.Trace.State)).
 				Set("status = 'pending', attempt_base = attempt, result = NULL, status_code = 0, message = ''").
 				Set("next_attempt_at = "+s.nowSQL()).Set("expires_at = "+pendingExpiry).
@@ -101,10 +101,10 @@ func (s *Store) InsertTask(ctx context.Context, r courier.TaskRequest) (courier.
 					return err
 				}
 			}
-			_, err = tx.NewRaw("INSERT INTO courier_tasks (task_id, version, queue, priority, status, payload, overrides, "+
-				"traceparent, tracestate, next_attempt_at, expires_at, created_at, updated_at) VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, "+
+			_, err = tx.NewRaw("INSERT INTO courier_tasks (task_id, version, queue, priority, concurrency_key, status, payload, overrides, "+
+				"traceparent, tracestate, next_attempt_at, expires_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, "+
 				s.nowSQL()+", "+pendingExpiry+", "+s.nowSQL()+", "+s.nowSQL()+")",
-				r.TaskID, r.Version, r.Queue, r.Priority, string(r.Payload), string(overrides),
+				r.TaskID, r.Version, r.Queue, r.Priority, r.ConcurrencyKey, string(r.Payload), string(overrides),
 				nullString(r.Trace.Parent), nullString(r.Trace.State)).Exec(ctx)
 			outcome = courier.TaskCreated
 		}

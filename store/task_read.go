@@ -82,6 +82,9 @@ func (s *Store) ListTasks(ctx context.Context, f courier.TaskFilter) (tasks []co
 	if f.Priority != 0 {
 		q = q.Where("priority = ?", f.Priority)
 	}
+	if f.ConcurrencyKey != "" {
+		q = q.Where("concurrency_key = ?", f.ConcurrencyKey)
+	}
 	if !f.CreatedAfter.IsZero() {
 		q = q.Where("created_at >= ?", s.timeArg(f.CreatedAfter))
 	}

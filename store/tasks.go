@@ -46,6 +46,7 @@ type taskRow struct {
 	Version       int64        `bun:"version,pk"`
 	Queue         string       `bun:"queue"`
 	Priority      int          `bun:"priority"`
+	Key           string       `bun:"concurrency_key"`
 	Status        string       `bun:"status"`
 	Payload       string       `bun:"payload"`
 	Overrides     string       `bun:"overrides"`
@@ -86,7 +87,7 @@ func nullString(s string) *string {
 
 func (r *taskRow) task() (courier.Task, error) {
 	t := courier.Task{
-		TaskID: r.TaskID, Version: r.Version, Queue: r.Queue, Priority: r.Priority,
+		TaskID: r.TaskID, Version: r.Version, Queue: r.Queue, Priority: r.Priority, ConcurrencyKey: r.Key,
 		Status: courier.TaskStatus(r.Status), Payload: json.RawMessage(r.Payload),
 		Attempt: r.Attempt, Attempts: r.Attempt - r.AttemptBase, StatusCode: r.StatusCode, Message: r.Message,
 		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(), NextAttemptAt: r.NextAttemptAt.UTC(),

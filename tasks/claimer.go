@@ -25,7 +25,7 @@ import (
 // ClaimStore is what a claimer needs from the database.
 type ClaimStore interface {
 	ListQueues(ctx context.Context) ([]courier.Queue, error)
-	ClaimTasks(ctx context.Context, queue string, max int, choose func(ready store.BandCounts, slots int) store.BandCounts) ([]store.ClaimedTask, error)
+	ClaimReady(ctx context.Context, queue string, max int, choose func(ready store.BandCounts, slots int) store.BandCounts) (store.Claim, error)
 	UnpushedTasks(ctx context.Context, olderThan time.Duration, limit int) ([]store.ClaimedTask, error)
 	// Listen calls notify on the database's notifications on channel (store.TasksChannel:
 	// tasks of another process may be claimable) until stop is called; a database without
@@ -43,6 +43,9 @@ type Claimer struct {
 	log      *slog.Logger
 	wake     chan struct{}
 	choosers map[string]*chooser // by queue; used by Run's goroutine only
+
+	timer   *time.Timer // a wake when a rate-held queue's next token comes (wakeAfter; Run's goroutine only)
+	timerAt time.Time
 }
 
 type chooser struct {
@@ -66,6 +69,18 @@ func (c *Claimer) Wake() {
 	case c.wake <- struct{}{}:
 	default:
 	}
+}
+
+// wakeAfter asks for a claim pass after d, unless one is asked for sooner already.
+func (c *Claimer) wakeAfter(d time.Duration) {
+	at := time.Now().Add(d)
+	if c.timer != nil && !c.timerAt.After(at) && c.timerAt.After(time.Now()) {
+		return
+	}
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	c.timer, c.timerAt = time.AfterFunc(d, c.Wake), at
 }
 
 // Run claims until ctx ends; it returns nil on cancellation.
@@ -123,15 +138,20 @@ func (c *Claimer) pass(ctx context.Context) {
 			continue // nowhere to push: tasks wait
 		}
 		for ctx.Err() == nil {
-			claimed, err := c.store.ClaimTasks(ctx, q.Name, c.cfg.BatchSize, c.choose(q))
+			claim, err := c.store.ClaimReady(ctx, q.Name, c.cfg.BatchSize, c.choose(q))
 			if err != nil {
 				if ctx.Err() == nil {
 					c.log.Warn("task claimer: claim", "queue", q.Name, "error", err)
 				}
 				break
 			}
-			c.start(ctx, claimed)
-			if len(claimed) < c.cfg.BatchSize {
+			c.start(ctx, claim.Tasks)
+			if claim.NextToken > 0 {
+				// The queue's dispatch rate held tasks back: come back for them when its
+				// bucket has a token, not only at the next poll.
+				c.wakeAfter(claim.NextToken)
+			}
+			if len(claim.Tasks) < c.cfg.BatchSize {
 				break
 			}
 		}
