@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -39,12 +40,15 @@ type taskWorker struct {
 	held   map[pushKey]bool
 	max    int
 	order  []api.TaskPush
-	pushes atomic.Int64
-	wg     sync.WaitGroup
+	// keyHeld and keyMax are the pushes held now and at most, by concurrency key.
+	keyHeld map[string]int
+	keyMax  map[string]int
+	pushes  atomic.Int64
+	wg      sync.WaitGroup
 }
 
 func startTaskWorker(t *testing.T, handle func(w *taskWorker, p api.TaskPush)) *taskWorker {
-	w := &taskWorker{t: t, held: map[pushKey]bool{}}
+	w := &taskWorker{t: t, held: map[pushKey]bool{}, keyHeld: map[string]int{}, keyMax: map[string]int{}}
 	w.handle = func(p api.TaskPush) { handle(w, p) }
 	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		var p api.TaskPush
@@ -55,6 +59,8 @@ func startTaskWorker(t *testing.T, handle func(w *taskWorker, p api.TaskPush)) *
 		w.mu.Lock()
 		w.held[keyOf(p)] = true
 		w.max = max(w.max, len(w.held))
+		w.keyHeld[p.ConcurrencyKey]++
+		w.keyMax[p.ConcurrencyKey] = max(w.keyMax[p.ConcurrencyKey], w.keyHeld[p.ConcurrencyKey])
 		w.order = append(w.order, p)
 		w.mu.Unlock()
 		w.pushes.Add(1)
@@ -87,7 +93,10 @@ func keyOf(p api.TaskPush) pushKey {
 // arrive while the report is still on its way back.
 func (w *taskWorker) letGo(p api.TaskPush) {
 	w.mu.Lock()
-	delete(w.held, keyOf(p))
+	if w.held[keyOf(p)] {
+		delete(w.held, keyOf(p))
+		w.keyHeld[p.ConcurrencyKey]--
+	}
 	w.mu.Unlock()
 }
 
@@ -95,6 +104,13 @@ func (w *taskWorker) maxConcurrent() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.max
+}
+
+// maxByKey is the most pushes of each concurrency key the worker held at once.
+func (w *taskWorker) maxByKey() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return maps.Clone(w.keyMax)
 }
 
 func (w *taskWorker) pushOrder() []api.TaskPush {
