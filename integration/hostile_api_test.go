@@ -100,12 +100,16 @@ var validBodies = map[string][]string{
 		`{"biz_type":"orders","biz_id":"hb-2","delay":"1000h"}]}`},
 	"POST /v1/timers/redeliver": {`{"biz_type":"orders","failed_after":"2020-01-01T00:00:00Z","failed_before":"2099-01-01T00:00:00Z","max":10}`},
 	"POST /v1/tasks": {`{"task_id":"h-1","task_version":1,"priority":3,"queue":"hq","payload":{"n":1},` +
-		`"overrides":{"pending_timeout":"1h","processing_timeout":"1m","heartbeat_timeout":"10s","max_attempts":2}}`},
+		`"overrides":{"pending_timeout":"1h","processing_timeout":"1m","heartbeat_timeout":"10s","max_attempts":2}}`,
+		// Flow control: a task's concurrency key.
+		`{"task_id":"h-2","task_version":1,"queue":"hq","concurrency_key":"tenant-42"}`},
 	"POST /v1/tasks/:task_id/versions/:version/result":    {`{"attempt":1,"status":"success","status_code":200,"message":"ok","result":{"n":1}}`},
 	"POST /v1/tasks/:task_id/versions/:version/heartbeat": {`{"attempt":1,"details":{"progress":1}}`},
 	"PUT /v1/queues/:name": {`{"push_url":"https://workers.example.com/push","concurrency_limit":5,"weights":[35,25,20,12,8],` +
 		`"pending_timeout":"1h","processing_timeout":"1m","heartbeat_timeout":"10s",` +
-		`"retry":{"initial_interval":"1s","backoff":2,"max_interval":"1m","max_attempts":3},"success_retention":"1h","purge_age":"24h"}`},
+		`"retry":{"initial_interval":"1s","backoff":2,"max_interval":"1m","max_attempts":3},"success_retention":"1h","purge_age":"24h"}`,
+		// Flow control: per-key limit and turns, the dispatch rate.
+		`{"concurrency_limit":10,"per_key_limit":6,"fair_keys":true,"key_weights":{"tenant-42":2},"dispatch_rate_per_second":5.5,"dispatch_burst":10}`},
 	"POST /v1/schedules/:id": {`{"biz_type":"orders","cron":"0 9 * * *","time_zone":"Europe/Berlin","overlap":"skip",` +
 		`"catchup_window":"1m","jitter":"10s","payload":{"n":1}}`, `{"biz_type":"orders","interval":"15m"}`},
 	"PATCH /v1/schedules/:id":        {`{"biz_type":"orders","cron":"0 10 * * *","time_zone":"UTC"}`},
@@ -146,7 +150,7 @@ var hostileQueries = []string{
 	"page_token=garbage", "page_token=%ZZ", "page_token=" + url.QueryEscape(base64.RawURLEncoding.EncodeToString([]byte(`{"after":-1,"source":"x"}`))),
 	"page_token=" + strings.Repeat("A", 5000), "status=%00", "status=bogus", "state=bogus", "biz_type=..", "biz_type=%00",
 	"source=..%2F..", "source=%00", "include_payload=maybe", "topic=%24JS.API.%3E", "%=1", "a=%", "queue=%00",
-	"priority=0", "priority=%00", "created_after=yesterday", "created_before=%00", "created_after=2026-01-01T00:00:00Z&created_before=1970-01-01T00:00:00Z",
+	"priority=0", "priority=%00", "concurrency_key=%00", "concurrency_key=a%2Fb", "created_after=yesterday", "created_before=%00", "created_after=2026-01-01T00:00:00Z&created_before=1970-01-01T00:00:00Z",
 }
 
 // hostileAPI is a gateway with every service on one stack, seeded with one of each resource.
