@@ -39,6 +39,10 @@ type TasksConfig struct {
 	Work        time.Duration // how long the HTTP task worker works on each task; default 20 ms
 	PostgresURL string        // also run against this PostgreSQL database when set
 	Timeout     time.Duration // per scenario; default 10 min
+	// Keys, when set, runs every courier scenario a second time on a queue whose keys take
+	// turns (fair_keys), the tasks spread round robin over this many concurrency keys: the
+	// cost of fairness per task next to the unkeyed run, in the same process. 0: off.
+	Keys int
 	Out         io.Writer     // where the table goes; default stdout
 }
 
@@ -123,11 +127,18 @@ func RunTasks(ctx context.Context, stack Stack, cfg TasksConfig) ([]TaskResult, 
 	}
 	results = append(results, base)
 	err = forEachDatabase(ctx, dir, cfg.PostgresURL, func(name, url string) error {
-		r, err := runTasks(ctx, stack.Temporal, stack.namespace(), name, url, cfg, quiet)
+		r, err := runTasks(ctx, stack.Temporal, stack.namespace(), name, url, cfg, 0, quiet)
 		if err != nil {
 			return fmt.Errorf("tasks on %s: %w", name, err)
 		}
 		results = append(results, r)
+		if cfg.Keys > 0 {
+			r, err := runTasks(ctx, stack.Temporal, stack.namespace(), name, url, cfg, cfg.Keys, quiet)
+			if err != nil {
+				return fmt.Errorf("keyed tasks on %s: %w", name, err)
+			}
+			results = append(results, r)
+		}
 		return nil
 	})
 	if err != nil {
@@ -139,8 +150,13 @@ func RunTasks(ctx context.Context, stack Stack, cfg TasksConfig) ([]TaskResult, 
 	return results, nil
 }
 
-// runTasks is one courier scenario: worker with its claimer, gateway, HTTP task worker.
-func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL string, cfg TasksConfig, log *slog.Logger) (TaskResult, error) {
+// runTasks is one courier scenario: worker with its claimer, gateway, HTTP task worker. With
+// keys > 0 the queue's keys take turns and the tasks are spread over that many keys.
+func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL string, cfg TasksConfig, keys int, log *slog.Logger) (TaskResult, error) {
+	scenario, taskQueue := dbName, "bench-tasks-"+dbName
+	if keys > 0 {
+		scenario, taskQueue = fmt.Sprintf("%s, %d keys", dbName, keys), taskQueue+"-keyed"
+	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	st, err := store.Open(ctx, dbURL)
@@ -163,7 +179,7 @@ func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL st
 	w, err := worker.New(worker.Config{
 		DisableRelay:           true,
 		AllowLoopbackCallbacks: true,
-		Relay:                  relay.Config{TaskQueue: "bench-tasks-" + dbName},
+		Relay:                  relay.Config{TaskQueue: taskQueue},
 		Tasks: tasks.Config{
 			PublicURL:  "http://" + gw.Listener.Addr().String(),
 			SweepEvery: time.Hour,
@@ -221,8 +237,11 @@ func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL st
 	}))
 	defer func() { tw.Close(); working.Wait() }()
 
-	const queue = "bench"
-	if _, _, err := svc.PutQueue(ctx, courier.Queue{Name: queue, ConcurrencyLimit: cfg.Limit}); err != nil {
+	queue := "bench" // the keyed run has a queue of its own: the counts below are per queue
+	if keys > 0 {
+		queue = "bench-keyed"
+	}
+	if _, _, err := svc.PutQueue(ctx, courier.Queue{Name: queue, ConcurrencyLimit: cfg.Limit, FairKeys: keys > 0}); err != nil {
 		return TaskResult{}, err
 	}
 	// The whole backlog is in place before the queue has a push URL, so every band is full
@@ -231,8 +250,12 @@ func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL st
 	inserted := make([]time.Time, cfg.Tasks)
 	backlogStart, inserting := time.Now(), markCPU(false)
 	err = forEach(ctx, cfg.Tasks, taskStartParallelism, func(i int) error {
-		_, _, err := svc.Insert(ctx, courier.TaskRequest{TaskID: fmt.Sprintf("%s-%d-%d", dbName, run, i), Version: 1,
-			Priority: taskPriority(i), Queue: queue, Payload: json.RawMessage(fmt.Sprintf(`{"file":"doc-%d.pdf"}`, i))})
+		r := courier.TaskRequest{TaskID: fmt.Sprintf("%s-%d-%d", dbName, run, i), Version: 1,
+			Priority: taskPriority(i), Queue: queue, Payload: json.RawMessage(fmt.Sprintf(`{"file":"doc-%d.pdf"}`, i))}
+		if keys > 0 {
+			r.ConcurrencyKey = fmt.Sprintf("tenant-%d", i%keys)
+		}
+		_, _, err := svc.Insert(ctx, r)
 		inserted[i] = time.Now()
 		return err
 	})
@@ -242,7 +265,7 @@ func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL st
 	backlog := time.Since(backlogStart)
 	onPostgres := st.IsPostgres()
 	running := markCPU(onPostgres)
-	if _, _, err := svc.PutQueue(ctx, courier.Queue{Name: queue, ConcurrencyLimit: cfg.Limit, PushURL: tw.URL}); err != nil {
+	if _, _, err := svc.PutQueue(ctx, courier.Queue{Name: queue, ConcurrencyLimit: cfg.Limit, PushURL: tw.URL, FairKeys: keys > 0}); err != nil {
 		return TaskResult{}, err
 	}
 	// The limiter row is cheap to read, so it is sampled often (how many slots are taken, from
@@ -306,10 +329,13 @@ func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL st
 		}
 		lat = append(lat, at.Sub(inserted[i]))
 	}
-	r := pl.result("courier tasks, "+dbName, cfg, lat, last, backlog)
+	r := pl.result("courier tasks, "+scenario, cfg, lat, last, backlog)
 	r.SlotsMax, r.SlotsAvg = slots.max, slots.mean()
 	r.CPU, r.StartCPU = cpu, inserting.until(running).Self
 	r.Key = "courier-" + dbName
+	if keys > 0 {
+		r.Key += "-keyed"
+	}
 	if r.Cost, err = measureCost(ctx, tc, ids); err != nil {
 		return TaskResult{}, err
 	}
