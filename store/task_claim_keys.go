@@ -37,13 +37,37 @@ func (s *Store) keysInFlight(ctx context.Context, tx bun.Tx, q courier.Queue) (*
 	return k, nil
 }
 
-// keyCandidate is a ready task of a keyed queue's band, its key's rank-th in claim order.
+// keyCandidate is a ready task of a keyed queue's band.
 type keyCandidate struct {
 	TaskID    string    `bun:"task_id"`
 	Version   int64     `bun:"version"`
 	Key       string    `bun:"concurrency_key"`
 	CreatedAt time.Time `bun:"created_at"`
-	Rank      int       `bun:"rn"`
+}
+
+// keyCandidates reads the first n ready tasks of each key with pending tasks in a band (no key
+// can take more of the band's share), grouped by key, each key's in claim order (higher
+// version, then oldest). The keys are found by a loose scan of courier_tasks_key_ready_idx (one
+// index seek per key, rather than a read of every pending row: a key with 100,000 tasks costs
+// what a key with one does), and each key's first n by a bounded read of the same index.
+func (s *Store) keyCandidates(ctx context.Context, tx bun.Tx, queue string, band, n int) ([]keyCandidate, error) {
+	pending := "FROM courier_tasks WHERE queue = ? AND status = 'pending' AND priority = ?"
+	keys := "WITH RECURSIVE keys(k) AS (SELECT (SELECT concurrency_key " + pending + " ORDER BY concurrency_key LIMIT 1) " +
+		"UNION ALL SELECT (SELECT concurrency_key " + pending + " AND concurrency_key > keys.k ORDER BY concurrency_key LIMIT 1) " +
+		"FROM keys WHERE keys.k IS NOT NULL) "
+	first := "SELECT task_id, version, concurrency_key, created_at " + pending + " AND concurrency_key = keys.k AND next_attempt_at <= " +
+		s.nowSQL() + s.notExpiredSQL() + " ORDER BY version DESC, created_at ASC, task_id ASC LIMIT ?"
+	var query string
+	if s.pg {
+		query = keys + "SELECT c.* FROM keys CROSS JOIN LATERAL (" + first + ") AS c WHERE keys.k IS NOT NULL"
+	} else {
+		query = keys + "SELECT task_id, version, concurrency_key, created_at FROM courier_tasks WHERE rowid IN (SELECT t.rowid FROM keys, courier_tasks t " +
+			"WHERE keys.k IS NOT NULL AND t.rowid IN (" + strings.Replace(first, "SELECT task_id, version, concurrency_key, created_at", "SELECT rowid", 1) + "))"
+	}
+	query += " ORDER BY concurrency_key, version DESC, created_at ASC, task_id ASC"
+	var cands []keyCandidate
+	err := tx.NewRaw(query, queue, band, queue, band, queue, band, n).Scan(ctx, &cands)
+	return cands, err
 }
 
 // claimKeyed moves up to n ready tasks of one band of a keyed queue to Processing, key by key:
@@ -53,12 +77,7 @@ type keyCandidate struct {
 // a tie; a key at the per-key limit gets none (unkeyed tasks, key "", are one group that the
 // limit does not cap). Within a key, higher version first, then oldest, as in an unkeyed band.
 func (s *Store) claimKeyed(ctx context.Context, tx bun.Tx, q courier.Queue, band, n int, turns *keyTurns) ([]taskRow, error) {
-	// The first n ready tasks of each key: no key can take more of this band's share.
-	var cands []keyCandidate
-	err := tx.NewRaw("SELECT task_id, version, concurrency_key, created_at, rn FROM (SELECT task_id, version, concurrency_key, created_at, "+
-		"ROW_NUMBER() OVER (PARTITION BY concurrency_key ORDER BY version DESC, created_at ASC, task_id ASC) AS rn "+
-		"FROM courier_tasks WHERE queue = ? AND status = 'pending' AND priority = ? AND next_attempt_at <= "+s.nowSQL()+s.notExpiredSQL()+
-		") AS ranked WHERE rn <= ? ORDER BY concurrency_key, rn", q.Name, band, n).Scan(ctx, &cands)
+	cands, err := s.keyCandidates(ctx, tx, q.Name, band, n)
 	if err != nil {
 		return nil, err
 	}

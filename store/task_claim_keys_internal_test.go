@@ -12,7 +12,7 @@ import (
 func candidates(key string, n int, from time.Time) []keyCandidate {
 	out := make([]keyCandidate, n)
 	for i := range out {
-		out[i] = keyCandidate{TaskID: key, Version: int64(i + 1), Key: key, CreatedAt: from.Add(time.Duration(i) * time.Second), Rank: i + 1}
+		out[i] = keyCandidate{TaskID: key, Version: int64(i + 1), Key: key, CreatedAt: from.Add(time.Duration(i) * time.Second)}
 	}
 	return out
 }
