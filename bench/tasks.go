@@ -43,7 +43,7 @@ type TasksConfig struct {
 	// turns (fair_keys), the tasks spread round robin over this many concurrency keys: the
 	// cost of fairness per task next to the unkeyed run, in the same process. 0: off.
 	Keys int
-	Out         io.Writer     // where the table goes; default stdout
+	Out  io.Writer // where the table goes; default stdout
 }
 
 // TaskResult is one row of the task table.

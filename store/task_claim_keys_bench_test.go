@@ -10,7 +10,6 @@ import (
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/dispatch"
 	"github.com/courier-oss/courier/internal/testenv"
-	"github.com/courier-oss/courier/store"
 )
 
 // BenchmarkClaimBacklog measures one claim-and-finish cycle of 10 tasks from a band holding a
@@ -57,5 +56,3 @@ func BenchmarkClaimBacklog(b *testing.B) {
 		}
 	}
 }
-
-
