@@ -11,6 +11,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	cc "github.com/courier-oss/courier/client"
 )
 
 // fairBound is the fairness bound docs/flow-control.md states: while k keys have ready tasks in
@@ -56,9 +57,14 @@ func TestTasksFairKeys(t *testing.T) {
 					require.Equal(t, k.key, got.ConcurrencyKey)
 				}
 			}
-			var page api.TaskPage
-			require.Equal(t, http.StatusOK, ts.call(http.MethodGet, "/v1/tasks?concurrency_key=small", ts.producer, nil, &page))
+			producer, err := cc.New(ts.gw, cc.WithAPIKey(ts.producer))
+			require.NoError(t, err)
+			page, err := producer.ListTasks(ctx, cc.TaskQuery{Queue: "tenants", ConcurrencyKey: "small"})
+			require.NoError(t, err)
 			require.Len(t, page.Items, 10, "the list filters by key")
+			for _, it := range page.Items {
+				require.Equal(t, "small", it.ConcurrencyKey)
+			}
 			ts.putQueue("tenants", map[string]any{"concurrency_limit": limit, "per_key_limit": perKey, "push_url": w.url})
 
 			total := 0
