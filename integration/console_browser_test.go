@@ -279,12 +279,14 @@ func TestConsoleInABrowser(t *testing.T) {
 func pauseQueueInBrowser(t *testing.T, b *consoleBrowser, queue string, insert func(), pushed func() int) {
 	row := `tr[data-queue="` + queue + `"]`
 	b.open("/console")
-	b.do(chromedp.Click(chromedp.CSS(row+" form button")), chromedp.WaitVisible(chromedp.CSS(".flash")))
+	// Each click waits for the page that shows its outcome (the row's form turned around), not
+	// for a flash: the page before it may show one already.
+	b.do(chromedp.Click(chromedp.CSS(row+" form button")), chromedp.WaitVisible(chromedp.CSS(row+` form[action="/console/resume"]`)))
 	require.Equal(t, "paused", b.text(row+" .badge"))
 	before := pushed()
 	insert()
 	require.Never(t, func() bool { return pushed() > before }, 3*time.Second, 100*time.Millisecond, "a paused queue pushes nothing")
-	b.do(chromedp.Click(chromedp.CSS(row+" form button")), chromedp.WaitVisible(chromedp.CSS(".flash")))
+	b.do(chromedp.Click(chromedp.CSS(row+" form button")), chromedp.WaitVisible(chromedp.CSS(row+` form[action="/console/pause"]`)))
 	require.Equal(t, "running", b.text(row+" .badge"))
 	require.Eventually(t, func() bool { return pushed() > before }, time.Minute, 50*time.Millisecond, "resumed, the task is pushed")
 }
