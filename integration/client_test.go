@@ -360,16 +360,28 @@ func TestClientEveryCall(t *testing.T) {
 		require.GreaterOrEqual(t, len(qs), 2, "default and cq")
 		_, err = admin.PutQueue(ctx, "cq2", cc.QueueConfig{ConcurrencyLimit: 100000})
 		requireField(t, err, cc.ErrValidation, "concurrency_limit")
+		// Flow control: per-key limit, weights and the dispatch rate.
+		fq, err := admin.PutQueue(ctx, "cq3", cc.QueueConfig{ConcurrencyLimit: 10, PerKeyLimit: 6, KeyWeights: map[string]int{"tenant-1": 2},
+			DispatchRate: 2.5})
+		require.NoError(t, err)
+		require.Equal(t, 6, fq.PerKeyLimit)
+		require.True(t, fq.FairKeys, "implied by the per-key limit")
+		require.Equal(t, map[string]int{"tenant-1": 2}, fq.KeyWeights)
+		require.InDelta(t, 2.5, fq.DispatchRate, 0)
+		require.Equal(t, 3, fq.DispatchBurst, "the rate rounded up")
+		_, err = admin.PutQueue(ctx, "cq3", cc.QueueConfig{ConcurrencyLimit: 10, PerKeyLimit: 11})
+		requireField(t, err, cc.ErrValidation, "per_key_limit")
 
 		req := cc.TaskRequest{TaskID: "doc/x", TaskVersion: 1}
 		_, err = producer.InsertTask(ctx, req)
 		requireField(t, err, cc.ErrInvalid, "task_id")
 
 		req = cc.TaskRequest{TaskID: "doc 1", TaskVersion: 1, Priority: 2, Queue: "cq", Payload: json.RawMessage(`{"file":"a.pdf"}`),
-			Overrides: cc.TaskOverrides{MaxAttempts: 1}}
+			Overrides: cc.TaskOverrides{MaxAttempts: 1}, ConcurrencyKey: "tenant-1"}
 		task, err := producer.InsertTask(ctx, req)
 		require.NoError(t, err)
 		require.Equal(t, courier.TaskCreated, task.Outcome)
+		require.Equal(t, "tenant-1", task.ConcurrencyKey)
 		require.Equal(t, 1, task.Overrides.MaxAttempts)
 		var p api.TaskPush
 		select {
@@ -378,6 +390,7 @@ func TestClientEveryCall(t *testing.T) {
 			t.Fatal("no push")
 		}
 		require.Equal(t, "doc 1", p.TaskID)
+		require.Equal(t, "tenant-1", p.ConcurrencyKey, "the push names the key")
 		again, err := producer.InsertTask(ctx, req)
 		require.NoError(t, err)
 		require.Equal(t, courier.TaskExisting, again.Outcome, "the same version again returns it")
