@@ -62,9 +62,9 @@ func (h *handlers) insertTask(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
-// listTasks pages through task versions newest first, filtered by queue, status, priority, concurrency key and
-// creation time, without payloads and results (GET one version for those). The page token is
-// sealed to its query, like a timer list's.
+// listTasks pages through task versions newest first, filtered by queue, status, priority,
+// concurrency key and creation time, without payloads and results (GET one version for those).
+// The page token is sealed to its query, like a timer list's.
 func (h *handlers) listTasks(c echo.Context) error {
 	page, err := h.taskPage(c)
 	if err != nil {
