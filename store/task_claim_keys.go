@@ -85,18 +85,21 @@ func (s *Store) claimKeyed(ctx context.Context, tx bun.Tx, q courier.Queue, band
 	if len(picked) == 0 {
 		return nil, nil
 	}
-	var in strings.Builder
+	// Picked like an unkeyed band's tasks: a row another transaction holds (a replace, a
+	// cancel) is skipped on PostgreSQL rather than waited for with the limiter row locked.
+	var sub strings.Builder
 	args := make([]any, 0, 2*len(picked))
-	in.WriteString("(task_id, version) IN (")
+	sub.WriteString("SELECT task_id, version FROM courier_tasks WHERE (task_id, version) IN (")
 	for i, c := range picked {
 		if i > 0 {
-			in.WriteString(", ")
+			sub.WriteString(", ")
 		}
-		in.WriteString("(?, ?)")
+		sub.WriteString("(?, ?)")
 		args = append(args, c.TaskID, c.Version)
 	}
-	in.WriteString(")")
-	rows, err := s.markClaimed(ctx, tx, "", in.String(), args...)
+	sub.WriteString(")")
+	with, in := s.picked(sub.String())
+	rows, err := s.markClaimed(ctx, tx, with, in, args...)
 	if err != nil {
 		return nil, err
 	}
