@@ -213,13 +213,18 @@ func (h *handlers) retryTasks(c echo.Context) error {
 	return c.JSON(http.StatusOK, api.TaskRetryResult{Retried: res.Affected, Skipped: res.Skipped, More: res.More})
 }
 
-// bindTaskBulk reads and checks a bulk action's filter; which statuses the action applies to
-// the task service checks.
+// bindTaskBulk reads and checks a bulk action's filter.
 func bindTaskBulk(c echo.Context) (courier.TaskFilter, int, error) {
 	var req api.TaskBulkFilter
 	if err := bindJSON(c, &req); err != nil {
 		return courier.TaskFilter{}, 0, err
 	}
+	return checkTaskBulk(req)
+}
+
+// checkTaskBulk checks a bulk action's filter (the API's and the console's) and returns it
+// with its cap; which statuses the action applies to the task service checks.
+func checkTaskBulk(req api.TaskBulkFilter) (courier.TaskFilter, int, error) {
 	f := req.Filter()
 	bad := func(field, msg string) (courier.TaskFilter, int, error) {
 		return courier.TaskFilter{}, 0, &courier.Error{Code: courier.CodeValidation, Message: msg, Details: map[string]any{"field": field}}
