@@ -153,7 +153,7 @@ func (s *Service) CancelMatching(ctx context.Context, f courier.TaskFilter, max 
 		_, err := s.Cancel(ctx, t.TaskID, t.Version)
 		return err
 	})
-	s.log.InfoContext(ctx, "bulk task cancel", "filter", fmt.Sprintf("%+v", f), "cancelled", res.Affected, "skipped", res.Skipped, "more", res.More, "error", err)
+	s.logBulk(ctx, "bulk task cancel", f, max, res, err)
 	return res, err
 }
 
@@ -169,8 +169,24 @@ func (s *Service) RetryMatching(ctx context.Context, f courier.TaskFilter, max i
 	if res.Affected > 0 {
 		s.wake()
 	}
-	s.log.InfoContext(ctx, "bulk task retry", "filter", fmt.Sprintf("%+v", f), "retried", res.Affected, "skipped", res.Skipped, "more", res.More, "error", err)
+	s.logBulk(ctx, "bulk task retry", f, max, res, err)
 	return res, err
+}
+
+// logBulk records a bulk action, its filter and what it did (or why it was refused).
+func (s *Service) logBulk(ctx context.Context, msg string, f courier.TaskFilter, max int, res courier.TaskBulkResult, err error) {
+	args := []any{"queue", f.Queue, "status", string(f.Status), "priority", f.Priority, "max", max,
+		"affected", res.Affected, "skipped", res.Skipped, "more", res.More}
+	if !f.CreatedAfter.IsZero() {
+		args = append(args, "created_after", f.CreatedAfter)
+	}
+	if !f.CreatedBefore.IsZero() {
+		args = append(args, "created_before", f.CreatedBefore)
+	}
+	if err != nil {
+		args = append(args, "error", err)
+	}
+	s.log.InfoContext(ctx, msg, args...)
 }
 
 // bulk applies act to up to max of the tasks f selects in the statuses allowed, a page at a
