@@ -123,6 +123,17 @@ func (c *Client) CancelTask(ctx context.Context, taskID string, version int64) (
 	return &out, nil
 }
 
+// RetryTask makes a failed or cancelled version pending again with a fresh retry budget, as
+// re-submitting it with its own content would (POST /v1/tasks/{id}/versions/{v}/retry). Only a
+// task's highest version can be retried: another, or another status, is ErrConflict.
+func (c *Client) RetryTask(ctx context.Context, taskID string, version int64) (*Task, error) {
+	var out Task
+	if _, err := c.do(ctx, call{method: http.MethodPost, path: taskVersionPath(taskID, version) + "/retry", out: &out}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // TaskBulkFilter selects tasks for CancelTasks and RetryTasks. Zero fields do not filter; Max
 // nil takes the gateway's default (1,000), at most 10,000.
 type TaskBulkFilter = api.TaskBulkFilter

@@ -154,6 +154,7 @@ func New(cfg Config, d Deps) *echo.Echo {
 		v1.GET("/tasks/:task_id", h.getLatestTask, producer)
 		v1.GET("/tasks/:task_id/versions/:version", h.getTask, producer)
 		v1.DELETE("/tasks/:task_id/versions/:version", h.cancelTask, producer)
+		v1.POST("/tasks/:task_id/versions/:version/retry", h.retryTask, producer)
 		v1.POST("/tasks/bulk/cancel", h.cancelTasks, admin)
 		v1.POST("/tasks/bulk/retry", h.retryTasks, admin)
 		v1.POST("/tasks/:task_id/versions/:version/result", h.taskResult, workerScope)

@@ -24,6 +24,7 @@ type TaskService interface {
 	Latest(ctx context.Context, taskID string) (courier.Task, error)
 	List(ctx context.Context, f courier.TaskFilter) ([]courier.Task, bool, error)
 	Cancel(ctx context.Context, taskID string, version int64) (courier.Task, error)
+	Retry(ctx context.Context, taskID string, version int64) (courier.Task, error)
 	// CancelMatching and RetryMatching are the bulk actions: each task through the single
 	// action's path, up to max of them (see tasks.Service).
 	CancelMatching(ctx context.Context, f courier.TaskFilter, max int) (courier.TaskBulkResult, error)
@@ -173,6 +174,20 @@ func (h *handlers) cancelTask(c echo.Context) error {
 		return err
 	}
 	t, err := h.d.Tasks.Cancel(c.Request().Context(), id, v)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, api.TaskOf(t))
+}
+
+// retryTask makes a failed or cancelled version pending again with a fresh retry budget, as
+// re-submitting it with its own content would (POST /v1/tasks/{id}/versions/{v}/retry).
+func (h *handlers) retryTask(c echo.Context) error {
+	id, v, err := taskPath(c, true)
+	if err != nil {
+		return err
+	}
+	t, err := h.d.Tasks.Retry(c.Request().Context(), id, v)
 	if err != nil {
 		return err
 	}

@@ -77,3 +77,25 @@ func TestBulkTaskActionsAPI(t *testing.T) {
 	require.Equal(t, http.StatusOK, st, "%+v", eb)
 	require.Equal(t, fakeCall{"Get", "bulk", 1}, f.svc.lastCall())
 }
+
+// POST /v1/tasks/{id}/versions/{v}/retry retries one version (scope producer, like a
+// re-submission) and answers it; the service's conflict is a 409.
+func TestRetryTaskAPI(t *testing.T) {
+	t.Parallel()
+	f := setupTasks(t)
+	f.svc.answer(answer{task: pending("doc-1", 2, `{}`)})
+	var got api.Task
+	st, eb := f.call(t, "POST", "/v1/tasks/doc-1/versions/2/retry", f.producer, "", &got)
+	require.Equal(t, http.StatusOK, st, "%+v", eb)
+	require.Equal(t, fakeCall{"Retry", "doc-1", 2}, f.svc.lastCall())
+	require.Equal(t, courier.TaskPending, got.Status)
+
+	f.svc.answer(answer{err: &courier.Error{Code: courier.CodeConflict, Message: "stale", Details: map[string]any{"current_version": 3}}})
+	st, eb = f.call(t, "POST", "/v1/tasks/doc-1/versions/2/retry", f.producer, "", nil)
+	require.Equal(t, http.StatusConflict, st)
+	require.EqualValues(t, 3, eb.Error.Details["current_version"])
+	st, _ = f.call(t, "POST", "/v1/tasks/doc-1/versions/2/retry", f.worker, "", nil)
+	require.Equal(t, http.StatusForbidden, st)
+	st, _ = f.call(t, "POST", "/v1/tasks/doc-1/versions/0/retry", f.producer, "", nil)
+	require.Equal(t, http.StatusBadRequest, st)
+}

@@ -218,6 +218,13 @@ func (f *cannedTasks) ListQueues(context.Context) ([]courier.Queue, error) {
 	return a.queues, a.err
 }
 
+func (f *cannedTasks) Retry(_ context.Context, taskID string, version int64) (courier.Task, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := f.record("Retry", taskID, version)
+	return a.task, a.err
+}
+
 func (f *cannedTasks) CancelMatching(_ context.Context, tf courier.TaskFilter, max int) (courier.TaskBulkResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -68,6 +68,7 @@ var routeScope = map[string]courier.Scope{
 	"DELETE /v1/tasks/:task_id/versions/:version":         courier.ScopeProducer,
 	"POST /v1/tasks/:task_id/versions/:version/result":    courier.ScopeWorker,
 	"POST /v1/tasks/:task_id/versions/:version/heartbeat": courier.ScopeWorker,
+	"POST /v1/tasks/:task_id/versions/:version/retry":     courier.ScopeProducer,
 	"POST /v1/tasks/bulk/cancel":                          courier.ScopeAdmin,
 	"POST /v1/tasks/bulk/retry":                           courier.ScopeAdmin,
 	"GET /v1/queues":                                      courier.ScopeAdmin,

@@ -163,12 +163,9 @@ func (s *Service) CancelMatching(ctx context.Context, f courier.TaskFilter, max 
 func (s *Service) RetryMatching(ctx context.Context, f courier.TaskFilter, max int) (courier.TaskBulkResult, error) {
 	f.Latest = true
 	res, err := s.bulk(ctx, f, courier.TaskRetryable, max, func(ctx context.Context, t courier.Task) error {
-		_, err := s.store.RetryTask(ctx, t.TaskID, t.Version)
+		_, err := s.Retry(ctx, t.TaskID, t.Version)
 		return err
 	})
-	if res.Affected > 0 {
-		s.wake()
-	}
 	s.logBulk(ctx, "bulk task retry", f, max, res, err)
 	return res, err
 }
