@@ -136,12 +136,11 @@ func (s *Service) Retry(ctx context.Context, taskID string, version int64) (cour
 
 // Bulk action bounds.
 const (
-	// DefaultBulkMax is how many tasks a bulk action takes when no cap is asked; MaxBulkMax is
-	// the highest cap (those of the outbox's bulk redrive).
-	DefaultBulkMax = 1000
-	MaxBulkMax     = 10000
-	bulkPage       = 500 // tasks read per statement (ids and statuses, never payloads)
-	bulkParallel   = 4   // tasks acted on at once
+	// MaxBulkMax is the highest cap of one bulk action (that of the outbox's bulk redrive; the
+	// gateway's default is 1,000).
+	MaxBulkMax   = 10000
+	bulkPage     = 500 // tasks read per statement (ids and statuses, never payloads)
+	bulkParallel = 4   // tasks acted on at once
 )
 
 // CancelMatching cancels up to max (1 to MaxBulkMax) of the pending and processing tasks f
