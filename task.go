@@ -384,17 +384,36 @@ type Task struct {
 	Trace TraceContext
 }
 
-// TaskFilter selects task versions for a list, newest first. Zero fields do not filter.
+// TaskFilter selects task versions for a list or a bulk action, newest first. Zero fields do
+// not filter.
 type TaskFilter struct {
 	Queue          string
 	Status         TaskStatus
-	Priority       int       // 1 to MaxPriority
-	ConcurrencyKey string    // the tasks of one concurrency key
-	CreatedAfter   time.Time // created at or after
-	CreatedBefore  time.Time // created before
-	Limit          int       // versions per page; the store bounds it
+	Statuses       []TaskStatus // any of these (a bulk action's statuses); with Status, both apply
+	Priority       int          // 1 to MaxPriority
+	ConcurrencyKey string       // the tasks of one concurrency key
+	CreatedAfter   time.Time    // created at or after
+	CreatedBefore  time.Time    // created before
+	// Latest keeps only each task id's highest version (the one a re-submission or a retry may
+	// replace; a lower one is stale).
+	Latest bool
+	Limit  int // versions per page; the store bounds it
 	// After continues a list past the version it names (the last one of the previous page).
 	After *TaskKey
+}
+
+// Bulk actions on tasks (POST /v1/tasks/bulk/cancel and /v1/tasks/bulk/retry): the statuses
+// each applies to. A task in any other status is never matched.
+var (
+	TaskCancellable = []TaskStatus{TaskPending, TaskProcessing}
+	TaskRetryable   = []TaskStatus{TaskFailed, TaskCancelled}
+)
+
+// TaskBulkResult says what a bulk action on tasks did.
+type TaskBulkResult struct {
+	Affected int  // tasks cancelled or retried
+	Skipped  int  // matched, but changed meanwhile (finished, claimed, re-submitted, purged) and left as they were
+	More     bool // matching tasks remain beyond the cap
 }
 
 // TaskKey names one task version in the order lists use: newest first.

@@ -134,3 +134,46 @@ type TaskPush struct {
 	ResultURL        string           `json:"result_url"`    // POST the result here, naming the attempt
 	HeartbeatURL     string           `json:"heartbeat_url"` // POST here to show the attempt is alive
 }
+
+// TaskBulkFilter is the body of POST /v1/tasks/bulk/cancel and POST /v1/tasks/bulk/retry
+// (scope admin): which tasks to act on. Zero fields do not filter. Each action matches only the statuses it
+// applies to (cancel: pending and processing; retry: failed and cancelled, each task id's
+// highest version only), so Status can only narrow those.
+type TaskBulkFilter struct {
+	Queue    string             `json:"queue,omitempty"`
+	Status   courier.TaskStatus `json:"status,omitempty"`
+	Priority int                `json:"priority,omitempty"` // 1 (high) to 5 (low); 0: every priority
+	// ConcurrencyKey takes the tasks of one concurrency key (flow control); "": any.
+	ConcurrencyKey string     `json:"concurrency_key,omitempty"`
+	CreatedAfter   *time.Time `json:"created_after,omitempty"`  // created at or after
+	CreatedBefore  *time.Time `json:"created_before,omitempty"` // created before
+	// Max is how many tasks to take at most, 1 to 10,000; left out: 1,000. An explicit 0 is
+	// refused.
+	Max *int `json:"max,omitempty"`
+}
+
+// Filter is the filter as the task service takes it (Max apart).
+func (f TaskBulkFilter) Filter() courier.TaskFilter {
+	out := courier.TaskFilter{Queue: f.Queue, Status: f.Status, Priority: f.Priority, ConcurrencyKey: f.ConcurrencyKey}
+	if f.CreatedAfter != nil {
+		out.CreatedAfter = *f.CreatedAfter
+	}
+	if f.CreatedBefore != nil {
+		out.CreatedBefore = *f.CreatedBefore
+	}
+	return out
+}
+
+// TaskCancelResult says what a bulk cancel (POST /v1/tasks/bulk/cancel) did.
+type TaskCancelResult struct {
+	Cancelled int  `json:"cancelled"` // tasks cancelled (a processing one's slot freed)
+	Skipped   int  `json:"skipped"`   // matched, but finished or changed before the cancel reached them; left as they were
+	More      bool `json:"more"`      // matching tasks remain beyond max; call again for the next ones
+}
+
+// TaskRetryResult says what a bulk retry (POST /v1/tasks/bulk/retry) did.
+type TaskRetryResult struct {
+	Retried int  `json:"retried"` // tasks made pending again with a fresh retry budget
+	Skipped int  `json:"skipped"` // matched, but changed before the retry reached them (re-submitted, a newer version, purged); left as they were
+	More    bool `json:"more"`    // matching tasks remain beyond max; call again for the next ones
+}

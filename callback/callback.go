@@ -171,6 +171,7 @@ func newClient(opts Options, afterCheck func(network, address string) error) *Cl
 		DialContext:           dial,
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          100,
+		MaxIdleConnsPerHost:   IdleConnsPerHost,
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   5 * time.Second,
 		ResponseHeaderTimeout: opts.Timeout,
@@ -183,6 +184,12 @@ func newClient(opts Options, afterCheck func(network, address string) error) *Cl
 		},
 	}}
 }
+
+// IdleConnsPerHost is how many kept-alive connections a client keeps to one host. Callbacks
+// of a business type go to one host, many at once (a bucket sends up to 64 together), and
+// net/http's default of 2 closed all but two of them after each call, so nearly every callback
+// dialled a new connection.
+const IdleConnsPerHost = 64
 
 // CheckURL validates a callback URL before it is used, by courier's URL rule
 // (courier.CheckCallbackURL: http or https, a host, no user info, no odd numeric spellings of

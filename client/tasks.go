@@ -125,6 +125,50 @@ func (c *Client) CancelTask(ctx context.Context, taskID string, version int64) (
 	return &out, nil
 }
 
+// RetryTask makes a failed or cancelled version pending again with a fresh retry budget, as
+// re-submitting it with its own content would (POST /v1/tasks/{id}/versions/{v}/retry). Only a
+// task's highest version can be retried: another, or another status, is ErrConflict.
+func (c *Client) RetryTask(ctx context.Context, taskID string, version int64) (*Task, error) {
+	var out Task
+	if _, err := c.do(ctx, call{method: http.MethodPost, path: taskVersionPath(taskID, version) + "/retry", out: &out}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// TaskBulkFilter selects tasks for CancelTasks and RetryTasks. Zero fields do not filter; Max
+// nil takes the gateway's default (1,000), at most 10,000.
+type TaskBulkFilter = api.TaskBulkFilter
+
+// TaskCancelResult says what CancelTasks did.
+type TaskCancelResult = api.TaskCancelResult
+
+// TaskRetryResult says what RetryTasks did.
+type TaskRetryResult = api.TaskRetryResult
+
+// CancelTasks cancels the pending and processing tasks f matches, newest first, each as
+// CancelTask does (POST /v1/tasks/bulk/cancel, scope admin). Call again while More is true.
+// Safe to retry: a repeat only finds tasks still pending or processing.
+func (c *Client) CancelTasks(ctx context.Context, f TaskBulkFilter) (*TaskCancelResult, error) {
+	var out TaskCancelResult
+	if _, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/tasks/bulk/cancel", body: f, idempotent: true, out: &out}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// RetryTasks makes the failed and cancelled tasks f matches (each task id's highest version)
+// pending again with a fresh retry budget, as re-submitting each would (POST
+// /v1/tasks/bulk/retry, scope admin). Call again while More is true. Safe to retry: a repeat
+// only finds tasks still failed or cancelled.
+func (c *Client) RetryTasks(ctx context.Context, f TaskBulkFilter) (*TaskRetryResult, error) {
+	var out TaskRetryResult
+	if _, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/tasks/bulk/retry", body: f, idempotent: true, out: &out}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // ReportResult reports how an attempt ended (scope worker): Accepted when r.Attempt is the
 // attempt running; ErrConflict when it is not (it timed out, was cancelled, superseded, or
 // already has its outcome), and then nothing changed. Not retried on 503 or a lost answer: a

@@ -99,6 +99,8 @@ func (cs *console) mount(e *echo.Echo) {
 		e.GET("/console/tasks", cs.taskList, read...)
 		e.GET("/console/tasks/:task_id/versions/:version", cs.taskDetail, read...)
 		e.POST("/console/tasks/:task_id/versions/:version/cancel", cs.cancelTask, act...)
+		e.POST("/console/tasks/bulk/cancel", cs.bulkTasks(false), act...)
+		e.POST("/console/tasks/bulk/retry", cs.bulkTasks(true), act...)
 	}
 	if cs.h.d.Timers != nil {
 		e.GET("/console/timers", cs.timerList, read...)

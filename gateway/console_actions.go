@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -101,6 +102,87 @@ func (cs *console) cancelTask(c echo.Context) error {
 	}
 	cs.audit(c, "cancel-task", "task_id", id, "version", v)
 	return seeOther(c, "/console/tasks/"+url.PathEscape(id)+"/versions/"+strconv.FormatInt(v, 10), "flash", "cancelled")
+}
+
+// bulkTasks cancels (or, with retry, retries) the tasks the list's filter matches, like POST
+// /v1/tasks/bulk/cancel and /retry: form fields queue, status, priority, created_after,
+// created_before (the list's), max (default the API's), and confirm.
+func (cs *console) bulkTasks(retry bool) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		form := c.Request().PostForm
+		req := api.TaskBulkFilter{Queue: strings.TrimSpace(form.Get("queue")), Status: courier.TaskStatus(form.Get("status"))}
+		num := func(field string) (*int, error) {
+			raw := strings.TrimSpace(form.Get(field))
+			if raw == "" {
+				return nil, nil
+			}
+			n, err := strconv.Atoi(raw)
+			if err != nil {
+				return nil, &courier.Error{Code: courier.CodeInvalid, Message: field + " must be a whole number", Details: map[string]any{"field": field}}
+			}
+			return &n, nil
+		}
+		instant := func(field string) (*time.Time, error) {
+			raw := strings.TrimSpace(form.Get(field))
+			if raw == "" {
+				return nil, nil
+			}
+			t, err := time.Parse(time.RFC3339Nano, raw)
+			if err != nil {
+				return nil, &courier.Error{Code: courier.CodeInvalid, Message: field + " must be an RFC 3339 time such as 2026-01-02T15:04:05Z",
+					Details: map[string]any{"field": field}}
+			}
+			return &t, nil
+		}
+		prio, err := num("priority")
+		if err != nil {
+			return err
+		}
+		if prio != nil {
+			req.Priority = *prio
+		}
+		if req.Max, err = num("max"); err != nil {
+			return err
+		}
+		if req.CreatedAfter, err = instant("created_after"); err != nil {
+			return err
+		}
+		if req.CreatedBefore, err = instant("created_before"); err != nil {
+			return err
+		}
+		action, verb := "cancel-tasks", "cancel"
+		if retry {
+			action, verb = "retry-tasks", "retry"
+		}
+		if form.Get("confirm") != "yes" {
+			return &courier.Error{Code: courier.CodeValidation, Message: "tick the confirmation to " + verb + " every matching task",
+				Details: map[string]any{"field": "confirm"}}
+		}
+		f, max, err := checkTaskBulk(req)
+		if err != nil {
+			return err
+		}
+		ctx := c.Request().Context()
+		var res courier.TaskBulkResult
+		if retry {
+			res, err = cs.h.d.Tasks.RetryMatching(ctx, f, max)
+		} else {
+			res, err = cs.h.d.Tasks.CancelMatching(ctx, f, max)
+		}
+		if err != nil {
+			return err
+		}
+		cs.audit(c, action, "queue", req.Queue, "status", string(req.Status), "priority", req.Priority,
+			"created_after", form.Get("created_after"), "created_before", form.Get("created_before"),
+			"done", res.Affected, "skipped", res.Skipped, "more", res.More)
+		more := ""
+		if res.More {
+			more = "1"
+		}
+		return seeOther(c, "/console/tasks", "queue", req.Queue, "status", string(req.Status), "priority", form.Get("priority"),
+			"created_after", form.Get("created_after"), "created_before", form.Get("created_before"),
+			"flash", action, "n", strconv.Itoa(res.Affected), "skipped", strconv.Itoa(res.Skipped), "more", more)
+	}
 }
 
 // cancelTimer cancels a timer, like DELETE /v1/timers/{biz_type}/{biz_id}.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -275,6 +276,18 @@ func flashOf(c echo.Context) string {
 		return s
 	case "cancelled":
 		return "Cancelled."
+	case "cancel-tasks", "retry-tasks":
+		s := fmt.Sprintf("Cancelled %d tasks.", n("n"))
+		if c.QueryParam("flash") == "retry-tasks" {
+			s = fmt.Sprintf("Retried %d tasks: they are pending again with a fresh retry budget.", n("n"))
+		}
+		if k := n("skipped"); k > 0 {
+			s += fmt.Sprintf(" %d had changed meanwhile and were left as they were.", k)
+		}
+		if c.QueryParam("more") == "1" {
+			s += " More tasks match: do it again for the next ones."
+		}
+		return s
 	case "paused":
 		return "Paused."
 	case "resumed":
@@ -338,6 +351,7 @@ type taskListData struct {
 	Statuses             []courier.TaskStatus
 	Priorities           []int
 	Next                 string
+	BulkActions          []string // the bulk actions that apply to the status filtered on: cancel, retry
 }
 
 // taskList is the API's task list as a page, with the same filters and paging.
@@ -353,6 +367,13 @@ func (cs *console) taskList(c echo.Context) error {
 	d := taskListData{Page: page, Queue: c.QueryParam("queue"), Status: c.QueryParam("status"), Prio: c.QueryParam("priority"),
 		Limit: c.QueryParam("limit"), After: c.QueryParam("created_after"), Before: c.QueryParam("created_before"),
 		Statuses: courier.TaskStatuses, Next: page.NextPageToken, Priorities: prios}
+	st := courier.TaskStatus(d.Status)
+	if st == "" || slices.Contains(courier.TaskCancellable, st) {
+		d.BulkActions = append(d.BulkActions, "cancel")
+	}
+	if st == "" || slices.Contains(courier.TaskRetryable, st) {
+		d.BulkActions = append(d.BulkActions, "retry")
+	}
 	return cs.view.render(c, http.StatusOK, "tasks", consolePage{Title: "Tasks", Flash: flashOf(c), Data: d})
 }
 

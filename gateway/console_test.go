@@ -431,3 +431,58 @@ func TestConsoleRedeliverySlot(t *testing.T) {
 	p = pb.do(http.MethodPost, "/console/timers/redeliver", url.Values{"csrf": {pcsrf}, "biz_type": {"order.close"}, "confirm": {"yes"}})
 	require.Equal(t, http.StatusNotFound, p.status, "no timer service, no route")
 }
+
+// The task list's bulk form cancels and retries what its filter matches, like POST
+// /v1/tasks/bulk/cancel and /retry, after a confirmation; a reader sees no form.
+func TestConsoleBulkTasks(t *testing.T) {
+	t.Parallel()
+	f := newConsoleFixture(t, false)
+	ctx := t.Context()
+	for _, id := range []string{"a", "b", "c"} {
+		_, _, err := f.st.InsertTask(ctx, courier.TaskRequest{TaskID: id, Version: 1, Queue: "docs", Payload: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+	}
+	_, _, err := f.st.InsertTask(ctx, courier.TaskRequest{TaskID: "other", Version: 1, Payload: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	statusOf := func(id string) courier.TaskStatus {
+		tk, err := f.st.GetTask(ctx, id, 1)
+		require.NoError(t, err)
+		return tk.Status
+	}
+
+	reader := f.browser(t)
+	reader.signIn(f.producer)
+	require.NotContains(t, reader.get("/console/tasks?queue=docs").body, "/console/tasks/bulk/")
+
+	admin := f.browser(t)
+	csrf := admin.signIn(f.admin)
+	list := admin.get("/console/tasks?queue=docs&status=pending")
+	require.Contains(t, list.body, `action="/console/tasks/bulk/cancel"`)
+	require.NotContains(t, list.body, `action="/console/tasks/bulk/retry"`, "pending tasks cannot be retried")
+
+	form := url.Values{"csrf": {csrf}, "queue": {"docs"}, "status": {"pending"}, "priority": {""}, "created_after": {""}, "created_before": {""}, "max": {"2"}}
+	p := admin.do(http.MethodPost, "/console/tasks/bulk/cancel", form)
+	require.Equal(t, http.StatusUnprocessableEntity, p.status, "a bulk action needs its confirmation")
+	form.Set("confirm", "yes")
+	p = admin.do(http.MethodPost, "/console/tasks/bulk/cancel", form)
+	require.Equal(t, http.StatusSeeOther, p.status, p.body)
+	require.Contains(t, admin.get(p.header.Get("Location")).body, "Cancelled 2 tasks. More tasks match")
+	form.Set("max", "")
+	p = admin.do(http.MethodPost, "/console/tasks/bulk/cancel", form)
+	require.Equal(t, http.StatusSeeOther, p.status, p.body)
+	require.Contains(t, admin.get(p.header.Get("Location")).body, "Cancelled 1 tasks.")
+	for _, id := range []string{"a", "b", "c"} {
+		require.Equal(t, courier.TaskCancelled, statusOf(id))
+	}
+	require.Equal(t, courier.TaskPending, statusOf("other"), "another queue is not matched")
+
+	p = admin.do(http.MethodPost, "/console/tasks/bulk/retry", url.Values{"csrf": {csrf}, "queue": {"docs"}, "status": {"cancelled"}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusSeeOther, p.status, p.body)
+	require.Contains(t, admin.get(p.header.Get("Location")).body, "Retried 3 tasks")
+	require.Equal(t, courier.TaskPending, statusOf("a"))
+
+	p = admin.do(http.MethodPost, "/console/tasks/bulk/retry", url.Values{"csrf": {csrf}, "status": {"pending"}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusUnprocessableEntity, p.status, "the API's rules: %s", p.body)
+	p = admin.do(http.MethodPost, "/console/tasks/bulk/cancel", url.Values{"csrf": {csrf}, "priority": {"x"}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusBadRequest, p.status)
+}

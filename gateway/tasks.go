@@ -24,6 +24,11 @@ type TaskService interface {
 	Latest(ctx context.Context, taskID string) (courier.Task, error)
 	List(ctx context.Context, f courier.TaskFilter) ([]courier.Task, bool, error)
 	Cancel(ctx context.Context, taskID string, version int64) (courier.Task, error)
+	Retry(ctx context.Context, taskID string, version int64) (courier.Task, error)
+	// CancelMatching and RetryMatching are the bulk actions: each task through the single
+	// action's path, up to max of them (see tasks.Service).
+	CancelMatching(ctx context.Context, f courier.TaskFilter, max int) (courier.TaskBulkResult, error)
+	RetryMatching(ctx context.Context, f courier.TaskFilter, max int) (courier.TaskBulkResult, error)
 	Report(ctx context.Context, taskID string, version int64, r courier.TaskResult) error
 	Heartbeat(ctx context.Context, taskID string, version int64, attempt int, details json.RawMessage) error
 	PutQueue(ctx context.Context, q courier.Queue) (courier.Queue, bool, error)
@@ -209,6 +214,98 @@ func (h *handlers) cancelTask(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, api.TaskOf(t))
+}
+
+// retryTask makes a failed or cancelled version pending again with a fresh retry budget, as
+// re-submitting it with its own content would (POST /v1/tasks/{id}/versions/{v}/retry).
+func (h *handlers) retryTask(c echo.Context) error {
+	id, v, err := taskPath(c, true)
+	if err != nil {
+		return err
+	}
+	t, err := h.d.Tasks.Retry(c.Request().Context(), id, v)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, api.TaskOf(t))
+}
+
+// Bulk task action bounds: those of the outbox's bulk redrive.
+const (
+	defaultTaskBulkMax = 1000
+	maxTaskBulkMax     = 10000
+)
+
+// cancelTasks cancels the pending and processing tasks a filter matches (POST
+// /v1/tasks/bulk/cancel), each as DELETE /v1/tasks/{id}/versions/{v} does.
+func (h *handlers) cancelTasks(c echo.Context) error {
+	f, max, err := bindTaskBulk(c)
+	if err != nil {
+		return err
+	}
+	res, err := h.d.Tasks.CancelMatching(c.Request().Context(), f, max)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, api.TaskCancelResult{Cancelled: res.Affected, Skipped: res.Skipped, More: res.More})
+}
+
+// retryTasks makes the failed and cancelled tasks a filter matches pending again with a fresh
+// retry budget (POST /v1/tasks/bulk/retry), each as re-submitting it would.
+func (h *handlers) retryTasks(c echo.Context) error {
+	f, max, err := bindTaskBulk(c)
+	if err != nil {
+		return err
+	}
+	res, err := h.d.Tasks.RetryMatching(c.Request().Context(), f, max)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, api.TaskRetryResult{Retried: res.Affected, Skipped: res.Skipped, More: res.More})
+}
+
+// bindTaskBulk reads and checks a bulk action's filter.
+func bindTaskBulk(c echo.Context) (courier.TaskFilter, int, error) {
+	var req api.TaskBulkFilter
+	if err := bindJSON(c, &req); err != nil {
+		return courier.TaskFilter{}, 0, err
+	}
+	return checkTaskBulk(req)
+}
+
+// checkTaskBulk checks a bulk action's filter (the API's and the console's) and returns it
+// with its cap; which statuses the action applies to the task service checks.
+func checkTaskBulk(req api.TaskBulkFilter) (courier.TaskFilter, int, error) {
+	f := req.Filter()
+	bad := func(field, msg string) (courier.TaskFilter, int, error) {
+		return courier.TaskFilter{}, 0, &courier.Error{Code: courier.CodeValidation, Message: msg, Details: map[string]any{"field": field}}
+	}
+	if f.Queue != "" {
+		if err := courier.CheckName("queue", f.Queue); err != nil {
+			return courier.TaskFilter{}, 0, err
+		}
+	}
+	if f.Status != "" && !f.Status.Valid() {
+		return bad("status", fmt.Sprintf("status must be one of %s", taskStatusNames))
+	}
+	if f.ConcurrencyKey != "" {
+		if err := courier.CheckID("concurrency_key", f.ConcurrencyKey); err != nil {
+			return courier.TaskFilter{}, 0, err
+		}
+	}
+	if f.Priority < 0 || f.Priority > courier.MaxPriority {
+		return bad("priority", fmt.Sprintf("priority must be from 1 to %d; got %d", courier.MaxPriority, f.Priority))
+	}
+	if !f.CreatedAfter.IsZero() && !f.CreatedBefore.IsZero() && !f.CreatedAfter.Before(f.CreatedBefore) {
+		return bad("created_after", "created_after must be before created_before")
+	}
+	max := defaultTaskBulkMax
+	if req.Max != nil {
+		if max = *req.Max; max < 1 || max > maxTaskBulkMax {
+			return bad("max", fmt.Sprintf("max must be 1 to %d; got %d", maxTaskBulkMax, max))
+		}
+	}
+	return f, max, nil
 }
 
 func (h *handlers) taskResult(c echo.Context) error {

@@ -34,6 +34,12 @@ type cannedTasks struct {
 	beats   []fakeBeat
 	puts    []courier.Queue // PutQueue arguments as received
 	lists   []courier.TaskFilter
+	bulks   []fakeBulk // CancelMatching and RetryMatching arguments as received
+}
+
+type fakeBulk struct {
+	filter courier.TaskFilter
+	max    int
 }
 
 // answer is what a method of cannedTasks returns: each method takes the fields its signature
@@ -46,6 +52,7 @@ type answer struct {
 	queues  []courier.Queue           // ListQueues
 	tasks   []courier.Task            // List
 	more    bool                      // List
+	bulk    courier.TaskBulkResult    // CancelMatching, RetryMatching
 	err     error                     // every method
 }
 
@@ -209,6 +216,29 @@ func (f *cannedTasks) ListQueues(context.Context) ([]courier.Queue, error) {
 	defer f.mu.Unlock()
 	a := f.record("ListQueues", "", 0)
 	return a.queues, a.err
+}
+
+func (f *cannedTasks) Retry(_ context.Context, taskID string, version int64) (courier.Task, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := f.record("Retry", taskID, version)
+	return a.task, a.err
+}
+
+func (f *cannedTasks) CancelMatching(_ context.Context, tf courier.TaskFilter, max int) (courier.TaskBulkResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := f.record("CancelMatching", "", 0)
+	f.bulks = append(f.bulks, fakeBulk{filter: tf, max: max})
+	return a.bulk, a.err
+}
+
+func (f *cannedTasks) RetryMatching(_ context.Context, tf courier.TaskFilter, max int) (courier.TaskBulkResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := f.record("RetryMatching", "", 0)
+	f.bulks = append(f.bulks, fakeBulk{filter: tf, max: max})
+	return a.bulk, a.err
 }
 
 var _ gateway.TaskService = (*cannedTasks)(nil)
@@ -870,15 +900,18 @@ func TestOpenAPIDocumentsRoutes(t *testing.T) {
 
 	props := openAPISchemaProps(doc)
 	for schema, v := range map[string]any{
-		"TaskRequest":    api.TaskRequest{},
-		"TaskOverrides":  api.TaskOverrides{},
-		"Task":           api.Task{},
-		"TaskResult":     courier.TaskResult{},
-		"Heartbeat":      api.Heartbeat{},
-		"ReportAccepted": api.ReportAccepted{},
-		"QueueRequest":   api.QueueConfig{},
-		"Queue":          api.Queue{},
-		"Retry":          api.Retry{},
+		"TaskRequest":      api.TaskRequest{},
+		"TaskOverrides":    api.TaskOverrides{},
+		"Task":             api.Task{},
+		"TaskResult":       courier.TaskResult{},
+		"Heartbeat":        api.Heartbeat{},
+		"ReportAccepted":   api.ReportAccepted{},
+		"QueueRequest":     api.QueueConfig{},
+		"Queue":            api.Queue{},
+		"Retry":            api.Retry{},
+		"TaskBulkFilter":   api.TaskBulkFilter{},
+		"TaskCancelResult": api.TaskCancelResult{},
+		"TaskRetryResult":  api.TaskRetryResult{},
 	} {
 		require.Contains(t, props, schema)
 		require.ElementsMatch(t, jsonNames(v), props[schema], "schema %s", schema)

@@ -455,6 +455,29 @@ func TestClientEveryCall(t *testing.T) {
 		require.Equal(t, []string{"doc 2/5", "doc 1/1"}, all)
 		_, err = producer.ListTasks(ctx, cc.TaskQuery{Queue: "tw", Priority: 9})
 		require.ErrorIs(t, err, cc.ErrInvalid)
+
+		// Bulk actions (scope admin): the cancelled doc 2 comes back pending in the default
+		// queue (it has no push_url) and is cancelled again; doc 1 succeeded and is never matched.
+		_, err = producer.RetryTasks(ctx, cc.TaskBulkFilter{})
+		require.ErrorIs(t, err, cc.ErrPermissionDenied)
+		retried, err := admin.RetryTasks(ctx, cc.TaskBulkFilter{Queue: courier.DefaultQueueName, Max: new(10)})
+		require.NoError(t, err)
+		require.Equal(t, cc.TaskRetryResult{Retried: 1}, *retried)
+		again2, err := producer.GetTaskVersion(ctx, "doc 2", 5)
+		require.NoError(t, err)
+		require.Equal(t, courier.TaskPending, again2.Status)
+		bulkCancelled, err := admin.CancelTasks(ctx, cc.TaskBulkFilter{Queue: courier.DefaultQueueName, Status: courier.TaskPending})
+		require.NoError(t, err)
+		require.Equal(t, cc.TaskCancelResult{Cancelled: 1}, *bulkCancelled)
+		one, err := producer.RetryTask(ctx, "doc 2", 5)
+		require.NoError(t, err, "one version is retried alone too")
+		require.Equal(t, courier.TaskPending, one.Status)
+		_, err = producer.RetryTask(ctx, "doc 2", 5)
+		require.ErrorIs(t, err, cc.ErrConflict, "a pending task cannot be retried")
+		_, err = producer.CancelTask(ctx, "doc 2", 5)
+		require.NoError(t, err)
+		_, err = admin.CancelTasks(ctx, cc.TaskBulkFilter{Status: courier.TaskSuccess})
+		requireField(t, err, cc.ErrValidation, "status")
 	})
 
 	t.Run("authentication", func(t *testing.T) {

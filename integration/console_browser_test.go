@@ -189,7 +189,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	require.Equal(t, "2", b.text(`tr[data-queue="docs"] td[data-band="5"]`))
 	b.until("/console", func() bool {
 		return b.eval(`!!document.querySelector('tr[data-biz-type="order.close"]')`) &&
-			b.text(`tr[data-biz-type="order.close"] td:nth-child(2)`) == "2"
+			b.text(`tr[data-biz-type="order.close"] td.due`) == "2"
 	}, "the timers due in the next hour show per business type")
 
 	// A dead record, redriven from the console once its stream exists, is sent.

@@ -68,6 +68,9 @@ var routeScope = map[string]courier.Scope{
 	"DELETE /v1/tasks/:task_id/versions/:version":         courier.ScopeProducer,
 	"POST /v1/tasks/:task_id/versions/:version/result":    courier.ScopeWorker,
 	"POST /v1/tasks/:task_id/versions/:version/heartbeat": courier.ScopeWorker,
+	"POST /v1/tasks/:task_id/versions/:version/retry":     courier.ScopeProducer,
+	"POST /v1/tasks/bulk/cancel":                          courier.ScopeAdmin,
+	"POST /v1/tasks/bulk/retry":                           courier.ScopeAdmin,
 	"GET /v1/queues":                                      courier.ScopeAdmin,
 	"GET /v1/queues/:name":                                courier.ScopeAdmin,
 	"PUT /v1/queues/:name":                                courier.ScopeAdmin,
@@ -103,6 +106,14 @@ var validBodies = map[string][]string{
 		`"overrides":{"pending_timeout":"1h","processing_timeout":"1m","heartbeat_timeout":"10s","max_attempts":2}}`,
 		// Flow control: a task's concurrency key.
 		`{"task_id":"h-2","task_version":1,"queue":"hq","concurrency_key":"tenant-42"}`},
+	// The bulk actions' filters match nothing here: no queue hq-bulk, and nothing created
+	// before 2000, so no single mutated field makes them act on the other routes' tasks.
+	"POST /v1/tasks/bulk/cancel": {`{"queue":"hq-bulk","status":"pending","priority":3,` +
+		`"created_after":"1999-01-01T00:00:00Z","created_before":"2000-01-01T00:00:00Z","max":10}`},
+	"POST /v1/tasks/bulk/retry": {`{"queue":"hq-bulk","status":"failed","priority":3,` +
+		`"created_after":"1999-01-01T00:00:00Z","created_before":"2000-01-01T00:00:00Z","max":10}`,
+		// Flow control: the tasks of one concurrency key.
+		`{"queue":"hq-bulk","concurrency_key":"tenant-42","created_before":"2000-01-01T00:00:00Z","max":10}`},
 	"POST /v1/tasks/:task_id/versions/:version/result":    {`{"attempt":1,"status":"success","status_code":200,"message":"ok","result":{"n":1}}`},
 	"POST /v1/tasks/:task_id/versions/:version/heartbeat": {`{"attempt":1,"details":{"progress":1}}`},
 	"PUT /v1/queues/:name": {`{"push_url":"https://workers.example.com/push","concurrency_limit":5,"weights":[35,25,20,12,8],` +

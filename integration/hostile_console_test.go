@@ -41,6 +41,8 @@ var consoleRoutes = map[string]courier.Scope{
 	"POST /console/outbox/:id/redrive":                      courier.ScopeAdmin,
 	"POST /console/outbox/redrive":                          courier.ScopeAdmin,
 	"POST /console/tasks/:task_id/versions/:version/cancel": courier.ScopeAdmin,
+	"POST /console/tasks/bulk/cancel":                       courier.ScopeAdmin,
+	"POST /console/tasks/bulk/retry":                        courier.ScopeAdmin,
 	"POST /console/timers/:biz_type/:biz_id/cancel":         courier.ScopeAdmin,
 	"POST /console/timers/:biz_type/:biz_id/redeliver":      courier.ScopeAdmin,
 	"POST /console/timers/redeliver":                        courier.ScopeAdmin,
@@ -58,6 +60,11 @@ var consoleForms = map[string]url.Values{
 	"POST /console/pause":            {"kind": {"topic"}, "name": {"orders.>"}, "reason": {"maintenance"}},
 	"POST /console/resume":           {"kind": {"topic"}, "name": {"orders.>"}},
 	"POST /console/login":            {"key": {"the admin key"}}, // replaced by the real one when sent
+	// As the API's bulk bodies: they match nothing (no queue hq-bulk, nothing created before 2000).
+	"POST /console/tasks/bulk/cancel": {"queue": {"hq-bulk"}, "status": {"pending"}, "priority": {"3"},
+		"created_after": {"1999-01-01T00:00:00Z"}, "created_before": {"2000-01-01T00:00:00Z"}, "max": {"10"}, "confirm": {"yes"}},
+	"POST /console/tasks/bulk/retry": {"queue": {"hq-bulk"}, "status": {"failed"}, "priority": {"3"},
+		"created_after": {"1999-01-01T00:00:00Z"}, "created_before": {"2000-01-01T00:00:00Z"}, "max": {"10"}, "confirm": {"yes"}},
 }
 
 // consoleForm is a route's well-formed form as sent: a copy, with the real admin key for the

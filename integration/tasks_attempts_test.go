@@ -368,15 +368,18 @@ func testSuccessRecordedWhenAccepted(t *testing.T, ts *taskStack, queue map[stri
 	require.Equal(t, http.StatusConflict, report(t, ts.worker, got.push, "failure", 500, "late"), "a different outcome is refused")
 	require.Equal(t, "3 pages", ts.get("done-at-once", 1).Message)
 
-	// The run ends on the recorded success without a finish of its own (no marker for one).
+	// The run ends on the recorded success without a finish of its own (no marker for one),
+	// writing its final CourierState before it closes (one upsert).
 	// Without a heartbeat timeout: started, a workflow task with the local push's marker, the
-	// deadline's timer, a workflow task with the result's update accepted and completed,
-	// completed (12 events). With one: started, a workflow task, the push-and-wait scheduled,
-	// started and completed by the gateway, a workflow task, completed (11 events).
+	// deadline's timer, a workflow task with the result's update accepted and completed, the
+	// upsert, completed (13 events). With one: started, a workflow task, the push-and-wait
+	// scheduled, started and completed by the gateway, a workflow task, the upsert, completed
+	// (12 events).
 	var (
 		p       workflows.TaskParams
 		events  int
 		markers int
+		upserts int
 	)
 	it := ts.tc.GetWorkflowHistory(t.Context(), courier.TaskWorkflowID("done-at-once", 1), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for it.HasNext() {
@@ -388,13 +391,16 @@ func testSuccessRecordedWhenAccepted(t *testing.T, ts *taskStack, queue map[stri
 			require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(e.GetWorkflowExecutionStartedEventAttributes().GetInput(), &p))
 		case enumspb.EVENT_TYPE_MARKER_RECORDED:
 			markers++
+		case enumspb.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
+			upserts++
 		}
 	}
+	require.Equal(t, 1, upserts, "the final CourierState, once")
 	if p.HeartbeatTimeout > 0 {
 		require.Zero(t, markers, "no finish for a recorded success")
-		require.Equal(t, 11, events)
+		require.Equal(t, 12, events)
 	} else {
 		require.Equal(t, 1, markers, "the push's local activity, and no finish")
-		require.Equal(t, 12, events)
+		require.Equal(t, 13, events)
 	}
 }

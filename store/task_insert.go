@@ -70,7 +70,6 @@ func (s *Store) InsertTask(ctx context.Context, r courier.TaskRequest) (courier.
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		pendingExpiry := s.nowPlusSQL(q.PendingTimeout)
 		switch {
 		case exists && (cur.Status == string(courier.TaskProcessing) || cur.Status == string(courier.TaskSuccess)):
 			outcome = courier.TaskExisting
@@ -79,15 +78,7 @@ func (s *Store) InsertTask(ctx context.Context, r courier.TaskRequest) (courier.
 			outcome = courier.TaskExisting
 		case exists:
 			// pending with new content, failed, stopped or cancelled: the request replaces it.
-			// The attempt number keeps counting, so a late result from an earlier life can
-			// never match; attempt_base restarts the retry budget.
-			_, err = tx.NewUpdate().Model((*taskRow)(nil)).
-				Set("queue = ?, priority = ?, payload = ?, overrides = ?, concurrency_key = ?", r.Queue, r.Priority, string(r.Payload), string(overrides), r.ConcurrencyKey).
-				Set("traceparent = ?, tracestate = ?", nullString(r.Trace.Parent), nullString(r.Trace.State)).
-				Set("status = 'pending', attempt_base = attempt, result = NULL, status_code = 0, message = ''").
-				Set("next_attempt_at = "+s.nowSQL()).Set("expires_at = "+pendingExpiry).
-				Set("claimed_at = NULL, pushed_at = NULL, deadline_at = NULL, run_id = NULL, heartbeat_timeout_ms = 0, finished_at = NULL").Set("updated_at = "+s.nowSQL()).
-				Where("task_id = ? AND version = ?", r.TaskID, r.Version).Exec(ctx)
+			err = s.replaceTask(ctx, tx, q, r, string(overrides))
 			outcome = courier.TaskReplaced
 		default:
 			if r.Version > head {
@@ -103,7 +94,7 @@ func (s *Store) InsertTask(ctx context.Context, r courier.TaskRequest) (courier.
 			}
 			_, err = tx.NewRaw("INSERT INTO courier_tasks (task_id, version, queue, priority, concurrency_key, status, payload, overrides, "+
 				"traceparent, tracestate, next_attempt_at, expires_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, "+
-				s.nowSQL()+", "+pendingExpiry+", "+s.nowSQL()+", "+s.nowSQL()+")",
+				s.nowSQL()+", "+s.nowPlusSQL(q.PendingTimeout)+", "+s.nowSQL()+", "+s.nowSQL()+")",
 				r.TaskID, r.Version, r.Queue, r.Priority, r.ConcurrencyKey, string(r.Payload), string(overrides),
 				nullString(r.Trace.Parent), nullString(r.Trace.State)).Exec(ctx)
 			outcome = courier.TaskCreated
@@ -112,10 +103,7 @@ func (s *Store) InsertTask(ctx context.Context, r courier.TaskRequest) (courier.
 			return err
 		}
 		if outcome != courier.TaskExisting {
-			if err := s.admitPending(ctx, tx, q, r.TaskID); err != nil { // backlog budget (store/admission.go)
-				return err
-			}
-			if err := s.notifyTasks(ctx, tx, r.Queue); err != nil {
+			if err := s.admitAndNotify(ctx, tx, q, r.TaskID); err != nil {
 				return err
 			}
 		}
@@ -123,6 +111,83 @@ func (s *Store) InsertTask(ctx context.Context, r courier.TaskRequest) (courier.
 		return err
 	})
 	return out, outcome, err
+}
+
+// replaceTask makes an existing version pending again with r's content: a re-submission's
+// replacement and a retry's (RetryTask). q is the task's queue with its overrides applied. The
+// attempt number keeps counting, so a late result from an earlier life can never match;
+// attempt_base restarts the retry budget.
+func (s *Store) replaceTask(ctx context.Context, tx bun.Tx, q courier.Queue, r courier.TaskRequest, overrides string) error {
+	_, err := tx.NewUpdate().Model((*taskRow)(nil)).
+		Set("queue = ?, priority = ?, payload = ?, overrides = ?, concurrency_key = ?", r.Queue, r.Priority, string(r.Payload), overrides, r.ConcurrencyKey).
+		Set("traceparent = ?, tracestate = ?", nullString(r.Trace.Parent), nullString(r.Trace.State)).
+		Set("status = 'pending', attempt_base = attempt, result = NULL, status_code = 0, message = ''").
+		Set("next_attempt_at = "+s.nowSQL()).Set("expires_at = "+s.nowPlusSQL(q.PendingTimeout)).
+		Set("claimed_at = NULL, pushed_at = NULL, deadline_at = NULL, run_id = NULL, heartbeat_timeout_ms = 0, finished_at = NULL").Set("updated_at = "+s.nowSQL()).
+		Where("task_id = ? AND version = ?", r.TaskID, r.Version).Exec(ctx)
+	return err
+}
+
+// admitAndNotify checks the queue's backlog budget (store/admission.go) for a task made pending
+// and wakes the claimers at commit.
+func (s *Store) admitAndNotify(ctx context.Context, tx bun.Tx, q courier.Queue, taskID string) error {
+	if err := s.admitPending(ctx, tx, q, taskID); err != nil {
+		return err
+	}
+	return s.notifyTasks(ctx, tx, q.Name)
+}
+
+// RetryTask makes a failed or cancelled version pending again, due now, with a fresh retry
+// budget: what re-submitting that version with its own content does (replaceTask, the backlog
+// budget, the claimers woken), in one transaction that holds the task id's head row. Only the
+// highest version can come back (a lower one is stale, as its re-submission would be): any
+// other version, or a status other than failed and cancelled, is a conflict and changes nothing.
+func (s *Store) RetryTask(ctx context.Context, taskID string, version int64) (courier.Task, error) {
+	var out courier.Task
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		var head int64
+		err := tx.NewRaw("SELECT max_version FROM courier_task_heads WHERE task_id = ?"+s.forUpdate(), taskID).Scan(ctx, &head)
+		if errors.Is(err, sql.ErrNoRows) {
+			return courier.Errorf(courier.CodeNotFound, "task %q not found", taskID)
+		}
+		if err != nil {
+			return err
+		}
+		t, err := s.getTask(ctx, tx, taskID, version, true)
+		if err != nil {
+			return err
+		}
+		if version != head {
+			return &courier.Error{Code: courier.CodeConflict,
+				Message: fmt.Sprintf("task %q already has version %d; version %d is stale and cannot be retried", taskID, head, version),
+				Details: map[string]any{"current_version": head}}
+		}
+		if t.Status != courier.TaskFailed && t.Status != courier.TaskCancelled {
+			return &courier.Error{Code: courier.CodeConflict,
+				Message: fmt.Sprintf("task %q version %d is %s; only failed and cancelled tasks can be retried", taskID, version, t.Status),
+				Details: map[string]any{"status": string(t.Status)}}
+		}
+		q, err := s.getQueue(ctx, tx, t.Queue, false)
+		if err != nil {
+			return err
+		}
+		q = t.Overrides.Apply(q)
+		overrides, err := json.Marshal(t.Overrides)
+		if err != nil {
+			return err
+		}
+		r := courier.TaskRequest{TaskID: taskID, Version: version, Priority: t.Priority, Queue: t.Queue,
+			Payload: t.Payload, Overrides: t.Overrides, Trace: t.Trace, ConcurrencyKey: t.ConcurrencyKey}
+		if err := s.replaceTask(ctx, tx, q, r, string(overrides)); err != nil {
+			return err
+		}
+		if err := s.admitAndNotify(ctx, tx, q, taskID); err != nil {
+			return err
+		}
+		out, err = s.getTask(ctx, tx, taskID, version, false)
+		return err
+	})
+	return out, err
 }
 
 func jsonEqual(stored string, req json.RawMessage) bool {

@@ -79,8 +79,14 @@ func (s *Store) ListTasks(ctx context.Context, f courier.TaskFilter) (tasks []co
 	if f.Status != "" {
 		q = q.Where("status = ?", f.Status)
 	}
+	if len(f.Statuses) > 0 {
+		q = q.Where("status IN (?)", bun.In(f.Statuses))
+	}
 	if f.Priority != 0 {
 		q = q.Where("priority = ?", f.Priority)
+	}
+	if f.Latest {
+		q = q.Where("?TableAlias.version = (SELECT h.max_version FROM courier_task_heads h WHERE h.task_id = ?TableAlias.task_id)")
 	}
 	if f.ConcurrencyKey != "" {
 		q = q.Where("concurrency_key = ?", f.ConcurrencyKey)

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -29,6 +32,7 @@ type Store interface {
 	GetLatestTask(ctx context.Context, taskID string) (courier.Task, error)
 	ListTasks(ctx context.Context, f courier.TaskFilter) ([]courier.Task, bool, error)
 	CancelTask(ctx context.Context, taskID string, version int64) (courier.Task, bool, error)
+	RetryTask(ctx context.Context, taskID string, version int64) (courier.Task, error)
 	PutQueue(ctx context.Context, q courier.Queue) (courier.Queue, bool, error)
 	GetQueue(ctx context.Context, name string) (courier.Queue, error)
 	ListQueues(ctx context.Context) ([]courier.Queue, error)
@@ -117,6 +121,147 @@ func (s *Service) Cancel(ctx context.Context, taskID string, version int64) (cou
 		}
 	}
 	return t, nil
+}
+
+// Retry makes a failed or cancelled version pending again with a fresh retry budget, as
+// re-submitting it with its own content does, and wakes the claimers. Only the highest version
+// of a task can be retried; anything else is a conflict (see store.RetryTask).
+func (s *Service) Retry(ctx context.Context, taskID string, version int64) (courier.Task, error) {
+	t, err := s.store.RetryTask(ctx, taskID, version)
+	if err == nil {
+		s.wake()
+	}
+	return t, err
+}
+
+// Bulk action bounds.
+const (
+	// MaxBulkMax is the highest cap of one bulk action (that of the outbox's bulk redrive; the
+	// gateway's default is 1,000).
+	MaxBulkMax   = 10000
+	bulkPage     = 500 // tasks read per statement (ids and statuses, never payloads)
+	bulkParallel = 4   // tasks acted on at once
+)
+
+// CancelMatching cancels up to max (1 to MaxBulkMax) of the pending and processing tasks f
+// selects, newest first, each through Cancel: a processing one's slot is freed in its row's
+// transaction and its attempt's run cancelled. f.Status, if set, must be pending or
+// processing; tasks in other statuses are never matched.
+func (s *Service) CancelMatching(ctx context.Context, f courier.TaskFilter, max int) (courier.TaskBulkResult, error) {
+	res, err := s.bulk(ctx, f, courier.TaskCancellable, max, func(ctx context.Context, t courier.Task) error {
+		_, err := s.Cancel(ctx, t.TaskID, t.Version)
+		return err
+	})
+	s.logBulk(ctx, "bulk task cancel", f, max, res, err)
+	return res, err
+}
+
+// RetryMatching retries up to max (1 to MaxBulkMax) of the failed and cancelled tasks f
+// selects, newest first, each through Retry; only each task id's highest version is matched (a
+// lower one is stale). f.Status, if set, must be failed or cancelled.
+func (s *Service) RetryMatching(ctx context.Context, f courier.TaskFilter, max int) (courier.TaskBulkResult, error) {
+	f.Latest = true
+	res, err := s.bulk(ctx, f, courier.TaskRetryable, max, func(ctx context.Context, t courier.Task) error {
+		_, err := s.Retry(ctx, t.TaskID, t.Version)
+		return err
+	})
+	s.logBulk(ctx, "bulk task retry", f, max, res, err)
+	return res, err
+}
+
+// logBulk records a bulk action, its filter and what it did (or why it was refused).
+func (s *Service) logBulk(ctx context.Context, msg string, f courier.TaskFilter, max int, res courier.TaskBulkResult, err error) {
+	args := []any{"queue", f.Queue, "status", string(f.Status), "priority", f.Priority, "max", max,
+		"affected", res.Affected, "skipped", res.Skipped, "more", res.More}
+	if !f.CreatedAfter.IsZero() {
+		args = append(args, "created_after", f.CreatedAfter)
+	}
+	if !f.CreatedBefore.IsZero() {
+		args = append(args, "created_before", f.CreatedBefore)
+	}
+	if err != nil {
+		args = append(args, "error", err)
+	}
+	s.log.InfoContext(ctx, msg, args...)
+}
+
+// bulk applies act to up to max of the tasks f selects in the statuses allowed, a page at a
+// time, and counts them. A task that no longer qualifies when act reaches it (a conflict: it
+// finished, was claimed, re-submitted; or it was purged) is skipped. Any other error stops the
+// action: what was done stays done, and a repeat only finds what still matches.
+func (s *Service) bulk(ctx context.Context, f courier.TaskFilter, allowed []courier.TaskStatus, max int,
+	act func(context.Context, courier.Task) error) (courier.TaskBulkResult, error) {
+	var res courier.TaskBulkResult
+	if max < 1 || max > MaxBulkMax {
+		return res, validation("max", fmt.Sprintf("max must be 1 to %d; got %d", MaxBulkMax, max))
+	}
+	if f.Status != "" && !slices.Contains(allowed, f.Status) {
+		return res, validation("status", fmt.Sprintf("status must be one of %s for this action; got %q", statusList(allowed), f.Status))
+	}
+	f.Statuses = allowed
+	f.After = nil
+	for left := max; left > 0; {
+		f.Limit = min(left, bulkPage)
+		page, more, err := s.store.ListTasks(ctx, f)
+		if err != nil || len(page) == 0 {
+			return res, err
+		}
+		last := page[len(page)-1]
+		f.After = &courier.TaskKey{CreatedAt: last.CreatedAt, TaskID: last.TaskID, Version: last.Version}
+		left -= len(page)
+		done, skipped, err := actOnAll(ctx, page, act)
+		res.Affected += done
+		res.Skipped += skipped
+		if err != nil {
+			return res, err
+		}
+		if !more {
+			return res, nil
+		}
+		res.More = left == 0
+	}
+	return res, nil
+}
+
+// actOnAll applies act to every task, bulkParallel at a time; it returns how many were acted
+// on, how many were skipped (conflict or not found) and the first other error.
+func actOnAll(ctx context.Context, page []courier.Task, act func(context.Context, courier.Task) error) (done, skipped int, err error) {
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, bulkParallel)
+	)
+	for _, t := range page {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			e := act(ctx, t)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case e == nil:
+				done++
+			case courier.ErrorCode(e) == courier.CodeConflict, courier.ErrorCode(e) == courier.CodeNotFound:
+				skipped++
+			case err == nil:
+				err = e
+			}
+		}()
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	wg.Wait()
+	return done, skipped, err
+}
+
+func statusList(ss []courier.TaskStatus) string {
+	names := make([]string, len(ss))
+	for i, s := range ss {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
 }
 
 func validation(field, msg string) error {

@@ -43,8 +43,9 @@ func (s *Service) CreateBatch(ctx context.Context, reqs []api.TimerRequest) ([]B
 	var at []int // out's index of each of bucketed
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, workflowStartsAtOnce)
+	types := &batchBizTypes{from: s.types, read: map[string]bizTypeRead{}}
 	for i, r := range reqs {
-		p, err := s.prepare(ctx, r)
+		p, err := s.prepare(ctx, types, r)
 		switch {
 		case err != nil:
 			out[i].Err = err
@@ -63,6 +64,27 @@ func (s *Service) CreateBatch(ctx context.Context, reqs []api.TimerRequest) ([]B
 		out[at[j]] = res
 	}
 	return out, nil
+}
+
+// batchBizTypes reads each business type of one batch once: a batch of 1,000 timers of one
+// type is one read, not 1,000.
+type batchBizTypes struct {
+	from BizTypes
+	read map[string]bizTypeRead
+}
+
+type bizTypeRead struct {
+	b   courier.BizType
+	err error
+}
+
+func (t *batchBizTypes) GetBizType(ctx context.Context, name string) (courier.BizType, error) {
+	if r, ok := t.read[name]; ok {
+		return r.b, r.err
+	}
+	b, err := t.from.GetBizType(ctx, name)
+	t.read[name] = bizTypeRead{b: b, err: err}
+	return b, err
 }
 
 // workflowStartsAtOnce bounds the workflow starts one batch create makes at once.

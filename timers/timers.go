@@ -116,7 +116,7 @@ const (
 // first one created, with that one's fire time. The business type's mode decides where the
 // timer lives: a workflow of its own, or a row delivered by its second's bucket.
 func (s *Service) Create(ctx context.Context, r api.TimerRequest) (api.Timer, bool, error) {
-	p, err := s.prepare(ctx, r)
+	p, err := s.prepare(ctx, s.types, r)
 	if err != nil {
 		return api.Timer{}, false, err
 	}
@@ -137,14 +137,14 @@ type prepared struct {
 }
 
 // prepare checks a create request and resolves it against the business type and the clock.
-func (s *Service) prepare(ctx context.Context, r api.TimerRequest) (prepared, error) {
+func (s *Service) prepare(ctx context.Context, types BizTypes, r api.TimerRequest) (prepared, error) {
 	if err := courier.CheckName("biz_type", r.BizType); err != nil {
 		return prepared{}, err
 	}
 	if err := courier.CheckID("biz_id", r.BizID); err != nil {
 		return prepared{}, err
 	}
-	b, err := s.types.GetBizType(ctx, r.BizType)
+	b, err := types.GetBizType(ctx, r.BizType)
 	if err != nil {
 		if courier.ErrorCode(err) == courier.CodeNotFound {
 			return prepared{}, validation("biz_type", "business type %q is not configured", r.BizType)
