@@ -58,7 +58,7 @@ func TestUpDownUp(t *testing.T) {
 			_, err = db.ExecContext(ctx, "SELECT count(*) FROM courier_api_keys")
 			require.NoError(t, err)
 			_, err = db.ExecContext(ctx, "SELECT count(*) FROM courier_tasks WHERE concurrency_key = '' AND status = 'pending'")
-			require.NoError(t, err, "0014 adds the tasks' concurrency keys")
+			require.NoError(t, err, "0013 adds the tasks' concurrency keys")
 		})
 	}
 }
