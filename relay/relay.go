@@ -177,6 +177,9 @@ type Deps struct {
 	// Timers arms the timers of rows on outbox.TimerTopic (the timer service); nil: such rows
 	// go dead ("timers are not enabled").
 	Timers TimerArmer
+	// Paused is the pauses in force (pauses.Watcher.Current): records of a paused topic
+	// pattern are not claimed; nil: nothing is ever paused.
+	Paused func() courier.Pauses
 	Logger *slog.Logger // nil: slog.Default()
 }
 
@@ -185,6 +188,7 @@ type Relay struct {
 	timers    TimerArmer
 	tasks     TaskInserter
 	wakeTasks func()
+	paused    func() courier.Pauses
 	tc        client.Client
 	cfg       Config
 	sources   []Source
@@ -207,7 +211,10 @@ func New(tc client.Client, cfg Config, d Deps) *Relay {
 	if d.WakeTasks == nil {
 		d.WakeTasks = func() {}
 	}
-	return &Relay{timers: d.Timers, tasks: d.Tasks, wakeTasks: d.WakeTasks, tc: tc, cfg: cfg.withDefaults(),
+	if d.Paused == nil {
+		d.Paused = func() courier.Pauses { return courier.NewPauses(nil) }
+	}
+	return &Relay{timers: d.Timers, tasks: d.Tasks, wakeTasks: d.WakeTasks, paused: d.Paused, tc: tc, cfg: cfg.withDefaults(),
 		sources: d.Sources, log: d.Logger, wakes: wakes, after: time.After}
 }
 
@@ -319,11 +326,22 @@ type Claim struct {
 // ClaimOnce claims rows from src, up to one claim's limit, and starts their deliveries. Rows
 // whose start failed go back to pending shortly after.
 func (r *Relay) ClaimOnce(ctx context.Context, src Source) (Claim, error) {
-	claimed, err := src.Store.ClaimOutbox(ctx, r.claimLimit(src), r.cfg.Lease)
+	paused := r.paused()
+	claimed, err := src.Store.ClaimOutboxWhere(ctx, r.claimLimit(src), r.cfg.Lease, store.ClaimFilter{
+		PausedTopics: paused.TopicPatterns(),
+	})
 	if err != nil || len(claimed) == 0 {
 		return Claim{}, err
 	}
 	c := Claim{Rows: len(claimed)}
+	// A pattern SQL cannot match exactly, or a pause made since the claim began: such rows go
+	// back untouched, due again after the hold.
+	claimed, held := holdPaused(claimed, paused)
+	if len(held) > 0 {
+		if err := src.Store.ReleaseOutbox(context.WithoutCancel(ctx), held, HoldDelay); err != nil {
+			r.log.Warn("handing back records of a paused topic failed; they wait for their lease", "source", src.Name, "error", err)
+		}
+	}
 	recs, batch := claimed[:0:0], claimed[:0:0]
 	for _, rec := range claimed {
 		if r.cfg.Batch.batches(src.Name, rec) && rec.Topic != outbox.TimerTopic && rec.Topic != outbox.TaskTopic {
@@ -377,6 +395,28 @@ func (r *Relay) ClaimOnce(ctx context.Context, src Source) (Claim, error) {
 		}
 	}
 	return c, err
+}
+
+// HoldDelay is how long a claimed record of a paused topic waits before a claim may take it
+// again (the same as the delivery's hold, activities.HoldDelay).
+const HoldDelay = 2 * time.Second
+
+// holdPaused splits claimed records into those to deliver and the ids of those whose topic is
+// paused.
+func holdPaused(claimed []store.ClaimedRecord, paused courier.Pauses) ([]store.ClaimedRecord, []int64) {
+	if len(paused.TopicPatterns()) == 0 {
+		return claimed, nil
+	}
+	var held []int64
+	keep := claimed[:0:0]
+	for _, rec := range claimed {
+		if _, ok := paused.Topic(rec.Topic); ok {
+			held = append(held, rec.ID)
+			continue
+		}
+		keep = append(keep, rec)
+	}
+	return keep, held
 }
 
 // claimLimit is how many rows one claim from src takes.

@@ -79,16 +79,75 @@ type ClaimedRecord struct {
 	Trace courier.TraceContext
 }
 
-// ClaimOutbox claims up to limit due rows in one short transaction and returns them. A due row
+// ClaimFilter narrows a claim (ClaimOutboxWhere). Its zero value claims every due row.
+type ClaimFilter struct {
+	// PausedTopics are topic patterns whose rows are left where they are: a paused pattern's
+	// records are neither claimed nor touched (docs/flow-control.md). Patterns SQL cannot
+	// match exactly (TopicPatternExact) are not applied here; the relay hands such rows back.
+	PausedTopics []string
+	// Ordered leaves out the rows of the ordered mode, which their keys' own deliveries take
+	// in commit order (ClaimOrderedHead).
+	Ordered OrderedScope
+}
+
+// OrderedScope says which records of a source are ordered by key (docs/flow-control.md,
+// "Ordered keys in the outbox"): a record with a key whose source is ordered, or whose topic
+// matches one of Topics. A record without a key is never ordered.
+type OrderedScope struct {
+	All    bool     // every keyed record of the source
+	Topics []string // keyed records whose topic matches one of these (exact patterns only)
+}
+
+// On reports whether the scope orders anything.
+func (o OrderedScope) On() bool { return o.All || len(o.Topics) > 0 }
+
+// orderedSQL is the condition that a row (columns prefixed by alias, "" or "o.") is ordered.
+func (s *Store) orderedSQL(alias string, o OrderedScope) (string, []any) {
+	if o.All {
+		return "(" + alias + `"key" <> '')`, nil
+	}
+	cond, args, _ := s.anyTopicSQL(alias+"topic", o.Topics)
+	return "(" + alias + `"key" <> '' AND ` + cond + ")", args
+}
+
+// ClaimOutbox claims up to limit due rows in one short transaction and returns them (see
+// ClaimOutboxWhere).
+func (s *Store) ClaimOutbox(ctx context.Context, limit int, lease time.Duration) ([]ClaimedRecord, error) {
+	return s.ClaimOutboxWhere(ctx, limit, lease, ClaimFilter{})
+}
+
+// ClaimOutboxWhere claims up to limit due rows that f lets through, in one short transaction,
+// and returns them. A due row
 // is pending with next_attempt_at in the past, or dispatched whose lease has run out (its
 // delivery may never have started if a relay crashed after claiming). Claimed rows become
 // dispatched with next_attempt_at = now + lease; the caller then starts their deliveries,
 // which is idempotent, outside any transaction. On PostgreSQL the rows are locked with
 // FOR UPDATE SKIP LOCKED, so any number of relays claim disjoint rows without a leader or a
 // cursor; on SQLite the immediate transaction serialises claims.
-func (s *Store) ClaimOutbox(ctx context.Context, limit int, lease time.Duration) ([]ClaimedRecord, error) {
+func (s *Store) ClaimOutboxWhere(ctx context.Context, limit int, lease time.Duration, f ClaimFilter) ([]ClaimedRecord, error) {
+	var (
+		extra string
+		args  []any
+	)
+	var paused []string
+	for _, p := range f.PausedTopics {
+		if TopicPatternExact(p) {
+			paused = append(paused, p)
+		}
+	}
+	if len(paused) > 0 {
+		cond, a, _ := s.anyTopicSQL("topic", paused)
+		extra += " AND NOT " + cond
+		args = append(args, a...)
+	}
+	if f.Ordered.On() {
+		cond, a := s.orderedSQL("", f.Ordered)
+		extra += " AND NOT " + cond
+		args = append(args, a...)
+	}
 	pick := "SELECT id FROM courier_outbox WHERE status IN ('pending', 'dispatched')" +
-		" AND next_attempt_at <= " + s.nowSQL() + " ORDER BY next_attempt_at, id LIMIT ?"
+		" AND next_attempt_at <= " + s.nowSQL() + extra + " ORDER BY next_attempt_at, id LIMIT ?"
+	args = append(args, limit)
 	// PostgreSQL: a MATERIALIZED CTE is evaluated once, so the claim can never exceed its
 	// limit whatever plan the IN takes (see picked in tasks.go).
 	with, in := "", "id IN ("+pick+")"
@@ -99,7 +158,7 @@ func (s *Store) ClaimOutbox(ctx context.Context, limit int, lease time.Duration)
 		" WHERE " + in + " RETURNING id, topic, headers, attempts"
 	var recs []ClaimedRecord
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		rows, err := tx.QueryContext(ctx, q, limit)
+		rows, err := tx.QueryContext(ctx, q, args...)
 		if err != nil {
 			return err
 		}
@@ -407,4 +466,22 @@ func (s *Store) EnqueueOutbox(ctx context.Context, m outbox.Message) (courier.Ou
 		return nil
 	})
 	return rec, err
+}
+
+// HoldOutbox hands a record whose topic is paused back to pending, due again after retryIn,
+// without counting an attempt: a delivery that finds its topic paused publishes nothing, and
+// the claims leave the record alone until the topic is resumed. A record already sent or dead
+// is left alone (false).
+func (s *Store) HoldOutbox(ctx context.Context, id int64, retryIn time.Duration) (bool, error) {
+	res, err := s.db.NewUpdate().Model((*outboxRow)(nil)).
+		Set("status = ?", courier.OutboxPending).
+		Set("next_attempt_at = "+s.nowPlusSQL(retryIn)).
+		Where("id = ?", id).
+		Where("status IN (?)", bun.List([]courier.OutboxStatus{courier.OutboxPending, courier.OutboxDispatched})).
+		Exec(ctx)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
 }
