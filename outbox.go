@@ -110,3 +110,15 @@ func OutboxMessageID(source string, id int64) string {
 	}
 	return source + "/" + strconv.FormatInt(id, 10)
 }
+
+// BlockedKey is an ordered key (docs/flow-control.md, "Ordered keys in the outbox") whose next
+// record spent its retry budget: that record is dead, and the key's later records wait behind
+// it until an operator redrives it (after fixing the cause) or skips it.
+type BlockedKey struct {
+	Key       string
+	RecordID  int64  // the dead record the key waits on
+	Topic     string // its topic
+	Reason    string // its last error
+	BlockedAt time.Time
+	Waiting   int64 // the records of the key not yet sent (pending or dispatched), of any topic
+}

@@ -390,6 +390,10 @@ func (s *Store) RedriveOutbox(ctx context.Context, id int64) (courier.OutboxReco
 			Where("id = ?", id).Exec(ctx); err != nil {
 			return err
 		}
+		// A record a key waits on unblocks it: pending again, it goes out first.
+		if err := unblockRecords(ctx, tx, []int64{id}); err != nil {
+			return err
+		}
 		if err := tx.NewSelect().Model(&row).Where("id = ?", id).Scan(ctx); err != nil {
 			return err
 		}

@@ -1,0 +1,42 @@
+-- Ordered keys (docs/flow-control.md, "Ordered keys in the outbox").
+--
+-- commit_seq is the commit order of a keyed record among the records of its key. It is given
+-- at COMMIT by a deferred trigger that first takes a transaction lock on the key, held until
+-- the commit ends: two transactions writing the same key take their numbers in the order they
+-- commit, and a record is visible before the next one of its key is numbered. A record
+-- without a key (or written before this migration) has none; the order of those is their id.
+ALTER TABLE courier_outbox ADD COLUMN IF NOT EXISTS commit_seq BIGINT;
+CREATE SEQUENCE IF NOT EXISTS courier_outbox_commit_seq;
+-- Numbers follow every existing id, so COALESCE(commit_seq, id) orders old and new records.
+SELECT setval('courier_outbox_commit_seq', GREATEST((SELECT COALESCE(max(id), 0) FROM courier_outbox), 1));
+
+CREATE OR REPLACE FUNCTION courier_outbox_commit_seq() RETURNS trigger AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('courier_outbox/' || NEW."key", 0));
+    UPDATE courier_outbox SET commit_seq = nextval('courier_outbox_commit_seq') WHERE id = NEW.id;
+    RETURN NULL;
+END;
+$$ LANGUAGE plpgsql;
+
+DROP TRIGGER IF EXISTS courier_outbox_commit_seq ON courier_outbox;
+CREATE CONSTRAINT TRIGGER courier_outbox_commit_seq
+    AFTER INSERT ON courier_outbox
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW WHEN (NEW."key" <> '')
+    EXECUTE FUNCTION courier_outbox_commit_seq();
+
+-- The unsent records of a key, in commit order: a key's next record and whether an earlier
+-- one is still unsent.
+CREATE INDEX IF NOT EXISTS courier_outbox_key_idx
+    ON courier_outbox ("key", (COALESCE(commit_seq, id))) WHERE status IN ('pending', 'dispatched') AND "key" <> '';
+
+-- A key whose next record spent its retry budget: its later records wait until an operator
+-- redrives or skips that record.
+CREATE TABLE IF NOT EXISTS courier_outbox_blocked_keys (
+    "key"      TEXT        PRIMARY KEY,
+    record_id  BIGINT      NOT NULL,
+    topic      TEXT        NOT NULL,
+    reason     TEXT        NOT NULL DEFAULT '',
+    blocked_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS courier_outbox_blocked_keys_record_idx ON courier_outbox_blocked_keys (record_id);

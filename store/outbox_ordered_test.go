@@ -1,0 +1,131 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/outbox"
+	"github.com/courier-oss/courier/store"
+)
+
+func keyed(topic, key string) outbox.Message {
+	return outbox.Message{Topic: topic, Key: key, Payload: []byte(`{}`)}
+}
+
+// A key's records are taken one run at a time in order; a key whose next record is out, or
+// dead and blocking, is not due; the unordered claim never takes ordered records; skipping
+// and redriving unblock the key.
+func TestOrderedKeys(t *testing.T) {
+	scope := store.OrderedScope{Topics: []string{"orders.>"}}
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		ids := enqueue(t, s, keyed("orders.a", "k1"), keyed("orders.b", "k1"), keyed("orders.a", "k1"),
+			keyed("orders.a", "k2"), keyed("orders.a", ""), keyed("other.a", "k1"))
+		keys, err := s.OrderedKeysDue(ctx, scope, nil, 10)
+		require.NoError(t, err)
+		require.ElementsMatch(t, []string{"k1", "k2"}, keys)
+
+		// The unordered claim takes the unkeyed record and the other topic's only.
+		recs, err := s.ClaimOutboxWhere(ctx, 10, time.Hour, store.ClaimFilter{Ordered: scope})
+		require.NoError(t, err)
+		require.Len(t, recs, 2)
+		require.Equal(t, ids[4], recs[0].ID)
+		require.Equal(t, ids[5], recs[1].ID)
+
+		c, err := s.ClaimOrdered(ctx, "k1", scope, 1, time.Hour, nil)
+		require.NoError(t, err)
+		require.Equal(t, []int64{ids[0]}, c.IDs)
+		keys, err = s.OrderedKeysDue(ctx, scope, nil, 10)
+		require.NoError(t, err)
+		require.Equal(t, []string{"k2"}, keys, "a key whose next record is out waits")
+		// Its own delivery takes it again (after a crash), with the next one.
+		c, err = s.ClaimOrdered(ctx, "k1", scope, 5, time.Hour, nil)
+		require.NoError(t, err)
+		require.Equal(t, []int64{ids[0], ids[1], ids[2]}, c.IDs)
+		// A paused topic stops the run before it.
+		c, err = s.ClaimOrdered(ctx, "k1", scope, 5, time.Hour, func(topic string) bool { return topic == "orders.b" })
+		require.NoError(t, err)
+		require.Equal(t, []int64{ids[0]}, c.IDs)
+		require.False(t, c.Paused)
+		require.NoError(t, s.ReleaseOutbox(ctx, ids[1:3], 0))
+
+		ok, err := s.BlockKey(ctx, ids[0], "broker said no")
+		require.NoError(t, err)
+		require.True(t, ok)
+		rec, err := s.GetOutbox(ctx, ids[0])
+		require.NoError(t, err)
+		require.Equal(t, courier.OutboxDead, rec.Status)
+		c, err = s.ClaimOrdered(ctx, "k1", scope, 5, time.Hour, nil)
+		require.NoError(t, err)
+		require.True(t, c.Blocked)
+		keys, err = s.OrderedKeysDue(ctx, scope, nil, 10)
+		require.NoError(t, err)
+		require.Equal(t, []string{"k2"}, keys)
+		blocked, more, err := s.BlockedKeys(ctx, "", 10)
+		require.NoError(t, err)
+		require.False(t, more)
+		require.Len(t, blocked, 1)
+		require.Equal(t, "k1", blocked[0].Key)
+		require.Equal(t, ids[0], blocked[0].RecordID)
+		require.Equal(t, "broker said no", blocked[0].Reason)
+		require.Equal(t, int64(3), blocked[0].Waiting, "every unsent record of the key, the unordered topic's too")
+		n, err := s.CountBlockedKeys(ctx)
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n)
+
+		// Skip: the record stays dead, the key flows from its next record.
+		_, err = s.SkipBlocked(ctx, ids[1])
+		require.Equal(t, courier.CodeConflict, courier.ErrorCode(err))
+		_, err = s.SkipBlocked(ctx, 99999999)
+		require.Equal(t, courier.CodeNotFound, courier.ErrorCode(err))
+		b, err := s.SkipBlocked(ctx, ids[0])
+		require.NoError(t, err)
+		require.Equal(t, "k1", b.Key)
+		c, err = s.ClaimOrdered(ctx, "k1", scope, 1, time.Hour, nil)
+		require.NoError(t, err)
+		require.Equal(t, []int64{ids[1]}, c.IDs)
+
+		// Redrive: blocked again by ids[1], redriven, it is the key's next record again.
+		_, err = s.BlockKey(ctx, ids[1], "again")
+		require.NoError(t, err)
+		_, err = s.RedriveOutbox(ctx, ids[1])
+		require.NoError(t, err)
+		n, err = s.CountBlockedKeys(ctx)
+		require.NoError(t, err)
+		require.Zero(t, n)
+		c, err = s.ClaimOrdered(ctx, "k1", scope, 5, time.Hour, nil)
+		require.NoError(t, err)
+		require.Equal(t, []int64{ids[1], ids[2]}, c.IDs)
+	})
+}
+
+// On PostgreSQL the order is the commit order, not the id order: of two transactions writing
+// one key, the one that commits first goes first even though it took the later id.
+func TestOrderedKeysCommitOrder(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		if s.DB().Dialect().Name().String() != "pg" {
+			t.Skip("SQLite runs one write transaction at a time: ids are taken in commit order")
+		}
+		ctx := context.Background()
+		scope := store.OrderedScope{All: true}
+		first, err := s.DB().BeginTx(ctx, nil)
+		require.NoError(t, err)
+		early, err := outbox.Enqueue(ctx, first, keyed("orders.a", "k"))
+		require.NoError(t, err)
+		var late []int64
+		require.NoError(t, s.DB().RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+			late, err = outbox.Enqueue(ctx, tx, keyed("orders.b", "k"))
+			return err
+		}))
+		require.Greater(t, late[0], early[0])
+		require.NoError(t, first.Commit())
+		c, err := s.ClaimOrdered(ctx, "k", scope, 5, time.Hour, nil)
+		require.NoError(t, err)
+		require.Equal(t, []int64{late[0], early[0]}, c.IDs, "commit order")
+	})
+}
