@@ -49,6 +49,43 @@ type Config struct {
 	// Batch opts sources and topics into the batch mode (docs/outbox.md, "Batch mode"); its
 	// zero value batches nothing: one delivery workflow per record.
 	Batch BatchConfig
+	// Ordered opts sources and topics into the ordered mode (docs/flow-control.md, "Ordered
+	// keys in the outbox"); its zero value orders nothing.
+	Ordered OrderedConfig
+}
+
+// OrderedConfig says which keyed records the relay delivers in commit order per key: one
+// delivery per key at a time (workflows.OutboxOrdered) instead of one per record. A record
+// without a key is never ordered.
+type OrderedConfig struct {
+	Sources []string // every keyed record of these sources
+	// Topics: keyed records whose topic matches one of these patterns, across all sources.
+	// A pattern must be one SQL matches exactly (store.TopicPatternExact).
+	Topics []string
+	// Max is the most records one claim of a key takes and publishes, one after another, in
+	// one activity; default 100 (the batch mode's Max for a source or topic that batches).
+	Max int
+}
+
+// DefaultOrderedMax is how many of a key's records one claim takes unless configured.
+const DefaultOrderedMax = 100
+
+// Check refuses topic patterns that break the topic rule or that a claim cannot match exactly.
+func (o OrderedConfig) Check() error {
+	for _, p := range o.Topics {
+		if err := courier.CheckTopicPattern("ordered topic pattern", p); err != nil {
+			return err
+		}
+		if !store.TopicPatternExact(p) {
+			return courier.Errorf(courier.CodeValidation, "ordered topic pattern %q: a literal token after a '*' in a pattern ending in '>' is not supported; list the patterns it stands for", p)
+		}
+	}
+	return nil
+}
+
+// scope is the ordered scope of a source.
+func (o OrderedConfig) scope(source string) courier.OrderedScope {
+	return courier.OrderedScope{All: slices.Contains(o.Sources, source), Topics: o.Topics}
 }
 
 // BatchConfig says which records the relay delivers in batches: one workflow per claimed batch
@@ -156,6 +193,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Batch.Linger <= 0 {
 		c.Batch.Linger = DefaultBatchLinger
+	}
+	if c.Ordered.Max <= 0 {
+		c.Ordered.Max = DefaultOrderedMax
+		if len(c.Batch.Sources)+len(c.Batch.Topics) > 0 {
+			c.Ordered.Max = max(c.Ordered.Max, c.Batch.Max)
+		}
 	}
 	c.Retry = c.Retry.WithDefaults()
 	return c
@@ -273,6 +316,9 @@ func (r *Relay) runSource(ctx context.Context, src Source, wake <-chan struct{})
 		}
 		began := time.Now()
 		c, err := r.ClaimOnce(ctx, src)
+		if oerr := r.startOrdered(ctx, src); oerr != nil && ctx.Err() == nil {
+			r.log.Warn("starting ordered keys' deliveries failed", "source", src.Name, "error", oerr)
+		}
 		lastBatch = time.Time{}
 		if c.Batched > 0 {
 			lastBatch = began
@@ -329,6 +375,7 @@ func (r *Relay) ClaimOnce(ctx context.Context, src Source) (Claim, error) {
 	paused := r.paused()
 	claimed, err := src.Store.ClaimOutboxWhere(ctx, r.claimLimit(src), r.cfg.Lease, store.ClaimFilter{
 		PausedTopics: paused.TopicPatterns(),
+		Ordered:      r.cfg.Ordered.scope(src.Name),
 	})
 	if err != nil || len(claimed) == 0 {
 		return Claim{}, err

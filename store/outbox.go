@@ -87,22 +87,11 @@ type ClaimFilter struct {
 	PausedTopics []string
 	// Ordered leaves out the rows of the ordered mode, which their keys' own deliveries take
 	// in commit order (ClaimOrderedHead).
-	Ordered OrderedScope
+	Ordered courier.OrderedScope
 }
-
-// OrderedScope says which records of a source are ordered by key (docs/flow-control.md,
-// "Ordered keys in the outbox"): a record with a key whose source is ordered, or whose topic
-// matches one of Topics. A record without a key is never ordered.
-type OrderedScope struct {
-	All    bool     // every keyed record of the source
-	Topics []string // keyed records whose topic matches one of these (exact patterns only)
-}
-
-// On reports whether the scope orders anything.
-func (o OrderedScope) On() bool { return o.All || len(o.Topics) > 0 }
 
 // orderedSQL is the condition that a row (columns prefixed by alias, "" or "o.") is ordered.
-func (s *Store) orderedSQL(alias string, o OrderedScope) (string, []any) {
+func (s *Store) orderedSQL(alias string, o courier.OrderedScope) (string, []any) {
 	if o.All {
 		return "(" + alias + `"key" <> '')`, nil
 	}

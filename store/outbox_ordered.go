@@ -37,7 +37,7 @@ type blockedKeyRow struct {
 // now: it is pending and due, or dispatched with its lease run out (its delivery may have
 // died), its key is not blocked and its topic is not paused (pausedTopics, exact patterns
 // only; the delivery checks the others). The relay starts each key's delivery for them.
-func (s *Store) OrderedKeysDue(ctx context.Context, scope OrderedScope, pausedTopics []string, limit int) ([]string, error) {
+func (s *Store) OrderedKeysDue(ctx context.Context, scope courier.OrderedScope, pausedTopics []string, limit int) ([]string, error) {
 	if !scope.On() {
 		return nil, nil
 	}
@@ -90,7 +90,7 @@ type OrderedClaim struct {
 // Only the key's own delivery calls it (one run per key at a time, by workflow id), so it takes
 // dispatched records too: those are its own from before a crash. Nothing is taken from a
 // blocked key.
-func (s *Store) ClaimOrdered(ctx context.Context, key string, scope OrderedScope, limit int, lease time.Duration, paused func(topic string) bool) (OrderedClaim, error) {
+func (s *Store) ClaimOrdered(ctx context.Context, key string, scope courier.OrderedScope, limit int, lease time.Duration, paused func(topic string) bool) (OrderedClaim, error) {
 	var out OrderedClaim
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		out = OrderedClaim{}

@@ -21,7 +21,7 @@ func keyed(topic, key string) outbox.Message {
 // dead and blocking, is not due; the unordered claim never takes ordered records; skipping
 // and redriving unblock the key.
 func TestOrderedKeys(t *testing.T) {
-	scope := store.OrderedScope{Topics: []string{"orders.>"}}
+	scope := courier.OrderedScope{Topics: []string{"orders.>"}}
 	forEachDialect(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
 		ids := enqueue(t, s, keyed("orders.a", "k1"), keyed("orders.b", "k1"), keyed("orders.a", "k1"),
@@ -112,7 +112,7 @@ func TestOrderedKeysCommitOrder(t *testing.T) {
 			t.Skip("SQLite runs one write transaction at a time: ids are taken in commit order")
 		}
 		ctx := context.Background()
-		scope := store.OrderedScope{All: true}
+		scope := courier.OrderedScope{All: true}
 		first, err := s.DB().BeginTx(ctx, nil)
 		require.NoError(t, err)
 		early, err := outbox.Enqueue(ctx, first, keyed("orders.a", "k"))

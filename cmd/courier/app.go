@@ -232,6 +232,7 @@ func (a *app) newWorker(ctx context.Context) (*worker.Worker, error) {
 			SentRetention: a.cfg.Outbox.Retention,
 			Retry:         a.cfg.Outbox.Retry,
 			Batch:         a.cfg.Outbox.Batch,
+			Ordered:       a.cfg.Outbox.Ordered,
 		},
 		ShutdownTimeout:        a.cfg.ShutdownTimeout,
 		AllowLoopbackCallbacks: a.dev || a.cfg.AllowLoopback,
