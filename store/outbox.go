@@ -396,6 +396,7 @@ func (s *Store) RedriveOutbox(ctx context.Context, id int64) (courier.OutboxReco
 type OutboxStats struct {
 	ByStatus     map[courier.OutboxStatus]int64
 	OldestUnsent *time.Time // created_at of the oldest pending or dispatched row
+	BlockedKeys  int64      // ordered keys waiting on a dead record
 }
 
 // OutboxStats counts rows by status and finds the oldest unsent row.
@@ -412,8 +413,13 @@ func (s *Store) OutboxStats(ctx context.Context) (OutboxStats, error) {
 	for _, r := range rows {
 		st.ByStatus[courier.OutboxStatus(r.Status)] = r.N
 	}
+	n, err := s.CountBlockedKeys(ctx)
+	if err != nil {
+		return st, err
+	}
+	st.BlockedKeys = n
 	var oldest outboxRow
-	err := s.db.NewSelect().Model(&oldest).Column("created_at").
+	err = s.db.NewSelect().Model(&oldest).Column("created_at").
 		Where("status IN (?)", bun.List([]courier.OutboxStatus{courier.OutboxPending, courier.OutboxDispatched})).
 		Order("id ASC").Limit(1).Scan(ctx)
 	switch {

@@ -324,7 +324,7 @@ func tableStats(st *store.Store) func() (metrics.OutboxTableStats, error) {
 		if err != nil {
 			return metrics.OutboxTableStats{}, err
 		}
-		out := metrics.OutboxTableStats{ByStatus: map[string]int64{}}
+		out := metrics.OutboxTableStats{ByStatus: map[string]int64{}, BlockedKeys: s.BlockedKeys}
 		for k, v := range s.ByStatus {
 			out.ByStatus[string(k)] = v
 		}
