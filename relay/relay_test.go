@@ -219,3 +219,11 @@ func TestClaimCountsBatchedRows(t *testing.T) {
 	require.Error(t, err)
 	require.Equal(t, relay.Claim{Rows: 2}, c, "a batch that did not start is not counted")
 }
+
+// The ordered mode refuses topic patterns a claim cannot match exactly in SQL, and ones that
+// break the topic rule.
+func TestOrderedConfigCheck(t *testing.T) {
+	require.NoError(t, relay.OrderedConfig{Topics: []string{"orders.>", "orders.*", "*.created", "a.*.>"}}.Check())
+	require.Error(t, relay.OrderedConfig{Topics: []string{"*.created.>"}}.Check())
+	require.Error(t, relay.OrderedConfig{Topics: []string{"orders..x"}}.Check())
+}
