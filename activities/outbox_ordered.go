@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/courier-oss/courier"
@@ -146,7 +147,7 @@ func (a *Outbox) PublishOrdered(ctx context.Context, p contract.PublishOrderedPa
 // BlockOrdered marks a key's record dead once its budget is spent (or it can never be
 // published) and blocks its key behind it.
 func (a *Outbox) BlockOrdered(ctx context.Context, p contract.BlockOrderedParams) error {
-	_, ost, err := a.orderedStore(p.Source)
+	st, ost, err := a.orderedStore(p.Source)
 	if err != nil {
 		return err
 	}
@@ -154,12 +155,22 @@ func (a *Outbox) BlockOrdered(ctx context.Context, p contract.BlockOrderedParams
 	if err != nil {
 		return fmt.Errorf("block the key of outbox %d: %w", p.ID, err)
 	}
-	if blocked && a.metrics != nil {
-		source := p.Source
-		if source == "" {
-			source = courier.DefaultSource
-		}
-		a.metrics.Dead.WithLabelValues(source, "").Inc()
+	if !blocked {
+		return nil
+	}
+	source := p.Source
+	if source == "" {
+		source = courier.DefaultSource
+	}
+	topic := ""
+	if rec, err := st.GetOutbox(ctx, p.ID); err == nil {
+		topic = rec.Topic
+	}
+	// Once per record, when it blocks its key: the retries before it were expected.
+	activity.GetLogger(ctx).Error("ordered outbox record is dead and blocks its key; redrive it once the cause is fixed, or skip it",
+		"source", source, "id", p.ID, "topic", topic, "error", p.LastError)
+	if a.metrics != nil {
+		a.metrics.Dead.WithLabelValues(source, topic).Inc()
 	}
 	return nil
 }
