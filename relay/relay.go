@@ -303,6 +303,9 @@ func (r *Relay) runSource(ctx context.Context, src Source, wake <-chan struct{})
 	// did not. Only then does the next claim linger: a claim that batched nothing has no batch
 	// to space out, and its per-record rows should not wait.
 	var lastBatch time.Time
+	// ordered: the ordered mode covers some of src's records; numbered: src's database numbers
+	// keyed records at commit (store.TurnOnCommitOrder), turned on by the first pass.
+	ordered, numbered := r.cfg.Ordered.scope(src.Name).On(), false
 	for {
 		if !lastBatch.IsZero() {
 			// Records committed during the linger go out in the next batch.
@@ -316,8 +319,19 @@ func (r *Relay) runSource(ctx context.Context, src Source, wake <-chan struct{})
 		}
 		began := time.Now()
 		c, err := r.ClaimOnce(ctx, src)
-		if oerr := r.startOrdered(ctx, src); oerr != nil && ctx.Err() == nil {
-			r.log.Warn("starting ordered keys' deliveries failed", "source", src.Name, "error", oerr)
+		if ordered && !numbered {
+			// Keys are delivered only once their records are numbered at commit: before,
+			// the ordered records wait (the claim leaves them out).
+			oerr := src.Store.TurnOnCommitOrder(ctx)
+			if oerr != nil && ctx.Err() == nil {
+				r.log.Warn("turning on the outbox commit order failed", "source", src.Name, "error", oerr)
+			}
+			numbered = oerr == nil
+		}
+		if numbered {
+			if oerr := r.startOrdered(ctx, src); oerr != nil && ctx.Err() == nil {
+				r.log.Warn("starting ordered keys' deliveries failed", "source", src.Name, "error", oerr)
+			}
 		}
 		lastBatch = time.Time{}
 		if c.Batched > 0 {

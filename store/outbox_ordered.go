@@ -266,3 +266,39 @@ func unblockRecords(ctx context.Context, tx bun.IDB, ids []int64) error {
 	_, err := tx.NewDelete().Model((*blockedKeyRow)(nil)).Where("record_id IN (?)", bun.List(ids)).Exec(ctx)
 	return err
 }
+
+// TurnOnCommitOrder turns on the commit-time numbering of keyed records for this database
+// (courier_outbox_settings.ordered, schema/outbox 0003): from the commit after it, each keyed
+// record takes its key's lock and a commit_seq. A relay whose ordered mode covers the database
+// calls it at start, before it delivers any key; until then, and for records committed while it
+// was off, the order is the id. Nothing in courier turns it off (SetCommitOrder): a relay
+// without the ordered mode says nothing, so a fleet mid-rollout keeps it on for the relays that
+// order. SQLite needs no numbering (ids are taken in commit order): a no-op there.
+func (s *Store) TurnOnCommitOrder(ctx context.Context) error {
+	return s.SetCommitOrder(ctx, true)
+}
+
+// SetCommitOrder turns the commit-time numbering of keyed records on or off for this database.
+// Off is for an operator once no relay orders this database any more (docs/flow-control.md,
+// "Turning the commit order on and off"). A no-op on SQLite.
+func (s *Store) SetCommitOrder(ctx context.Context, on bool) error {
+	if !s.pg {
+		return nil
+	}
+	_, err := s.db.NewRaw("UPDATE courier_outbox_settings SET ordered = ?, changed_at = now() WHERE id AND ordered <> ?", on, on).Exec(ctx)
+	if err != nil {
+		return fmt.Errorf("set the outbox commit order to %t: %w", on, err)
+	}
+	return nil
+}
+
+// CommitOrder reports whether keyed records are numbered at commit on this database (always
+// false on SQLite, whose ids are the commit order).
+func (s *Store) CommitOrder(ctx context.Context) (bool, error) {
+	if !s.pg {
+		return false, nil
+	}
+	var on bool
+	err := s.db.NewRaw("SELECT ordered FROM courier_outbox_settings WHERE id").Scan(ctx, &on)
+	return on, err
+}

@@ -113,6 +113,7 @@ func TestOrderedKeysCommitOrder(t *testing.T) {
 		}
 		ctx := context.Background()
 		scope := courier.OrderedScope{All: true}
+		require.NoError(t, s.TurnOnCommitOrder(ctx))
 		first, err := s.DB().BeginTx(ctx, nil)
 		require.NoError(t, err)
 		early, err := outbox.Enqueue(ctx, first, keyed("orders.a", "k"))
@@ -127,5 +128,75 @@ func TestOrderedKeysCommitOrder(t *testing.T) {
 		c, err := s.ClaimOrdered(ctx, "k", scope, 5, time.Hour, nil)
 		require.NoError(t, err)
 		require.Equal(t, []int64{late[0], early[0]}, c.IDs, "commit order")
+	})
+}
+
+// On PostgreSQL the commit-time numbering is off until a relay of the ordered mode turns it on:
+// off, a keyed insert gets no commit_seq and takes no lock, so two transactions writing the
+// same two keys in opposite orders both commit; on, the trigger locks the key and numbers the
+// row above every id taken before.
+func TestCommitOrderSwitch(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		if s.DB().Dialect().Name().String() != "pg" {
+			t.Skip("SQLite numbers nothing: ids are taken in commit order")
+		}
+		ctx := context.Background()
+		on, err := s.CommitOrder(ctx)
+		require.NoError(t, err)
+		require.False(t, on, "off by default")
+
+		// insert writes key in tx and fires the deferred trigger now (SET CONSTRAINTS ...
+		// IMMEDIATE), so a lock it takes is held until tx ends; it returns the row's id and
+		// commit_seq as tx sees them and the advisory locks tx holds.
+		insert := func(tx bun.Tx, key string) (id int64, seq *int64, locks int) {
+			ids, err := outbox.Enqueue(ctx, tx, keyed("orders.a", key))
+			require.NoError(t, err)
+			_, err = tx.ExecContext(ctx, "SET CONSTRAINTS courier_outbox_commit_seq IMMEDIATE")
+			require.NoError(t, err)
+			require.NoError(t, tx.NewRaw("SELECT commit_seq FROM courier_outbox WHERE id = ?", ids[0]).Scan(ctx, &seq))
+			require.NoError(t, tx.NewRaw("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()").Scan(ctx, &locks))
+			return ids[0], seq, locks
+		}
+
+		// Off: keys a, b in one transaction and b, a in another, interleaved, both commit.
+		t1, err := s.DB().BeginTx(ctx, nil)
+		require.NoError(t, err)
+		t2, err := s.DB().BeginTx(ctx, nil)
+		require.NoError(t, err)
+		for _, step := range []struct {
+			tx  bun.Tx
+			key string
+		}{{t1, "a"}, {t2, "b"}, {t1, "b"}, {t2, "a"}} {
+			_, seq, locks := insert(step.tx, step.key)
+			require.Nil(t, seq, "no commit_seq while off")
+			require.Zero(t, locks, "no lock while off")
+		}
+		require.NoError(t, t1.Commit())
+		require.NoError(t, t2.Commit())
+		var numbered int
+		require.NoError(t, s.DB().NewRaw("SELECT count(*) FROM courier_outbox WHERE commit_seq IS NOT NULL").Scan(ctx, &numbered))
+		require.Zero(t, numbered)
+
+		// On: the key is locked and the row numbered above its own id.
+		require.NoError(t, s.TurnOnCommitOrder(ctx))
+		on, err = s.CommitOrder(ctx)
+		require.NoError(t, err)
+		require.True(t, on)
+		tx, err := s.DB().BeginTx(ctx, nil)
+		require.NoError(t, err)
+		id, seq, locks := insert(tx, "a")
+		require.NotNil(t, seq)
+		require.Greater(t, *seq, id)
+		require.Equal(t, 1, locks)
+		require.NoError(t, tx.Commit())
+
+		// Off again (the operator's statement): nothing is numbered.
+		require.NoError(t, s.SetCommitOrder(ctx, false))
+		tx, err = s.DB().BeginTx(ctx, nil)
+		require.NoError(t, err)
+		_, seq, locks = insert(tx, "a")
+		require.Nil(t, seq)
+		require.Zero(t, locks)
+		require.NoError(t, tx.Commit())
 	})
 }

@@ -4,16 +4,31 @@
 -- at COMMIT by a deferred trigger that first takes a transaction lock on the key, held until
 -- the commit ends: two transactions writing the same key take their numbers in the order they
 -- commit, and a record is visible before the next one of its key is numbered. A record
--- without a key (or written before this migration) has none; the order of those is their id.
+-- without a key, or committed while the ordered mode was off for this database, has none; the
+-- order of those is their id.
 ALTER TABLE courier_outbox ADD COLUMN IF NOT EXISTS commit_seq BIGINT;
-CREATE SEQUENCE IF NOT EXISTS courier_outbox_commit_seq;
--- Numbers follow every existing id, so COALESCE(commit_seq, id) orders old and new records.
-SELECT setval('courier_outbox_commit_seq', GREATEST((SELECT COALESCE(max(id), 0) FROM courier_outbox), 1));
 
+-- The ordered mode's switch for this database: one row. Off (the default), the trigger below
+-- reads it and returns, so producers pay no lock and no UPDATE. A relay whose ordered mode
+-- covers this database turns it on at start; only an operator turns it off
+-- (docs/flow-control.md, "Turning the commit order on and off").
+CREATE TABLE IF NOT EXISTS courier_outbox_settings (
+    id         BOOLEAN     PRIMARY KEY DEFAULT true CHECK (id),
+    ordered    BOOLEAN     NOT NULL DEFAULT false,
+    changed_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+INSERT INTO courier_outbox_settings (id) VALUES (true) ON CONFLICT (id) DO NOTHING;
+
+-- The number is taken from the ids' own sequence, at commit: it is above the id of every
+-- record inserted before, so COALESCE(commit_seq, id) puts a record numbered after the switch
+-- went on after every record committed before it (which have only their id).
 CREATE OR REPLACE FUNCTION courier_outbox_commit_seq() RETURNS trigger AS $$
 BEGIN
+    IF NOT COALESCE((SELECT ordered FROM courier_outbox_settings WHERE id), false) THEN
+        RETURN NULL;
+    END IF;
     PERFORM pg_advisory_xact_lock(hashtextextended('courier_outbox/' || NEW."key", 0));
-    UPDATE courier_outbox SET commit_seq = nextval('courier_outbox_commit_seq') WHERE id = NEW.id;
+    UPDATE courier_outbox SET commit_seq = nextval(pg_get_serial_sequence('courier_outbox', 'id')) WHERE id = NEW.id;
     RETURN NULL;
 END;
 $$ LANGUAGE plpgsql;
