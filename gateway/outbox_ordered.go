@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
@@ -73,12 +74,22 @@ func (h *handlers) skipOutbox(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	b, err := st.SkipBlocked(c.Request().Context(), id)
+	b, err := h.skipRecord(c.Request().Context(), st, id)
 	if err != nil {
 		return err
+	}
+	return c.JSON(http.StatusOK, api.BlockedKeyOf(src, b))
+}
+
+// skipRecord unblocks the key that record id of st blocks and wakes the relay, so the key's
+// later records go out (the API's skip and the console's).
+func (h *handlers) skipRecord(ctx context.Context, st OutboxStore, id int64) (courier.BlockedKey, error) {
+	b, err := st.SkipBlocked(ctx, id)
+	if err != nil {
+		return b, err
 	}
 	if h.d.Wake != nil {
 		h.d.Wake()
 	}
-	return c.JSON(http.StatusOK, api.BlockedKeyOf(src, b))
+	return b, nil
 }
