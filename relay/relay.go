@@ -304,7 +304,8 @@ func (r *Relay) runSource(ctx context.Context, src Source, wake <-chan struct{})
 	// to space out, and its per-record rows should not wait.
 	var lastBatch time.Time
 	// ordered: the ordered mode covers some of src's records; numbered: src's database numbers
-	// keyed records at commit (store.TurnOnCommitOrder), turned on by the first pass.
+	// keyed records at commit (store.TurnOnCommitOrder), turned on by the first pass and ready
+	// once the producers that read it off have ended.
 	ordered, numbered := r.cfg.Ordered.scope(src.Name).On(), false
 	for {
 		if !lastBatch.IsZero() {
@@ -320,13 +321,14 @@ func (r *Relay) runSource(ctx context.Context, src Source, wake <-chan struct{})
 		began := time.Now()
 		c, err := r.ClaimOnce(ctx, src)
 		if ordered && !numbered {
-			// Keys are delivered only once their records are numbered at commit: before,
-			// the ordered records wait (the claim leaves them out).
-			oerr := src.Store.TurnOnCommitOrder(ctx)
+			// Keys are delivered only once their records are numbered at commit and no
+			// producer that read the switch off can still commit: before, the ordered
+			// records wait (the claim leaves them out).
+			ready, oerr := src.Store.TurnOnCommitOrder(ctx, r.cfg.Ordered.scope(src.Name))
 			if oerr != nil && ctx.Err() == nil {
 				r.log.Warn("turning on the outbox commit order failed", "source", src.Name, "error", oerr)
 			}
-			numbered = oerr == nil
+			numbered = oerr == nil && ready
 		}
 		if numbered {
 			if oerr := r.startOrdered(ctx, src); oerr != nil && ctx.Err() == nil {

@@ -235,7 +235,7 @@ func TestOrderedRelayTurnsOnCommitOrder(t *testing.T) {
 	st, _ := testenv.Store(t, "postgres")
 	ctx := t.Context()
 	commitOrder := func() bool {
-		on, err := st.CommitOrder(ctx)
+		on, _, err := st.CommitOrder(ctx)
 		require.NoError(t, err)
 		return on
 	}

@@ -3,8 +3,12 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -267,25 +271,110 @@ func unblockRecords(ctx context.Context, tx bun.IDB, ids []int64) error {
 	return err
 }
 
-// TurnOnCommitOrder turns on the commit-time numbering of keyed records for this database
-// (courier_outbox_settings.ordered, schema/outbox 0003): from the commit after it, each keyed
-// record takes its key's lock and a commit_seq. A relay whose ordered mode covers the database
-// calls it at start, before it delivers any key; until then, and for records committed while it
-// was off, the order is the id. Nothing in courier turns it off (SetCommitOrder): a relay
-// without the ordered mode says nothing, so a fleet mid-rollout keeps it on for the relays that
-// order. SQLite needs no numbering (ids are taken in commit order): a no-op there.
-func (s *Store) TurnOnCommitOrder(ctx context.Context) error {
-	return s.SetCommitOrder(ctx, true)
+// TurnOnCommitOrder turns on the commit-time numbering of scope's keyed records for this
+// database (courier_outbox_settings, schema/outbox 0003): from the commit after it, each keyed
+// record of an ordered topic takes its key's lock and a commit_seq. A relay whose ordered mode
+// covers the database calls it at start, before it delivers any key; until then, and for
+// records committed while it was off, the order is the id. It only widens: the topics become
+// the union of every caller's (every keyed record once one orders the whole source), so relays
+// of a fleet mid-rollout with different settings each keep theirs numbered. Nothing in courier
+// turns it off or narrows it (SetCommitOrder): a relay without the ordered mode says nothing.
+//
+// ready reports whether every transaction that could have read the row before the change has
+// ended: a producer whose trigger read "off" (or not this topic) just before the switch may
+// commit its record unnumbered a moment after it, and that record must not be overtaken, so
+// keys are delivered only once ready. It is judged on transaction ids: exact for producers in
+// READ COMMITTED (the trigger reads the row at commit); a REPEATABLE READ or SERIALIZABLE
+// producer whose snapshot predates the switch is not covered (docs/flow-control.md).
+// SQLite needs no numbering (ids are taken in commit order): ready at once there.
+func (s *Store) TurnOnCommitOrder(ctx context.Context, scope courier.OrderedScope) (ready bool, err error) {
+	if !s.pg || !scope.On() {
+		return true, nil
+	}
+	if err := s.turnOnCommitOrder(ctx, scope); err != nil {
+		return false, fmt.Errorf("turn on the outbox commit order: %w", err)
+	}
+	// The horizon is taken after the change committed: every transaction that read the row
+	// before then has an id below the snapshot's xmax (it wrote a record, so it has one).
+	if _, err := s.db.NewRaw("UPDATE courier_outbox_settings SET ready_after = txid_snapshot_xmax(txid_current_snapshot()) WHERE id AND ready_after IS NULL").
+		Exec(ctx); err != nil {
+		return false, fmt.Errorf("turn on the outbox commit order: %w", err)
+	}
+	if err := s.db.NewRaw("SELECT txid_snapshot_xmin(txid_current_snapshot()) >= ready_after FROM courier_outbox_settings WHERE id").
+		Scan(ctx, &ready); err != nil {
+		return false, fmt.Errorf("turn on the outbox commit order: %w", err)
+	}
+	return ready, nil
 }
 
-// SetCommitOrder turns the commit-time numbering of keyed records on or off for this database.
-// Off is for an operator once no relay orders this database any more (docs/flow-control.md,
-// "Turning the commit order on and off"). A no-op on SQLite.
+func (s *Store) turnOnCommitOrder(ctx context.Context, scope courier.OrderedScope) error {
+	return s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		var cur struct {
+			Ordered bool           `bun:"ordered"`
+			Topics  sql.NullString `bun:"ordered_topics"`
+		}
+		if err := tx.NewRaw("SELECT ordered, ordered_topics FROM courier_outbox_settings WHERE id FOR UPDATE").Scan(ctx, &cur); err != nil {
+			return err
+		}
+		var topics []string // nil: every keyed record
+		if !scope.All {
+			var had []string
+			if cur.Ordered && cur.Topics.Valid {
+				if err := json.Unmarshal([]byte(cur.Topics.String), &had); err != nil {
+					return fmt.Errorf("courier_outbox_settings.ordered_topics: %w", err)
+				}
+			}
+			if !cur.Ordered || cur.Topics.Valid {
+				topics = append(had, scope.Topics...)
+				slices.Sort(topics)
+				topics = slices.Compact(topics)
+			}
+		}
+		var raw, match sql.NullString
+		if topics != nil {
+			b, _ := json.Marshal(topics)
+			raw = sql.NullString{String: string(b), Valid: true}
+			match = sql.NullString{String: topicsRegexp(topics), Valid: true}
+		}
+		if cur.Ordered && raw == cur.Topics {
+			return nil
+		}
+		_, err := tx.NewRaw("UPDATE courier_outbox_settings SET ordered = true, ordered_topics = ?, ordered_match = ?, ready_after = NULL, changed_at = now() WHERE id",
+			raw, match).Exec(ctx)
+		return err
+	})
+}
+
+// topicsRegexp is a POSIX regular expression (PostgreSQL's ~) that matches a topic exactly when
+// courier.MatchTopic matches it with one of patterns: '*' is one token (which may be empty), '>'
+// one or more.
+func topicsRegexp(patterns []string) string {
+	alts := make([]string, 0, len(patterns))
+	for _, p := range patterns {
+		toks := strings.Split(p, ".")
+		for i, tok := range toks {
+			switch tok {
+			case "*":
+				toks[i] = "[^.]*"
+			case ">":
+				toks[i] = ".*"
+			default:
+				toks[i] = regexp.QuoteMeta(tok)
+			}
+		}
+		alts = append(alts, "^"+strings.Join(toks, `\.`)+"$")
+	}
+	return strings.Join(alts, "|")
+}
+
+// SetCommitOrder turns the commit-time numbering of keyed records off for this database (on:
+// of every keyed record). Off is for an operator once no relay orders this database any more
+// (docs/flow-control.md, "Turning the commit order on and off"). A no-op on SQLite.
 func (s *Store) SetCommitOrder(ctx context.Context, on bool) error {
 	if !s.pg {
 		return nil
 	}
-	_, err := s.db.NewRaw("UPDATE courier_outbox_settings SET ordered = ?, changed_at = now() WHERE id AND ordered <> ?", on, on).Exec(ctx)
+	_, err := s.db.NewRaw("UPDATE courier_outbox_settings SET ordered = ?, ordered_topics = NULL, ordered_match = NULL, ready_after = NULL, changed_at = now() WHERE id", on).Exec(ctx)
 	if err != nil {
 		return fmt.Errorf("set the outbox commit order to %t: %w", on, err)
 	}
@@ -293,12 +382,24 @@ func (s *Store) SetCommitOrder(ctx context.Context, on bool) error {
 }
 
 // CommitOrder reports whether keyed records are numbered at commit on this database (always
-// false on SQLite, whose ids are the commit order).
-func (s *Store) CommitOrder(ctx context.Context) (bool, error) {
+// false on SQLite, whose ids are the commit order), and of which topic patterns (nil: every
+// keyed record).
+func (s *Store) CommitOrder(ctx context.Context) (bool, []string, error) {
 	if !s.pg {
-		return false, nil
+		return false, nil, nil
 	}
-	var on bool
-	err := s.db.NewRaw("SELECT ordered FROM courier_outbox_settings WHERE id").Scan(ctx, &on)
-	return on, err
+	var cur struct {
+		Ordered bool           `bun:"ordered"`
+		Topics  sql.NullString `bun:"ordered_topics"`
+	}
+	if err := s.db.NewRaw("SELECT ordered, ordered_topics FROM courier_outbox_settings WHERE id").Scan(ctx, &cur); err != nil {
+		return false, nil, err
+	}
+	var topics []string
+	if cur.Topics.Valid {
+		if err := json.Unmarshal([]byte(cur.Topics.String), &topics); err != nil {
+			return false, nil, err
+		}
+	}
+	return cur.Ordered, topics, nil
 }

@@ -113,7 +113,8 @@ func TestOrderedKeysCommitOrder(t *testing.T) {
 		}
 		ctx := context.Background()
 		scope := courier.OrderedScope{All: true}
-		require.NoError(t, s.TurnOnCommitOrder(ctx))
+		_, err := s.TurnOnCommitOrder(ctx, scope)
+		require.NoError(t, err)
 		first, err := s.DB().BeginTx(ctx, nil)
 		require.NoError(t, err)
 		early, err := outbox.Enqueue(ctx, first, keyed("orders.a", "k"))
@@ -134,28 +135,49 @@ func TestOrderedKeysCommitOrder(t *testing.T) {
 // On PostgreSQL the commit-time numbering is off until a relay of the ordered mode turns it on:
 // off, a keyed insert gets no commit_seq and takes no lock, so two transactions writing the
 // same two keys in opposite orders both commit; on, the trigger locks the key and numbers the
-// row above every id taken before.
+// row above every id taken before, for the ordered topics only; later relays widen the topics,
+// never narrow them.
 func TestCommitOrderSwitch(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, s *store.Store) {
 		if s.DB().Dialect().Name().String() != "pg" {
 			t.Skip("SQLite numbers nothing: ids are taken in commit order")
 		}
 		ctx := context.Background()
-		on, err := s.CommitOrder(ctx)
+		on, _, err := s.CommitOrder(ctx)
 		require.NoError(t, err)
 		require.False(t, on, "off by default")
 
-		// insert writes key in tx and fires the deferred trigger now (SET CONSTRAINTS ...
-		// IMMEDIATE), so a lock it takes is held until tx ends; it returns the row's id and
-		// commit_seq as tx sees them and the advisory locks tx holds.
-		insert := func(tx bun.Tx, key string) (id int64, seq *int64, locks int) {
-			ids, err := outbox.Enqueue(ctx, tx, keyed("orders.a", key))
+		// insert writes key on topic in tx and fires the deferred trigger now (SET
+		// CONSTRAINTS ... IMMEDIATE), so a lock it takes is held until tx ends; it returns the
+		// row's id and commit_seq as tx sees them and the advisory locks tx holds.
+		insert := func(tx bun.Tx, topic, key string) (id int64, seq *int64, locks int) {
+			ids, err := outbox.Enqueue(ctx, tx, keyed(topic, key))
 			require.NoError(t, err)
 			_, err = tx.ExecContext(ctx, "SET CONSTRAINTS courier_outbox_commit_seq IMMEDIATE")
 			require.NoError(t, err)
 			require.NoError(t, tx.NewRaw("SELECT commit_seq FROM courier_outbox WHERE id = ?", ids[0]).Scan(ctx, &seq))
 			require.NoError(t, tx.NewRaw("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()").Scan(ctx, &locks))
 			return ids[0], seq, locks
+		}
+		// numbered commits one keyed record of topic and reports whether it got a number
+		// (above its id, under one lock) or none (and no lock).
+		numbered := func(topic string) bool {
+			tx, err := s.DB().BeginTx(ctx, nil)
+			require.NoError(t, err)
+			id, seq, locks := insert(tx, topic, "k")
+			require.NoError(t, tx.Commit())
+			if seq == nil {
+				require.Zero(t, locks, "no lock for a record left unnumbered")
+				return false
+			}
+			require.Greater(t, *seq, id)
+			require.Equal(t, 1, locks)
+			return true
+		}
+
+		turnOn := func(scope courier.OrderedScope) {
+			_, err := s.TurnOnCommitOrder(ctx, scope)
+			require.NoError(t, err)
 		}
 
 		// Off: keys a, b in one transaction and b, a in another, interleaved, both commit.
@@ -167,36 +189,96 @@ func TestCommitOrderSwitch(t *testing.T) {
 			tx  bun.Tx
 			key string
 		}{{t1, "a"}, {t2, "b"}, {t1, "b"}, {t2, "a"}} {
-			_, seq, locks := insert(step.tx, step.key)
+			_, seq, locks := insert(step.tx, "orders.a", step.key)
 			require.Nil(t, seq, "no commit_seq while off")
 			require.Zero(t, locks, "no lock while off")
 		}
 		require.NoError(t, t1.Commit())
 		require.NoError(t, t2.Commit())
-		var numbered int
-		require.NoError(t, s.DB().NewRaw("SELECT count(*) FROM courier_outbox WHERE commit_seq IS NOT NULL").Scan(ctx, &numbered))
-		require.Zero(t, numbered)
+		var n int
+		require.NoError(t, s.DB().NewRaw("SELECT count(*) FROM courier_outbox WHERE commit_seq IS NOT NULL").Scan(ctx, &n))
+		require.Zero(t, n)
 
-		// On: the key is locked and the row numbered above its own id.
-		require.NoError(t, s.TurnOnCommitOrder(ctx))
-		on, err = s.CommitOrder(ctx)
+		// On for some topics: only their records are numbered.
+		turnOn(courier.OrderedScope{Topics: []string{"orders.>"}})
+		require.True(t, numbered("orders.a"))
+		require.True(t, numbered("orders.a.b"))
+		require.False(t, numbered("orders"))
+		require.False(t, numbered("audit.a"))
+		// Another relay's topics are added, not put instead.
+		turnOn(courier.OrderedScope{Topics: []string{"audit.*"}})
+		on, topics, err := s.CommitOrder(ctx)
 		require.NoError(t, err)
 		require.True(t, on)
-		tx, err := s.DB().BeginTx(ctx, nil)
+		require.Equal(t, []string{"audit.*", "orders.>"}, topics)
+		require.True(t, numbered("orders.a"))
+		require.True(t, numbered("audit.a"))
+		require.False(t, numbered("audit.a.b"))
+		// A whole source: every keyed record, and no narrower relay narrows it again.
+		turnOn(courier.OrderedScope{All: true})
+		turnOn(courier.OrderedScope{Topics: []string{"orders.>"}})
+		on, topics, err = s.CommitOrder(ctx)
 		require.NoError(t, err)
-		id, seq, locks := insert(tx, "a")
-		require.NotNil(t, seq)
-		require.Greater(t, *seq, id)
-		require.Equal(t, 1, locks)
-		require.NoError(t, tx.Commit())
+		require.True(t, on)
+		require.Nil(t, topics)
+		require.True(t, numbered("users.x"))
 
 		// Off again (the operator's statement): nothing is numbered.
 		require.NoError(t, s.SetCommitOrder(ctx, false))
-		tx, err = s.DB().BeginTx(ctx, nil)
+		require.False(t, numbered("orders.a"))
+	})
+}
+
+// The trigger's regular expression for the ordered topics matches what courier.MatchTopic does.
+func TestCommitOrderTopicsMatch(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		if s.DB().Dialect().Name().String() != "pg" {
+			t.Skip("PostgreSQL only")
+		}
+		ctx := context.Background()
+		patterns := []string{"orders.>", "a.*.c", "*", "x-y_z.*", ">"}
+		topics := []string{"orders", "orders.a", "orders.a.b", "ordersXa", "a.b.c", "a.b.c.d", "a..c", "aXbXc", "b", "b.c",
+			"x-y_z.q", "x-y_z", "xAy_z.q"}
+		for _, p := range patterns {
+			re := store.TopicsRegexp([]string{p})
+			for _, topic := range topics {
+				var got bool
+				require.NoError(t, s.DB().NewRaw("SELECT ? ~ ?", topic, re).Scan(ctx, &got))
+				require.Equal(t, courier.MatchTopic(p, topic), got, "%s against %s (%s)", topic, p, re)
+			}
+		}
+	})
+}
+
+// Keys are delivered only once no producer that read the switch off can still commit: a
+// producer's transaction open across the switch, whose record would go unnumbered, holds
+// readiness until it ends.
+func TestCommitOrderReadyAfterOpenProducers(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		scope := courier.OrderedScope{All: true}
+		if s.DB().Dialect().Name().String() != "pg" {
+			ready, err := s.TurnOnCommitOrder(ctx, scope)
+			require.NoError(t, err)
+			require.True(t, ready, "nothing to wait for on SQLite")
+			return
+		}
+		producer, err := s.DB().BeginTx(ctx, nil)
 		require.NoError(t, err)
-		_, seq, locks = insert(tx, "a")
-		require.Nil(t, seq)
-		require.Zero(t, locks)
-		require.NoError(t, tx.Commit())
+		_, err = outbox.Enqueue(ctx, producer, keyed("orders.a", "k"))
+		require.NoError(t, err)
+		ready, err := s.TurnOnCommitOrder(ctx, scope)
+		require.NoError(t, err)
+		require.False(t, ready, "a producer open across the switch may commit unnumbered")
+		ready, err = s.TurnOnCommitOrder(ctx, scope)
+		require.NoError(t, err)
+		require.False(t, ready)
+		require.NoError(t, producer.Commit())
+		// Other tests' transactions on the same server may hold the horizon for a moment.
+		require.Eventually(t, func() bool {
+			ready, err := s.TurnOnCommitOrder(ctx, scope)
+			require.NoError(t, err)
+			return ready
+		}, 10*time.Second, 10*time.Millisecond)
 	})
 }

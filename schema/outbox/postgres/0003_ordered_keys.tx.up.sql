@@ -11,11 +11,19 @@ ALTER TABLE courier_outbox ADD COLUMN IF NOT EXISTS commit_seq BIGINT;
 -- The ordered mode's switch for this database: one row. Off (the default), the trigger below
 -- reads it and returns, so producers pay no lock and no UPDATE. A relay whose ordered mode
 -- covers this database turns it on at start; only an operator turns it off
--- (docs/flow-control.md, "Turning the commit order on and off").
+-- (docs/flow-control.md, "Turning the commit order on and off"). ordered_topics (a JSON array
+-- of topic patterns, NULL for every keyed record) is the union of the relays' ordered topics,
+-- and ordered_match the same as one regular expression, which the trigger matches the topic
+-- against; both are written by the relays (store.TurnOnCommitOrder), never by hand.
+-- ready_after is a transaction id: once every transaction below it has ended, none that read the
+-- row before its last change can still commit, and the relays deliver keys (NULL: not known yet).
 CREATE TABLE IF NOT EXISTS courier_outbox_settings (
-    id         BOOLEAN     PRIMARY KEY DEFAULT true CHECK (id),
-    ordered    BOOLEAN     NOT NULL DEFAULT false,
-    changed_at TIMESTAMPTZ NOT NULL DEFAULT now()
+    id             BOOLEAN     PRIMARY KEY DEFAULT true CHECK (id),
+    ordered        BOOLEAN     NOT NULL DEFAULT false,
+    ordered_topics TEXT,
+    ordered_match  TEXT,
+    ready_after    BIGINT,
+    changed_at     TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 INSERT INTO courier_outbox_settings (id) VALUES (true) ON CONFLICT (id) DO NOTHING;
 
@@ -23,8 +31,12 @@ INSERT INTO courier_outbox_settings (id) VALUES (true) ON CONFLICT (id) DO NOTHI
 -- record inserted before, so COALESCE(commit_seq, id) puts a record numbered after the switch
 -- went on after every record committed before it (which have only their id).
 CREATE OR REPLACE FUNCTION courier_outbox_commit_seq() RETURNS trigger AS $$
+DECLARE
+    on_    BOOLEAN;
+    match_ TEXT;
 BEGIN
-    IF NOT COALESCE((SELECT ordered FROM courier_outbox_settings WHERE id), false) THEN
+    SELECT ordered, ordered_match INTO on_, match_ FROM courier_outbox_settings WHERE id;
+    IF NOT COALESCE(on_, false) OR (match_ IS NOT NULL AND NEW.topic !~ match_) THEN
         RETURN NULL;
     END IF;
     PERFORM pg_advisory_xact_lock(hashtextextended('courier_outbox/' || NEW."key", 0));
