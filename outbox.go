@@ -110,3 +110,52 @@ func OutboxMessageID(source string, id int64) string {
 	}
 	return source + "/" + strconv.FormatInt(id, 10)
 }
+
+// BlockedKey is an ordered key (docs/flow-control.md, "Ordered keys in the outbox") whose next
+// record spent its retry budget: that record is dead, and the key's later records wait behind
+// it until an operator redrives it (after fixing the cause) or skips it.
+type BlockedKey struct {
+	Key       string
+	RecordID  int64  // the dead record the key waits on
+	Topic     string // its topic
+	Reason    string // its last error
+	BlockedAt time.Time
+	Waiting   int64 // the records of the key not yet sent (pending or dispatched), of any topic
+}
+
+// OrderedScope says which records of an outbox source are ordered by key (the ordered mode):
+// every keyed record (All), or the keyed records whose topic matches one of Topics (patterns
+// of CheckTopicPattern). A record without a key never is.
+type OrderedScope struct {
+	All    bool
+	Topics []string
+}
+
+// On reports whether the scope orders anything.
+func (o OrderedScope) On() bool { return o.All || len(o.Topics) > 0 }
+
+// Has reports whether a record of topic with key is in the scope.
+func (o OrderedScope) Has(topic, key string) bool {
+	if key == "" {
+		return false
+	}
+	if o.All {
+		return true
+	}
+	for _, p := range o.Topics {
+		if MatchTopic(p, topic) {
+			return true
+		}
+	}
+	return false
+}
+
+// OutboxKeyWorkflowID is the deterministic workflow ID of an ordered key's delivery:
+// outbox-key/<key> for courier's own database, outbox-key/<source>/<key> for a producer's
+// (the key escaped as EscapeID does). One run per key at a time.
+func OutboxKeyWorkflowID(source, key string) string {
+	if source == "" || source == DefaultSource {
+		return "outbox-key/" + EscapeID(key)
+	}
+	return "outbox-key/" + source + "/" + EscapeID(key)
+}

@@ -33,6 +33,7 @@ const (
 const (
 	KindOutbox      = "outbox"       // an outbox record's delivery
 	KindOutboxBatch = "outbox-batch" // a batch of outbox records (batch mode)
+	KindOutboxKey   = "outbox-key"   // an ordered key's delivery (ordered mode)
 	KindTimer       = "timer"        // a timer of its own (the default mode)
 	KindTimerBucket = "timer-bucket" // a business type's second of bucketed timers
 	// KindBucketedTimer is a bucketed timer's delivery in a run of its own: retried after its

@@ -26,6 +26,8 @@ type OutboxStore interface {
 	LoadOutboxBatch(ctx context.Context, ids []int64) ([]courier.OutboxRecord, error)
 	MarkOutboxSentBatch(ctx context.Context, ids []int64) (int64, error)
 	HandOutboxToRecord(ctx context.Context, id int64, lastErr string, retryIn time.Duration) (bool, error)
+	// HoldOutbox hands a record of a paused topic back to pending without an attempt.
+	HoldOutbox(ctx context.Context, id int64, retryIn time.Duration) (bool, error)
 }
 
 // Outbox delivers outbox records to the message queue.
@@ -34,12 +36,35 @@ type Outbox struct {
 	pub     mq.Publisher
 	metrics *metrics.Outbox
 	now     func() time.Time
+	paused  func() courier.Pauses // nil: nothing is ever paused
 }
 
 // NewOutbox builds the outbox activities over the named outbox sources ("default" is courier's
 // own database), a publisher, and optional metrics (nil records nothing).
 func NewOutbox(sources map[string]OutboxStore, pub mq.Publisher, m *metrics.Outbox) *Outbox {
 	return &Outbox{sources: sources, pub: pub, metrics: m, now: time.Now}
+}
+
+// WithPauses makes the activities consult the pauses in force before each publish: a record
+// whose topic matches a paused pattern is not published and no attempt is counted
+// (docs/flow-control.md). It returns a.
+func (a *Outbox) WithPauses(current func() courier.Pauses) *Outbox {
+	a.paused = current
+	return a
+}
+
+// HoldDelay is how long a record a delivery found paused waits before a claim may take it:
+// longer than the pauses' refresh, so a relay that has not yet read the pause does not claim
+// it again while the delivery that held it is still closing.
+const HoldDelay = 2 * time.Second
+
+// isPaused reports whether topic is paused now.
+func (a *Outbox) isPaused(topic string) bool {
+	if a.paused == nil {
+		return false
+	}
+	_, ok := a.paused().Topic(topic)
+	return ok
 }
 
 func (a *Outbox) store(source string) (OutboxStore, error) {
@@ -74,6 +99,12 @@ func (a *Outbox) Deliver(ctx context.Context, p contract.DeliverParams) (contrac
 	}
 	if err := refuse(rec); err != nil {
 		return contract.DeliverResult{}, err
+	}
+	if a.isPaused(rec.Topic) {
+		if _, err := st.HoldOutbox(ctx, rec.ID, HoldDelay); err != nil {
+			return contract.DeliverResult{}, fmt.Errorf("hold outbox %d while its topic is paused: %w", rec.ID, err)
+		}
+		return contract.DeliverResult{Paused: true}, nil
 	}
 	source := p.Source
 	if source == "" {

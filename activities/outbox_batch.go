@@ -53,6 +53,13 @@ func (a *Outbox) PublishBatch(ctx context.Context, p contract.BatchParams) (cont
 			handed[rec.ID] = app.Message()
 			continue
 		}
+		if a.isPaused(rec.Topic) {
+			if _, err := st.HoldOutbox(ctx, rec.ID, HoldDelay); err != nil {
+				return contract.BatchResult{}, fmt.Errorf("hold outbox %d while its topic is paused: %w", rec.ID, err)
+			}
+			res.Held = append(res.Held, rec.ID)
+			continue
+		}
 		pending = append(pending, rec)
 	}
 	msgs := make([]mq.Message, len(pending))

@@ -21,6 +21,7 @@ type batchStore struct {
 	recs   map[int64]courier.OutboxRecord
 	sent   []int64
 	handed map[int64]string
+	held   []int64
 }
 
 func (s *batchStore) GetOutbox(_ context.Context, id int64) (courier.OutboxRecord, error) {
@@ -46,6 +47,11 @@ func (s *batchStore) MarkOutboxSentBatch(_ context.Context, ids []int64) (int64,
 }
 func (s *batchStore) HandOutboxToRecord(_ context.Context, id int64, lastErr string, _ time.Duration) (bool, error) {
 	s.handed[id] = lastErr
+	return true, nil
+}
+
+func (s *batchStore) HoldOutbox(_ context.Context, id int64, _ time.Duration) (bool, error) {
+	s.held = append(s.held, id)
 	return true, nil
 }
 
@@ -96,4 +102,29 @@ func TestPublishBatch(t *testing.T) {
 	require.Contains(t, st.handed[2], "broker said no")
 	require.Contains(t, st.handed[3], "refused, never published")
 	require.NotContains(t, st.handed[3], "retryable", "the reason is the message, not Temporal's wrapper")
+}
+
+// A record whose topic is paused stays out of the batch's publish: it is held (pending again,
+// no attempt counted, not handed to a delivery of its own); the others go out.
+func TestPublishBatchHoldsPausedTopics(t *testing.T) {
+	st := &batchStore{handed: map[int64]string{}, recs: map[int64]courier.OutboxRecord{
+		1: {ID: 1, Topic: "orders.created", Payload: []byte(`1`), Status: courier.OutboxDispatched},
+		2: {ID: 2, Topic: "other.y", Payload: []byte(`2`), Status: courier.OutboxDispatched},
+	}}
+	pub := &failingPub{}
+	paused := courier.NewPauses([]courier.Pause{{Kind: courier.PauseTopic, Name: "orders.>"}})
+	a := activities.NewOutbox(map[string]activities.OutboxStore{"src": st}, pub, nil).
+		WithPauses(func() courier.Pauses { return paused })
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(a.PublishBatch)
+	v, err := env.ExecuteActivity(a.PublishBatch, contract.BatchParams{Source: "src", IDs: []int64{1, 2}})
+	require.NoError(t, err)
+	var res contract.BatchResult
+	require.NoError(t, v.Get(&res))
+	require.Equal(t, 1, res.Sent)
+	require.Equal(t, []int64{1}, res.Held)
+	require.Equal(t, []int64{1}, st.held)
+	require.Empty(t, st.handed)
+	require.Equal(t, []string{courier.OutboxMessageID("src", 2)}, pub.got)
 }

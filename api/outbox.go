@@ -112,3 +112,29 @@ type RedriveResult struct {
 	Busy     int   `json:"busy"`     // matching records left dead because their last delivery run was still open; call again a second later
 	More     bool  `json:"more"`     // matching dead records remain beyond Max; call again for the next ones
 }
+
+// BlockedKey is an ordered key whose next record spent its retry budget (docs/flow-control.md,
+// "Ordered keys in the outbox"): the record is dead and the key's later records wait behind it
+// until it is redriven (POST /v1/outbox/{id}/redrive) or skipped (POST /v1/outbox/{id}/skip).
+type BlockedKey struct {
+	Source     string    `json:"source"`
+	Key        string    `json:"key"`
+	RecordID   int64     `json:"record_id"`   // the dead record the key waits on
+	Topic      string    `json:"topic"`       // its topic
+	Reason     string    `json:"reason"`      // its last error
+	BlockedAt  time.Time `json:"blocked_at"`  // when it went dead
+	Waiting    int64     `json:"waiting"`     // records of the key not yet sent
+	WorkflowID string    `json:"workflow_id"` // the key's delivery run (outbox-key/…)
+}
+
+// BlockedKeyOf is the API's view of a blocked key of source.
+func BlockedKeyOf(source string, b courier.BlockedKey) BlockedKey {
+	return BlockedKey{Source: source, Key: b.Key, RecordID: b.RecordID, Topic: b.Topic, Reason: b.Reason,
+		BlockedAt: b.BlockedAt, Waiting: b.Waiting, WorkflowID: courier.OutboxKeyWorkflowID(source, b.Key)}
+}
+
+// BlockedKeyPage is one page of blocked keys by key; NextPageToken is empty on the last.
+type BlockedKeyPage struct {
+	Items         []BlockedKey `json:"items"`
+	NextPageToken string       `json:"next_page_token,omitempty"`
+}

@@ -139,3 +139,47 @@ func batchCost(ctx context.Context, tc client.Client, source string, records int
 	c.Actions *= per
 	return c, nil
 }
+
+// orderedCost is the engine's cost per record of the ordered mode: the events and actions of
+// every run of the source's key deliveries (each key runs again whenever new records come),
+// divided by the records they delivered.
+func orderedCost(ctx context.Context, tc client.Client, source string, records int) (Cost, error) {
+	select { // visibility trails the runs by a moment
+	case <-ctx.Done():
+		return Cost{}, ctx.Err()
+	case <-time.After(2 * time.Second):
+	}
+	query := fmt.Sprintf("%s = '%s' AND %s = '%s'", courier.SAKind, courier.KindOutboxKey, courier.SASource, source)
+	var (
+		c      Cost
+		events int
+		acts   int
+		token  []byte
+	)
+	for {
+		resp, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, NextPageToken: token, PageSize: 100})
+		if err != nil {
+			return Cost{}, fmt.Errorf("list key deliveries: %w", err)
+		}
+		for _, e := range resp.GetExecutions() {
+			it := tc.GetWorkflowHistory(ctx, e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+			for it.HasNext() {
+				ev, err := it.Next()
+				if err != nil {
+					return Cost{}, err
+				}
+				events++
+				acts += actionsOf(ev)
+			}
+			c.Sampled++
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			break
+		}
+	}
+	if records > 0 {
+		c.Events = float64(events) / float64(records)
+		c.Actions = float64(acts) / float64(records)
+	}
+	return c, nil
+}

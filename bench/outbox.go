@@ -47,7 +47,19 @@ type OutboxConfig struct {
 	BatchRows int
 	BatchRate float64 // default 1,000 rows/s
 	BatchMax  int     // records per batch (relay.BatchConfig.Max); default relay.DefaultBatchMax
+	// Ordered adds the ordered-mode scenarios (courier-ordered-sqlite, courier-ordered-postgres):
+	// Rows rows at Rate, one per transaction as in the per-record scenario, spread round-robin
+	// over OrderedKeys keys (default 20), so the two compare in one run.
+	Ordered     bool
+	OrderedKeys int
 }
+
+// Scenario modes of runOutbox.
+const (
+	modeRecord  = ""        // one workflow per record, the default
+	modeBatch   = "batch"   // the batch mode
+	modeOrdered = "ordered" // the ordered mode: one delivery per key
+)
 
 // Result is one row of the table.
 type Result struct {
@@ -113,19 +125,30 @@ func RunOutbox(ctx context.Context, stack Stack, cfg OutboxConfig) ([]Result, er
 	if cfg.BatchRate <= 0 {
 		cfg.BatchRate = 1000
 	}
+	if cfg.OrderedKeys <= 0 {
+		cfg.OrderedKeys = 20
+	}
 	i := 0
 	err = forEachDatabase(ctx, dir, cfg.PostgresURL, func(name, url string) error {
-		r, err := runOutbox(ctx, stack, name, url, fmt.Sprintf("BENCH%d", i), cfg, false, quiet)
+		r, err := runOutbox(ctx, stack, name, url, fmt.Sprintf("BENCH%d", i), cfg, modeRecord, quiet)
 		if err != nil {
 			return fmt.Errorf("outbox on %s: %w", name, err)
 		}
 		i++
 		results = append(results, r)
+		if cfg.Ordered {
+			// The same database again, with a source of its own (the per-record rows are sent).
+			r, err = runOutbox(ctx, stack, name, url, fmt.Sprintf("BENCH%d", i), cfg, modeOrdered, quiet)
+			if err != nil {
+				return fmt.Errorf("outbox ordered mode on %s: %w", name, err)
+			}
+			i++
+			results = append(results, r)
+		}
 		if cfg.BatchRows <= 0 {
 			return nil
 		}
-		// The same database again, with a source of its own (the per-record rows are sent).
-		r, err = runOutbox(ctx, stack, name, url, fmt.Sprintf("BENCH%d", i), cfg, true, quiet)
+		r, err = runOutbox(ctx, stack, name, url, fmt.Sprintf("BENCH%d", i), cfg, modeBatch, quiet)
 		if err != nil {
 			return fmt.Errorf("outbox batch mode on %s: %w", name, err)
 		}
@@ -137,6 +160,9 @@ func RunOutbox(ctx context.Context, stack Stack, cfg OutboxConfig) ([]Result, er
 		return results, err
 	}
 	title := fmt.Sprintf("outbox: %d rows per scenario, target %.0f commits/s, one row per transaction", cfg.Rows, cfg.Rate)
+	if cfg.Ordered {
+		title += fmt.Sprintf("; ordered mode: the same, over %d keys", cfg.OrderedKeys)
+	}
 	if cfg.BatchRows > 0 {
 		title += fmt.Sprintf("; batch mode: %d rows at %.0f rows/s, committed every 10 ms", cfg.BatchRows, cfg.BatchRate)
 	}
@@ -162,12 +188,17 @@ func forEachDatabase(ctx context.Context, dir, pgURL string, fn func(name, url s
 
 // runOutbox commits rows at the target rate and times each from its commit to its arrival at
 // a JetStream consumer. Per record, the scenario's time ends when the last row has arrived and
-// the last delivery run has closed; in batch mode, when the last row has arrived.
-func runOutbox(ctx context.Context, stack Stack, dbName, dbURL, streamName string, cfg OutboxConfig, batch bool, log *slog.Logger) (Result, error) {
+// the last delivery run has closed; in batch mode, when the last row has arrived; in ordered
+// mode, when the last row has arrived and the last key's delivery run has closed.
+func runOutbox(ctx context.Context, stack Stack, dbName, dbURL, streamName string, cfg OutboxConfig, mode string, log *slog.Logger) (Result, error) {
 	tc, natsURL := stack.Temporal, stack.NATSURL
+	batch := mode == modeBatch
 	rows, rate, key, scenario := cfg.Rows, cfg.Rate, "courier-"+dbName, "courier outbox, "+dbName
-	if batch {
+	switch mode {
+	case modeBatch:
 		rows, rate, key, scenario = cfg.BatchRows, cfg.BatchRate, "courier-batch-"+dbName, "courier outbox batch mode, "+dbName
+	case modeOrdered:
+		key, scenario = "courier-ordered-"+dbName, fmt.Sprintf("courier outbox ordered mode (%d keys), %s", cfg.OrderedKeys, dbName)
 	}
 	st, err := store.Open(ctx, dbURL)
 	if err != nil {
@@ -198,8 +229,11 @@ func runOutbox(ctx context.Context, stack Stack, dbName, dbURL, streamName strin
 	defer pub.Close()
 	source := "bench-" + key
 	rcfg := relay.Config{TaskQueue: "bench-" + key, PollInterval: 100 * time.Millisecond, StartWorkers: relay.EmbeddedStartWorkers}
-	if batch {
+	switch mode {
+	case modeBatch:
 		rcfg.Batch = relay.BatchConfig{Sources: []string{source}, Max: cfg.BatchMax}
+	case modeOrdered:
+		rcfg.Ordered = relay.OrderedConfig{Sources: []string{source}}
 	}
 	w, err := worker.New(worker.Config{Relay: rcfg}, worker.Deps{
 		Temporal: tc, Publisher: pub, Logger: log,
@@ -272,6 +306,11 @@ func runOutbox(ctx context.Context, stack Stack, dbName, dbURL, streamName strin
 				time.Sleep(d)
 			}
 			n := min(perTx, rows-i)
+			if mode == modeOrdered {
+				for j := range msgs[:n] {
+					msgs[j].Key = fmt.Sprintf("key-%d", (i+j)%cfg.OrderedKeys)
+				}
+			}
 			tx, err := st.DB().BeginTx(ctx, nil)
 			if err != nil {
 				return err
@@ -289,7 +328,7 @@ func runOutbox(ctx context.Context, stack Stack, dbName, dbURL, streamName strin
 			for _, id := range ids {
 				committed[courier.OutboxMessageID(source, id)] = at
 			}
-			if !batch {
+			if mode == modeRecord {
 				workflowIDs = append(workflowIDs, courier.OutboxWorkflowID(source, ids[0]))
 			}
 			mu.Unlock()
@@ -343,6 +382,11 @@ func runOutbox(ctx context.Context, stack Stack, dbName, dbURL, streamName strin
 	)
 	if batch {
 		cost, err = batchCost(ctx, tc, source, rows)
+	} else if mode == modeOrdered {
+		if err = waitRunsClosed(ctx, tc, stack.namespace(), workflows.OutboxOrderedName); err == nil {
+			cpu = running.until(markCPU(onPostgres))
+			cost, err = orderedCost(ctx, tc, source, rows)
+		}
 	} else if err = waitRunsClosed(ctx, tc, stack.namespace(), workflows.OutboxDeliveryName); err == nil {
 		cpu = running.until(markCPU(onPostgres))
 		if closed, err = lastClose(ctx, tc, workflowIDs); err == nil {

@@ -122,3 +122,50 @@ func (c *Client) RedriveDead(ctx context.Context, f RedriveFilter) (*RedriveResu
 	}
 	return &out, nil
 }
+
+// BlockedKey is an ordered key waiting on a dead record (docs/flow-control.md, "Ordered keys
+// in the outbox").
+type BlockedKey = api.BlockedKey
+
+// BlockedKeyPage is one page of blocked keys by key; NextPageToken is empty on the last.
+type BlockedKeyPage = api.BlockedKeyPage
+
+// BlockedKeysQuery selects a page of blocked keys. Zero fields take the defaults.
+type BlockedKeysQuery struct {
+	Source    string // outbox source; "": courier's own
+	Limit     int    // keys per page, 1–1000; 0: the gateway's default (100)
+	PageToken string // BlockedKeyPage.NextPageToken of the previous page
+}
+
+// BlockedKeys reads one page of the ordered mode's blocked keys (GET
+// /v1/outbox/blocked-keys): each with the dead record it waits on and that record's last error.
+func (c *Client) BlockedKeys(ctx context.Context, q BlockedKeysQuery) (*BlockedKeyPage, error) {
+	v := url.Values{}
+	if q.Source != "" {
+		v.Set("source", q.Source)
+	}
+	if q.PageToken != "" {
+		v.Set("page_token", q.PageToken)
+	}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	var out BlockedKeyPage
+	if _, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/outbox/blocked-keys", query: v, idempotent: true, out: &out}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// SkipOutbox skips the dead record a blocked key waits on (POST /v1/outbox/{id}/skip, scope
+// admin): the record stays dead, and the key's later records go out. To publish it instead,
+// fix the cause and RedriveOutbox it: that unblocks the key too, with the record first.
+func (c *Client) SkipOutbox(ctx context.Context, source string, id int64) (*BlockedKey, error) {
+	var out BlockedKey
+	_, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/outbox/" + strconv.FormatInt(id, 10) + "/skip",
+		query: sourceQuery(source), out: &out})
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

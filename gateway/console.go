@@ -95,6 +95,7 @@ func (cs *console) mount(e *echo.Echo) {
 	e.GET("/console/outbox/:id", cs.outboxRecord, read...)
 	e.POST("/console/outbox/:id/redrive", cs.redriveRecord, act...)
 	e.POST("/console/outbox/redrive", cs.redriveDead, act...)
+	e.POST("/console/outbox/:id/skip", cs.skipRecord, act...)
 	if cs.h.d.Tasks != nil {
 		e.GET("/console/tasks", cs.taskList, read...)
 		e.GET("/console/tasks/:task_id/versions/:version", cs.taskDetail, read...)

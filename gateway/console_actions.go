@@ -54,6 +54,30 @@ func (cs *console) redriveRecord(c echo.Context) error {
 	return seeOther(c, "/console/outbox/"+strconv.FormatInt(id, 10), "source", source, "flash", "redriven")
 }
 
+// skipRecord skips the dead record a blocked key waits on, like POST /v1/outbox/{id}/skip
+// (?source= names a producer's database): form field confirm. The record stays dead and the
+// key's later records go out.
+func (cs *console) skipRecord(c echo.Context) error {
+	id, err := pathInt(c, "id")
+	if err != nil {
+		return err
+	}
+	src, st, err := cs.h.source(c)
+	if err != nil {
+		return err
+	}
+	if c.Request().PostForm.Get("confirm") != "yes" {
+		return &courier.Error{Code: courier.CodeValidation, Message: "tick the confirmation to skip the record: it stays dead and its key's later records go out",
+			Details: map[string]any{"field": "confirm"}}
+	}
+	b, err := cs.h.skipRecord(c.Request().Context(), st, id)
+	if err != nil {
+		return err
+	}
+	cs.audit(c, "skip", "source", src, "id", id, "key", b.Key)
+	return seeOther(c, "/console", "flash", "skipped")
+}
+
 // redriveDead redrives the dead records a topic pattern matches, like POST /v1/outbox/redrive:
 // form fields source, topic (a pattern), max (default the API's), and confirm.
 func (cs *console) redriveDead(c echo.Context) error {

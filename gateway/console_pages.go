@@ -24,6 +24,7 @@ const (
 	timerHorizon       = time.Hour       // timers "due soon"
 	timerGrace         = time.Minute     // a scheduled timer this far past its fire time is late
 	overviewDeadTopics = 10              // topics listed under dead records, per source
+	overviewBlocked    = 20              // blocked keys listed, per source
 	overviewBizTypes   = 20              // business types counted
 	overviewSchedules  = 20              // schedules listed
 	unreadable         = "unavailable: " // prefix of a section that could not be read
@@ -69,6 +70,11 @@ type outboxLine struct {
 	Source   string
 	Overview courier.OutboxOverview
 	Err      string
+	// Blocked are the source's first blocked keys by key (the ordered mode); BlockedMore says
+	// more follow.
+	Blocked     []courier.BlockedKey
+	BlockedMore bool
+	BlockedErr  string
 }
 
 // Count is the source's rows in a status.
@@ -136,6 +142,18 @@ func (cs *console) overview(c echo.Context) error {
 			line.Err = cs.section(ctx, "outbox "+line.Source, func(ctx context.Context) error {
 				var err error
 				line.Overview, err = st.OutboxOverview(ctx, overviewDeadTopics)
+				return err
+			})
+		})
+		run(func() {
+			line := &d.Outbox[i]
+			st := cs.outboxStore(line.Source)
+			if st == nil {
+				return
+			}
+			line.BlockedErr = cs.section(ctx, "blocked keys "+line.Source, func(ctx context.Context) error {
+				var err error
+				line.Blocked, line.BlockedMore, err = st.BlockedKeys(ctx, "", overviewBlocked)
 				return err
 			})
 		})
@@ -245,6 +263,14 @@ func (cs *console) overviewer(source string) outboxOverviewer {
 	return o
 }
 
+// outboxStore is the outbox table of a source, nil if the gateway has none.
+func (cs *console) outboxStore(source string) OutboxStore {
+	if source == courier.DefaultSource {
+		return cs.h.d.Outbox
+	}
+	return cs.h.d.Sources[source]
+}
+
 // sourceNames lists the outbox sources for the list's filter: courier's own first.
 func (cs *console) sourceNames() []string {
 	names := make([]string, 0, len(cs.h.d.Sources))
@@ -274,6 +300,8 @@ func flashOf(c echo.Context) string {
 			s += " More dead records match: redrive again for the next ones."
 		}
 		return s
+	case "skipped":
+		return "Skipped: the record stays dead and its key's later records go out."
 	case "cancelled":
 		return "Cancelled."
 	case "cancel-tasks", "retry-tasks":

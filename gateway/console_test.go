@@ -486,3 +486,69 @@ func TestConsoleBulkTasks(t *testing.T) {
 	p = admin.do(http.MethodPost, "/console/tasks/bulk/cancel", url.Values{"csrf": {csrf}, "priority": {"x"}, "confirm": {"yes"}})
 	require.Equal(t, http.StatusBadRequest, p.status)
 }
+
+// The overview lists each source's blocked keys (the ordered mode) with the record each waits
+// on, shown as text whatever the producer wrote; admins skip the record there, with the
+// confirmation, through the API's code.
+func TestConsoleBlockedKeys(t *testing.T) {
+	t.Parallel()
+	f := newConsoleFixture(t, false)
+	ctx := t.Context()
+	const markup = `<script>alert(1)</script><img src=x onerror=alert(2)>`
+	first, err := f.st.EnqueueOutbox(ctx, outbox.Message{Topic: "orders.created", Key: markup, Payload: []byte(`{}`)})
+	require.NoError(t, err)
+	for range 2 {
+		_, err = f.st.EnqueueOutbox(ctx, outbox.Message{Topic: "orders.paid", Key: markup, Payload: []byte(`{}`)})
+		require.NoError(t, err)
+	}
+	blocked, err := f.st.BlockKey(ctx, first.ID, "broker said: "+markup)
+	require.NoError(t, err)
+	require.True(t, blocked)
+
+	reader := f.browser(t)
+	readCSRF := reader.signIn(f.producer)
+	home := reader.get("/console")
+	require.Equal(t, http.StatusOK, home.status)
+	require.Contains(t, home.body, "Blocked keys")
+	require.Contains(t, home.body, `href="/console/outbox/`+idString(first.ID)+`?source=default">`+idString(first.ID)+`</a>`, "the blocking record, linked")
+	require.Contains(t, home.body, `<td class="n">2</td>`, "two records wait behind the key")
+	require.Contains(t, home.body, "&lt;script&gt;alert(1)&lt;/script&gt;", "the key and reason as text")
+	require.NotContains(t, home.body, "<script>")
+	require.NotContains(t, home.body, "<img")
+	require.NotContains(t, home.body, ">Skip<", "a read-only session gets no skip button")
+
+	skip := "/console/outbox/" + idString(first.ID) + "/skip"
+	p := reader.do(http.MethodPost, skip, url.Values{"csrf": {readCSRF}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusForbidden, p.status, "read-only sessions may not skip")
+
+	admin := f.browser(t)
+	csrf := admin.signIn(f.admin)
+	home = admin.get("/console")
+	require.Contains(t, home.body, `action="/console/outbox/`+idString(first.ID)+`/skip?source=default"`)
+	require.Contains(t, home.body, ">Skip<")
+	p = admin.do(http.MethodPost, skip, url.Values{})
+	require.Equal(t, http.StatusForbidden, p.status, "no token")
+	p = admin.do(http.MethodPost, skip, url.Values{"csrf": {csrf}})
+	require.Equal(t, http.StatusUnprocessableEntity, p.status, "a skip needs its confirmation")
+	n, err := f.st.CountBlockedKeys(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n, "nothing refused changed anything")
+
+	p = admin.do(http.MethodPost, skip+"?source=default", url.Values{"csrf": {csrf}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusSeeOther, p.status, p.body)
+	home = admin.get(p.header.Get("Location"))
+	require.Contains(t, home.body, "Skipped")
+	require.NotContains(t, home.body, "Blocked keys", "no key is blocked any more")
+	n, err = f.st.CountBlockedKeys(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	rec, err := f.st.GetOutbox(ctx, first.ID)
+	require.NoError(t, err)
+	require.Equal(t, courier.OutboxDead, rec.Status, "a skipped record stays dead")
+
+	p = admin.do(http.MethodPost, skip, url.Values{"csrf": {csrf}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusConflict, p.status, "the API's answer: the record blocks no key")
+	require.Contains(t, p.body, `data-code="conflict"`)
+	p = admin.do(http.MethodPost, "/console/outbox/999999/skip", url.Values{"csrf": {csrf}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusNotFound, p.status)
+}

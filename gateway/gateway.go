@@ -26,6 +26,9 @@ type OutboxStore interface {
 	EnqueueOutbox(ctx context.Context, m outbox.Message) (courier.OutboxRecord, error)
 	DeadOutbox(ctx context.Context, f courier.DeadFilter, limit int) ([]courier.DeadRef, error)
 	RedriveDeadOutbox(ctx context.Context, ids []int64) (int64, error)
+	// The ordered mode's blocked keys (docs/flow-control.md, "Ordered keys in the outbox").
+	BlockedKeys(ctx context.Context, after string, limit int) ([]courier.BlockedKey, bool, error)
+	SkipBlocked(ctx context.Context, id int64) (courier.BlockedKey, error)
 }
 
 // RunWaiter waits until no run of a workflow is open (relay.DeliveryRuns): a redrive waits for
@@ -131,6 +134,8 @@ func New(cfg Config, d Deps) *echo.Echo {
 	v1.GET("/outbox/:id", h.getOutbox, producer)
 	v1.POST("/outbox/:id/redrive", h.redriveOutbox, admin)
 	v1.POST("/outbox/redrive", h.redriveDeadOutbox, admin)
+	v1.GET("/outbox/blocked-keys", h.listBlockedKeys, producer)
+	v1.POST("/outbox/:id/skip", h.skipOutbox, admin)
 	if d.BizTypes != nil {
 		v1.GET("/biz-types", h.listBizTypes, admin)
 		v1.GET("/biz-types/:name", h.getBizType, admin)

@@ -112,9 +112,10 @@ type routedStack struct {
 	metrics    *metrics.Brokers
 	router     *mq.Router
 	worker     *worker.Worker
-	activity   int         // the worker's outbox activity slots
-	stopWorker func()      // stops the worker, its router's watch and the router
-	logs       *logCapture // what the worker, its Temporal client and the router log
+	activity   int                 // the worker's outbox activity slots
+	stopWorker func()              // stops the worker, its router's watch and the router
+	logs       *logCapture         // what the worker, its Temporal client and the router log
+	ordered    relay.OrderedConfig // the relay's ordered mode, set before route
 }
 
 // brokerRetry retries a record for as long as a test's outage lasts; an attempt may take ten
@@ -169,7 +170,7 @@ func (s *routedStack) route(watch bool, routes ...mq.Route) {
 		}
 	}()
 	w, err := worker.New(worker.Config{
-		Relay:                   relay.Config{BatchSize: 50, PollInterval: 50 * time.Millisecond, Retry: brokerRetry},
+		Relay:                   relay.Config{BatchSize: 50, PollInterval: 50 * time.Millisecond, Retry: brokerRetry, Ordered: s.ordered},
 		ShutdownTimeout:         time.Second,
 		MaxConcurrentActivities: s.activity,
 		Namespace:               s.ns,

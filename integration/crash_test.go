@@ -52,6 +52,9 @@ func runWorkerProcess() int {
 	cfg := worker.Config{
 		Relay: relay.Config{BatchSize: 50, PollInterval: 50 * time.Millisecond, Lease: 2 * time.Second, Retry: testRetry},
 	}
+	if os.Getenv(workerOrderedEnv) == "1" {
+		cfg.Relay = orderedRelay()
+	}
 	if os.Getenv(workerTimersEnv) == "1" {
 		deps.BizTypes, deps.TimerRows = st, st
 		cfg.AllowLoopbackCallbacks, cfg.Namespace = true, os.Getenv("COURIER_IT_NAMESPACE")

@@ -46,6 +46,8 @@ var routeScope = map[string]courier.Scope{
 	"GET /v1/outbox/:id":          courier.ScopeProducer,
 	"POST /v1/outbox/:id/redrive": courier.ScopeAdmin,
 	"POST /v1/outbox/redrive":     courier.ScopeAdmin,
+	"GET /v1/outbox/blocked-keys": courier.ScopeProducer,
+	"POST /v1/outbox/:id/skip":    courier.ScopeAdmin,
 
 	"GET /v1/biz-types":          courier.ScopeAdmin,
 	"GET /v1/biz-types/:name":    courier.ScopeAdmin,

@@ -40,6 +40,7 @@ var consoleRoutes = map[string]courier.Scope{
 
 	"POST /console/outbox/:id/redrive":                      courier.ScopeAdmin,
 	"POST /console/outbox/redrive":                          courier.ScopeAdmin,
+	"POST /console/outbox/:id/skip":                         courier.ScopeAdmin,
 	"POST /console/tasks/:task_id/versions/:version/cancel": courier.ScopeAdmin,
 	"POST /console/tasks/bulk/cancel":                       courier.ScopeAdmin,
 	"POST /console/tasks/bulk/retry":                        courier.ScopeAdmin,
@@ -56,6 +57,7 @@ var consoleRoutes = map[string]courier.Scope{
 // when sent); the hostile test mutates them one field at a time.
 var consoleForms = map[string]url.Values{
 	"POST /console/outbox/redrive":   {"topic": {"orders.>"}, "max": {"10"}, "confirm": {"yes"}},
+	"POST /console/outbox/:id/skip":  {"confirm": {"yes"}},
 	"POST /console/timers/redeliver": {"biz_type": {"orders"}, "confirm": {"yes"}},
 	"POST /console/pause":            {"kind": {"topic"}, "name": {"orders.>"}, "reason": {"maintenance"}},
 	"POST /console/resume":           {"kind": {"topic"}, "name": {"orders.>"}},

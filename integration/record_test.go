@@ -17,6 +17,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/temporalproto"
+	"go.temporal.io/sdk/client"
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
@@ -302,4 +303,93 @@ func TestRecordBucketedTimerHistories(t *testing.T) {
 		return d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
 	}, time.Minute, 50*time.Millisecond)
 	writeNew(t, filepath.Join(dir, "redelivered.json"), history(t, s, own, runID))
+}
+
+// TestRecordOrderedHistories records ordered key delivery histories (make record-histories):
+// a key's records sent in one run; sent after failed attempts (the backoff on a timer); a key
+// blocked by a record no stream captures. And the per-record delivery of a record whose topic
+// is paused (outbox-delivery/paused.json): held without an attempt, the run ends.
+func TestRecordOrderedHistories(t *testing.T) {
+	if os.Getenv("COURIER_RECORD_HISTORIES") == "" {
+		t.Skip("set COURIER_RECORD_HISTORIES=1 to re-record workflow histories")
+	}
+	dir := filepath.Join("..", "workflows", "testdata", "histories")
+	for _, c := range []struct {
+		name     string
+		topic    string
+		failures int
+	}{
+		{"sent", "orders.created", 0},
+		{"retried-then-sent", "orders.created", 2},
+		{"blocked", "nowhere.created", 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := newStack(t, "sqlite")
+			s.createStream("ORDERS", "orders.>")
+			pub := &flakyPublisher{Publisher: s.pub, failures: c.failures, seen: map[string]int{}}
+			cfg := relay.Config{PollInterval: 50 * time.Millisecond, Retry: testRetry,
+				Ordered: relay.OrderedConfig{Sources: []string{courier.DefaultSource}}}
+			w, err := worker.New(worker.Config{Relay: cfg}, worker.Deps{
+				Temporal: s.tc, Publisher: pub, Logger: quiet,
+				Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store}},
+			})
+			require.NoError(t, err)
+			ctx := context.Background()
+			// Committed before the worker starts, so one run takes all three.
+			require.NoError(t, s.store.DB().RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+				_, err := outbox.Enqueue(ctx, tx,
+					outbox.Message{Topic: c.topic, Key: "order-1", Payload: []byte(`{"n":1}`)},
+					outbox.Message{Topic: "orders.updated", Key: "order-1", Payload: []byte(`{"n":2}`)},
+					outbox.Message{Topic: "orders.updated", Key: "order-1", Payload: []byte(`{"n":3}`)})
+				return err
+			}))
+			require.NoError(t, w.Start(ctx))
+			defer w.Stop()
+			wid := courier.OutboxKeyWorkflowID("", "order-1")
+			require.Eventually(t, func() bool {
+				d, err := s.tc.DescribeWorkflowExecution(ctx, wid, "")
+				return err == nil && d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+			}, time.Minute, 50*time.Millisecond)
+			writeNew(t, filepath.Join(dir, workflows.OutboxOrderedName, c.name+".json"), history(t, s, wid, ""))
+		})
+	}
+	t.Run("paused", func(t *testing.T) {
+		s := newStack(t, "sqlite")
+		s.createStream("ORDERS", "orders.>")
+		ctx := context.Background()
+		var ids []int64
+		require.NoError(t, s.store.DB().RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+			var err error
+			ids, err = outbox.Enqueue(ctx, tx, outbox.Message{Topic: "orders.created", Payload: []byte(`{"recorded":true}`)})
+			return err
+		}))
+		// The record is claimed and its run started before the pause; its attempt meets it.
+		claimed, err := s.store.ClaimOutbox(ctx, 10, time.Minute)
+		require.NoError(t, err)
+		require.Len(t, claimed, 1)
+		s.watchPauses()
+		_, _, err = s.store.Pause(ctx, courier.Pause{Kind: courier.PauseTopic, Name: "orders.>"})
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { _, ok := s.paused.Current().Topic("orders.created"); return ok }, 10*time.Second, 20*time.Millisecond)
+		w, err := worker.New(worker.Config{Relay: relay.Config{PollInterval: 50 * time.Millisecond, Retry: testRetry}, DisableRelay: true}, worker.Deps{
+			Temporal: s.tc, Publisher: s.pub, Logger: quiet, Pauses: s.paused,
+			Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store}},
+		})
+		require.NoError(t, err)
+		require.NoError(t, w.Start(ctx))
+		defer w.Stop()
+		wid := courier.OutboxWorkflowID("", ids[0])
+		_, err = s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: wid, TaskQueue: relay.DefaultTaskQueue},
+			workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: ids[0], Retry: testRetry, FinalState: true})
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			d, err := s.tc.DescribeWorkflowExecution(ctx, wid, "")
+			return err == nil && d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+		}, time.Minute, 50*time.Millisecond)
+		rec, err := s.store.GetOutbox(ctx, ids[0])
+		require.NoError(t, err)
+		require.Equal(t, courier.OutboxPending, rec.Status)
+		require.Zero(t, rec.Attempts)
+		writeNew(t, filepath.Join(dir, workflows.OutboxDeliveryName, "paused.json"), history(t, s, wid, ""))
+	})
 }

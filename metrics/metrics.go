@@ -43,33 +43,38 @@ func NewOutbox(reg prometheus.Registerer) *Outbox {
 type OutboxTableStats struct {
 	ByStatus     map[string]int64
 	OldestUnsent float64 // age in seconds of the oldest pending or dispatched row; 0 if none
+	BlockedKeys  int64   // ordered keys waiting on a dead record (ordered mode)
 }
 
 // outboxTable reads the outbox table at scrape time, so the gauges are true for the whole
 // fleet, not for one process.
 type outboxTable struct {
-	stats  func() (OutboxTableStats, error)
-	rows   *prometheus.Desc
-	oldest *prometheus.Desc
-	up     *prometheus.Desc
+	stats   func() (OutboxTableStats, error)
+	rows    *prometheus.Desc
+	oldest  *prometheus.Desc
+	blocked *prometheus.Desc
+	up      *prometheus.Desc
 }
 
 // NewOutboxTableCollector exports courier_outbox_rows{source,status} and
-// courier_outbox_oldest_unsent_age_seconds{source}, computed by stats at each scrape.
+// courier_outbox_oldest_unsent_age_seconds{source} and courier_outbox_blocked_keys{source},
+// computed by stats at each scrape.
 // The source label names the database (default: courier's own).
 func NewOutboxTableCollector(source string, stats func() (OutboxTableStats, error)) prometheus.Collector {
 	labels := prometheus.Labels{"source": source}
 	return &outboxTable{
-		stats:  stats,
-		rows:   prometheus.NewDesc("courier_outbox_rows", "Outbox rows by status.", []string{"status"}, labels),
-		oldest: prometheus.NewDesc("courier_outbox_oldest_unsent_age_seconds", "Age of the oldest outbox row not yet sent (pending or dispatched).", nil, labels),
-		up:     prometheus.NewDesc("courier_outbox_stats_up", "1 if the outbox table could be read at this scrape.", nil, labels),
+		stats:   stats,
+		rows:    prometheus.NewDesc("courier_outbox_rows", "Outbox rows by status.", []string{"status"}, labels),
+		oldest:  prometheus.NewDesc("courier_outbox_oldest_unsent_age_seconds", "Age of the oldest outbox row not yet sent (pending or dispatched).", nil, labels),
+		blocked: prometheus.NewDesc("courier_outbox_blocked_keys", "Ordered keys waiting on a dead record until it is redriven or skipped (GET /v1/outbox/blocked-keys).", nil, labels),
+		up:      prometheus.NewDesc("courier_outbox_stats_up", "1 if the outbox table could be read at this scrape.", nil, labels),
 	}
 }
 
 func (c *outboxTable) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.rows
 	ch <- c.oldest
+	ch <- c.blocked
 	ch <- c.up
 }
 
@@ -84,6 +89,7 @@ func (c *outboxTable) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.rows, prometheus.GaugeValue, float64(st.ByStatus[s]), s)
 	}
 	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, st.OldestUnsent)
+	ch <- prometheus.MustNewConstMetric(c.blocked, prometheus.GaugeValue, float64(st.BlockedKeys))
 }
 
 // Timers holds the timer delivery metrics. A nil *Timers records nothing.

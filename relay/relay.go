@@ -49,6 +49,43 @@ type Config struct {
 	// Batch opts sources and topics into the batch mode (docs/outbox.md, "Batch mode"); its
 	// zero value batches nothing: one delivery workflow per record.
 	Batch BatchConfig
+	// Ordered opts sources and topics into the ordered mode (docs/flow-control.md, "Ordered
+	// keys in the outbox"); its zero value orders nothing.
+	Ordered OrderedConfig
+}
+
+// OrderedConfig says which keyed records the relay delivers in commit order per key: one
+// delivery per key at a time (workflows.OutboxOrdered) instead of one per record. A record
+// without a key is never ordered.
+type OrderedConfig struct {
+	Sources []string // every keyed record of these sources
+	// Topics: keyed records whose topic matches one of these patterns, across all sources.
+	// A pattern must be one SQL matches exactly (store.TopicPatternExact).
+	Topics []string
+	// Max is the most records one claim of a key takes and publishes, one after another, in
+	// one activity; default 100 (the batch mode's Max for a source or topic that batches).
+	Max int
+}
+
+// DefaultOrderedMax is how many of a key's records one claim takes unless configured.
+const DefaultOrderedMax = 100
+
+// Check refuses topic patterns that break the topic rule or that a claim cannot match exactly.
+func (o OrderedConfig) Check() error {
+	for _, p := range o.Topics {
+		if err := courier.CheckTopicPattern("ordered topic pattern", p); err != nil {
+			return err
+		}
+		if !store.TopicPatternExact(p) {
+			return courier.Errorf(courier.CodeValidation, "ordered topic pattern %q: a literal token after a '*' in a pattern ending in '>' is not supported; list the patterns it stands for", p)
+		}
+	}
+	return nil
+}
+
+// scope is the ordered scope of a source.
+func (o OrderedConfig) scope(source string) courier.OrderedScope {
+	return courier.OrderedScope{All: slices.Contains(o.Sources, source), Topics: o.Topics}
 }
 
 // BatchConfig says which records the relay delivers in batches: one workflow per claimed batch
@@ -157,6 +194,12 @@ func (c Config) withDefaults() Config {
 	if c.Batch.Linger <= 0 {
 		c.Batch.Linger = DefaultBatchLinger
 	}
+	if c.Ordered.Max <= 0 {
+		c.Ordered.Max = DefaultOrderedMax
+		if len(c.Batch.Sources)+len(c.Batch.Topics) > 0 {
+			c.Ordered.Max = max(c.Ordered.Max, c.Batch.Max)
+		}
+	}
 	c.Retry = c.Retry.WithDefaults()
 	return c
 }
@@ -177,6 +220,9 @@ type Deps struct {
 	// Timers arms the timers of rows on outbox.TimerTopic (the timer service); nil: such rows
 	// go dead ("timers are not enabled").
 	Timers TimerArmer
+	// Paused is the pauses in force (pauses.Watcher.Current): records of a paused topic
+	// pattern are not claimed; nil: nothing is ever paused.
+	Paused func() courier.Pauses
 	Logger *slog.Logger // nil: slog.Default()
 }
 
@@ -185,6 +231,7 @@ type Relay struct {
 	timers    TimerArmer
 	tasks     TaskInserter
 	wakeTasks func()
+	paused    func() courier.Pauses
 	tc        client.Client
 	cfg       Config
 	sources   []Source
@@ -207,7 +254,10 @@ func New(tc client.Client, cfg Config, d Deps) *Relay {
 	if d.WakeTasks == nil {
 		d.WakeTasks = func() {}
 	}
-	return &Relay{timers: d.Timers, tasks: d.Tasks, wakeTasks: d.WakeTasks, tc: tc, cfg: cfg.withDefaults(),
+	if d.Paused == nil {
+		d.Paused = func() courier.Pauses { return courier.NewPauses(nil) }
+	}
+	return &Relay{timers: d.Timers, tasks: d.Tasks, wakeTasks: d.WakeTasks, paused: d.Paused, tc: tc, cfg: cfg.withDefaults(),
 		sources: d.Sources, log: d.Logger, wakes: wakes, after: time.After}
 }
 
@@ -253,6 +303,10 @@ func (r *Relay) runSource(ctx context.Context, src Source, wake <-chan struct{})
 	// did not. Only then does the next claim linger: a claim that batched nothing has no batch
 	// to space out, and its per-record rows should not wait.
 	var lastBatch time.Time
+	// ordered: the ordered mode covers some of src's records; numbered: src's database numbers
+	// keyed records at commit (store.TurnOnCommitOrder), turned on by the first pass and ready
+	// once the producers that read it off have ended.
+	ordered, numbered := r.cfg.Ordered.scope(src.Name).On(), false
 	for {
 		if !lastBatch.IsZero() {
 			// Records committed during the linger go out in the next batch.
@@ -266,6 +320,21 @@ func (r *Relay) runSource(ctx context.Context, src Source, wake <-chan struct{})
 		}
 		began := time.Now()
 		c, err := r.ClaimOnce(ctx, src)
+		if ordered && !numbered {
+			// Keys are delivered only once their records are numbered at commit and no
+			// producer that read the switch off can still commit: before, the ordered
+			// records wait (the claim leaves them out).
+			ready, oerr := src.Store.TurnOnCommitOrder(ctx, r.cfg.Ordered.scope(src.Name))
+			if oerr != nil && ctx.Err() == nil {
+				r.log.Warn("turning on the outbox commit order failed", "source", src.Name, "error", oerr)
+			}
+			numbered = oerr == nil && ready
+		}
+		if numbered {
+			if oerr := r.startOrdered(ctx, src); oerr != nil && ctx.Err() == nil {
+				r.log.Warn("starting ordered keys' deliveries failed", "source", src.Name, "error", oerr)
+			}
+		}
 		lastBatch = time.Time{}
 		if c.Batched > 0 {
 			lastBatch = began
@@ -319,11 +388,23 @@ type Claim struct {
 // ClaimOnce claims rows from src, up to one claim's limit, and starts their deliveries. Rows
 // whose start failed go back to pending shortly after.
 func (r *Relay) ClaimOnce(ctx context.Context, src Source) (Claim, error) {
-	claimed, err := src.Store.ClaimOutbox(ctx, r.claimLimit(src), r.cfg.Lease)
+	paused := r.paused()
+	claimed, err := src.Store.ClaimOutboxWhere(ctx, r.claimLimit(src), r.cfg.Lease, store.ClaimFilter{
+		PausedTopics: paused.TopicPatterns(),
+		Ordered:      r.cfg.Ordered.scope(src.Name),
+	})
 	if err != nil || len(claimed) == 0 {
 		return Claim{}, err
 	}
 	c := Claim{Rows: len(claimed)}
+	// A pattern SQL cannot match exactly, or a pause made since the claim began: such rows go
+	// back untouched, due again after the hold.
+	claimed, held := holdPaused(claimed, paused)
+	if len(held) > 0 {
+		if err := src.Store.ReleaseOutbox(context.WithoutCancel(ctx), held, HoldDelay); err != nil {
+			r.log.Warn("handing back records of a paused topic failed; they wait for their lease", "source", src.Name, "error", err)
+		}
+	}
 	recs, batch := claimed[:0:0], claimed[:0:0]
 	for _, rec := range claimed {
 		if r.cfg.Batch.batches(src.Name, rec) && rec.Topic != outbox.TimerTopic && rec.Topic != outbox.TaskTopic {
@@ -377,6 +458,28 @@ func (r *Relay) ClaimOnce(ctx context.Context, src Source) (Claim, error) {
 		}
 	}
 	return c, err
+}
+
+// HoldDelay is how long a claimed record of a paused topic waits before a claim may take it
+// again (the same as the delivery's hold, activities.HoldDelay).
+const HoldDelay = 2 * time.Second
+
+// holdPaused splits claimed records into those to deliver and the ids of those whose topic is
+// paused.
+func holdPaused(claimed []store.ClaimedRecord, paused courier.Pauses) ([]store.ClaimedRecord, []int64) {
+	if len(paused.TopicPatterns()) == 0 {
+		return claimed, nil
+	}
+	var held []int64
+	keep := claimed[:0:0]
+	for _, rec := range claimed {
+		if _, ok := paused.Topic(rec.Topic); ok {
+			held = append(held, rec.ID)
+			continue
+		}
+		keep = append(keep, rec)
+	}
+	return keep, held
 }
 
 // claimLimit is how many rows one claim from src takes.

@@ -219,3 +219,65 @@ func TestClaimCountsBatchedRows(t *testing.T) {
 	require.Error(t, err)
 	require.Equal(t, relay.Claim{Rows: 2}, c, "a batch that did not start is not counted")
 }
+
+// The ordered mode refuses topic patterns a claim cannot match exactly in SQL, and ones that
+// break the topic rule.
+func TestOrderedConfigCheck(t *testing.T) {
+	require.NoError(t, relay.OrderedConfig{Topics: []string{"orders.>", "orders.*", "*.created", "a.*.>"}}.Check())
+	require.Error(t, relay.OrderedConfig{Topics: []string{"*.created.>"}}.Check())
+	require.Error(t, relay.OrderedConfig{Topics: []string{"orders..x"}}.Check())
+}
+
+// On PostgreSQL a relay whose ordered mode covers a source turns the commit-time numbering on
+// for its database before it starts any key's delivery; a relay without the ordered mode
+// (another worker of a fleet mid-rollout) never turns it off.
+func TestOrderedRelayTurnsOnCommitOrder(t *testing.T) {
+	st, _ := testenv.Store(t, "postgres")
+	ctx := t.Context()
+	commitOrder := func() bool {
+		on, _, err := st.CommitOrder(ctx)
+		require.NoError(t, err)
+		return on
+	}
+	var s starts
+	run := func(cfg relay.Config) (stop func()) {
+		cfg.PollInterval = 20 * time.Millisecond
+		r := relay.New(s.client(t), cfg, relay.Deps{Sources: []relay.Source{{Name: courier.DefaultSource, Store: st}}})
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = r.Run(rctx) }()
+		return func() { cancel(); <-done }
+	}
+	started := func(id string) func() bool {
+		return func() bool {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return slices.Contains(s.ids, id)
+		}
+	}
+
+	// A relay without the ordered mode delivers a record and leaves the numbering off.
+	stop := run(relay.Config{})
+	ids := enqueue(t, st, 1)
+	require.Eventually(t, started(courier.OutboxWorkflowID(courier.DefaultSource, ids[0])), 10*time.Second, 10*time.Millisecond)
+	stop()
+	require.False(t, commitOrder())
+
+	// A relay of the ordered mode turns it on and delivers the key.
+	ordered := relay.Config{Ordered: relay.OrderedConfig{Sources: []string{courier.DefaultSource}}}
+	stop = run(ordered)
+	require.NoError(t, st.DB().RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		_, err := outbox.Enqueue(ctx, tx, outbox.Message{Topic: "orders.created", Key: "order-1", Payload: []byte(`{}`)})
+		return err
+	}))
+	require.Eventually(t, started(courier.OutboxKeyWorkflowID(courier.DefaultSource, "order-1")), 10*time.Second, 10*time.Millisecond)
+	require.True(t, commitOrder())
+	stop()
+
+	// A relay without it, started after, leaves it on.
+	stop = run(relay.Config{})
+	defer stop()
+	ids = enqueue(t, st, 1)
+	require.Eventually(t, started(courier.OutboxWorkflowID(courier.DefaultSource, ids[0])), 10*time.Second, 10*time.Millisecond)
+	require.True(t, commitOrder())
+}

@@ -79,16 +79,64 @@ type ClaimedRecord struct {
 	Trace courier.TraceContext
 }
 
-// ClaimOutbox claims up to limit due rows in one short transaction and returns them. A due row
+// ClaimFilter narrows a claim (ClaimOutboxWhere). Its zero value claims every due row.
+type ClaimFilter struct {
+	// PausedTopics are topic patterns whose rows are left where they are: a paused pattern's
+	// records are neither claimed nor touched (docs/flow-control.md). Patterns SQL cannot
+	// match exactly (TopicPatternExact) are not applied here; the relay hands such rows back.
+	PausedTopics []string
+	// Ordered leaves out the rows of the ordered mode, which their keys' own deliveries take
+	// in commit order (ClaimOrderedHead).
+	Ordered courier.OrderedScope
+}
+
+// orderedSQL is the condition that a row (columns prefixed by alias, "" or "o.") is ordered.
+func (s *Store) orderedSQL(alias string, o courier.OrderedScope) (string, []any) {
+	if o.All {
+		return "(" + alias + `"key" <> '')`, nil
+	}
+	cond, args, _ := s.anyTopicSQL(alias+"topic", o.Topics)
+	return "(" + alias + `"key" <> '' AND ` + cond + ")", args
+}
+
+// ClaimOutbox claims up to limit due rows in one short transaction and returns them (see
+// ClaimOutboxWhere).
+func (s *Store) ClaimOutbox(ctx context.Context, limit int, lease time.Duration) ([]ClaimedRecord, error) {
+	return s.ClaimOutboxWhere(ctx, limit, lease, ClaimFilter{})
+}
+
+// ClaimOutboxWhere claims up to limit due rows that f lets through, in one short transaction,
+// and returns them. A due row
 // is pending with next_attempt_at in the past, or dispatched whose lease has run out (its
 // delivery may never have started if a relay crashed after claiming). Claimed rows become
 // dispatched with next_attempt_at = now + lease; the caller then starts their deliveries,
 // which is idempotent, outside any transaction. On PostgreSQL the rows are locked with
 // FOR UPDATE SKIP LOCKED, so any number of relays claim disjoint rows without a leader or a
 // cursor; on SQLite the immediate transaction serialises claims.
-func (s *Store) ClaimOutbox(ctx context.Context, limit int, lease time.Duration) ([]ClaimedRecord, error) {
+func (s *Store) ClaimOutboxWhere(ctx context.Context, limit int, lease time.Duration, f ClaimFilter) ([]ClaimedRecord, error) {
+	var (
+		extra string
+		args  []any
+	)
+	var paused []string
+	for _, p := range f.PausedTopics {
+		if TopicPatternExact(p) {
+			paused = append(paused, p)
+		}
+	}
+	if len(paused) > 0 {
+		cond, a, _ := s.anyTopicSQL("topic", paused)
+		extra += " AND NOT " + cond
+		args = append(args, a...)
+	}
+	if f.Ordered.On() {
+		cond, a := s.orderedSQL("", f.Ordered)
+		extra += " AND NOT " + cond
+		args = append(args, a...)
+	}
 	pick := "SELECT id FROM courier_outbox WHERE status IN ('pending', 'dispatched')" +
-		" AND next_attempt_at <= " + s.nowSQL() + " ORDER BY next_attempt_at, id LIMIT ?"
+		" AND next_attempt_at <= " + s.nowSQL() + extra + " ORDER BY next_attempt_at, id LIMIT ?"
+	args = append(args, limit)
 	// PostgreSQL: a MATERIALIZED CTE is evaluated once, so the claim can never exceed its
 	// limit whatever plan the IN takes (see picked in tasks.go).
 	with, in := "", "id IN ("+pick+")"
@@ -99,7 +147,7 @@ func (s *Store) ClaimOutbox(ctx context.Context, limit int, lease time.Duration)
 		" WHERE " + in + " RETURNING id, topic, headers, attempts"
 	var recs []ClaimedRecord
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		rows, err := tx.QueryContext(ctx, q, limit)
+		rows, err := tx.QueryContext(ctx, q, args...)
 		if err != nil {
 			return err
 		}
@@ -331,6 +379,10 @@ func (s *Store) RedriveOutbox(ctx context.Context, id int64) (courier.OutboxReco
 			Where("id = ?", id).Exec(ctx); err != nil {
 			return err
 		}
+		// A record a key waits on unblocks it: pending again, it goes out first.
+		if err := unblockRecords(ctx, tx, []int64{id}); err != nil {
+			return err
+		}
 		if err := tx.NewSelect().Model(&row).Where("id = ?", id).Scan(ctx); err != nil {
 			return err
 		}
@@ -344,6 +396,7 @@ func (s *Store) RedriveOutbox(ctx context.Context, id int64) (courier.OutboxReco
 type OutboxStats struct {
 	ByStatus     map[courier.OutboxStatus]int64
 	OldestUnsent *time.Time // created_at of the oldest pending or dispatched row
+	BlockedKeys  int64      // ordered keys waiting on a dead record
 }
 
 // OutboxStats counts rows by status and finds the oldest unsent row.
@@ -360,8 +413,13 @@ func (s *Store) OutboxStats(ctx context.Context) (OutboxStats, error) {
 	for _, r := range rows {
 		st.ByStatus[courier.OutboxStatus(r.Status)] = r.N
 	}
+	n, err := s.CountBlockedKeys(ctx)
+	if err != nil {
+		return st, err
+	}
+	st.BlockedKeys = n
 	var oldest outboxRow
-	err := s.db.NewSelect().Model(&oldest).Column("created_at").
+	err = s.db.NewSelect().Model(&oldest).Column("created_at").
 		Where("status IN (?)", bun.List([]courier.OutboxStatus{courier.OutboxPending, courier.OutboxDispatched})).
 		Order("id ASC").Limit(1).Scan(ctx)
 	switch {
@@ -407,4 +465,22 @@ func (s *Store) EnqueueOutbox(ctx context.Context, m outbox.Message) (courier.Ou
 		return nil
 	})
 	return rec, err
+}
+
+// HoldOutbox hands a record whose topic is paused back to pending, due again after retryIn,
+// without counting an attempt: a delivery that finds its topic paused publishes nothing, and
+// the claims leave the record alone until the topic is resumed. A record already sent or dead
+// is left alone (false).
+func (s *Store) HoldOutbox(ctx context.Context, id int64, retryIn time.Duration) (bool, error) {
+	res, err := s.db.NewUpdate().Model((*outboxRow)(nil)).
+		Set("status = ?", courier.OutboxPending).
+		Set("next_attempt_at = "+s.nowPlusSQL(retryIn)).
+		Where("id = ?", id).
+		Where("status IN (?)", bun.List([]courier.OutboxStatus{courier.OutboxPending, courier.OutboxDispatched})).
+		Exec(ctx)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
 }

@@ -63,14 +63,22 @@ func (s *Store) RedriveDeadOutbox(ctx context.Context, ids []int64) (int64, erro
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	res, err := s.db.NewUpdate().Model((*outboxRow)(nil)).
-		Set("status = ?", courier.OutboxPending).
-		Set("next_attempt_at = "+s.nowSQL()).
-		Where("id IN (?)", bun.List(ids)).
-		Where("status = ?", courier.OutboxDead).
-		Exec(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
+	var n int64
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		res, err := tx.NewUpdate().Model((*outboxRow)(nil)).
+			Set("status = ?", courier.OutboxPending).
+			Set("next_attempt_at = "+s.nowSQL()).
+			Where("id IN (?)", bun.List(ids)).
+			Where("status = ?", courier.OutboxDead).
+			Exec(ctx)
+		if err != nil {
+			return err
+		}
+		if n, err = res.RowsAffected(); err != nil {
+			return err
+		}
+		// The records keys wait on unblock them (ordered mode).
+		return unblockRecords(ctx, tx, ids)
+	})
+	return n, err
 }

@@ -149,8 +149,13 @@ func New(cfg Config, d Deps) (*Worker, error) {
 	for _, s := range d.Sources {
 		stores[s.Name] = s.Store
 	}
-	registerOutbox(w.tw, activities.NewOutbox(stores, d.Publisher, d.Metrics))
+	outboxActs := activities.NewOutbox(stores, d.Publisher, d.Metrics)
 	rd := relay.Deps{Sources: d.Sources, Logger: d.Logger}
+	if d.Pauses != nil {
+		outboxActs.WithPauses(d.Pauses.Current)
+		rd.Paused = d.Pauses.Current
+	}
+	registerOutbox(w.tw, outboxActs)
 	if d.Tasks != nil {
 		w.claim = tasks.NewClaimer(d.Tasks, d.Temporal, queue, cfg.Tasks, d.Logger)
 		w.taskWorkers = newTaskWorkers(d.Temporal, w.tw, queue, cfg, activities.TasksDeps{Store: d.Tasks,
@@ -188,6 +193,10 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		rd.Timers = svc
 	}
 	w.relay = relay.New(d.Temporal, cfg.Relay, rd)
+	if d.Pauses != nil {
+		// A resumed topic's records are claimed at once, not at the next poll.
+		d.Pauses.OnChange(func(before, after courier.Pauses) { w.relay.Wake() })
+	}
 	return w, nil
 }
 

@@ -69,9 +69,13 @@ type OutboxDeliveryParams struct {
 
 // OutboxDeliveryResult is the delivery workflow's outcome.
 type OutboxDeliveryResult struct {
-	Status      courier.OutboxStatus // sent or dead
+	Status      courier.OutboxStatus // sent or dead; pending when Paused
 	AlreadySent bool                 // a repeated delivery found the record sent
 	LastError   string               // why it is dead
+	// Paused: the record's topic was paused when its attempt came; it was handed back to
+	// pending without an attempt and the run ends, so no budget is spent while the pause
+	// lasts. A claim after the resume starts a new run for it.
+	Paused bool `json:",omitempty"`
 }
 
 // markDeadOptions retries marking a record dead until the database answers: the record must
@@ -89,6 +93,14 @@ var markDeadOptions = workflow.ActivityOptions{
 // under Failures.
 func OutboxDelivery(ctx workflow.Context, p OutboxDeliveryParams) (OutboxDeliveryResult, error) {
 	res, err := deliverLocalFirst(ctx, contract.DeliverParams{Source: p.Source, ID: p.ID}, p.Retry.WithDefaults())
+	if err == nil && res.Paused {
+		// Only an activity that knows pauses answers Paused, so runs recorded before pauses
+		// never take this branch and replay as they ran.
+		if p.FinalState {
+			_ = workflow.UpsertTypedSearchAttributes(ctx, saOutboxState.ValueSet(string(courier.OutboxPending)))
+		}
+		return OutboxDeliveryResult{Status: courier.OutboxPending, Paused: true}, nil
+	}
 	if err == nil {
 		if p.FinalState {
 			_ = workflow.UpsertTypedSearchAttributes(ctx, saOutboxState.ValueSet(string(courier.OutboxSent)))

@@ -289,3 +289,24 @@ func TestOutboxDeliveryStateUpserts(t *testing.T) {
 		})
 	}
 }
+
+// A delivery whose topic is paused ends at once: the record is pending again (the activity
+// held it), nothing is marked dead and no further attempt is made.
+func TestOutboxDeliveryPaused(t *testing.T) {
+	env := newEnv(t)
+	env.OnActivity(contract.MarkOutboxDeadName, mock.Anything, mock.Anything).
+		Return(func(context.Context, contract.MarkDeadParams) error {
+			t.Error("a paused record must not be marked dead")
+			return nil
+		}).Maybe()
+	env.OnActivity(contract.DeliverOutboxName, mock.Anything, mock.Anything).
+		Return(contract.DeliverResult{Paused: true}, nil).Once()
+	env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{Source: "default", ID: 7, Retry: budget, FinalState: true})
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	var res workflows.OutboxDeliveryResult
+	require.NoError(t, env.GetWorkflowResult(&res))
+	require.True(t, res.Paused)
+	require.Equal(t, courier.OutboxPending, res.Status)
+	env.AssertExpectations(t)
+}

@@ -8,10 +8,11 @@ type WorkflowRegistrar interface {
 }
 
 // RegisterOutbox registers the outbox's workflows under their stable names: the per-record
-// delivery and the batch, both on the workflows' task queue.
+// delivery, the batch and the ordered key's delivery, all on the workflows' task queue.
 func RegisterOutbox(r WorkflowRegistrar) {
 	r.RegisterWorkflowWithOptions(OutboxDelivery, workflow.RegisterOptions{Name: OutboxDeliveryName})
 	r.RegisterWorkflowWithOptions(OutboxBatch, workflow.RegisterOptions{Name: OutboxBatchName})
+	r.RegisterWorkflowWithOptions(OutboxOrdered, workflow.RegisterOptions{Name: OutboxOrderedName})
 }
 
 // RegisterTasks registers the task workflows under their stable names: the attempts on the

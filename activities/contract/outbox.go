@@ -30,6 +30,9 @@ type DeliverParams struct {
 // DeliverResult says what the delivery did.
 type DeliverResult struct {
 	AlreadySent bool // the record was already sent (a repeated delivery): nothing was published
+	// Paused: the record's topic is paused. Nothing was published and no attempt counted; the
+	// record is pending again and the relay leaves it alone until the topic is resumed.
+	Paused bool `json:",omitempty"`
 }
 
 // MarkDeadParams names the record to mark dead and why.
@@ -56,6 +59,9 @@ type BatchResult struct {
 	Sent    int     // published and marked sent by this attempt
 	Skipped int     // already sent or dead (a repeated batch), or gone
 	Handed  []int64 // failed and handed to deliveries of their own
+	// Held are records whose topic is paused: pending again, no attempt counted, published
+	// by a later claim once the topic is resumed.
+	Held []int64 `json:",omitempty"`
 }
 
 // HandParams hands a batch's records to deliveries of their own, with the reason.

@@ -232,6 +232,7 @@ func (a *app) newWorker(ctx context.Context) (*worker.Worker, error) {
 			SentRetention: a.cfg.Outbox.Retention,
 			Retry:         a.cfg.Outbox.Retry,
 			Batch:         a.cfg.Outbox.Batch,
+			Ordered:       a.cfg.Outbox.Ordered,
 		},
 		ShutdownTimeout:        a.cfg.ShutdownTimeout,
 		AllowLoopbackCallbacks: a.dev || a.cfg.AllowLoopback,
@@ -323,7 +324,7 @@ func tableStats(st *store.Store) func() (metrics.OutboxTableStats, error) {
 		if err != nil {
 			return metrics.OutboxTableStats{}, err
 		}
-		out := metrics.OutboxTableStats{ByStatus: map[string]int64{}}
+		out := metrics.OutboxTableStats{ByStatus: map[string]int64{}, BlockedKeys: s.BlockedKeys}
 		for k, v := range s.ByStatus {
 			out.ByStatus[string(k)] = v
 		}

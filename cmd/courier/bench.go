@@ -47,6 +47,8 @@ func runBench(ctx context.Context, args []string) error {
 		fs.IntVar(&cfg.BatchRows, "batch-rows", 20000, "rows per batch-mode scenario (courier-batch-*); 0 skips them")
 		fs.Float64Var(&cfg.BatchRate, "batch-rate", 1000, "target rows per second in the batch-mode scenarios, committed every 10 ms")
 		fs.IntVar(&cfg.BatchMax, "batch-max", relay.DefaultBatchMax, "records per batch in the batch-mode scenarios (COURIER_OUTBOX_BATCH_MAX)")
+		fs.BoolVar(&cfg.Ordered, "ordered", false, "add the ordered-mode scenarios (courier-ordered-*): --rows rows at --rate over --ordered-keys keys, beside the per-record ones")
+		fs.IntVar(&cfg.OrderedKeys, "ordered-keys", 20, "keys the ordered-mode scenarios spread their rows over, round-robin")
 		fs.StringVar(&cfg.PostgresURL, "postgres-url", env("COURIER_BENCH_POSTGRES_URL", ""), postgresUsage)
 		fs.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "give up on a scenario after this long")
 	case "timers":

@@ -47,6 +47,8 @@ type OutboxConfig struct {
 	// COURIER_OUTBOX_MAX_ATTEMPTS; default workflows.DefaultOutboxRetry.
 	Retry workflows.RetryPolicy
 	Batch relay.BatchConfig // COURIER_OUTBOX_BATCH_*: outbox_batch.go
+	// Ordered is the ordered mode (COURIER_OUTBOX_ORDERED_*: outbox_ordered.go).
+	Ordered relay.OrderedConfig
 }
 
 // Config is the configuration shared by worker, gateway and dev. Each field names its
@@ -230,6 +232,7 @@ func (c *Config) bindRuntime(fs *flag.FlagSet) {
 	fs.IntVar(&c.Tasks.FinishSlots, "task-finish-slots", c.env.integer("COURIER_TASK_FINISH_SLOTS", tasks.DefaultFinishSlots), "task sweeps this worker runs at once, on the finish task queue (COURIER_TASK_FINISH_SLOTS)")
 	c.bindBrokers(fs)
 	c.bindOutboxBatch(fs)
+	c.bindOutboxOrdered(fs)
 }
 
 // Validate reports the first configuration error in plain words.
@@ -277,6 +280,9 @@ func (c *Config) Validate(needDB bool) error {
 		return err
 	}
 	if err := c.validateOutboxBatch(); err != nil {
+		return err
+	}
+	if err := c.validateOutboxOrdered(); err != nil {
 		return err
 	}
 	if c.KeyRate.PerSecond == 0 {
