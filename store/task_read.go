@@ -80,7 +80,7 @@ func (s *Store) ListTasks(ctx context.Context, f courier.TaskFilter) (tasks []co
 		q = q.Where("status = ?", f.Status)
 	}
 	if len(f.Statuses) > 0 {
-		q = q.Where("status IN (?)", bun.In(f.Statuses))
+		q = q.Where("status IN (?)", bun.List(f.Statuses))
 	}
 	if f.Priority != 0 {
 		q = q.Where("priority = ?", f.Priority)
