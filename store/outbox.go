@@ -321,12 +321,22 @@ func (s *Store) MarkOutboxStarted(ctx context.Context, ids []int64, horizon time
 // record was not pending or dispatched (already sent, or dead), which makes a repeated delivery
 // harmless.
 func (s *Store) MarkOutboxSent(ctx context.Context, id int64) (bool, error) {
-	res, err := s.db.NewUpdate().Model((*outboxRow)(nil)).
-		Set("status = ?", courier.OutboxSent).
-		Set("attempts = attempts + 1").
-		Set("sent_at = "+s.nowSQL()).
+	return s.updateUnsent(ctx, id, func(q *bun.UpdateQuery) *bun.UpdateQuery {
+		return q.Set("status = ?", courier.OutboxSent).
+			Set("attempts = attempts + 1").
+			Set("sent_at = " + s.nowSQL())
+	})
+}
+
+// unsentStatuses are the statuses of a record not yet sent or dead.
+var unsentStatuses = []courier.OutboxStatus{courier.OutboxPending, courier.OutboxDispatched}
+
+// updateUnsent applies set to a record still unsent; false when it was not (sent or dead
+// meanwhile, or unknown), so a repeated or late update changes nothing.
+func (s *Store) updateUnsent(ctx context.Context, id int64, set func(*bun.UpdateQuery) *bun.UpdateQuery) (bool, error) {
+	res, err := set(s.db.NewUpdate().Model((*outboxRow)(nil))).
 		Where("id = ?", id).
-		Where("status IN (?)", bun.List([]courier.OutboxStatus{courier.OutboxPending, courier.OutboxDispatched})).
+		Where("status IN (?)", bun.List(unsentStatuses)).
 		Exec(ctx)
 	if err != nil {
 		return false, err
@@ -338,18 +348,11 @@ func (s *Store) MarkOutboxSent(ctx context.Context, id int64) (bool, error) {
 // MarkOutboxDead marks a record dead with its last error, unless it was sent meanwhile. A
 // dead record's next_attempt_at becomes the time it went dead (bulk redrive filters on it).
 func (s *Store) MarkOutboxDead(ctx context.Context, id int64, lastErr string) (bool, error) {
-	res, err := s.db.NewUpdate().Model((*outboxRow)(nil)).
-		Set("status = ?", courier.OutboxDead).
-		Set("last_error = ?", lastErr).
-		Set("next_attempt_at = "+s.nowSQL()).
-		Where("id = ?", id).
-		Where("status IN (?)", bun.List([]courier.OutboxStatus{courier.OutboxPending, courier.OutboxDispatched})).
-		Exec(ctx)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return s.updateUnsent(ctx, id, func(q *bun.UpdateQuery) *bun.UpdateQuery {
+		return q.Set("status = ?", courier.OutboxDead).
+			Set("last_error = ?", lastErr).
+			Set("next_attempt_at = " + s.nowSQL())
+	})
 }
 
 // RedriveOutbox moves a dead record back to pending so the relay delivers it again. A record
@@ -420,7 +423,7 @@ func (s *Store) OutboxStats(ctx context.Context) (OutboxStats, error) {
 	st.BlockedKeys = n
 	var oldest outboxRow
 	err = s.db.NewSelect().Model(&oldest).Column("created_at").
-		Where("status IN (?)", bun.List([]courier.OutboxStatus{courier.OutboxPending, courier.OutboxDispatched})).
+		Where("status IN (?)", bun.List(unsentStatuses)).
 		Order("id ASC").Limit(1).Scan(ctx)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
@@ -472,15 +475,8 @@ func (s *Store) EnqueueOutbox(ctx context.Context, m outbox.Message) (courier.Ou
 // the claims leave the record alone until the topic is resumed. A record already sent or dead
 // is left alone (false).
 func (s *Store) HoldOutbox(ctx context.Context, id int64, retryIn time.Duration) (bool, error) {
-	res, err := s.db.NewUpdate().Model((*outboxRow)(nil)).
-		Set("status = ?", courier.OutboxPending).
-		Set("next_attempt_at = "+s.nowPlusSQL(retryIn)).
-		Where("id = ?", id).
-		Where("status IN (?)", bun.List([]courier.OutboxStatus{courier.OutboxPending, courier.OutboxDispatched})).
-		Exec(ctx)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return s.updateUnsent(ctx, id, func(q *bun.UpdateQuery) *bun.UpdateQuery {
+		return q.Set("status = ?", courier.OutboxPending).
+			Set("next_attempt_at = " + s.nowPlusSQL(retryIn))
+	})
 }

@@ -42,7 +42,7 @@ func (s *Store) MarkOutboxSentBatch(ctx context.Context, ids []int64) (int64, er
 		Set("attempts = attempts + 1").
 		Set("sent_at = "+s.nowSQL()).
 		Where("id IN (?)", bun.List(ids)).
-		Where("status IN (?)", bun.List([]courier.OutboxStatus{courier.OutboxPending, courier.OutboxDispatched})).
+		Where("status IN (?)", bun.List(unsentStatuses)).
 		Exec(ctx)
 	if err != nil {
 		return 0, err
@@ -56,17 +56,10 @@ func (s *Store) MarkOutboxSentBatch(ctx context.Context, ids []int64) (int64, er
 // per-record retries, dead-lettering and redrive. A record already sent or dead is left alone
 // (false).
 func (s *Store) HandOutboxToRecord(ctx context.Context, id int64, lastErr string, retryIn time.Duration) (bool, error) {
-	res, err := s.db.NewUpdate().Model((*outboxRow)(nil)).
-		Set("status = ?", courier.OutboxPending).
-		Set("attempts = attempts + 1").
-		Set("last_error = ?", lastErr).
-		Set("next_attempt_at = "+s.nowPlusSQL(retryIn)).
-		Where("id = ?", id).
-		Where("status IN (?)", bun.List([]courier.OutboxStatus{courier.OutboxPending, courier.OutboxDispatched})).
-		Exec(ctx)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return s.updateUnsent(ctx, id, func(q *bun.UpdateQuery) *bun.UpdateQuery {
+		return q.Set("status = ?", courier.OutboxPending).
+			Set("attempts = attempts + 1").
+			Set("last_error = ?", lastErr).
+			Set("next_attempt_at = " + s.nowPlusSQL(retryIn))
+	})
 }
