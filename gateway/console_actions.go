@@ -35,11 +35,7 @@ func seeOther(c echo.Context, path string, kv ...string) error {
 // redriveRecord redrives one record, like POST /v1/outbox/{id}/redrive (?source= names a
 // producer's database).
 func (cs *console) redriveRecord(c echo.Context) error {
-	id, err := pathInt(c, "id")
-	if err != nil {
-		return err
-	}
-	src, st, err := cs.h.source(c)
+	src, st, id, err := cs.h.record(c)
 	if err != nil {
 		return err
 	}
@@ -58,11 +54,7 @@ func (cs *console) redriveRecord(c echo.Context) error {
 // (?source= names a producer's database): form field confirm. The record stays dead and the
 // key's later records go out.
 func (cs *console) skipRecord(c echo.Context) error {
-	id, err := pathInt(c, "id")
-	if err != nil {
-		return err
-	}
-	src, st, err := cs.h.source(c)
+	src, st, id, err := cs.h.record(c)
 	if err != nil {
 		return err
 	}

@@ -356,11 +356,7 @@ func (cs *console) outboxList(c echo.Context) error {
 
 // outboxRecord shows one record with its payload, headers and last error.
 func (cs *console) outboxRecord(c echo.Context) error {
-	id, err := pathInt(c, "id")
-	if err != nil {
-		return err
-	}
-	src, st, err := cs.h.source(c)
+	src, st, id, err := cs.h.record(c)
 	if err != nil {
 		return err
 	}

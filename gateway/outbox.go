@@ -69,6 +69,17 @@ func (h *handlers) source(c echo.Context) (string, OutboxStore, error) {
 	return "", nil, courier.Errorf(courier.CodeNotFound, "unknown outbox source %q", name)
 }
 
+// record names the outbox record of the request's path: the source (?source=), its store and
+// the id.
+func (h *handlers) record(c echo.Context) (string, OutboxStore, int64, error) {
+	id, err := pathInt(c, "id")
+	if err != nil {
+		return "", nil, 0, err
+	}
+	src, st, err := h.source(c)
+	return src, st, id, err
+}
+
 // listOutbox pages through records in ascending id order: at most limit (default 100, at most
 // 1000) per page, without payloads unless include_payload=true, and then no more payload bytes
 // than the store's budget per page.
@@ -152,11 +163,7 @@ func (h *handlers) publishOutbox(c echo.Context) error {
 }
 
 func (h *handlers) getOutbox(c echo.Context) error {
-	id, err := pathInt(c, "id")
-	if err != nil {
-		return err
-	}
-	src, st, err := h.source(c)
+	src, st, id, err := h.record(c)
 	if err != nil {
 		return err
 	}
@@ -168,11 +175,7 @@ func (h *handlers) getOutbox(c echo.Context) error {
 }
 
 func (h *handlers) redriveOutbox(c echo.Context) error {
-	id, err := pathInt(c, "id")
-	if err != nil {
-		return err
-	}
-	src, st, err := h.source(c)
+	src, st, id, err := h.record(c)
 	if err != nil {
 		return err
 	}

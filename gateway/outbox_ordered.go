@@ -66,11 +66,7 @@ func (h *handlers) listBlockedKeys(c echo.Context) error {
 // skipOutbox skips the dead record a blocked key waits on: the record stays dead and the key's
 // later records go out. A record that blocks no key is 409 conflict.
 func (h *handlers) skipOutbox(c echo.Context) error {
-	id, err := pathInt(c, "id")
-	if err != nil {
-		return err
-	}
-	src, st, err := h.source(c)
+	src, st, id, err := h.record(c)
 	if err != nil {
 		return err
 	}
