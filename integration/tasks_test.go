@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -298,7 +299,19 @@ func TestTasksLimitAndWeightedOrder(t *testing.T) {
 			ts := newTaskStack(t, d)
 			ts.startTaskWorker() // a second claimer competing for the same slots
 			token := ts.worker
+			// The first pushes are held until the limit's worth is in flight at once (or 5 s
+			// have passed), so whether the limit is used does not depend on how fast a loaded
+			// machine starts the first runs.
+			full := make(chan struct{})
+			var fullOnce sync.Once
 			w := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) {
+				if w.maxConcurrent() >= 20 {
+					fullOnce.Do(func() { close(full) })
+				}
+				select {
+				case <-full:
+				case <-time.After(5 * time.Second):
+				}
 				time.Sleep(20 * time.Millisecond) // parsing
 				w.letGo(p)
 				if code := report(t, token, p, "success", 200, "parsed"); code != http.StatusAccepted {
@@ -326,12 +339,27 @@ func TestTasksLimitAndWeightedOrder(t *testing.T) {
 			require.EqualValues(t, 5*perBand, w.pushes.Load(), "one push per task: nothing retried or duplicated")
 			require.Equal(t, 0, ts.inFlight("parse"), "every slot released")
 
-			// Band 1 (35 %) runs out first, after about 400/0.35 ≈ 1,140 pushes: the first
-			// 1,000 were made with every band backlogged.
-			order := w.pushOrder()
+			// Band 1 (35 %) runs out first, after about 400/0.35 ≈ 1,140 claims: the first
+			// 1,000 were made with every band backlogged. The order is the claims' (each
+			// task's claimed_at; one claim's tasks share it), as the pushes' order also holds
+			// how long each run took to start.
+			type claimed struct {
+				prio, n int
+				at      time.Time
+			}
+			var order []claimed
+			for prio := 1; prio <= 5; prio++ {
+				for i := 0; i < perBand; i++ {
+					task, err := ts.store.GetTask(t.Context(), fmt.Sprintf("doc-%d-%d", prio, i), 1)
+					require.NoError(t, err)
+					require.NotNil(t, task.ClaimedAt)
+					order = append(order, claimed{prio: prio, n: i, at: *task.ClaimedAt})
+				}
+			}
+			sort.SliceStable(order, func(i, j int) bool { return order[i].at.Before(order[j].at) })
 			var counts [5]int
-			for _, p := range order[:1000] {
-				counts[p.Priority-1]++
+			for _, c := range order[:1000] {
+				counts[c.prio-1]++
 			}
 			for i, want := range courier.DefaultBandWeights {
 				share := float64(counts[i]) / 1000 * 100
@@ -340,14 +368,10 @@ func TestTasksLimitAndWeightedOrder(t *testing.T) {
 			}
 			// Within a band, the oldest first.
 			var lastBand1 int
-			for _, p := range order[:200] {
-				if p.Priority == 1 {
-					var n int
-					_, _ = fmt.Sscanf(p.TaskID, "doc-1-%d", &n)
-					require.GreaterOrEqual(t, n, lastBand1-20, "band 1 goes roughly oldest first")
-					if n > lastBand1 {
-						lastBand1 = n
-					}
+			for _, c := range order[:200] {
+				if c.prio == 1 {
+					require.GreaterOrEqual(t, c.n, lastBand1-20, "band 1 goes roughly oldest first")
+					lastBand1 = max(lastBand1, c.n)
 				}
 			}
 		})

@@ -20,7 +20,7 @@ type event struct {
 func main() {
 	var (
 		passed, failed, skipped int
-		output                  = map[string]*strings.Builder{} // package/test -> output
+		output                  = map[string]*capped{} // package/test -> output
 		failures                []string
 		skips                   []string
 		pkgFailed               bool
@@ -39,12 +39,10 @@ func main() {
 		case "output":
 			b := output[key(e)]
 			if b == nil {
-				b = &strings.Builder{}
+				b = &capped{}
 				output[key(e)] = b
 			}
-			if b.Len() < 256<<10 {
-				b.WriteString(e.Output)
-			}
+			b.write(e.Output)
 		case "pass", "fail", "skip":
 			if e.Test == "" {
 				status := map[string]string{"pass": "ok  ", "fail": "FAIL", "skip": "--  "}[e.Action]
@@ -93,7 +91,47 @@ func main() {
 	}
 }
 
-func skipReason(b *strings.Builder) string {
+// capped keeps a test's output within headBytes + tailBytes: its beginning and its end, where a
+// failed assertion is printed, with how much was left out between them.
+type capped struct {
+	head    strings.Builder
+	tail    []string
+	tailLen int
+	dropped int
+}
+
+const headBytes, tailBytes = 32 << 10, 224 << 10
+
+func (c *capped) write(s string) {
+	if c.head.Len() < headBytes {
+		c.head.WriteString(s)
+		return
+	}
+	c.tail = append(c.tail, s)
+	c.tailLen += len(s)
+	for c.tailLen > tailBytes && len(c.tail) > 1 {
+		c.tailLen -= len(c.tail[0])
+		c.dropped += len(c.tail[0])
+		c.tail = c.tail[1:]
+	}
+}
+
+func (c *capped) String() string {
+	if c == nil {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString(c.head.String())
+	if c.dropped > 0 {
+		fmt.Fprintf(&b, "    [... %d bytes of output left out ...]\n", c.dropped)
+	}
+	for _, s := range c.tail {
+		b.WriteString(s)
+	}
+	return b.String()
+}
+
+func skipReason(b *capped) string {
 	if b == nil {
 		return "(no reason given)"
 	}
