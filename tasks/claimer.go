@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -130,6 +131,7 @@ func (c *Claimer) pass(ctx context.Context) {
 	if err != nil {
 		if ctx.Err() == nil {
 			c.log.Warn("task claimer: list queues", "error", err)
+			c.wakeAfter(claimRetry)
 		}
 		return
 	}
@@ -142,10 +144,15 @@ func (c *Claimer) pass(ctx context.Context) {
 			if err != nil {
 				if ctx.Err() == nil {
 					c.log.Warn("task claimer: claim", "queue", q.Name, "error", err)
+					c.wakeAfter(claimRetry)
 				}
 				break
 			}
-			c.start(ctx, claim.Tasks)
+			if failed := c.start(ctx, claim.Tasks); failed > 0 {
+				// Their rows wait in Processing without a push: recover starts them again
+				// once they are RecoverAfter old, so come back then, whatever the poll.
+				c.wakeAfter(c.cfg.RecoverAfter)
+			}
 			if claim.NextToken > 0 {
 				// The queue's dispatch rate held tasks back: come back for them when its
 				// bucket has a token, not only at the next poll.
@@ -164,23 +171,32 @@ func (c *Claimer) recover(ctx context.Context) {
 	if err != nil {
 		if ctx.Err() == nil {
 			c.log.Warn("task claimer: find unpushed tasks", "error", err)
+			c.wakeAfter(c.cfg.RecoverAfter)
 		}
 		return
 	}
 	if len(stuck) > 0 {
 		c.log.Info("task claimer: restarting attempts that never reached their push", "count", len(stuck))
-		c.startAll(ctx, stuck, true)
+		if c.startAll(ctx, stuck, true) > 0 {
+			c.wakeAfter(c.cfg.RecoverAfter)
+		}
 	}
 }
 
-func (c *Claimer) start(ctx context.Context, claimed []store.ClaimedTask) {
-	c.startAll(ctx, claimed, false)
+// claimRetry is how soon a claim pass that failed (the database busy or away) is tried
+// again, whatever the poll interval.
+const claimRetry = time.Second
+
+// start starts the claimed attempts' runs and returns how many could not be started.
+func (c *Claimer) start(ctx context.Context, claimed []store.ClaimedTask) int {
+	return c.startAll(ctx, claimed, false)
 }
 
-func (c *Claimer) startAll(ctx context.Context, claimed []store.ClaimedTask, recovering bool) {
+func (c *Claimer) startAll(ctx context.Context, claimed []store.ClaimedTask, recovering bool) int {
 	if len(claimed) == 0 {
-		return
+		return 0
 	}
+	var failed atomic.Int64
 	sem := make(chan struct{}, c.cfg.StartWorkers)
 	var wg sync.WaitGroup
 	for _, t := range claimed {
@@ -195,10 +211,12 @@ func (c *Claimer) startAll(ctx context.Context, claimed []store.ClaimedTask, rec
 			if err := start(ctx, t); err != nil && ctx.Err() == nil {
 				// The row stays in Processing without a push; recover starts it again.
 				c.log.Warn("task claimer: start attempt", "task_id", t.TaskID, "version", t.Version, "attempt", t.Attempt, "error", err)
+				failed.Add(1)
 			}
 		}()
 	}
 	wg.Wait()
+	return int(failed.Load())
 }
 
 // attemptMemo names the attempt a run belongs to, so recovery can tell a run of this attempt
