@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,11 +22,11 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/dispatch"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/pauses"
 	"github.com/courier-oss/courier/relay"
-	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/tasks"
 	"github.com/courier-oss/courier/worker"
 )
@@ -658,9 +659,18 @@ func TestTasksClaimedButNeverStarted(t *testing.T) {
 	w := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) { report(t, token, p, "success", 200, "ok") })
 	ts.putQueue("lost", map[string]any{}) // no push_url yet: the worker's claimer leaves it alone
 	require.Equal(t, http.StatusCreated, ts.insert("orphaned-claim", 1, 3, "lost"))
-	claimed, err := ts.store.ClaimTasks(ctx, "lost", 10, func(ready store.BandCounts, slots int) store.BandCounts { return ready })
+	// A claim as the store runs it, by a claimer that then dies before starting the attempt (the
+	// rules would not claim for a queue without a push URL; the live claimer must not take it).
+	var claimed []courier.Task
+	err := ts.store.RunClaim(ctx, "lost", func(ctx context.Context, tx dispatch.ClaimTx) error {
+		var err error
+		if claimed, err = tx.ClaimBand(ctx, 3, 10); err != nil {
+			return err
+		}
+		return tx.AddInFlight(ctx, len(claimed))
+	})
 	require.NoError(t, err)
-	require.Len(t, claimed, 1) // ... and this "claimer" dies here, before starting the attempt
+	require.Len(t, claimed, 1)
 	ts.putQueue("lost", map[string]any{"push_url": w.url})
 
 	got := ts.waitStatus("orphaned-claim", 1, courier.TaskSuccess, time.Minute)

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+
+	"github.com/courier-oss/courier/dispatch"
 )
 
 // The sweeper's bulk statements pick rows in a subquery (locked with SKIP LOCKED on PostgreSQL)
@@ -66,14 +68,14 @@ func (s *Store) PurgeTasks(ctx context.Context, queue string, age time.Duration,
 // OverdueTasks returns up to limit tasks in Processing whose processing deadline passed more
 // than grace ago, most overdue first: Temporal should have ended their attempt by then, so the
 // sweeper checks that their workflow still runs (an operator may have terminated it).
-func (s *Store) OverdueTasks(ctx context.Context, grace time.Duration, limit int) ([]ClaimedTask, error) {
+func (s *Store) OverdueTasks(ctx context.Context, grace time.Duration, limit int) ([]dispatch.Attempt, error) {
 	var rows []taskRow
 	err := s.db.NewSelect().Model(&rows).Where("status = 'processing' AND deadline_at < " + s.nowPlusSQL(-grace)).
 		Order("deadline_at ASC").Limit(int64(limit)).Scan(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return s.claimedTasks(ctx, rows)
+	return s.attemptsOf(ctx, rows)
 }
 
 // LimiterRepair is one queue whose in_flight count did not match its rows in Processing.
