@@ -82,11 +82,11 @@ func (s *Store) OverdueTasks(ctx context.Context, grace time.Duration, limit int
 type LimiterRepair struct {
 	Queue    string
 	Recorded int // in_flight before the repair
-	Counted  int // rows in Processing
+	Counted  int // rows in Processing and held slots
 }
 
-// ReconcileLimiters checks every queue's in_flight against its rows in Processing, under the
-// queue's lock, and repairs any mismatch.
+// ReconcileLimiters checks every queue's in_flight against its rows in Processing and its held
+// slots (FinishReported), under the queue's lock, and repairs any mismatch.
 func (s *Store) ReconcileLimiters(ctx context.Context) ([]LimiterRepair, error) {
 	queues, err := s.ListQueues(ctx)
 	if err != nil {
@@ -99,11 +99,13 @@ func (s *Store) ReconcileLimiters(ctx context.Context) ([]LimiterRepair, error) 
 			if err != nil {
 				return err
 			}
-			n, err := tx.NewSelect().Model((*taskRow)(nil)).Where("queue = ? AND status = 'processing'", q.Name).Count(ctx)
+			var n int
+			err = tx.NewRaw("SELECT (SELECT count(*) FROM courier_tasks WHERE queue = ? AND status = 'processing') + "+
+				"(SELECT count(*) FROM courier_task_slot_holds WHERE queue = ?)", q.Name, q.Name).Scan(ctx, &n)
 			if err != nil {
 				return err
 			}
-			if int(n) == locked.InFlight {
+			if n == locked.InFlight {
 				return nil
 			}
 			repairs = append(repairs, LimiterRepair{Queue: q.Name, Recorded: locked.InFlight, Counted: int(n)})

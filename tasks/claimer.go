@@ -28,6 +28,7 @@ type ClaimStore interface {
 	dispatch.ClaimStore
 	ListQueues(ctx context.Context) ([]courier.Queue, error)
 	UnpushedTasks(ctx context.Context, olderThan time.Duration, limit int) ([]dispatch.Attempt, error)
+	ReleaseStaleSlotHolds(ctx context.Context, olderThan time.Duration) (int, error)
 	// Listen calls notify on the database's notifications on channel (store.TasksChannel:
 	// tasks of another process may be claimable) until stop is called; a database without
 	// notifications does nothing, and the claimer's poll does the work.
@@ -141,8 +142,17 @@ func (c *Claimer) pass(ctx context.Context) {
 	}
 }
 
-// recover starts again the workflows of claimed tasks that never reached their push.
+// recover starts again the workflows of claimed tasks that never reached their push, and
+// releases the slots of recorded results whose answer never came (Service.Report).
 func (c *Claimer) recover(ctx context.Context) {
+	if n, err := c.store.ReleaseStaleSlotHolds(ctx, SlotHoldGrace); err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("task claimer: release stale slot holds", "error", err)
+		}
+	} else if n > 0 {
+		c.log.Info("task claimer: released the slots of results never answered", "count", n, "grace", SlotHoldGrace)
+		c.Wake()
+	}
 	stuck, err := c.store.UnpushedTasks(ctx, c.cfg.RecoverAfter, c.cfg.BatchSize)
 	if err != nil {
 		if ctx.Err() == nil {

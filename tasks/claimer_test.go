@@ -38,6 +38,10 @@ func (f *failingClaims) UnpushedTasks(context.Context, time.Duration, int) ([]di
 	return nil, nil
 }
 
+func (f *failingClaims) ReleaseStaleSlotHolds(context.Context, time.Duration) (int, error) {
+	return 0, nil
+}
+
 func (f *failingClaims) Listen(context.Context, string, func(), *slog.Logger) func() {
 	return func() {}
 }
