@@ -31,7 +31,9 @@ func (s *attemptStore) GetTask(context.Context, string, int64) (courier.Task, er
 	return s.task, nil
 }
 
-func (s *attemptStore) ReleaseSlotHolds(context.Context, []store.SlotHold) (int, error) { return 0, nil }
+func (s *attemptStore) ReleaseSlotHolds(context.Context, []store.SlotHold) (int, error) {
+	return 0, nil
+}
 
 func (s *attemptStore) FinishReported(_ context.Context, _ string, _ int64, _ int, o courier.AttemptOutcome) (store.FinishResult, error) {
 	if s.down {
