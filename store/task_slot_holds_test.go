@@ -36,11 +36,11 @@ func TestResultSlotsAreHeldUntilReleased(t *testing.T) {
 		}
 
 		// A success and a failure reported by the worker: both recorded, both slots held.
-		fr, err := s.FinishReported(ctx, got[0].TaskID, 1, got[0].Attempt, courier.AttemptOutcome{Kind: courier.OutcomeSuccess})
+		fr, err := s.FinishReported(ctx, got[0].TaskID, 1, got[0].Attempt, courier.AttemptOutcome{Kind: courier.OutcomeSuccess}, "answer-1")
 		require.NoError(t, err)
 		require.True(t, fr.Applied)
 		require.Equal(t, courier.TaskSuccess, fr.Status)
-		fr, err = s.FinishReported(ctx, got[1].TaskID, 1, got[1].Attempt, courier.AttemptOutcome{Kind: courier.OutcomeFailure})
+		fr, err = s.FinishReported(ctx, got[1].TaskID, 1, got[1].Attempt, courier.AttemptOutcome{Kind: courier.OutcomeFailure}, "answer-2")
 		require.NoError(t, err)
 		require.Equal(t, courier.TaskPending, fr.Status)
 		require.Equal(t, 2, inFlight(), "both slots held until their answers are written")
@@ -52,10 +52,10 @@ func TestResultSlotsAreHeldUntilReleased(t *testing.T) {
 		require.Empty(t, repairs, "held slots count as slots in use")
 
 		// The answer to the success was written: its slot goes back, once.
-		n, err := s.ReleaseSlotHolds(ctx, []store.SlotHold{{TaskID: got[0].TaskID, Version: 1, Attempt: got[0].Attempt}})
+		n, err := s.ReleaseSlotHolds(ctx, "answer-1")
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
-		n, err = s.ReleaseSlotHolds(ctx, []store.SlotHold{{TaskID: got[0].TaskID, Version: 1, Attempt: got[0].Attempt}})
+		n, err = s.ReleaseSlotHolds(ctx, "answer-1")
 		require.NoError(t, err)
 		require.Zero(t, n, "a release is done once")
 		require.Equal(t, 1, inFlight())

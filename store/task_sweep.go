@@ -101,7 +101,7 @@ func (s *Store) ReconcileLimiters(ctx context.Context) ([]LimiterRepair, error) 
 			}
 			var n int
 			err = tx.NewRaw("SELECT (SELECT count(*) FROM courier_tasks WHERE queue = ? AND status = 'processing') + "+
-				"(SELECT count(*) FROM courier_task_slot_holds WHERE queue = ?)", q.Name, q.Name).Scan(ctx, &n)
+				"(SELECT coalesce(sum(slots), 0) FROM courier_task_slot_holds WHERE queue = ?)", q.Name, q.Name).Scan(ctx, &n)
 			if err != nil {
 				return err
 			}

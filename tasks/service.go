@@ -2,6 +2,8 @@ package tasks
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,8 +38,8 @@ type Store interface {
 	PutQueue(ctx context.Context, q courier.Queue) (courier.Queue, bool, error)
 	GetQueue(ctx context.Context, name string) (courier.Queue, error)
 	ListQueues(ctx context.Context) ([]courier.Queue, error)
-	FinishReported(ctx context.Context, taskID string, version int64, attempt int, o courier.AttemptOutcome) (store.FinishResult, error)
-	ReleaseSlotHolds(ctx context.Context, holds []store.SlotHold) (int, error)
+	FinishReported(ctx context.Context, taskID string, version int64, attempt int, o courier.AttemptOutcome, hold string) (store.FinishResult, error)
+	ReleaseSlotHolds(ctx context.Context, holds ...string) (int, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -330,14 +332,15 @@ func (s *Service) Report(ctx context.Context, taskID string, version int64, r co
 		s.metrics.PushToResult.WithLabelValues(t.Queue).Observe(time.Since(*t.PushedAt).Seconds())
 	}
 	res := contract.AttemptResult{Attempt: r.Attempt, Outcome: r.Outcome(tracing.FromContext(ctx))}
-	status, recorded, err := s.recordOutcome(ctx, t, r.Attempt, res.Outcome)
+	hold := newHoldID()
+	status, recorded, err := s.recordOutcome(ctx, t, r.Attempt, res.Outcome, hold)
 	if err != nil {
 		return release, err
 	}
 	if !recorded {
 		return release, s.handOverUnrecorded(ctx, t, res)
 	}
-	release = s.releaser(ctx, store.SlotHold{TaskID: t.TaskID, Version: t.Version, Attempt: r.Attempt})
+	release = s.releaser(ctx, hold)
 	// The row holds it: that is the answer. The run hears of it after the answer has gone out,
 	// so a worker that reports before it answers the push (the run's workflow task stays open
 	// while it pushes) is not kept waiting. A run that never hears of it ends by its deadline,
@@ -360,18 +363,25 @@ func (s *Service) Report(ctx context.Context, taskID string, version int64, r co
 // slot only briefly.
 const SlotHoldGrace = 10 * time.Second
 
-// releaser returns the release of the slots the named results hold: once, with a fresh bounded
-// context (the worker may have hung up), then a wake of this process's claimers. A release that
-// fails is logged and left to the grace.
-func (s *Service) releaser(ctx context.Context, holds ...store.SlotHold) func() {
+// newHoldID names the slots one answer's results hold until it is written.
+func newHoldID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// releaser returns the release of the slots held under hold: once, with a fresh bounded context
+// (the worker may have hung up), then a wake of this process's claimers. A release that fails
+// is logged and left to the grace.
+func (s *Service) releaser(ctx context.Context, hold string) func() {
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReportTimeout)
 			defer cancel()
-			if _, err := s.store.ReleaseSlotHolds(rctx, holds); err != nil {
+			if _, err := s.store.ReleaseSlotHolds(rctx, hold); err != nil {
 				s.log.WarnContext(rctx, "release the slots of answered task results (any claimer releases them after the grace)",
-					"results", len(holds), "error", err, "grace", SlotHoldGrace)
+					"hold", hold, "error", err, "grace", SlotHoldGrace)
 				return
 			}
 			s.wake()
@@ -431,11 +441,11 @@ func (s *Service) handOverUnrecorded(ctx context.Context, t courier.Task, r cont
 // meanwhile (its deadline, a cancel): the first to change the row wins. recorded is false when
 // the write failed: the run then records the result itself. An attempt that had already ended,
 // a repeated result included, is a conflict.
-func (s *Service) recordOutcome(ctx context.Context, t courier.Task, attempt int, out courier.AttemptOutcome) (status courier.TaskStatus, recorded bool, err error) {
+func (s *Service) recordOutcome(ctx context.Context, t courier.Task, attempt int, out courier.AttemptOutcome, hold string) (status courier.TaskStatus, recorded bool, err error) {
 	// Not cut short by the worker hanging up: once written, the run must hear of it.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReportTimeout)
 	defer cancel()
-	fr, err := s.store.FinishReported(wctx, t.TaskID, t.Version, attempt, out)
+	fr, err := s.store.FinishReported(wctx, t.TaskID, t.Version, attempt, out, hold)
 	if err != nil {
 		// Had the write committed before the error, the run's finish finds it recorded (and
 		// the result goes uncounted in the metrics).

@@ -31,11 +31,11 @@ func (s *attemptStore) GetTask(context.Context, string, int64) (courier.Task, er
 	return s.task, nil
 }
 
-func (s *attemptStore) ReleaseSlotHolds(context.Context, []store.SlotHold) (int, error) {
+func (s *attemptStore) ReleaseSlotHolds(context.Context, ...string) (int, error) {
 	return 0, nil
 }
 
-func (s *attemptStore) FinishReported(_ context.Context, _ string, _ int64, _ int, o courier.AttemptOutcome) (store.FinishResult, error) {
+func (s *attemptStore) FinishReported(_ context.Context, _ string, _ int64, _ int, o courier.AttemptOutcome, _ string) (store.FinishResult, error) {
 	if s.down {
 		return store.FinishResult{}, errors.New("database is down")
 	}
