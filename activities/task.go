@@ -20,6 +20,7 @@ import (
 	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/callback"
+	"github.com/courier-oss/courier/dispatch"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/tracing"
@@ -35,7 +36,7 @@ type TaskStore interface {
 	StopSucceededTasks(ctx context.Context, queue string, retention time.Duration, limit int) (int64, error)
 	PurgeTasks(ctx context.Context, queue string, age time.Duration, limit int) (int64, error)
 	ReconcileLimiters(ctx context.Context) ([]store.LimiterRepair, error)
-	OverdueTasks(ctx context.Context, grace time.Duration, limit int) ([]store.ClaimedTask, error)
+	OverdueTasks(ctx context.Context, grace time.Duration, limit int) ([]dispatch.Attempt, error)
 }
 
 // WorkflowDescriber tells whether an attempt's workflow still runs (the Temporal client).

@@ -20,6 +20,7 @@ import (
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities"
 	"github.com/courier-oss/courier/activities/contract"
+	"github.com/courier-oss/courier/dispatch"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/store"
 )
@@ -46,7 +47,7 @@ type lifecycleStore struct {
 	stopped  map[string][]int64
 	purged   map[string][]int64
 	repairs  []store.LimiterRepair
-	overdue  []store.ClaimedTask
+	overdue  []dispatch.Attempt
 	failStep string // the step that answers errStep
 
 	calls []string // "expire 500", "stop parse 24h0m0s 500", …
@@ -121,7 +122,7 @@ func (s *lifecycleStore) ReconcileLimiters(context.Context) ([]store.LimiterRepa
 	return s.repairs, nil
 }
 
-func (s *lifecycleStore) OverdueTasks(_ context.Context, grace time.Duration, limit int) ([]store.ClaimedTask, error) {
+func (s *lifecycleStore) OverdueTasks(_ context.Context, grace time.Duration, limit int) ([]dispatch.Attempt, error) {
 	s.record("overdue " + grace.String() + " " + itoa(limit))
 	return s.overdue, nil
 }
@@ -268,7 +269,7 @@ func TestSweepDefaultsAndErrors(t *testing.T) {
 // workflow no longer runs (ended, or not found at all); one whose workflow still runs is left
 // to Temporal.
 func TestSweepFinishesOrphanedAttempts(t *testing.T) {
-	st := &lifecycleStore{overdue: []store.ClaimedTask{
+	st := &lifecycleStore{overdue: []dispatch.Attempt{
 		{TaskID: "running", Version: 1, Attempt: 1, Queue: "parse"},
 		{TaskID: "terminated", Version: 2, Attempt: 4, Queue: "parse"},
 		{TaskID: "lost", Version: 1, Attempt: 2, Queue: "mail"},

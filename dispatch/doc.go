@@ -1,4 +1,6 @@
-// Package dispatch decides which priority band the next free task slot goes to: weighted
-// shares over the bands that have a backlog, so high priorities get most of the capacity and low
-// priorities never starve. It is pure logic (no I/O), used by the task claimers (tasks/).
+// Package dispatch holds every rule that decides which of a queue's tasks are claimed next: the
+// queue's exact concurrency limit, the weighted shares of the priority bands, concurrency keys
+// with their per-key limits and turns, the dispatch rate, the pause and the push URL. The rules
+// are decided inside one claim transaction that the store opens and runs SQL for (ClaimTx), so
+// they hold across every worker; this package does no I/O of its own.
 package dispatch

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -29,7 +30,9 @@ type TaskService interface {
 	// action's path, up to max of them (see tasks.Service).
 	CancelMatching(ctx context.Context, f courier.TaskFilter, max int) (courier.TaskBulkResult, error)
 	RetryMatching(ctx context.Context, f courier.TaskFilter, max int) (courier.TaskBulkResult, error)
-	Report(ctx context.Context, taskID string, version int64, r courier.TaskResult) error
+	// Report records a worker's result; the caller calls release once the worker has been
+	// answered, and only then is the slot the result freed handed out again.
+	Report(ctx context.Context, taskID string, version int64, r courier.TaskResult) (release func(), err error)
 	Heartbeat(ctx context.Context, taskID string, version int64, attempt int, details json.RawMessage) error
 	PutQueue(ctx context.Context, q courier.Queue) (courier.Queue, bool, error)
 	GetQueue(ctx context.Context, name string) (courier.Queue, error)
@@ -317,12 +320,33 @@ func (h *handlers) taskResult(c echo.Context) error {
 	if err := bindJSON(c, &req); err != nil {
 		return err
 	}
-	if err := h.d.Tasks.Report(c.Request().Context(), id, v, req); err != nil {
+	release, err := h.d.Tasks.Report(c.Request().Context(), id, v, req)
+	if err != nil {
 		return err
 	}
-	// Accepted: a success is normally in the row already; a failure (or a success whose write
-	// failed) the attempt's workflow records in a moment (GET shows it).
-	return c.JSON(http.StatusAccepted, api.ReportAccepted{TaskID: id, TaskVersion: v, Attempt: req.Attempt, Accepted: true})
+	// Accepted: the result is normally in the row already (one whose write failed the
+	// attempt's workflow records in a moment; GET shows it). The slot it freed is handed out
+	// once this answer is on its way to the worker, not before.
+	defer release()
+	return answerNow(c, http.StatusAccepted, api.ReportAccepted{TaskID: id, TaskVersion: v, Attempt: req.Attempt, Accepted: true})
+}
+
+// answerNow writes a whole JSON answer, its length declared, and flushes it to the
+// connection, so that what the handler does next (a slot's release) happens once the client
+// can read all of it.
+func answerNow(c echo.Context, code int, body any) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	c.Response().Header().Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
+	c.Response().Header().Set(echo.HeaderContentLength, strconv.Itoa(len(b)))
+	if err := c.Blob(code, echo.MIMEApplicationJSON, b); err != nil {
+		return err
+	}
+	_ = http.NewResponseController(c.Response().Writer).Flush() // unsupported: written when the handler returns
+	return nil
 }
 
 func (h *handlers) taskHeartbeat(c echo.Context) error {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"reflect"
 	"strings"
@@ -35,6 +36,8 @@ type cannedTasks struct {
 	puts    []courier.Queue // PutQueue arguments as received
 	lists   []courier.TaskFilter
 	bulks   []fakeBulk // CancelMatching and RetryMatching arguments as received
+	// release, if set, is what Report's release runs (the slot a recorded result frees).
+	release func()
 }
 
 type fakeBulk struct {
@@ -180,12 +183,15 @@ func (f *cannedTasks) Cancel(_ context.Context, taskID string, version int64) (c
 	return a.task, a.err
 }
 
-func (f *cannedTasks) Report(_ context.Context, taskID string, version int64, r courier.TaskResult) error {
+func (f *cannedTasks) Report(_ context.Context, taskID string, version int64, r courier.TaskResult) (func(), error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	a := f.record("Report", taskID, version)
 	f.reports = append(f.reports, r)
-	return a.err
+	if f.release != nil && a.err == nil {
+		return f.release, nil
+	}
+	return func() {}, a.err
 }
 
 func (f *cannedTasks) Heartbeat(_ context.Context, taskID string, version int64, attempt int, details json.RawMessage) error {
@@ -974,4 +980,39 @@ func TestListTasks(t *testing.T) {
 	require.Equal(t, calls, f.svc.callCount(), "refused lists never reach the service")
 	st, _ = f.call(t, "GET", "/v1/tasks", f.worker, "", nil)
 	require.Equal(t, http.StatusForbidden, st, "listing needs the producer scope")
+}
+
+// The slot a result frees is released only once the worker can read the 202: the release waits
+// (boundedly) for the client to have the whole answer in hand, which it can only have if the
+// gateway wrote and flushed it before releasing. (A plain server: the fixture's checks the
+// OpenAPI document on answers it buffers whole.)
+func TestResultSlotIsReleasedAfterTheAnswer(t *testing.T) {
+	f := setupTasks(t)
+	srv := httptest.NewServer(gateway.New(gateway.Config{}, gateway.Deps{Keys: f.st, Outbox: f.st, Tasks: f.svc, Gatherer: prometheus.NewRegistry()}))
+	t.Cleanup(srv.Close)
+	answered := make(chan struct{})
+	releasedAfter := make(chan bool, 1)
+	f.svc.release = func() {
+		select {
+		case <-answered:
+			releasedAfter <- true
+		case <-time.After(5 * time.Second): // the answer never reached the client: released before it
+			releasedAfter <- false
+		}
+	}
+	req, err := http.NewRequest("POST", srv.URL+"/v1/tasks/t-1/versions/1/result", strings.NewReader(`{"attempt":1,"status":"success"}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+f.worker)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	raw, err := io.ReadAll(resp.Body) // a whole body, as most clients read it before they go on
+	resp.Body.Close()
+	require.NoError(t, err)
+	var acc api.ReportAccepted
+	require.NoError(t, json.Unmarshal(raw, &acc))
+	require.Equal(t, http.StatusAccepted, resp.StatusCode)
+	require.True(t, acc.Accepted)
+	close(answered)
+	require.True(t, <-releasedAfter, "the slot was released before the worker could read its answer")
 }

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,11 +23,11 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/dispatch"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/pauses"
 	"github.com/courier-oss/courier/relay"
-	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/tasks"
 	"github.com/courier-oss/courier/worker"
 )
@@ -89,9 +91,10 @@ func keyOf(p api.TaskPush) pushKey {
 	return pushKey{id: p.TaskID, version: p.TaskVersion, attempt: p.Attempt}
 }
 
-// letGo ends the worker's hold on a push. A handler calls it before it reports the result:
-// courier frees the slot when it stores the result, before it answers, so the next push may
-// arrive while the report is still on its way back.
+// letGo ends the worker's hold on a push. A push is held until its handler returns, which for
+// a handler that reports its result is once the report has been answered: the way a worker
+// counts its capacity (courier hands out the slot a result frees only after its answer). A
+// handler that hands work on without reporting calls it itself.
 func (w *taskWorker) letGo(p api.TaskPush) {
 	w.mu.Lock()
 	if w.held[keyOf(p)] {
@@ -132,6 +135,9 @@ type taskStack struct {
 
 	recoverAfter time.Duration
 	tune         func(*worker.Config) // changes the workers' configuration; nil: none
+	// resultAnswerDelay slows the gateway's writing of its answers to task results (in
+	// nanoseconds; 0: none), as a loaded gateway is slow to write them.
+	resultAnswerDelay atomic.Int64
 }
 
 func newTaskStack(t *testing.T, dialect string) *taskStack {
@@ -157,7 +163,12 @@ func taskStackOn(t *testing.T, s *stack, recoverAfter time.Duration, tune func(*
 	ts := &taskStack{stack: s, recoverAfter: recoverAfter, tune: tune}
 	// The gateway's address goes into every push, so it listens before the worker starts.
 	var h http.Handler
-	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { h.ServeHTTP(rw, r) }))
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if d := time.Duration(ts.resultAnswerDelay.Load()); d > 0 && strings.HasSuffix(r.URL.Path, "/result") {
+			rw = &slowAnswer{ResponseWriter: rw, delay: d}
+		}
+		h.ServeHTTP(rw, r)
+	}))
 	t.Cleanup(srv.Close)
 	ts.gw = srv.URL
 	ts.w = ts.startTaskWorker()
@@ -174,6 +185,26 @@ func taskStackOn(t *testing.T, s *stack, recoverAfter time.Duration, tune func(*
 	}
 	return ts
 }
+
+// slowAnswer is a response writer that waits before it writes the status line, as a loaded
+// gateway does; it passes flushes through (Unwrap).
+type slowAnswer struct {
+	http.ResponseWriter
+	delay time.Duration
+	once  sync.Once
+}
+
+func (w *slowAnswer) WriteHeader(code int) {
+	w.once.Do(func() { time.Sleep(w.delay) })
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *slowAnswer) Write(b []byte) (int, error) {
+	w.once.Do(func() { time.Sleep(w.delay) })
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *slowAnswer) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // startTaskWorker starts one more courier worker with a task claimer (every worker runs one).
 func (ts *taskStack) startTaskWorker() *worker.Worker {
@@ -313,7 +344,6 @@ func TestTasksLimitAndWeightedOrder(t *testing.T) {
 				case <-time.After(5 * time.Second):
 				}
 				time.Sleep(20 * time.Millisecond) // parsing
-				w.letGo(p)
 				if code := report(t, token, p, "success", 200, "parsed"); code != http.StatusAccepted {
 					t.Errorf("result for %s: %d", p.TaskID, code)
 				}
@@ -374,6 +404,46 @@ func TestTasksLimitAndWeightedOrder(t *testing.T) {
 					lastBand1 = max(lastBand1, c.n)
 				}
 			}
+		})
+	}
+}
+
+// TestTasksLimitAsTheWorkerCountsIt: a worker that takes each push at once, works 50 ms, then
+// reports and counts the task as held until its report's 202 comes back never holds more than
+// the queue's limit, with claimers in two processes (issue 35: the slot a result frees was
+// handed out before the answer was written, and the worker held 7 of a limit of 5). The
+// gateway's answers to results are slowed by 100 ms, as under load: a slot handed out before
+// its answer is written then reaches the worker as a push before the answer, every time.
+func TestTasksLimitAsTheWorkerCountsIt(t *testing.T) {
+	for _, d := range testenv.Dialects {
+		t.Run(d, func(t *testing.T) {
+			ts := newTaskStack(t, d)
+			ts.startTaskWorker() // a second process's claimer
+			ts.resultAnswerDelay.Store(int64(100 * time.Millisecond))
+			token := ts.worker
+			w := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) {
+				time.Sleep(50 * time.Millisecond) // the work
+				if code := report(t, token, p, "success", 200, "done"); code != http.StatusAccepted {
+					t.Errorf("result for %s: %d", p.TaskID, code)
+				}
+			}) // held from the push until report has its answer
+			const n, limit = 400, 5
+			ts.putQueue("counted", map[string]any{"concurrency_limit": limit})
+			for i := range n {
+				require.Equal(t, http.StatusCreated, ts.insert(fmt.Sprintf("c-%d", i), 1, 1+i%5, "counted"))
+			}
+			ts.putQueue("counted", map[string]any{"concurrency_limit": limit, "push_url": w.url})
+			require.Eventually(t, func() bool {
+				st, err := ts.store.TaskStats(t.Context())
+				require.NoError(t, err)
+				return st.ByQueueStatus["counted"][courier.TaskSuccess] == n
+			}, 5*time.Minute, 100*time.Millisecond, "every task succeeds")
+			t.Logf("%s: the worker held at most %d of a limit of %d over %d pushes", d, w.maxConcurrent(), limit, w.pushes.Load())
+			require.LessOrEqual(t, w.maxConcurrent(), limit, "the worker never holds more than the limit")
+			require.Equal(t, limit, w.maxConcurrent(), "the limit is used")
+			require.EqualValues(t, n, w.pushes.Load(), "one push per task")
+			require.Eventually(t, func() bool { return ts.inFlight("counted") == 0 }, 10*time.Second, 50*time.Millisecond,
+				"every slot released once its answer went out")
 		})
 	}
 }
@@ -658,9 +728,18 @@ func TestTasksClaimedButNeverStarted(t *testing.T) {
 	w := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) { report(t, token, p, "success", 200, "ok") })
 	ts.putQueue("lost", map[string]any{}) // no push_url yet: the worker's claimer leaves it alone
 	require.Equal(t, http.StatusCreated, ts.insert("orphaned-claim", 1, 3, "lost"))
-	claimed, err := ts.store.ClaimTasks(ctx, "lost", 10, func(ready store.BandCounts, slots int) store.BandCounts { return ready })
+	// A claim as the store runs it, by a claimer that then dies before starting the attempt (the
+	// rules would not claim for a queue without a push URL; the live claimer must not take it).
+	var claimed []courier.Task
+	err := ts.store.RunClaim(ctx, "lost", func(ctx context.Context, tx dispatch.ClaimTx) error {
+		var err error
+		if claimed, err = tx.ClaimBand(ctx, 3, 10); err != nil {
+			return err
+		}
+		return tx.AddInFlight(ctx, len(claimed))
+	})
 	require.NoError(t, err)
-	require.Len(t, claimed, 1) // ... and this "claimer" dies here, before starting the attempt
+	require.Len(t, claimed, 1)
 	ts.putQueue("lost", map[string]any{"push_url": w.url})
 
 	got := ts.waitStatus("orphaned-claim", 1, courier.TaskSuccess, time.Minute)

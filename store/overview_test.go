@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/dispatch"
 	"github.com/courier-oss/courier/store"
 )
 
@@ -27,7 +26,7 @@ func TestQueueBacklogs(t *testing.T) {
 			require.NoError(t, err)
 		}
 		// One succeeds, one fails: they leave the backlog and count as finished.
-		claimed, err := s.ClaimTasks(ctx, "default", 2, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
+		claimed, err := claimTasks(ctx, t, s, "default", 2)
 		require.NoError(t, err)
 		require.Len(t, claimed, 2)
 		_, err = s.FinishTaskAttempt(ctx, claimed[0].TaskID, 1, claimed[0].Attempt, courier.AttemptOutcome{Kind: courier.OutcomeSuccess})

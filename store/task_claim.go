@@ -11,25 +11,8 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/dispatch"
 )
-
-// ClaimedTask is what a claimer needs to start one attempt's workflow.
-type ClaimedTask struct {
-	TaskID            string
-	Version           int64
-	Attempt           int
-	Priority          int
-	Queue             string
-	ProcessingTimeout time.Duration
-	HeartbeatTimeout  time.Duration
-	PushTimeout       time.Duration // one try of the push (the queue's push_timeout)
-	CreatedAt         time.Time
-	Trace             courier.TraceContext // the inserting request's trace: the attempt joins it
-}
-
-// BandCounts are ready tasks per priority band (index 0 is priority 1), each capped at the
-// number of free slots.
-type BandCounts [courier.PriorityBands]int
 
 // notExpiredSQL keeps pending tasks past their pending timeout out of claims: the sweeper fails
 // them.
@@ -37,129 +20,78 @@ func (s *Store) notExpiredSQL() string {
 	return " AND (expires_at IS NULL OR expires_at > " + s.nowSQL() + ")"
 }
 
-// ClaimTasks is ClaimReady's tasks.
-func (s *Store) ClaimTasks(ctx context.Context, queue string, max int, choose func(ready BandCounts, slots int) BandCounts) ([]ClaimedTask, error) {
-	c, err := s.ClaimReady(ctx, queue, max, choose)
-	return c.Tasks, err
-}
-
-// Claim is what one claim took.
-type Claim struct {
-	Tasks []ClaimedTask
-	// NextToken is set when the queue's dispatch rate held back ready tasks: its next token
-	// comes after this long.
-	NextToken time.Duration
-}
-
-// ClaimReady moves up to max ready tasks of a queue to Processing in one transaction that
-// locks the queue's limiter row: free slots are the limit minus in_flight, choose splits them
-// across the bands that have ready tasks, each band's share is taken by higher version then
-// oldest, and in_flight grows by the number taken. The count and the statuses change
-// together, so the limit is exact. A paused queue (courier_pauses) claims nothing: the pause
-// is read in the same transaction, so no claim that begins after a pause commits takes a task,
-// on any worker. A queue with a dispatch rate takes one token per task from its bucket in the
-// same transaction (store/ratelimit.go), so the rate holds across every worker. A keyed queue
-// (courier.Queue.Keyed) takes each band's share key by key (task_claim_keys.go); a share its
-// keys cannot use (each at its per-key limit) goes to the other bands.
-func (s *Store) ClaimReady(ctx context.Context, queue string, max int, choose func(ready BandCounts, slots int) BandCounts) (Claim, error) {
-	var out Claim
-	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		out = Claim{}
-		q, err := s.getQueue(ctx, tx, queue, true)
-		if err != nil {
-			return err
-		}
-		slots := q.ConcurrencyLimit - q.InFlight
-		if max > 0 && slots > max {
-			slots = max
-		}
-		if slots <= 0 {
-			return nil
-		}
-		if paused, err := s.queuePaused(ctx, tx, queue); err != nil || paused {
-			return err
-		}
-		ready, err := s.readyBands(ctx, tx, queue, slots)
-		if err != nil {
-			return err
-		}
-		total := 0
-		for _, n := range ready {
-			total += n
-		}
-		if total == 0 {
-			return nil
-		}
-		bucket := dispatchBucket(queue)
-		if q.DispatchRate > 0 {
-			took, wait, err := s.takeTokens(ctx, tx, bucket, q.DispatchRate, q.DispatchBucket(), min(slots, total))
-			if err != nil {
-				return err
-			}
-			if took < min(slots, total) {
-				out.NextToken = wait
-			}
-			if slots = took; slots == 0 {
-				return nil
-			}
-		}
-		var keys *keyTurns
-		if q.Keyed() {
-			if keys, err = s.keysInFlight(ctx, tx, q); err != nil {
-				return err
-			}
-		}
-		// A band whose share its keys could not fill is left out of the next round, and what
-		// is left of the slots is split again among the others.
-		for round := 0; slots > len(out.Tasks) && round < courier.PriorityBands; round++ {
-			take := choose(ready, slots-len(out.Tasks))
-			progress := false
-			for b := 1; b <= courier.PriorityBands; b++ {
-				if take[b-1] <= 0 {
-					continue
-				}
-				var rows []taskRow
-				if keys != nil {
-					rows, err = s.claimKeyed(ctx, tx, q, b, take[b-1], keys)
-				} else {
-					rows, err = s.claimBand(ctx, tx, queue, b, take[b-1])
-				}
-				if err != nil {
-					return err
-				}
-				if len(rows) < take[b-1] {
-					ready[b-1] = 0
-				} else {
-					ready[b-1] -= len(rows)
-				}
-				progress = progress || len(rows) > 0
-				for i := range rows {
-					t, err := rows[i].task()
-					if err != nil {
-						return err
-					}
-					eff := t.Overrides.Apply(q)
-					out.Tasks = append(out.Tasks, ClaimedTask{TaskID: t.TaskID, Version: t.Version, Attempt: t.Attempt, Priority: t.Priority,
-						Queue: queue, ProcessingTimeout: eff.ProcessingTimeout, HeartbeatTimeout: eff.HeartbeatTimeout, PushTimeout: eff.PushTimeout,
-						CreatedAt: t.CreatedAt, Trace: t.Trace})
-				}
-			}
-			if !progress || keys == nil {
-				break
-			}
-		}
-		if q.DispatchRate > 0 {
-			if err := s.giveBackTokens(ctx, tx, bucket, q.DispatchBucket(), slots-len(out.Tasks)); err != nil {
-				return err
-			}
-		}
-		if len(out.Tasks) == 0 {
-			return nil
-		}
-		_, err = tx.ExecContext(ctx, "UPDATE courier_task_queues SET in_flight = in_flight + ? WHERE name = ?", len(out.Tasks), queue)
-		return err
+// RunClaim runs fn in one transaction on a queue's tasks, given the transaction as the dispatch
+// rules see it (dispatch.ClaimTx), and commits it when fn returns nil. The rules decide; the
+// store runs the SQL they ask for. The transaction begins by locking the queue's limiter row
+// (claimTx.Queue), so the queue's claims, finishes and cancels take turns.
+func (s *Store) RunClaim(ctx context.Context, queue string, fn func(context.Context, dispatch.ClaimTx) error) error {
+	return s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		return fn(ctx, &claimTx{s: s, tx: tx, queue: queue})
 	})
-	return out, err
+}
+
+// claimTx is a claim transaction on one queue (dispatch.ClaimTx).
+type claimTx struct {
+	s     *Store
+	tx    bun.Tx
+	queue string
+}
+
+var _ dispatch.ClaimTx = (*claimTx)(nil)
+
+func (c *claimTx) Queue(ctx context.Context) (courier.Queue, error) {
+	return c.s.getQueue(ctx, c.tx, c.queue, true)
+}
+
+func (c *claimTx) Paused(ctx context.Context) (bool, error) {
+	return c.s.queuePaused(ctx, c.tx, c.queue)
+}
+
+func (c *claimTx) ReadyBands(ctx context.Context, max int) (dispatch.BandCounts, error) {
+	return c.s.readyBands(ctx, c.tx, c.queue, max)
+}
+
+func (c *claimTx) TakeTokens(ctx context.Context, rate float64, burst, want int) (int, time.Duration, error) {
+	return c.s.takeTokens(ctx, c.tx, dispatchBucket(c.queue), rate, burst, want)
+}
+
+func (c *claimTx) GiveBackTokens(ctx context.Context, burst, n int) error {
+	return c.s.giveBackTokens(ctx, c.tx, dispatchBucket(c.queue), burst, n)
+}
+
+func (c *claimTx) KeysInFlight(ctx context.Context) (map[string]int, error) {
+	return c.s.keysInFlight(ctx, c.tx, c.queue)
+}
+
+func (c *claimTx) KeyCandidates(ctx context.Context, band, n int) ([]dispatch.KeyCandidate, error) {
+	return c.s.keyCandidates(ctx, c.tx, c.queue, band, n)
+}
+
+func (c *claimTx) ClaimBand(ctx context.Context, band, n int) ([]courier.Task, error) {
+	return tasksOf(c.s.claimBand(ctx, c.tx, c.queue, band, n))
+}
+
+func (c *claimTx) ClaimPicked(ctx context.Context, picked []dispatch.KeyCandidate) ([]courier.Task, error) {
+	return tasksOf(c.s.claimPicked(ctx, c.tx, picked))
+}
+
+func (c *claimTx) AddInFlight(ctx context.Context, n int) error {
+	_, err := c.tx.ExecContext(ctx, "UPDATE courier_task_queues SET in_flight = in_flight + ? WHERE name = ?", n, c.queue)
+	return err
+}
+
+// tasksOf turns claimed rows into tasks.
+func tasksOf(rows []taskRow, err error) ([]courier.Task, error) {
+	if err != nil {
+		return nil, err
+	}
+	out := make([]courier.Task, len(rows))
+	for i := range rows {
+		if out[i], err = rows[i].task(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // dispatchBucket names a queue's dispatch token bucket in courier_rate_limits.
@@ -196,7 +128,7 @@ func (s *Store) queuePaused(ctx context.Context, tx bun.Tx, queue string) (bool,
 // readyBands counts a queue's ready tasks per band, each count capped at max, in one
 // statement: the claim holds the queue's limiter row meanwhile, so every round trip saved is
 // time the finishes of that queue do not wait.
-func (s *Store) readyBands(ctx context.Context, tx bun.Tx, queue string, max int) (BandCounts, error) {
+func (s *Store) readyBands(ctx context.Context, tx bun.Tx, queue string, max int) (dispatch.BandCounts, error) {
 	var (
 		cols []string
 		args []any
@@ -206,30 +138,30 @@ func (s *Store) readyBands(ctx context.Context, tx bun.Tx, queue string, max int
 			"AND priority = %d AND next_attempt_at <= %s%s LIMIT ?) AS r%d)", b, s.nowSQL(), s.notExpiredSQL(), b))
 		args = append(args, queue, max)
 	}
-	var c BandCounts
+	var c dispatch.BandCounts
 	if err := tx.NewRaw("SELECT "+strings.Join(cols, ", "), args...).Scan(ctx, &c[0], &c[1], &c[2], &c[3], &c[4]); err != nil {
-		return BandCounts{}, err
+		return dispatch.BandCounts{}, err
 	}
 	return c, nil
 }
 
-// UnpushedTasks returns tasks in Processing whose attempt has not reached its push within
-// olderThan of being claimed: a claimer crashed between the claim and the workflow start, or
-// the start failed. Starting their workflows again is idempotent.
-func (s *Store) UnpushedTasks(ctx context.Context, olderThan time.Duration, limit int) ([]ClaimedTask, error) {
+// UnpushedTasks returns the attempts of tasks in Processing that have not reached their push
+// within olderThan of being claimed: a claimer crashed between the claim and the workflow
+// start, or the start failed. Starting their workflows again is idempotent.
+func (s *Store) UnpushedTasks(ctx context.Context, olderThan time.Duration, limit int) ([]dispatch.Attempt, error) {
 	var rows []taskRow
 	err := s.db.NewSelect().Model(&rows).Where("status = 'processing' AND pushed_at IS NULL AND claimed_at < " + s.nowPlusSQL(-olderThan)).
 		Order("claimed_at ASC").Limit(int64(limit)).Scan(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return s.claimedTasks(ctx, rows)
+	return s.attemptsOf(ctx, rows)
 }
 
-// claimedTasks turns rows in Processing into ClaimedTasks with their effective timeouts.
-func (s *Store) claimedTasks(ctx context.Context, rows []taskRow) ([]ClaimedTask, error) {
+// attemptsOf turns rows in Processing into their attempts under their queues' settings.
+func (s *Store) attemptsOf(ctx context.Context, rows []taskRow) ([]dispatch.Attempt, error) {
 	queues := map[string]courier.Queue{}
-	var out []ClaimedTask
+	var out []dispatch.Attempt
 	for i := range rows {
 		t, err := rows[i].task()
 		if err != nil {
@@ -242,10 +174,7 @@ func (s *Store) claimedTasks(ctx context.Context, rows []taskRow) ([]ClaimedTask
 			}
 			queues[t.Queue] = q
 		}
-		eff := t.Overrides.Apply(q)
-		out = append(out, ClaimedTask{TaskID: t.TaskID, Version: t.Version, Attempt: t.Attempt, Priority: t.Priority,
-			Queue: t.Queue, ProcessingTimeout: eff.ProcessingTimeout, HeartbeatTimeout: eff.HeartbeatTimeout, PushTimeout: eff.PushTimeout,
-			CreatedAt: t.CreatedAt, Trace: t.Trace})
+		out = append(out, dispatch.AttemptOf(t, q))
 	}
 	return out, nil
 }

@@ -23,7 +23,7 @@ func BenchmarkClaimBacklog(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/keyed=%t", d, keyed), func(b *testing.B) {
 				s, _ := testenv.Store(b, d)
 				ctx := context.Background()
-				_, _, err := s.PutQueue(ctx, courier.Queue{Name: "q", ConcurrencyLimit: 10, PerKeyLimit: map[bool]int{true: 6}[keyed]})
+				_, _, err := s.PutQueue(ctx, courier.Queue{Name: "q", PushURL: "http://127.0.0.1:9/push", ConcurrencyLimit: 10, PerKeyLimit: map[bool]int{true: 6}[keyed]})
 				require.NoError(b, err)
 				// The backlog in one statement per key, for speed.
 				for _, k := range []struct {
@@ -39,11 +39,12 @@ func BenchmarkClaimBacklog(b *testing.B) {
 					_, err := s.DB().ExecContext(ctx, "ANALYZE courier_tasks")
 					require.NoError(b, err)
 				}
-				ch := dispatch.NewChooser(courier.DefaultBandWeights)
+				ch := dispatch.New()
 				claimed := 0
 				b.ResetTimer()
 				for range b.N {
-					got, err := s.ClaimTasks(ctx, "q", 10, claimAll(ch))
+					c, err := ch.Claim(ctx, s, "q", 10)
+					got := c.Attempts
 					require.NoError(b, err)
 					for _, c := range got {
 						_, err := s.FinishTaskAttempt(ctx, c.TaskID, c.Version, c.Attempt, courier.AttemptOutcome{Kind: courier.OutcomeSuccess})

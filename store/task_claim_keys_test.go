@@ -22,7 +22,7 @@ func insertKeyed(t *testing.T, s *store.Store, queue, key string, n, prio int) {
 	}
 }
 
-func byKey(got []store.ClaimedTask, s *store.Store, t *testing.T) map[string]int {
+func byKey(got []dispatch.Attempt, s *store.Store, t *testing.T) map[string]int {
 	out := map[string]int{}
 	for _, c := range got {
 		task, err := s.GetTask(context.Background(), c.TaskID, c.Version)
@@ -43,8 +43,8 @@ func TestTaskClaimByKey(t *testing.T) {
 		insertKeyed(t, s, "docs", "big", 50, 3)
 		insertKeyed(t, s, "docs", "mid", 5, 3)
 		insertKeyed(t, s, "docs", "small", 2, 3)
-		ch := dispatch.NewChooser(courier.DefaultBandWeights)
-		got, err := s.ClaimTasks(ctx, "docs", 100, claimAll(ch))
+		ch := dispatch.New()
+		got, err := claimWith(ctx, t, ch, s, "docs", 100)
 		require.NoError(t, err)
 		require.Len(t, got, 10)
 		require.Equal(t, map[string]int{"big": 4, "mid": 4, "small": 2}, byKey(got, s, t), "turns: big, mid, small, big, mid, small, big, mid, big, mid")
@@ -57,7 +57,7 @@ func TestTaskClaimByKey(t *testing.T) {
 				require.NoError(t, err)
 			}
 		}
-		next, err := s.ClaimTasks(ctx, "docs", 100, claimAll(ch))
+		next, err := claimWith(ctx, t, ch, s, "docs", 100)
 		require.NoError(t, err)
 		require.Equal(t, map[string]int{"big": 2, "mid": 1}, byKey(next, s, t), "big stops at the per-key limit")
 		q, err := s.GetQueue(ctx, "docs")
@@ -79,7 +79,7 @@ func TestTaskClaimByKey(t *testing.T) {
 func TestTaskClaimByKeyKeepsBandShares(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		bands := func(got []store.ClaimedTask) map[int]int {
+		bands := func(got []dispatch.Attempt) map[int]int {
 			out := map[int]int{}
 			for _, c := range got {
 				out[c.Priority]++
@@ -94,7 +94,7 @@ func TestTaskClaimByKeyKeepsBandShares(t *testing.T) {
 				insertKeyed(t, s, q.Name, k, 20, 1)
 				insertKeyed(t, s, q.Name, k, 20, 5)
 			}
-			got, err := s.ClaimTasks(ctx, q.Name, 100, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
+			got, err := claimTasks(ctx, t, s, q.Name, 100)
 			require.NoError(t, err)
 			require.Len(t, got, 20)
 			counts = append(counts, bands(got))
@@ -106,12 +106,12 @@ func TestTaskClaimByKeyKeepsBandShares(t *testing.T) {
 		_, _, err := s.PutQueue(ctx, courier.Queue{Name: "spill", ConcurrencyLimit: 10, PerKeyLimit: 2})
 		require.NoError(t, err)
 		insertKeyed(t, s, "spill", "hot", 2, 1)
-		got, err := s.ClaimTasks(ctx, "spill", 100, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
+		got, err := claimTasks(ctx, t, s, "spill", 100)
 		require.NoError(t, err)
 		require.Len(t, got, 2)
 		insertKeyed(t, s, "spill", "hot", 10, 1)
 		insertKeyed(t, s, "spill", "", 10, 5)
-		got, err = s.ClaimTasks(ctx, "spill", 100, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
+		got, err = claimTasks(ctx, t, s, "spill", 100)
 		require.NoError(t, err)
 		require.Equal(t, map[int]int{5: 8}, bands(got), "the per-key limit holds hot; band 5 takes its share")
 	})
@@ -125,18 +125,18 @@ func TestTaskClaimDispatchRate(t *testing.T) {
 		_, _, err := s.PutQueue(ctx, courier.Queue{Name: "slow", ConcurrencyLimit: 50, DispatchRate: 0.01, DispatchBurst: 5})
 		require.NoError(t, err)
 		insertKeyed(t, s, "slow", "", 3, 3)
-		c, err := s.ClaimReady(ctx, "slow", 100, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
+		c, err := claimReady(ctx, t, dispatch.New(), s, "slow", 100)
 		require.NoError(t, err)
-		require.Len(t, c.Tasks, 3, "the bucket starts full (5)")
+		require.Len(t, c.Attempts, 3, "the bucket starts full (5)")
 		require.Zero(t, c.NextToken, "nothing held back")
 		insertKeyed(t, s, "slow", "more", 5, 3)
-		c, err = s.ClaimReady(ctx, "slow", 100, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
+		c, err = claimReady(ctx, t, dispatch.New(), s, "slow", 100)
 		require.NoError(t, err)
-		require.Len(t, c.Tasks, 2, "what was left of the burst")
+		require.Len(t, c.Attempts, 2, "what was left of the burst")
 		require.Positive(t, c.NextToken, "the rest wait for tokens")
-		c, err = s.ClaimReady(ctx, "slow", 100, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
+		c, err = claimReady(ctx, t, dispatch.New(), s, "slow", 100)
 		require.NoError(t, err)
-		require.Empty(t, c.Tasks)
+		require.Empty(t, c.Attempts)
 		require.Positive(t, c.NextToken)
 	})
 }

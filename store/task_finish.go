@@ -31,13 +31,31 @@ type FinishResult struct {
 // the same accepted success (the gateway and the attempt's workflow): the first writes it, the
 // second finds it Recorded and changes nothing.
 func (s *Store) FinishTaskAttempt(ctx context.Context, taskID string, version int64, attempt int, o courier.AttemptOutcome) (FinishResult, error) {
+	return s.finish(ctx, taskID, version, attempt, o, "")
+}
+
+// FinishReported is FinishTaskAttempt for a worker's result that the worker has not yet been
+// answered for: the slot the attempt frees stays held under hold, the id of that answer (a
+// row of courier_task_slot_holds per answer and queue, still counted in the queue's in_flight),
+// until ReleaseSlotHolds(hold) once the answer is written; so a worker that counts a task as
+// held until its report is acknowledged never holds more than the queue's limit
+// (docs/tasks.md). hold must not be empty.
+func (s *Store) FinishReported(ctx context.Context, taskID string, version int64, attempt int, o courier.AttemptOutcome, hold string) (FinishResult, error) {
+	if hold == "" {
+		return FinishResult{}, fmt.Errorf("store: FinishReported needs a hold id")
+	}
+	return s.finish(ctx, taskID, version, attempt, o, hold)
+}
+
+// finish is FinishTaskAttempt; a hold keeps the freed slot held under that id (FinishReported).
+func (s *Store) finish(ctx context.Context, taskID string, version int64, attempt int, o courier.AttemptOutcome, hold string) (FinishResult, error) {
 	if string(o.Result) == "null" {
 		o.Result = nil // no result: stored as NULL, not as the JSON literal
 	}
 	switch {
 	case o.Kind != courier.OutcomeSuccess:
 	case s.pg:
-		return s.finishSuccess(ctx, taskID, version, attempt, o)
+		return s.finishSuccess(ctx, taskID, version, attempt, o, hold)
 	default:
 		// SQLite has one writer: a success its second writer finds recorded is answered from
 		// a read, without taking the write lock.
@@ -46,7 +64,7 @@ func (s *Store) FinishTaskAttempt(ctx context.Context, taskID string, version in
 			return fr, err
 		}
 	}
-	return s.finishTx(ctx, taskID, version, attempt, o)
+	return s.finishTx(ctx, taskID, version, attempt, o, hold)
 }
 
 // movedOn reads where a task is that a finish of attempt may find moved on: moved is false
@@ -73,13 +91,22 @@ func holdsSuccess(status courier.TaskStatus, rowAttempt, attempt int) bool {
 
 // finishSuccess records a success in one autocommitted statement (PostgreSQL): the guarded
 // update of the task, the slot's release and the claimers' notification together, so the
-// queue's limiter row is locked only through this statement's commit. The same statement reads
+// queue's limiter row is locked only through this statement's commit (or, with hold, the
+// slot's hold, which leaves the limiter row alone). The same statement reads
 // the row as it was before, which says where a task that was not in Processing on this
 // attempt is; only when another writer changed it meanwhile is it read again.
-func (s *Store) finishSuccess(ctx context.Context, taskID string, version int64, attempt int, o courier.AttemptOutcome) (FinishResult, error) {
+func (s *Store) finishSuccess(ctx context.Context, taskID string, version int64, attempt int, o courier.AttemptOutcome, hold string) (FinishResult, error) {
 	var result any
 	if len(o.Result) > 0 {
 		result = string(o.Result)
+	}
+	free := "released AS (UPDATE courier_task_queues SET in_flight = in_flight - 1 FROM done WHERE name = done.queue " +
+		"RETURNING name, pg_notify('courier_tasks', name)) "
+	args := []any{result, o.StatusCode, o.Message, taskID, version, attempt}
+	if hold != "" {
+		free = "released AS (INSERT INTO courier_task_slot_holds (hold_id, queue, slots) SELECT ?, done.queue, 1 FROM done " +
+			"ON CONFLICT (hold_id, queue) DO UPDATE SET slots = courier_task_slot_holds.slots + 1 RETURNING queue) "
+		args = append(args, hold)
 	}
 	var rows []struct {
 		Status  string `bun:"status"`
@@ -89,11 +116,9 @@ func (s *Store) finishSuccess(ctx context.Context, taskID string, version int64,
 	}
 	err := s.db.NewRaw("WITH done AS (UPDATE courier_tasks SET status = 'success', result = ?, status_code = ?, message = ?, "+
 		"finished_at = clock_timestamp(), updated_at = clock_timestamp() "+
-		"WHERE task_id = ? AND version = ? AND attempt = ? AND status = 'processing' RETURNING queue), "+
-		"released AS (UPDATE courier_task_queues SET in_flight = in_flight - 1 FROM done WHERE name = done.queue "+
-		"RETURNING name, pg_notify('courier_tasks', name)) "+
+		"WHERE task_id = ? AND version = ? AND attempt = ? AND status = 'processing' RETURNING queue), "+free+
 		"SELECT t.status, t.attempt, t.queue, EXISTS (SELECT 1 FROM released) AS applied FROM courier_tasks t WHERE t.task_id = ? AND t.version = ?",
-		result, o.StatusCode, o.Message, taskID, version, attempt, taskID, version).Scan(ctx, &rows)
+		append(args, taskID, version)...).Scan(ctx, &rows)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return FinishResult{}, err
 	}
@@ -118,7 +143,7 @@ func (s *Store) finishSuccess(ctx context.Context, taskID string, version int64,
 }
 
 // finishTx is FinishTaskAttempt in a transaction that reads the task first under its lock.
-func (s *Store) finishTx(ctx context.Context, taskID string, version int64, attempt int, o courier.AttemptOutcome) (FinishResult, error) {
+func (s *Store) finishTx(ctx context.Context, taskID string, version int64, attempt int, o courier.AttemptOutcome, hold string) (FinishResult, error) {
 	var fr FinishResult
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		fr = FinishResult{}
@@ -172,7 +197,12 @@ func (s *Store) finishTx(ctx context.Context, taskID string, version int64, atte
 		if _, err := upd.Exec(ctx); err != nil {
 			return err
 		}
-		if err := s.releaseSlot(ctx, tx, t.Queue); err != nil {
+		if hold != "" {
+			err = s.holdSlots(ctx, tx, hold, t.Queue, 1)
+		} else {
+			err = s.releaseSlot(ctx, tx, t.Queue)
+		}
+		if err != nil {
 			return err
 		}
 		fr.Applied, fr.Recorded = true, true
@@ -227,10 +257,18 @@ func (s *Store) CancelTask(ctx context.Context, taskID string, version int64) (c
 	return out, wasProcessing, err
 }
 
+// holdSlots keeps n slots of a queue that workers' results free held under the answer's hold
+// id after their tasks leave Processing, until ReleaseSlotHolds (FinishReported).
+func (s *Store) holdSlots(ctx context.Context, tx bun.Tx, hold, queue string, n int) error {
+	_, err := tx.ExecContext(ctx, "INSERT INTO courier_task_slot_holds (hold_id, queue, slots) VALUES (?, ?, ?) "+
+		"ON CONFLICT (hold_id, queue) DO UPDATE SET slots = courier_task_slot_holds.slots + excluded.slots", hold, queue, n)
+	return err
+}
+
 // releaseSlot gives back the Processing slot a task held on its queue's limiter and wakes the
-// claimers (at commit) to take it. Every path that moves a task out of Processing calls it in
-// the transaction that changes the task's status, so in_flight always counts the rows in
-// Processing.
+// claimers (at commit) to take it. Every path that moves a task out of Processing calls it (or
+// holdSlots) in the transaction that changes the task's status, so in_flight always counts the
+// rows in Processing and the held slots.
 func (s *Store) releaseSlot(ctx context.Context, tx bun.Tx, queue string) error {
 	const release = "UPDATE courier_task_queues SET in_flight = in_flight - 1 WHERE name = ?"
 	if s.pg {

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+
+	"github.com/courier-oss/courier/dispatch"
 )
 
 // The sweeper's bulk statements pick rows in a subquery (locked with SKIP LOCKED on PostgreSQL)
@@ -66,25 +68,25 @@ func (s *Store) PurgeTasks(ctx context.Context, queue string, age time.Duration,
 // OverdueTasks returns up to limit tasks in Processing whose processing deadline passed more
 // than grace ago, most overdue first: Temporal should have ended their attempt by then, so the
 // sweeper checks that their workflow still runs (an operator may have terminated it).
-func (s *Store) OverdueTasks(ctx context.Context, grace time.Duration, limit int) ([]ClaimedTask, error) {
+func (s *Store) OverdueTasks(ctx context.Context, grace time.Duration, limit int) ([]dispatch.Attempt, error) {
 	var rows []taskRow
 	err := s.db.NewSelect().Model(&rows).Where("status = 'processing' AND deadline_at < " + s.nowPlusSQL(-grace)).
 		Order("deadline_at ASC").Limit(int64(limit)).Scan(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return s.claimedTasks(ctx, rows)
+	return s.attemptsOf(ctx, rows)
 }
 
 // LimiterRepair is one queue whose in_flight count did not match its rows in Processing.
 type LimiterRepair struct {
 	Queue    string
 	Recorded int // in_flight before the repair
-	Counted  int // rows in Processing
+	Counted  int // rows in Processing and held slots
 }
 
-// ReconcileLimiters checks every queue's in_flight against its rows in Processing, under the
-// queue's lock, and repairs any mismatch.
+// ReconcileLimiters checks every queue's in_flight against its rows in Processing and its held
+// slots (FinishReported), under the queue's lock, and repairs any mismatch.
 func (s *Store) ReconcileLimiters(ctx context.Context) ([]LimiterRepair, error) {
 	queues, err := s.ListQueues(ctx)
 	if err != nil {
@@ -97,11 +99,13 @@ func (s *Store) ReconcileLimiters(ctx context.Context) ([]LimiterRepair, error) 
 			if err != nil {
 				return err
 			}
-			n, err := tx.NewSelect().Model((*taskRow)(nil)).Where("queue = ? AND status = 'processing'", q.Name).Count(ctx)
+			var n int
+			err = tx.NewRaw("SELECT (SELECT count(*) FROM courier_tasks WHERE queue = ? AND status = 'processing') + "+
+				"(SELECT coalesce(sum(slots), 0) FROM courier_task_slot_holds WHERE queue = ?)", q.Name, q.Name).Scan(ctx, &n)
 			if err != nil {
 				return err
 			}
-			if int(n) == locked.InFlight {
+			if n == locked.InFlight {
 				return nil
 			}
 			repairs = append(repairs, LimiterRepair{Queue: q.Name, Recorded: locked.InFlight, Counted: int(n)})

@@ -28,18 +28,30 @@ func setStatus(t *testing.T, s *store.Store, id string, v int64, status courier.
 	require.NoError(t, err)
 }
 
-func claimAll(choose *dispatch.Chooser) func(store.BandCounts, int) store.BandCounts {
-	return func(ready store.BandCounts, slots int) store.BandCounts {
-		var take store.BandCounts
-		for i := 0; i < slots; i++ {
-			b, ok := choose.Pick(func(b int) bool { return take[b-1] < ready[b-1] })
-			if !ok {
-				break
-			}
-			take[b-1]++
-		}
-		return take
+// claimTasks claims up to n of a queue's ready tasks by the dispatch rules, as a worker's
+// claimer does.
+func claimTasks(ctx context.Context, t testing.TB, s *store.Store, queue string, n int) ([]dispatch.Attempt, error) {
+	return claimWith(ctx, t, dispatch.New(), s, queue, n)
+}
+
+// claimWith is claimTasks by d, which keeps the bands' weighted round between claims.
+func claimWith(ctx context.Context, t testing.TB, d *dispatch.Dispatcher, s *store.Store, queue string, n int) ([]dispatch.Attempt, error) {
+	c, err := claimReady(ctx, t, d, s, queue, n)
+	return c.Attempts, err
+}
+
+// claimReady is claimWith's whole claim. A queue without a push URL claims nothing, so the
+// queue gets one first (the store's tests never push).
+func claimReady(ctx context.Context, t testing.TB, d *dispatch.Dispatcher, s *store.Store, queue string, n int) (dispatch.Claim, error) {
+	t.Helper()
+	q, err := s.GetQueue(ctx, queue)
+	require.NoError(t, err)
+	if q.PushURL == "" {
+		q.PushURL = "http://127.0.0.1:9/push"
+		_, _, err = s.PutQueue(ctx, q)
+		require.NoError(t, err)
 	}
+	return d.Claim(ctx, s, queue, n)
 }
 
 // TestTaskVersionRules covers every existing status against a lower, the same and a higher
@@ -146,7 +158,7 @@ func TestTaskHeadSurvivesPurge(t *testing.T) {
 			_, _, err := s.InsertTask(ctx, taskReq("d", v, 3, `{"big":"payload"}`))
 			require.NoError(t, err)
 		}
-		claimed, err := s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
+		claimed, err := claimTasks(ctx, t, s, "default", 10)
 		require.NoError(t, err)
 		require.Len(t, claimed, 1, "version 2 was superseded")
 		fr, err := s.FinishTaskAttempt(ctx, "d", 3, 1, courier.AttemptOutcome{Kind: courier.OutcomeFailure, Result: json.RawMessage(`{"e":1}`)})
@@ -181,7 +193,7 @@ func TestTaskHeadSurvivesPurge(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, courier.TaskReplaced, out)
 		require.Equal(t, 0, again.Attempts, "a fresh retry budget")
-		claimed, err = s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
+		claimed, err = claimTasks(ctx, t, s, "default", 10)
 		require.NoError(t, err)
 		require.Len(t, claimed, 1)
 		require.Equal(t, 2, claimed[0].Attempt, "attempt numbers keep counting across lives")
@@ -274,11 +286,11 @@ func TestTaskClaimLimitWeightsAndFinish(t *testing.T) {
 				require.NoError(t, err)
 			}
 		}
-		ch := dispatch.NewChooser(courier.DefaultBandWeights)
-		got, err := s.ClaimTasks(ctx, "parse", 100, claimAll(ch))
+		ch := dispatch.New()
+		got, err := claimWith(ctx, t, ch, s, "parse", 100)
 		require.NoError(t, err)
 		require.Len(t, got, 4, "never more than the limit")
-		again, err := s.ClaimTasks(ctx, "parse", 100, claimAll(ch))
+		again, err := claimWith(ctx, t, ch, s, "parse", 100)
 		require.NoError(t, err)
 		require.Empty(t, again, "no free slot")
 		q, err = s.GetQueue(ctx, "parse")
@@ -344,7 +356,10 @@ func TestTaskClaimLimitWeightsAndFinish(t *testing.T) {
 		_, err = s.DB().NewRaw("UPDATE courier_tasks SET next_attempt_at = '2000-01-01 00:00:00+00:00', priority = 1 WHERE task_id = ? AND version = ?",
 			got[1].TaskID, got[1].Version).Exec(ctx)
 		require.NoError(t, err)
-		next, err := s.ClaimTasks(ctx, "parse", 1, claimAll(dispatch.NewChooser(courier.BandWeights{100, 1, 1, 1, 1})))
+		q.Weights = courier.BandWeights{100, 1, 1, 1, 1} // band 1, where the retried task now is, goes first
+		_, _, err = s.PutQueue(ctx, q)
+		require.NoError(t, err)
+		next, err := claimTasks(ctx, t, s, "parse", 1)
 		require.NoError(t, err)
 		require.Len(t, next, 1)
 		require.Equal(t, got[1].TaskID, next[0].TaskID)
@@ -387,7 +402,7 @@ func TestTaskSweeperSteps(t *testing.T) {
 		require.NoError(t, err)
 
 		// An expired pending task is never claimed, and the sweeper fails it.
-		got, err := s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
+		got, err := claimTasks(ctx, t, s, "default", 10)
 		require.NoError(t, err)
 		require.Len(t, got, 1, "only f/2 is due and not expired")
 		require.Equal(t, "f", got[0].TaskID)
@@ -432,7 +447,7 @@ func TestTaskReplaceRacingClaim(t *testing.T) {
 		ctx := context.Background()
 		_, _, err := s.PutQueue(ctx, courier.Queue{Name: "race", ConcurrencyLimit: 1000})
 		require.NoError(t, err)
-		ch := dispatch.NewChooser(courier.DefaultBandWeights)
+		ch := dispatch.New()
 		for round := 0; round < 30; round++ {
 			id := fmt.Sprintf("r%d", round)
 			r := taskReq(id, 1, 3, `{"n":0}`)
@@ -443,7 +458,7 @@ func TestTaskReplaceRacingClaim(t *testing.T) {
 			wg.Add(2)
 			go func() {
 				defer wg.Done()
-				_, err := s.ClaimTasks(ctx, "race", 10, claimAll(ch))
+				_, err := claimWith(ctx, t, ch, s, "race", 10)
 				require.NoError(t, err)
 			}()
 			go func() {
@@ -470,7 +485,7 @@ func TestTaskOverdueByDeadline(t *testing.T) {
 			_, _, err := s.InsertTask(ctx, taskReq(id, 1, 3, `{}`))
 			require.NoError(t, err)
 		}
-		claimed, err := s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
+		claimed, err := claimTasks(ctx, t, s, "default", 10)
 		require.NoError(t, err)
 		require.Len(t, claimed, 2)
 		_, ok, err := s.MarkTaskPushed(ctx, "long", 1, 1, time.Hour, store.AttemptRun{})
@@ -506,7 +521,7 @@ func TestTaskRunIDRecordedByPush(t *testing.T) {
 		require.NoError(t, err)
 		_, _, err = s.InsertTask(ctx, taskReq("doc", 1, 3, `{}`))
 		require.NoError(t, err)
-		claimed, err := s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
+		claimed, err := claimTasks(ctx, t, s, "default", 10)
 		require.NoError(t, err)
 		require.Len(t, claimed, 1)
 		require.Equal(t, 7*time.Second, claimed[0].PushTimeout, "the claim carries the queue's push timeout")
@@ -543,7 +558,7 @@ func TestTaskRunIDRecordedByPush(t *testing.T) {
 		require.Empty(t, got.RunID, "a re-submission forgets the old attempt's run")
 		require.Zero(t, got.AttemptHeartbeatTimeout, "and its heartbeat timeout")
 
-		_, err = s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
+		_, err = claimTasks(ctx, t, s, "default", 10)
 		require.NoError(t, err)
 		_, ok, err = s.MarkTaskPushed(ctx, "doc", 1, 2, time.Minute, store.AttemptRun{ID: "run-b"})
 		require.NoError(t, err)
@@ -553,7 +568,7 @@ func TestTaskRunIDRecordedByPush(t *testing.T) {
 		require.Equal(t, courier.TaskPending, fr.Status)
 		_, err = s.DB().NewRaw("UPDATE courier_tasks SET next_attempt_at = '2000-01-01 00:00:00+00:00' WHERE task_id = 'doc'").Exec(ctx)
 		require.NoError(t, err)
-		claimed, err = s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
+		claimed, err = claimTasks(ctx, t, s, "default", 10)
 		require.NoError(t, err)
 		require.Len(t, claimed, 1)
 		got, err = s.GetTask(ctx, "doc", 1)
@@ -592,7 +607,7 @@ func TestConcurrentSuccessIsRecordedOnce(t *testing.T) {
 			_, _, err := s.InsertTask(ctx, taskReq(fmt.Sprintf("twice-%d", i), 1, i%5+1, `{}`))
 			require.NoError(t, err)
 		}
-		claimed, err := s.ClaimTasks(ctx, "default", n, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
+		claimed, err := claimTasks(ctx, t, s, "default", n)
 		require.NoError(t, err)
 		require.Len(t, claimed, n)
 		for _, c := range claimed {

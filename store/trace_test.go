@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-oss/courier"
-	"github.com/courier-oss/courier/dispatch"
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/store"
 )
@@ -73,7 +72,7 @@ func TestTaskTraceContext(t *testing.T) {
 		_, _, err = s.InsertTask(ctx, plain)
 		require.NoError(t, err)
 
-		claimed, err := s.ClaimTasks(ctx, "default", 10, claimAll(dispatch.NewChooser(courier.DefaultBandWeights)))
+		claimed, err := claimTasks(ctx, t, s, "default", 10)
 		require.NoError(t, err)
 		require.Len(t, claimed, 2)
 		byID := map[string]courier.TraceContext{}

@@ -25,9 +25,10 @@ import (
 
 // ClaimStore is what a claimer needs from the database.
 type ClaimStore interface {
+	dispatch.ClaimStore
 	ListQueues(ctx context.Context) ([]courier.Queue, error)
-	ClaimReady(ctx context.Context, queue string, max int, choose func(ready store.BandCounts, slots int) store.BandCounts) (store.Claim, error)
-	UnpushedTasks(ctx context.Context, olderThan time.Duration, limit int) ([]store.ClaimedTask, error)
+	UnpushedTasks(ctx context.Context, olderThan time.Duration, limit int) ([]dispatch.Attempt, error)
+	ReleaseStaleSlotHolds(ctx context.Context, olderThan time.Duration) (int, error)
 	// Listen calls notify on the database's notifications on channel (store.TasksChannel:
 	// tasks of another process may be claimable) until stop is called; a database without
 	// notifications does nothing, and the claimer's poll does the work.
@@ -43,15 +44,10 @@ type Claimer struct {
 	cfg      Config
 	log      *slog.Logger
 	wake     chan struct{}
-	choosers map[string]*chooser // by queue; used by Run's goroutine only
+	dispatch *dispatch.Dispatcher
 
 	timer   *time.Timer // a wake when a rate-held queue's next token comes (wakeAfter; Run's goroutine only)
 	timerAt time.Time
-}
-
-type chooser struct {
-	weights courier.BandWeights
-	c       *dispatch.Chooser
 }
 
 // NewClaimer builds a claimer whose attempts run beside the workflows' task queue
@@ -61,7 +57,7 @@ func NewClaimer(s ClaimStore, tc client.Client, workflowQueue string, cfg Config
 		log = slog.Default()
 	}
 	return &Claimer{store: s, tc: tc, queue: workflowQueue, cfg: cfg.WithDefaults(), log: log,
-		wake: make(chan struct{}, 1), choosers: map[string]*chooser{}}
+		wake: make(chan struct{}, 1), dispatch: dispatch.New()}
 }
 
 // Wake asks for a claim pass now (after an insert or a freed slot in this process).
@@ -106,25 +102,6 @@ func (c *Claimer) Run(ctx context.Context) error {
 	}
 }
 
-func (c *Claimer) choose(q courier.Queue) func(store.BandCounts, int) store.BandCounts {
-	ch := c.choosers[q.Name]
-	if ch == nil || ch.weights != q.Weights {
-		ch = &chooser{weights: q.Weights, c: dispatch.NewChooser(q.Weights)}
-		c.choosers[q.Name] = ch
-	}
-	return func(ready store.BandCounts, slots int) store.BandCounts {
-		var take store.BandCounts
-		for i := 0; i < slots; i++ {
-			b, ok := ch.c.Pick(func(b int) bool { return take[b-1] < ready[b-1] })
-			if !ok {
-				break
-			}
-			take[b-1]++
-		}
-		return take
-	}
-}
-
 // pass claims every queue's free slots and starts the attempts.
 func (c *Claimer) pass(ctx context.Context) {
 	queues, err := c.store.ListQueues(ctx)
@@ -137,10 +114,10 @@ func (c *Claimer) pass(ctx context.Context) {
 	}
 	for _, q := range queues {
 		if q.PushURL == "" {
-			continue // nowhere to push: tasks wait
+			continue // nowhere to push: tasks wait (the claim decides it again in its transaction)
 		}
 		for ctx.Err() == nil {
-			claim, err := c.store.ClaimReady(ctx, q.Name, c.cfg.BatchSize, c.choose(q))
+			claim, err := c.dispatch.Claim(ctx, c.store, q.Name, c.cfg.BatchSize)
 			if err != nil {
 				if ctx.Err() == nil {
 					c.log.Warn("task claimer: claim", "queue", q.Name, "error", err)
@@ -148,7 +125,7 @@ func (c *Claimer) pass(ctx context.Context) {
 				}
 				break
 			}
-			if failed := c.start(ctx, claim.Tasks); failed > 0 {
+			if failed := c.start(ctx, claim.Attempts); failed > 0 {
 				// Their rows wait in Processing without a push: recover starts them again
 				// once they are RecoverAfter old, so come back then, whatever the poll.
 				c.wakeAfter(c.cfg.RecoverAfter)
@@ -158,15 +135,24 @@ func (c *Claimer) pass(ctx context.Context) {
 				// bucket has a token, not only at the next poll.
 				c.wakeAfter(claim.NextToken)
 			}
-			if len(claim.Tasks) < c.cfg.BatchSize {
+			if len(claim.Attempts) < c.cfg.BatchSize {
 				break
 			}
 		}
 	}
 }
 
-// recover starts again the workflows of claimed tasks that never reached their push.
+// recover starts again the workflows of claimed tasks that never reached their push, and
+// releases the slots of recorded results whose answer never came (Service.Report).
 func (c *Claimer) recover(ctx context.Context) {
+	if n, err := c.store.ReleaseStaleSlotHolds(ctx, SlotHoldGrace); err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("task claimer: release stale slot holds", "error", err)
+		}
+	} else if n > 0 {
+		c.log.Info("task claimer: released the slots of results never answered", "count", n, "grace", SlotHoldGrace)
+		c.Wake()
+	}
 	stuck, err := c.store.UnpushedTasks(ctx, c.cfg.RecoverAfter, c.cfg.BatchSize)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -188,11 +174,11 @@ func (c *Claimer) recover(ctx context.Context) {
 const claimRetry = time.Second
 
 // start starts the claimed attempts' runs and returns how many could not be started.
-func (c *Claimer) start(ctx context.Context, claimed []store.ClaimedTask) int {
+func (c *Claimer) start(ctx context.Context, claimed []dispatch.Attempt) int {
 	return c.startAll(ctx, claimed, false)
 }
 
-func (c *Claimer) startAll(ctx context.Context, claimed []store.ClaimedTask, recovering bool) int {
+func (c *Claimer) startAll(ctx context.Context, claimed []dispatch.Attempt, recovering bool) int {
 	if len(claimed) == 0 {
 		return 0
 	}
@@ -227,14 +213,14 @@ const attemptMemo = "attempt"
 // same id belongs to an earlier attempt (its outcome is already recorded, or the task was
 // cancelled and resubmitted): it is terminated, since every write it could still make is
 // guarded by its own attempt number and would change nothing.
-func (c *Claimer) startAttempt(ctx context.Context, t store.ClaimedTask) error {
+func (c *Claimer) startAttempt(ctx context.Context, t dispatch.Attempt) error {
 	return c.startRun(ctx, t)
 }
 
 // restartAttempt starts again an attempt whose push never happened (its claimer may have died
 // between the claim and the start). A run of this very attempt that is still open is left
 // alone; a leftover run of an earlier attempt is terminated.
-func (c *Claimer) restartAttempt(ctx context.Context, t store.ClaimedTask) error {
+func (c *Claimer) restartAttempt(ctx context.Context, t dispatch.Attempt) error {
 	id := courier.TaskWorkflowID(t.TaskID, t.Version)
 	d, err := c.tc.DescribeWorkflowExecution(ctx, id, "")
 	var nf *serviceerror.NotFound
@@ -256,7 +242,7 @@ func (c *Claimer) restartAttempt(ctx context.Context, t store.ClaimedTask) error
 
 // startRun starts an attempt's workflow run. A run still open under the task's workflow id
 // belongs to an earlier attempt (both callers make sure of that) and is terminated.
-func (c *Claimer) startRun(ctx context.Context, t store.ClaimedTask) (err error) {
+func (c *Claimer) startRun(ctx context.Context, t dispatch.Attempt) (err error) {
 	ctx, span := traceAttempt(ctx, t)
 	defer func() { tracing.End(span, err) }()
 	memo := map[string]any{attemptMemo: t.Attempt}

@@ -2,6 +2,8 @@ package tasks
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,7 +38,8 @@ type Store interface {
 	PutQueue(ctx context.Context, q courier.Queue) (courier.Queue, bool, error)
 	GetQueue(ctx context.Context, name string) (courier.Queue, error)
 	ListQueues(ctx context.Context) ([]courier.Queue, error)
-	FinishTaskAttempt(ctx context.Context, taskID string, version int64, attempt int, o courier.AttemptOutcome) (store.FinishResult, error)
+	FinishReported(ctx context.Context, taskID string, version int64, attempt int, o courier.AttemptOutcome, hold string) (store.FinishResult, error)
+	ReleaseSlotHolds(ctx context.Context, holds ...string) (int, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -297,38 +300,47 @@ func notRunning(err error, attempt int) error {
 
 // Report delivers a worker's result for one attempt. The result is recorded in the row first,
 // a success and a failure alike (the failure with the queue's retry policy applied by the same
-// finish the run would run), so the slot is free and GET shows it when the 202 goes out; then
-// it is handed to the attempt's run marked recorded, and the run ends as the row says. If the
-// row could not be written, the result is handed to the run unrecorded before the answer, and
-// the run records it. A result for another attempt, for a task that is not processing, or for
-// an attempt that has already ended (a repeated result included: GET shows it) is a conflict
-// and changes nothing.
-func (s *Service) Report(ctx context.Context, taskID string, version int64, r courier.TaskResult) error {
+// finish the run would run), so GET shows it when the 202 goes out; then it is handed to the
+// attempt's run marked recorded, and the run ends as the row says. If the row could not be
+// written, the result is handed to the run unrecorded before the answer, and the run records
+// it. A result for another attempt, for a task that is not processing, or for an attempt that
+// has already ended (a repeated result included: GET shows it) is a conflict and changes
+// nothing.
+//
+// The slot the recorded result frees stays held until the caller calls release, once it has
+// written its answer to the worker: only then may a claimer hand it out, so a worker that
+// counts a task as held until its report is acknowledged never holds more than the queue's
+// limit. A release that never comes (the process died first) is done by any claimer after
+// SlotHoldGrace. release is never nil.
+func (s *Service) Report(ctx context.Context, taskID string, version int64, r courier.TaskResult) (release func(), err error) {
+	release = func() {}
 	switch {
 	case !r.Status.Reportable():
-		return validation("status", `status must be "success" or "failure"`)
+		return release, validation("status", `status must be "success" or "failure"`)
 	case r.StatusCode < 0 || r.StatusCode > 999:
-		return validation("status_code", "status_code must be from 0 to 999")
+		return release, validation("status_code", "status_code must be from 0 to 999")
 	case len(r.Message) > MaxMessageBytes || !utf8.ValidString(r.Message):
-		return validation("message", fmt.Sprintf("message must be UTF-8 of at most %d bytes", MaxMessageBytes))
+		return release, validation("message", fmt.Sprintf("message must be UTF-8 of at most %d bytes", MaxMessageBytes))
 	case len(r.Result) > 0 && !json.Valid(r.Result):
-		return validation("result", "result must be JSON")
+		return release, validation("result", "result must be JSON")
 	}
 	t, err := s.current(ctx, taskID, version, r.Attempt)
 	if err != nil {
-		return err
+		return release, err
 	}
 	if s.metrics != nil && t.PushedAt != nil {
 		s.metrics.PushToResult.WithLabelValues(t.Queue).Observe(time.Since(*t.PushedAt).Seconds())
 	}
 	res := contract.AttemptResult{Attempt: r.Attempt, Outcome: r.Outcome(tracing.FromContext(ctx))}
-	status, recorded, err := s.recordOutcome(ctx, t, r.Attempt, res.Outcome)
+	hold := newHoldID()
+	status, recorded, err := s.recordOutcome(ctx, t, r.Attempt, res.Outcome, hold)
 	if err != nil {
-		return err
+		return release, err
 	}
 	if !recorded {
-		return s.handOverUnrecorded(ctx, t, res)
+		return release, s.handOverUnrecorded(ctx, t, res)
 	}
+	release = s.releaser(ctx, hold)
 	// The row holds it: that is the answer. The run hears of it after the answer has gone out,
 	// so a worker that reports before it answers the push (the run's workflow task stays open
 	// while it pushes) is not kept waiting. A run that never hears of it ends by its deadline,
@@ -342,7 +354,39 @@ func (s *Service) Report(ctx context.Context, taskID string, version int64, r co
 				"task_id", t.TaskID, "version", t.Version, "attempt", r.Attempt, "error", err)
 		}
 	}()
-	return nil
+	return release, nil
+}
+
+// SlotHoldGrace is how long a slot freed by a recorded result may stay held for its answer
+// before any claimer releases it: longer than any gateway takes from recording a result to
+// answering it, short enough that a gateway that died between the two costs the queue that
+// slot only briefly.
+const SlotHoldGrace = 10 * time.Second
+
+// newHoldID names the slots one answer's results hold until it is written.
+func newHoldID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// releaser returns the release of the slots held under hold: once, with a fresh bounded context
+// (the worker may have hung up), then a wake of this process's claimers. A release that fails
+// is logged and left to the grace.
+func (s *Service) releaser(ctx context.Context, hold string) func() {
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReportTimeout)
+			defer cancel()
+			if _, err := s.store.ReleaseSlotHolds(rctx, hold); err != nil {
+				s.log.WarnContext(rctx, "release the slots of answered task results (any claimer releases them after the grace)",
+					"hold", hold, "error", err, "grace", SlotHoldGrace)
+				return
+			}
+			s.wake()
+		})
+	}
 }
 
 // HandOverTimeout bounds how long the gateway keeps handing a recorded result to an attempt's
@@ -392,16 +436,16 @@ func (s *Service) handOverUnrecorded(ctx context.Context, t courier.Task, r cont
 }
 
 // recordOutcome writes a worker's result into the row before the attempt's run hears of it,
-// so the slot is free and GET shows it when the 202 goes out, and the run has nothing left to
-// record. The guarded write decides between the result and whatever else ends the attempt
+// so GET shows it when the 202 goes out and the run has nothing left to record; the slot it
+// frees stays held until the answer is written (Report). The guarded write decides between the result and whatever else ends the attempt
 // meanwhile (its deadline, a cancel): the first to change the row wins. recorded is false when
 // the write failed: the run then records the result itself. An attempt that had already ended,
 // a repeated result included, is a conflict.
-func (s *Service) recordOutcome(ctx context.Context, t courier.Task, attempt int, out courier.AttemptOutcome) (status courier.TaskStatus, recorded bool, err error) {
+func (s *Service) recordOutcome(ctx context.Context, t courier.Task, attempt int, out courier.AttemptOutcome, hold string) (status courier.TaskStatus, recorded bool, err error) {
 	// Not cut short by the worker hanging up: once written, the run must hear of it.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReportTimeout)
 	defer cancel()
-	fr, err := s.store.FinishTaskAttempt(wctx, t.TaskID, t.Version, attempt, out)
+	fr, err := s.store.FinishReported(wctx, t.TaskID, t.Version, attempt, out, hold)
 	if err != nil {
 		// Had the write committed before the error, the run's finish finds it recorded (and
 		// the result goes uncounted in the metrics).
@@ -421,9 +465,9 @@ func (s *Service) recordOutcome(ctx context.Context, t courier.Task, attempt int
 		s.metrics.Results.WithLabelValues(fr.Queue, string(out.Kind)).Inc()
 	}
 	// The span that recorded it links to the task's trace, as the run's finish links to the
-	// result call's: the two are tied even when the worker sends no traceparent.
+	// result call's: the two are tied even when the worker sends no traceparent. The claimers
+	// are woken by the slot's release, after the answer.
 	tracing.Link(ctx, t.Trace, attribute.String("courier.link", "task"))
-	s.wake()
 	return fr.Status, true, nil
 }
 

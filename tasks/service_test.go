@@ -31,7 +31,11 @@ func (s *attemptStore) GetTask(context.Context, string, int64) (courier.Task, er
 	return s.task, nil
 }
 
-func (s *attemptStore) FinishTaskAttempt(_ context.Context, _ string, _ int64, _ int, o courier.AttemptOutcome) (store.FinishResult, error) {
+func (s *attemptStore) ReleaseSlotHolds(context.Context, ...string) (int, error) {
+	return 0, nil
+}
+
+func (s *attemptStore) FinishReported(_ context.Context, _ string, _ int64, _ int, o courier.AttemptOutcome, _ string) (store.FinishResult, error) {
 	if s.down {
 		return store.FinishResult{}, errors.New("database is down")
 	}
@@ -86,7 +90,9 @@ func TestReportHandsTheResultToTheRun(t *testing.T) {
 			}
 			s := NewService(st, tc, "ns", nil, nil, nil)
 
-			require.NoError(t, s.Report(t.Context(), "t-1", 1, success))
+			release, err := s.Report(t.Context(), "t-1", 1, success)
+			require.NoError(t, err)
+			release()
 
 			select {
 			case got := <-handed:
@@ -110,7 +116,7 @@ func TestReportUnrecordedToAnEndedAttemptIsAConflict(t *testing.T) {
 		Return(serviceerror.NewNotFound("activity not found")).Once()
 	s := NewService(st, tc, "ns", nil, nil, nil)
 
-	err := s.Report(t.Context(), "t-1", 1, success)
+	_, err := s.Report(t.Context(), "t-1", 1, success)
 
 	require.Equal(t, courier.CodeConflict, courier.ErrorCode(err), "%v", err)
 }

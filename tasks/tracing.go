@@ -7,7 +7,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/courier-oss/courier/store"
+	"github.com/courier-oss/courier/dispatch"
 	"github.com/courier-oss/courier/tracing"
 )
 
@@ -19,7 +19,7 @@ const memoTraceParent = "traceparent"
 // the inserting request left on the task's row (a new trace when there is none). The attempt's
 // workflow is started under it, so the push, the worker's result and the finish join that trace.
 // The task's ids go on the span and on log lines.
-func traceAttempt(ctx context.Context, t store.ClaimedTask) (context.Context, trace.Span) {
+func traceAttempt(ctx context.Context, t dispatch.Attempt) (context.Context, trace.Span) {
 	ctx = tracing.WithLogAttrs(tracing.ContextWith(ctx, t.Trace),
 		slog.String("task_id", t.TaskID), slog.Int64("version", t.Version), slog.Int("attempt", t.Attempt))
 	return tracing.Start(ctx, "task claim", trace.SpanKindConsumer,

@@ -1,4 +1,4 @@
-package store
+package dispatch
 
 import (
 	"testing"
@@ -9,15 +9,15 @@ import (
 	"github.com/courier-oss/courier"
 )
 
-func candidates(key string, n int, from time.Time) []keyCandidate {
-	out := make([]keyCandidate, n)
+func candidates(key string, n int, from time.Time) []KeyCandidate {
+	out := make([]KeyCandidate, n)
 	for i := range out {
-		out[i] = keyCandidate{TaskID: key, Version: int64(i + 1), Key: key, CreatedAt: from.Add(time.Duration(i) * time.Second)}
+		out[i] = KeyCandidate{TaskID: key, Version: int64(i + 1), Key: key, CreatedAt: from.Add(time.Duration(i) * time.Second)}
 	}
 	return out
 }
 
-func keysOf(c []keyCandidate) []string {
+func keysOf(c []KeyCandidate) []string {
 	out := make([]string, len(c))
 	for i := range c {
 		out[i] = c[i].Key
@@ -29,7 +29,7 @@ func keysOf(c []keyCandidate) []string {
 // skips a key, never the unkeyed group.
 func TestPickTurns(t *testing.T) {
 	t0 := time.Now()
-	var c []keyCandidate
+	var c []KeyCandidate
 	c = append(c, candidates("", 3, t0.Add(3*time.Second))...)
 	c = append(c, candidates("a", 10, t0)...)
 	c = append(c, candidates("b", 10, t0.Add(time.Second))...)

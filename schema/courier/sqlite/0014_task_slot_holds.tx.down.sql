@@ -1,0 +1,1 @@
+DROP TABLE IF EXISTS courier_task_slot_holds;
