@@ -41,9 +41,30 @@ type OutboxRecord struct {
 	CreatedAt     time.Time
 	SentAt        *time.Time
 	LastError     string
+	// WorkflowID is the workflow that took the record last when that was not the record's own
+	// delivery (courier_outbox.workflow_id): its batch's (OutboxBatchWorkflowID) or its key's
+	// (OutboxKeyWorkflowID); empty otherwise.
+	WorkflowID string
+	// OwnRun says the record's own delivery (OutboxWorkflowID) took it last: it has been claimed
+	// or tried, by no batch or key, and it is not a row the relay handles without a workflow
+	// (a timer to arm, a task to insert). RunID puts the two together.
+	OwnRun bool
 	// Malformed says why a row breaks the table contract in a way the database could not stop
 	// (headers that are not a JSON object of strings); such a row is never published.
 	Malformed string
+}
+
+// RunID is the workflow that delivered the record of source, is delivering it or tried it last:
+// its batch's, its key's or its own; "" while none has taken it (a pending record not yet
+// claimed, or handed back before its delivery started). The API answers it as workflow_id.
+func (r OutboxRecord) RunID(source string) string {
+	switch {
+	case r.WorkflowID != "":
+		return r.WorkflowID
+	case r.OwnRun:
+		return OutboxWorkflowID(source, r.ID)
+	}
+	return ""
 }
 
 // OutboxFilter selects outbox records for a listing. Records come in ascending id order, after

@@ -18,7 +18,7 @@ import (
 // OrderedStore is what the ordered mode needs from an outbox source (docs/flow-control.md,
 // "Ordered keys in the outbox"), besides OutboxStore.
 type OrderedStore interface {
-	ClaimOrdered(ctx context.Context, key string, scope courier.OrderedScope, limit int, lease time.Duration, paused func(topic string) bool) (store.OrderedClaim, error)
+	ClaimOrdered(ctx context.Context, key, workflowID string, scope courier.OrderedScope, limit int, lease time.Duration, paused func(topic string) bool) (store.OrderedClaim, error)
 	BlockKey(ctx context.Context, id int64, lastErr string) (bool, error)
 	ReleaseOutbox(ctx context.Context, ids []int64, retryIn time.Duration) error
 }
@@ -43,7 +43,8 @@ func (a *Outbox) ClaimOrdered(ctx context.Context, p contract.ClaimOrderedParams
 	if err != nil {
 		return contract.ClaimOrderedResult{}, err
 	}
-	c, err := ost.ClaimOrdered(ctx, p.Key, p.Scope, max(p.Max, 1), p.Lease, a.isPaused)
+	// The rows name the key's run as theirs (workflow_id): the run that delivers them.
+	c, err := ost.ClaimOrdered(ctx, p.Key, courier.OutboxKeyWorkflowID(p.Source, p.Key), p.Scope, max(p.Max, 1), p.Lease, a.isPaused)
 	if err != nil {
 		return contract.ClaimOrderedResult{}, fmt.Errorf("claim the next records of key %q: %w", p.Key, err)
 	}
@@ -145,18 +146,19 @@ func (a *Outbox) PublishOrdered(ctx context.Context, p contract.PublishOrderedPa
 }
 
 // BlockOrdered marks a key's record dead once its budget is spent (or it can never be
-// published) and blocks its key behind it.
-func (a *Outbox) BlockOrdered(ctx context.Context, p contract.BlockOrderedParams) error {
+// published) and blocks its key behind it. It answers whether the record blocks its key (not
+// when it was sent meanwhile) and its topic, which the key's run shows when it fails.
+func (a *Outbox) BlockOrdered(ctx context.Context, p contract.BlockOrderedParams) (contract.BlockOrderedResult, error) {
 	st, ost, err := a.orderedStore(p.Source)
 	if err != nil {
-		return err
+		return contract.BlockOrderedResult{}, err
 	}
 	blocked, err := ost.BlockKey(ctx, p.ID, p.LastError)
 	if err != nil {
-		return fmt.Errorf("block the key of outbox %d: %w", p.ID, err)
+		return contract.BlockOrderedResult{}, fmt.Errorf("block the key of outbox %d: %w", p.ID, err)
 	}
 	if !blocked {
-		return nil
+		return contract.BlockOrderedResult{}, nil
 	}
 	source := p.Source
 	if source == "" {
@@ -172,5 +174,5 @@ func (a *Outbox) BlockOrdered(ctx context.Context, p contract.BlockOrderedParams
 	if a.metrics != nil {
 		a.metrics.Dead.WithLabelValues(source, topic).Inc()
 	}
-	return nil
+	return contract.BlockOrderedResult{Blocked: true, Topic: topic}, nil
 }

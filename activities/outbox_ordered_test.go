@@ -25,7 +25,7 @@ func (s *orderedStore) RecordOutboxAttempt(_ context.Context, id int64, lastErr 
 	s.attempts[id] = lastErr
 	return nil
 }
-func (s *orderedStore) ClaimOrdered(context.Context, string, courier.OrderedScope, int, time.Duration, func(string) bool) (store.OrderedClaim, error) {
+func (s *orderedStore) ClaimOrdered(context.Context, string, string, courier.OrderedScope, int, time.Duration, func(string) bool) (store.OrderedClaim, error) {
 	return store.OrderedClaim{}, nil
 }
 func (s *orderedStore) BlockKey(context.Context, int64, string) (bool, error) { return true, nil }

@@ -36,7 +36,10 @@ type OutboxRecord struct {
 	CreatedAt       time.Time            `json:"created_at"`
 	SentAt          *time.Time           `json:"sent_at,omitempty"`
 	LastError       string               `json:"last_error,omitempty"`
-	WorkflowID      string               `json:"workflow_id"`
+	// WorkflowID is the Temporal workflow that delivered the record, is delivering it or tried
+	// it last: outbox/<id> (its own), outbox-batch/<source>/<first>-<last> (batch mode) or
+	// outbox-key/<key> (ordered mode); left out while no workflow has taken the record.
+	WorkflowID string `json:"workflow_id,omitempty"`
 }
 
 // OutboxRecordOf shows a record of the named source.
@@ -46,7 +49,7 @@ func OutboxRecordOf(source string, r courier.OutboxRecord) OutboxRecord {
 		Source: source, ID: r.ID, Topic: r.Topic, Key: r.Key, Payload: payload, PayloadEncoding: encoding,
 		PayloadBytes: r.PayloadBytes, Headers: r.Headers, Status: r.Status, Attempts: r.Attempts,
 		NextAttemptAt: r.NextAttemptAt, CreatedAt: r.CreatedAt, SentAt: r.SentAt, LastError: r.LastError,
-		WorkflowID: courier.OutboxWorkflowID(source, r.ID),
+		WorkflowID: r.RunID(source),
 	}
 }
 

@@ -14,7 +14,11 @@ import (
 // PublishRequest is one message for the outbox (POST /v1/outbox, scope producer).
 type PublishRequest = api.PublishRequest
 
-// OutboxRecord is an outbox record as the API shows it (PayloadData decodes its payload).
+// OutboxRecord is an outbox record as the API shows it (PayloadData decodes its payload). Its
+// WorkflowID names the Temporal workflow that delivered it, is delivering it or tried it last,
+// whichever the delivery mode: its own (outbox/<id>), its batch's (outbox-batch/…) or its key's
+// (outbox-key/…); empty while no workflow has taken it. Open it in the Temporal UI, or pass it
+// to the Temporal client's DescribeWorkflowExecution.
 type OutboxRecord = api.OutboxRecord
 
 // OutboxQuery selects records for ListOutbox. Zero fields do not filter.

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -551,4 +552,46 @@ func TestConsoleBlockedKeys(t *testing.T) {
 	require.Contains(t, p.body, `data-code="conflict"`)
 	p = admin.do(http.MethodPost, "/console/outbox/999999/skip", url.Values{"csrf": {csrf}, "confirm": {"yes"}})
 	require.Equal(t, http.StatusNotFound, p.status)
+}
+
+// A record's page and its row in the list link the workflow that took it: its batch's (batch
+// mode), its key's (ordered mode) or its own; a record no workflow has taken yet links none and
+// says so.
+func TestConsoleLinksTheRecordsRun(t *testing.T) {
+	t.Parallel()
+	f := newConsoleFixture(t, false)
+	ctx := t.Context()
+	var ids []int64
+	for _, key := range []string{"", "", "o-1"} {
+		rec, err := f.st.EnqueueOutbox(ctx, outbox.Message{Topic: "orders.created", Key: key, Payload: []byte(`{}`)})
+		require.NoError(t, err)
+		ids = append(ids, rec.ID)
+	}
+	waiting, err := f.st.EnqueueOutbox(ctx, outbox.Message{Topic: "orders.paid", Payload: []byte(`{}`)})
+	require.NoError(t, err)
+	// What the relay does: its claim hands the first two to a batch, the key's run claims the third.
+	_, err = f.st.ClaimOutboxWhere(ctx, 2, time.Minute, store.ClaimFilter{Ordered: courier.OrderedScope{All: true}})
+	require.NoError(t, err)
+	batch := courier.OutboxBatchWorkflowID("", ids[0], ids[1])
+	require.NoError(t, f.st.AssignOutboxRun(ctx, ids[:2], batch))
+	key := courier.OutboxKeyWorkflowID("", "o-1")
+	_, err = f.st.ClaimOrdered(ctx, "o-1", key, courier.OrderedScope{All: true}, 10, time.Minute, nil)
+	require.NoError(t, err)
+
+	b := f.browser(t)
+	b.signIn(f.producer)
+	ui := "http://127.0.0.1:8233/namespaces/courier/workflows/"
+	for id, wid := range map[int64]string{ids[0]: batch, ids[2]: key} {
+		p := b.get("/console/outbox/" + idString(id))
+		require.Equal(t, http.StatusOK, p.status)
+		require.Contains(t, p.body, `<code id="record-workflow">`+wid+`</code>`)
+		require.Contains(t, p.body, `href="`+ui+url.PathEscape(wid)+`"`)
+	}
+	p := b.get("/console/outbox/" + idString(waiting.ID))
+	require.Contains(t, p.body, "none yet: no workflow has taken it")
+	require.NotContains(t, p.body, ui, "no link to a workflow that does not exist")
+	list := b.get("/console/outbox")
+	require.Contains(t, list.body, `href="`+ui+url.PathEscape(batch)+`"`)
+	require.Contains(t, list.body, `href="`+ui+url.PathEscape(key)+`"`)
+	require.NotContains(t, list.body, ui+url.PathEscape(courier.OutboxWorkflowID("", waiting.ID)))
 }

@@ -51,9 +51,10 @@ func newConsoleView(cfg ConsoleConfig, hasTasks, hasTimers bool) *consoleView {
 		// The navigation leaves out the lists of services the gateway was built without.
 		"hasTasks":  func() bool { return hasTasks },
 		"hasTimers": func() bool { return hasTimers },
-		// temporal links a workflow id to the Temporal UI (its latest run); "" without a UI.
+		// temporal links a workflow id to the Temporal UI (its latest run); "" without a UI or
+		// a workflow (an outbox record no workflow has taken yet).
 		"temporal": func(workflowID string) string {
-			if cfg.TemporalUIURL == "" {
+			if cfg.TemporalUIURL == "" || workflowID == "" {
 				return ""
 			}
 			return cfg.TemporalUIURL + "/namespaces/" + url.PathEscape(cfg.Namespace) + "/workflows/" + url.PathEscape(workflowID)

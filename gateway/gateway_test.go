@@ -191,7 +191,7 @@ func TestPublishGetListRedrive(t *testing.T) {
 	require.Equal(t, "orders.created", rec.Topic)
 	require.JSONEq(t, `{"order":1}`, string(rec.Payload))
 	require.EqualValues(t, "pending", rec.Status)
-	require.Equal(t, fmt.Sprintf("outbox/%d", rec.ID), rec.WorkflowID)
+	require.Empty(t, rec.WorkflowID, "no workflow has taken the record yet")
 
 	resp, _ = f.do(t, "GET", fmt.Sprintf("/v1/outbox/%d", rec.ID), f.producer, "", nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -215,7 +215,15 @@ func TestPublishGetListRedrive(t *testing.T) {
 	require.Equal(t, courier.CodeConflict, eb.Error.Code)
 	require.Equal(t, "pending", eb.Error.Details["status"])
 
-	_, err := f.st.MarkOutboxDead(t.Context(), rec.ID, "no stream")
+	// Once the relay has claimed it, its own delivery takes it.
+	_, err := f.st.ClaimOutbox(t.Context(), 10, time.Minute)
+	require.NoError(t, err)
+	resp, _ = f.do(t, "GET", fmt.Sprintf("/v1/outbox/%d", rec.ID), f.producer, "", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&rec))
+	require.Equal(t, fmt.Sprintf("outbox/%d", rec.ID), rec.WorkflowID)
+
+	_, err = f.st.MarkOutboxDead(t.Context(), rec.ID, "no stream")
 	require.NoError(t, err)
 	resp, _ = f.do(t, "GET", "/v1/outbox?status=dead", f.producer, "", nil)
 	var page api.OutboxPage
@@ -272,6 +280,8 @@ func TestProducerSources(t *testing.T) {
 	theirs, err := f.prodDB.EnqueueOutbox(ctx, outbox.Message{Topic: "user.registered", Payload: []byte("2")})
 	require.NoError(t, err)
 	require.Equal(t, own.ID, theirs.ID, "both databases start at id 1")
+	_, err = f.prodDB.ClaimOutbox(ctx, 10, time.Minute)
+	require.NoError(t, err)
 
 	var rec api.OutboxRecord
 	resp, _ := f.do(t, "GET", fmt.Sprintf("/v1/outbox/%d?source=accounts", theirs.ID), f.producer, "", nil)

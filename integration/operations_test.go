@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -31,12 +32,15 @@ import (
 )
 
 // opsStack holds one scenario of each kind of work that needs an operator: a dead outbox record
-// (topic orders.created has no stream), a failed task (queue docparse allows one attempt and
-// the worker fails it), a failed timer (order.close's callback answers 410) and a scheduled one
-// due in half an hour.
+// (topic orders.created has no stream), a dead ordered record blocking its key (orders.> is
+// ordered; key o-43), a failed task (queue docparse allows one attempt and the worker fails
+// it), a failed timer (order.close's callback answers 410) and a scheduled one due in half an
+// hour.
 type opsStack struct {
 	*taskStack
 	deadID      int64
+	deadKeyedID int64
+	blockedKey  string // the key's delivery workflow
 	timers      *timers.Service
 	failedTimer string
 	soonTimer   string
@@ -52,7 +56,8 @@ func newOpsStack(t *testing.T) *opsStack {
 	ts.gw = srv.URL
 	// One worker that does everything: relays the outbox, delivers timers, claims tasks.
 	cw, err := worker.New(worker.Config{
-		Relay:                  relay.Config{PollInterval: 50 * time.Millisecond, Retry: testRetry},
+		Relay: relay.Config{PollInterval: 50 * time.Millisecond, Retry: testRetry,
+			Ordered: relay.OrderedConfig{Topics: []string{"orders.>"}}},
 		Namespace:              ts.ts.GetDefaultNamespace(),
 		AllowLoopbackCallbacks: true,
 		BizTypeRefresh:         100 * time.Millisecond,
@@ -88,7 +93,8 @@ func newOpsStack(t *testing.T) *opsStack {
 	var ids []int64
 	require.NoError(t, ts.store.DB().RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		var err error
-		ids, err = outbox.Enqueue(ctx, tx, outbox.Message{Topic: "orders.created", Payload: []byte(`{"order":"o-42"}`)})
+		ids, err = outbox.Enqueue(ctx, tx, outbox.Message{Topic: "orders.created", Payload: []byte(`{"order":"o-42"}`)},
+			outbox.Message{Topic: "orders.created", Key: "o-43", Payload: []byte(`{"order":"o-43"}`)})
 		return err
 	}))
 
@@ -101,7 +107,7 @@ func newOpsStack(t *testing.T) *opsStack {
 	require.NoError(t, err)
 	_, _, err = svc.Create(ctx, api.TimerRequest{BizType: "order.close", BizID: "o-42", When: api.At(time.Now().Add(30 * time.Minute))})
 	require.NoError(t, err)
-	return &opsStack{taskStack: ts, deadID: ids[0], timers: svc,
+	return &opsStack{taskStack: ts, deadID: ids[0], deadKeyedID: ids[1], blockedKey: courier.OutboxKeyWorkflowID("", "o-43"), timers: svc,
 		failedTimer: courier.TimerWorkflowID("order.close", "o-41"), soonTimer: courier.TimerWorkflowID("order.close", "o-42")}
 }
 
@@ -139,6 +145,21 @@ func TestFailedWorkToFailedWorkflows(t *testing.T) {
 	require.NotEmpty(t, rec.LastError)
 	require.Equal(t, rec.LastError, msg)
 	require.Contains(t, msg, "orders.created")
+
+	// The dead ordered record: its key's run failed naming it, with its error, and shows it as
+	// a dead record of its topic; the API names that run as the record's.
+	msg = s.failedWith(s.blockedKey, workflows.ErrTypeOutboxKeyBlocked)
+	require.Equal(t, http.StatusOK, s.call(http.MethodGet, fmt.Sprintf("/v1/outbox/%d", s.deadKeyedID), s.producer, nil, &rec))
+	require.Equal(t, courier.OutboxDead, rec.Status)
+	require.Equal(t, fmt.Sprintf("outbox record %d is dead and blocks its key: %s", s.deadKeyedID, rec.LastError), msg)
+	require.Equal(t, s.blockedKey, rec.WorkflowID)
+	d, err := s.tc.DescribeWorkflowExecution(ctx, s.blockedKey, "")
+	require.NoError(t, err)
+	sas := d.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()
+	for name, want := range map[string]string{courier.SAKind: `"outbox-key"`, courier.SAState: `"dead"`,
+		courier.SATopic: `"orders.created"`, courier.SARecord: strconv.FormatInt(s.deadKeyedID, 10)} {
+		require.Equal(t, want, string(sas[name].GetData()), name)
+	}
 
 	// The failed task: failed in the API with the worker's message, which the run failed with.
 	task := s.waitStatus("doc-42", 1, courier.TaskFailed, time.Minute)
@@ -183,18 +204,19 @@ func TestOperationsQueries(t *testing.T) {
 	dead := courier.OutboxWorkflowID(courier.DefaultSource, s.deadID)
 	failedTask := courier.TaskWorkflowID("doc-42", 1)
 	s.failedWith(dead, workflows.ErrTypeOutboxDead)
+	s.failedWith(s.blockedKey, workflows.ErrTypeOutboxKeyBlocked)
 	s.failedWith(failedTask, workflows.ErrTypeTaskFailed)
 	s.failedWith(s.failedTimer, workflows.ErrTypeTimerFailed)
 
 	// What each documented query must find, in the order of the document; the example instants
 	// of "timers firing in the next hour" become now and now + 1 h.
 	want := [][]string{
-		{dead},
+		{dead, s.blockedKey},
 		{failedTask},
 		{failedTask},
 		{s.soonTimer},
 		{s.failedTimer},
-		{dead, failedTask, s.failedTimer},
+		{dead, s.blockedKey, failedTask, s.failedTimer},
 	}
 	require.Len(t, queries, len(want), "docs/operations.md has another number of queries; keep this test in step")
 	now := time.Now().UTC()

@@ -307,7 +307,8 @@ func TestRecordBucketedTimerHistories(t *testing.T) {
 
 // TestRecordOrderedHistories records ordered key delivery histories (make record-histories):
 // a key's records sent in one run; sent after failed attempts (the backoff on a timer); a key
-// blocked by a record no stream captures. And the per-record delivery of a record whose topic
+// blocked by a record no stream captures (blocked.json, recorded when such a run completed;
+// blocked-failed.json, since it fails with the record's state upserted). And the per-record delivery of a record whose topic
 // is paused (outbox-delivery/paused.json): held without an attempt, the run ends.
 func TestRecordOrderedHistories(t *testing.T) {
 	if os.Getenv("COURIER_RECORD_HISTORIES") == "" {
@@ -322,6 +323,7 @@ func TestRecordOrderedHistories(t *testing.T) {
 		{"sent", "orders.created", 0},
 		{"retried-then-sent", "orders.created", 2},
 		{"blocked", "nowhere.created", 0},
+		{"blocked-failed", "nowhere.created", 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := newStack(t, "sqlite")

@@ -423,7 +423,7 @@ func (r *Relay) ClaimOnce(ctx context.Context, src Source) (Claim, error) {
 	}
 	failed, err := r.start(ctx, src.Name, recs)
 	if len(batch) > 0 {
-		if berr := r.startBatch(ctx, src.Name, batch); berr != nil {
+		if berr := r.startBatch(ctx, src, batch); berr != nil {
 			err = errors.Join(err, berr)
 			for _, rec := range batch {
 				failed = append(failed, rec.ID)
@@ -491,14 +491,21 @@ func (r *Relay) claimLimit(src Source) int {
 }
 
 // startBatch starts one batch workflow for the records. Its id names the source and the batch's
-// first and last record, so a start repeated for the same claim finds the same run.
-func (r *Relay) startBatch(ctx context.Context, source string, recs []store.ClaimedRecord) error {
+// first and last record, so a start repeated for the same claim finds the same run. The rows
+// name it as theirs before it starts (the run may mark them sent at once), and no longer if
+// it could not be started.
+func (r *Relay) startBatch(ctx context.Context, src Source, recs []store.ClaimedRecord) error {
+	source := src.Name
 	ids := make([]int64, len(recs))
 	for i, rec := range recs {
 		ids[i] = rec.ID
 	}
+	wid := courier.OutboxBatchWorkflowID(source, ids[0], ids[len(ids)-1])
+	if err := src.Store.AssignOutboxRun(ctx, ids, wid); err != nil {
+		return fmt.Errorf("name the batch %s on its records: %w", wid, err)
+	}
 	opts := client.StartWorkflowOptions{
-		ID:                       courier.OutboxBatchWorkflowID(source, ids[0], ids[len(ids)-1]),
+		ID:                       wid,
 		TaskQueue:                r.cfg.TaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
@@ -512,6 +519,11 @@ func (r *Relay) startBatch(ctx context.Context, source string, recs []store.Clai
 	_, err := r.tc.ExecuteWorkflow(ctx, opts, workflows.OutboxBatchName, workflows.OutboxBatchParams{
 		Source: source, IDs: ids, Retry: r.cfg.Retry,
 	})
+	if err != nil {
+		if cerr := src.Store.AssignOutboxRun(context.WithoutCancel(ctx), ids, ""); cerr != nil {
+			r.log.Warn("clearing a batch that did not start from its records failed; their next claim clears it", "source", source, "workflow_id", wid, "error", cerr)
+		}
+	}
 	return err
 }
 

@@ -31,6 +31,7 @@ type outboxRow struct {
 	CreatedAt     time.Time    `bun:"created_at"`
 	SentAt        bun.NullTime `bun:"sent_at"`
 	LastError     *string      `bun:"last_error"`
+	WorkflowID    *string      `bun:"workflow_id"`
 	PayloadBytes  int          `bun:"payload_bytes,scanonly"`
 }
 
@@ -55,6 +56,14 @@ func (r *outboxRow) record() courier.OutboxRecord {
 	}
 	if r.LastError != nil {
 		rec.LastError = *r.LastError
+	}
+	if r.WorkflowID != nil {
+		rec.WorkflowID = *r.WorkflowID
+	} else {
+		// No batch or key took the record: its own delivery did, if anything has (a claim or
+		// an attempt), unless it is a row the relay handles itself without a workflow.
+		taken := rec.Status != courier.OutboxPending || rec.Attempts > 0
+		rec.OwnRun = taken && r.Topic != outbox.TimerTopic && r.Topic != outbox.TaskTopic
 	}
 	if r.Headers != nil && *r.Headers != "" {
 		if err := json.Unmarshal([]byte(*r.Headers), &rec.Headers); err != nil {
@@ -143,7 +152,9 @@ func (s *Store) ClaimOutboxWhere(ctx context.Context, limit int, lease time.Dura
 	if s.pg {
 		with, in = "WITH picked AS MATERIALIZED ("+pick+" FOR UPDATE SKIP LOCKED) ", "id IN (SELECT id FROM picked)"
 	}
-	q := with + "UPDATE courier_outbox SET status = 'dispatched', next_attempt_at = " + s.nowPlusSQL(lease) +
+	// workflow_id is cleared: a claimed record is the relay's again, and unless the relay hands
+	// it to a batch (AssignOutboxRun) its own delivery takes it.
+	q := with + "UPDATE courier_outbox SET status = 'dispatched', workflow_id = NULL, next_attempt_at = " + s.nowPlusSQL(lease) +
 		" WHERE " + in + " RETURNING id, topic, headers, attempts"
 	var recs []ClaimedRecord
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
@@ -183,6 +194,26 @@ func traceOf(headers string) courier.TraceContext {
 		return courier.TraceContext{}
 	}
 	return tracing.FromHeaders(h)
+}
+
+// AssignOutboxRun records the workflow that takes claimed (dispatched) records when it is not
+// their own delivery: their batch's, written before the batch starts, so GET /v1/outbox/{id}
+// names the run that is delivering them. An empty workflowID clears it (the batch could not be
+// started).
+func (s *Store) AssignOutboxRun(ctx context.Context, ids []int64, workflowID string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	var run *string
+	if workflowID != "" {
+		run = &workflowID
+	}
+	_, err := s.db.NewUpdate().Model((*outboxRow)(nil)).
+		Set("workflow_id = ?", run).
+		Where("id IN (?)", bun.List(ids)).
+		Where("status = ?", courier.OutboxDispatched).
+		Exec(ctx)
+	return err
 }
 
 // ReleaseOutbox hands claimed rows whose delivery could not be started back to pending, due

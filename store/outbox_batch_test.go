@@ -1,12 +1,14 @@
 package store_test
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/store"
 )
 
@@ -66,5 +68,80 @@ func TestOutboxBatchStatements(t *testing.T) {
 		require.Len(t, claimed, 1)
 		require.Equal(t, ids[2], claimed[0].ID)
 		require.Equal(t, 1, claimed[0].Attempts, "the claim reports the attempt")
+	})
+}
+
+// A record names the workflow that took it last (courier_outbox.workflow_id and the domain's
+// RunID): none while it waits unclaimed; its own delivery once claimed; the batch the relay
+// hands it to, before the batch starts (and none again if it could not start); the key's run
+// once the key's delivery claims it, kept while it waits behind its key's head, when it is
+// sent and when it is dead. A reserved row (a timer to arm) never names one.
+func TestOutboxRecordsNameTheirRun(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := t.Context()
+		runOf := func(id int64) string {
+			t.Helper()
+			rec, err := s.GetOutbox(ctx, id)
+			require.NoError(t, err)
+			return rec.RunID("accounts")
+		}
+		ids := enqueue(t, s, msg("a"), msg("b"), msg("c"))
+		require.Empty(t, runOf(ids[0]), "a record no workflow has taken names none")
+
+		claimed, err := s.ClaimOutbox(ctx, 10, time.Hour)
+		require.NoError(t, err)
+		require.Len(t, claimed, 3)
+		require.Equal(t, "outbox/accounts/"+strconv.FormatInt(ids[0], 10), runOf(ids[0]), "claimed: its own delivery")
+
+		const batch = "outbox-batch/accounts/1-2"
+		require.NoError(t, s.AssignOutboxRun(ctx, ids[:2], batch))
+		require.Equal(t, batch, runOf(ids[0]))
+		n, err := s.MarkOutboxSentBatch(ctx, ids[:1])
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n)
+		require.Equal(t, batch, runOf(ids[0]), "sent by its batch")
+		require.NoError(t, s.AssignOutboxRun(ctx, ids[:1], "other"))
+		require.Equal(t, batch, runOf(ids[0]), "only a claimed record is handed to a run")
+		ok, err := s.HandOutboxToRecord(ctx, ids[1], "mq: publish failed", 0)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, batch, runOf(ids[1]), "handed out of its batch: the batch tried it last")
+		claimed, err = s.ClaimOutbox(ctx, 10, time.Hour)
+		require.NoError(t, err)
+		require.Len(t, claimed, 1)
+		require.Equal(t, "outbox/accounts/"+strconv.FormatInt(ids[1], 10), runOf(ids[1]), "claimed again: its own delivery")
+
+		// A batch that could not start: its records name none again and go back to pending.
+		require.NoError(t, s.AssignOutboxRun(ctx, ids[2:], batch))
+		require.NoError(t, s.AssignOutboxRun(ctx, ids[2:], ""))
+		require.NoError(t, s.ReleaseOutbox(ctx, ids[2:], 0))
+		require.Empty(t, runOf(ids[2]))
+
+		// A timer row is armed by the relay itself: no workflow of the outbox takes it.
+		timer := enqueue(t, s, msg(outbox.TimerTopic))
+		claimed, err = s.ClaimOutbox(ctx, 10, time.Hour)
+		require.NoError(t, err)
+		require.NotEmpty(t, claimed)
+		_, err = s.MarkOutboxSent(ctx, timer[0])
+		require.NoError(t, err)
+		require.Empty(t, runOf(timer[0]))
+
+		// Ordered: the key's claim names the key's run on every record it takes.
+		keyed := enqueue(t, s, outbox.Message{Topic: "orders.a", Key: "ord", Payload: []byte(`{}`)},
+			outbox.Message{Topic: "orders.a", Key: "ord", Payload: []byte(`{}`)})
+		const key = "outbox-key/accounts/ord"
+		c, err := s.ClaimOrdered(ctx, "ord", key, courier.OrderedScope{All: true}, 5, time.Hour, nil)
+		require.NoError(t, err)
+		require.Equal(t, keyed, c.IDs)
+		require.NoError(t, s.RecordOutboxAttempt(ctx, keyed[0], "broker down", time.Second))
+		require.NoError(t, s.ReleaseOutbox(ctx, keyed[1:], 0))
+		require.Equal(t, key, runOf(keyed[1]), "waiting behind its key's head, in the key's run")
+		blocked, err := s.BlockKey(ctx, keyed[0], "broker down")
+		require.NoError(t, err)
+		require.True(t, blocked)
+		require.Equal(t, key, runOf(keyed[0]), "dead: the key's run that gave up on it")
+		_, err = s.RedriveOutbox(ctx, keyed[0])
+		require.NoError(t, err)
+		require.Equal(t, key, runOf(keyed[0]), "redriven: the run that tried it last, until one takes it again")
 	})
 }

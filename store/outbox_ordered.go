@@ -90,11 +90,13 @@ type OrderedClaim struct {
 }
 
 // ClaimOrdered takes up to limit of key's next records in commit order, stopping before the
-// first record of a paused topic (paused reports it), and marks them dispatched with a lease.
+// first record of a paused topic (paused reports it), and marks them dispatched with a lease
+// to the key's delivery run, workflowID (courier.OutboxKeyWorkflowID), which the rows keep as
+// the run that delivers them (workflow_id).
 // Only the key's own delivery calls it (one run per key at a time, by workflow id), so it takes
 // dispatched records too: those are its own from before a crash. Nothing is taken from a
 // blocked key.
-func (s *Store) ClaimOrdered(ctx context.Context, key string, scope courier.OrderedScope, limit int, lease time.Duration, paused func(topic string) bool) (OrderedClaim, error) {
+func (s *Store) ClaimOrdered(ctx context.Context, key, workflowID string, scope courier.OrderedScope, limit int, lease time.Duration, paused func(topic string) bool) (OrderedClaim, error) {
 	var out OrderedClaim
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		out = OrderedClaim{}
@@ -137,6 +139,7 @@ func (s *Store) ClaimOrdered(ctx context.Context, key string, scope courier.Orde
 		}
 		_, err = tx.NewUpdate().Model((*outboxRow)(nil)).
 			Set("status = ?", courier.OutboxDispatched).
+			Set("workflow_id = ?", workflowID).
 			Set("next_attempt_at = "+s.nowPlusSQL(lease)).
 			Where("id IN (?)", bun.List(out.IDs)).Exec(ctx)
 		return err

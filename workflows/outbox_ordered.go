@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"fmt"
 	"math"
 	"time"
 
@@ -14,6 +15,23 @@ import (
 // OutboxOrderedName is the registered name of an ordered key's delivery workflow (the outbox
 // ordered mode: docs/flow-control.md, "Ordered keys in the outbox").
 const OutboxOrderedName = "outbox-ordered-key"
+
+// ErrTypeOutboxKeyBlocked is the failure type of a key's delivery run that left its key blocked:
+// once the blocking record is marked dead (the row stays the source of truth), the run upserts
+// CourierState "dead" with the record's CourierRecordID and CourierTopic and ends Failed, its
+// message naming the record and its last error, its details the OutboxOrderedResult. So the
+// dead record shows in the Temporal UI as a Failed run, as a per-record delivery's does
+// (ErrTypeOutboxDead).
+const ErrTypeOutboxKeyBlocked = "OutboxKeyBlocked"
+
+// orderedBlockedFails marks the change that made a run that blocks its key fail (and upsert the
+// record's search attributes) rather than complete: runs recorded before it replay as they ran.
+const orderedBlockedFails = "ordered-blocked-key-fails"
+
+var (
+	saOutboxRecord = temporal.NewSearchAttributeKeyInt64(courier.SARecord)
+	saOutboxTopic  = temporal.NewSearchAttributeKeyKeyword(courier.SATopic)
+)
 
 // OutboxOrderedParams is the key delivery's input.
 type OutboxOrderedParams struct {
@@ -48,8 +66,8 @@ var orderedClaimOptions = workflow.LocalActivityOptions{
 // the next. A record that fails is retried with the budget's backoff (its attempts are
 // counted on its row, so the budget holds across crashes and runs), and the records after it
 // wait; once its budget is spent, or at once for a permanent failure, it is dead and the key
-// is blocked behind it, and the run ends: only an operator's redrive or skip lets the key
-// flow again. One run per key at a time: its id is the key's (courier.OutboxKeyWorkflowID).
+// is blocked behind it, and the run ends Failed (ErrTypeOutboxKeyBlocked): only an operator's
+// redrive or skip lets the key flow again. One run per key at a time: its id is the key's (courier.OutboxKeyWorkflowID).
 func OutboxOrdered(ctx workflow.Context, p OutboxOrderedParams) (OutboxOrderedResult, error) {
 	retry := p.Retry.WithDefaults()
 	res := OutboxOrderedResult{Sent: p.Sent}
@@ -119,15 +137,34 @@ func OutboxOrdered(ctx workflow.Context, p OutboxOrderedParams) (OutboxOrderedRe
 	return res, workflow.NewContinueAsNewError(ctx, OutboxOrderedName, p)
 }
 
-// blockKey marks the record dead and blocks its key, retried until the database answers.
+// blockKey marks the record dead and blocks its key, retried until the database answers, then
+// ends the run Failed with the record's id and last error (ErrTypeOutboxKeyBlocked), its state
+// and record upserted first: the value a run last upserted is what the Temporal UI's filters
+// see once it has closed.
 func blockKey(ctx workflow.Context, source string, id int64, lastErr string, res OutboxOrderedResult) (OutboxOrderedResult, error) {
 	bctx := workflow.WithActivityOptions(ctx, markDeadOptions)
+	var blocked contract.BlockOrderedResult
 	if err := workflow.ExecuteActivity(bctx, contract.BlockOrderedName,
-		contract.BlockOrderedParams{Source: source, ID: id, LastError: lastErr}).Get(ctx, nil); err != nil {
+		contract.BlockOrderedParams{Source: source, ID: id, LastError: lastErr}).Get(ctx, &blocked); err != nil {
 		return res, err
 	}
 	res.BlockedBy = id
-	return res, nil
+	if workflow.GetVersion(ctx, orderedBlockedFails, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return res, nil // a run recorded before the change completed here
+	}
+	if !blocked.Blocked {
+		// Sent meanwhile (a retried attempt got through after all): nothing is dead, nothing
+		// blocked, and the key's next run delivers the rest.
+		res.BlockedBy = 0
+		return res, nil
+	}
+	sas := []temporal.SearchAttributeUpdate{saOutboxState.ValueSet(string(courier.OutboxDead)), saOutboxRecord.ValueSet(id)}
+	if blocked.Topic != "" {
+		sas = append(sas, saOutboxTopic.ValueSet(blocked.Topic))
+	}
+	_ = workflow.UpsertTypedSearchAttributes(ctx, sas...)
+	return res, temporal.NewNonRetryableApplicationError(
+		fmt.Sprintf("outbox record %d is dead and blocks its key: %s", id, lastErr), ErrTypeOutboxKeyBlocked, nil, res)
 }
 
 // orderedBackoff is the wait after a record's attempts-th failed attempt, as the budget gives

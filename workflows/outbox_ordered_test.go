@@ -5,11 +5,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/workflows"
 )
@@ -22,6 +25,8 @@ type fakeKey struct {
 	attempts map[int64]int
 	sent     []int64
 	blocked  []contract.BlockOrderedParams
+	// sentMeanwhile: the record to block was found sent (it blocks nothing).
+	sentMeanwhile bool
 }
 
 func (k *fakeKey) env(t *testing.T) *testsuite.TestWorkflowEnvironment {
@@ -50,9 +55,9 @@ func (k *fakeKey) env(t *testing.T) *testsuite.TestWorkflowEnvironment {
 		}
 		return res, nil
 	}, activity.RegisterOptions{Name: contract.PublishOrderedName})
-	env.RegisterActivityWithOptions(func(_ context.Context, p contract.BlockOrderedParams) error {
+	env.RegisterActivityWithOptions(func(_ context.Context, p contract.BlockOrderedParams) (contract.BlockOrderedResult, error) {
 		k.blocked = append(k.blocked, p)
-		return nil
+		return contract.BlockOrderedResult{Blocked: !k.sentMeanwhile, Topic: "orders.created"}, nil
 	}, activity.RegisterOptions{Name: contract.BlockOrderedName})
 	return env
 }
@@ -74,20 +79,50 @@ func TestOutboxOrderedRetriesInOrder(t *testing.T) {
 }
 
 // A record that spends its budget blocks its key: it is marked dead with its error, the
-// records after it are never published, and the run ends.
+// records after it are never published, and the run ends Failed with the record's id and
+// error, its state, record and topic upserted before it closes (so the Temporal UI lists it
+// among the failed runs, filtered as a dead record).
 func TestOutboxOrderedBlocksTheKey(t *testing.T) {
 	k := &fakeKey{ids: []int64{1, 2, 3}, fail: map[int64]int{2: 100}, attempts: map[int64]int{}}
 	env := k.env(t)
+	var upserts []temporal.SearchAttributes
+	env.OnUpsertTypedSearchAttributes(mock.Anything).Run(func(args mock.Arguments) {
+		upserts = append(upserts, args.Get(0).(temporal.SearchAttributes))
+	}).Maybe()
 	start := env.Now()
 	env.ExecuteWorkflow(workflows.OutboxOrderedName, workflows.OutboxOrderedParams{Key: "k", Max: 10, Retry: budget})
 	require.True(t, env.IsWorkflowCompleted())
-	require.NoError(t, env.GetWorkflowError())
+	var app *temporal.ApplicationError
+	require.ErrorAs(t, env.GetWorkflowError(), &app)
+	require.Equal(t, workflows.ErrTypeOutboxKeyBlocked, app.Type())
+	require.Equal(t, "outbox record 2 is dead and blocks its key: broker down", app.Message())
+	require.True(t, app.NonRetryable())
 	var res workflows.OutboxOrderedResult
-	require.NoError(t, env.GetWorkflowResult(&res))
+	require.NoError(t, app.Details(&res))
+	require.Len(t, upserts, 1, "the state is written once, before the run fails")
+	state, _ := upserts[0].GetKeyword(temporal.NewSearchAttributeKeyKeyword(courier.SAState))
+	record, _ := upserts[0].GetInt64(temporal.NewSearchAttributeKeyInt64(courier.SARecord))
+	topic, _ := upserts[0].GetKeyword(temporal.NewSearchAttributeKeyKeyword(courier.SATopic))
+	require.Equal(t, []any{string(courier.OutboxDead), int64(2), "orders.created"}, []any{state, record, topic})
 	require.Equal(t, []int64{1}, k.sent)
+	require.Equal(t, 1, res.Sent)
 	require.Equal(t, int64(2), res.BlockedBy)
 	require.Equal(t, []contract.BlockOrderedParams{{ID: 2, LastError: "broker down"}}, k.blocked)
 	require.Equal(t, int(budget.MaxAttempts), k.attempts[2], "the whole budget, no more")
 	// 1 s + 2 s + 4 s + 8 s of backoff between the five attempts, on the workflow's clock.
 	require.GreaterOrEqual(t, env.Now().Sub(start), 15*time.Second)
+}
+
+// A record found sent when its key was to be blocked (an attempt that got through after all)
+// blocks nothing: the run completes, blocking nothing.
+func TestOutboxOrderedSentMeanwhileBlocksNothing(t *testing.T) {
+	k := &fakeKey{ids: []int64{1, 2}, fail: map[int64]int{1: 100}, attempts: map[int64]int{}, sentMeanwhile: true}
+	env := k.env(t)
+	env.ExecuteWorkflow(workflows.OutboxOrderedName, workflows.OutboxOrderedParams{Key: "k", Max: 10, Retry: budget})
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	var res workflows.OutboxOrderedResult
+	require.NoError(t, env.GetWorkflowResult(&res))
+	require.Zero(t, res.BlockedBy)
+	require.Len(t, k.blocked, 1)
 }

@@ -59,3 +59,10 @@ type BlockOrderedParams struct {
 	ID        int64
 	LastError string
 }
+
+// BlockOrderedResult says whether the record blocks its key now. Runs recorded before it
+// existed completed the activity without a result (and read none).
+type BlockOrderedResult struct {
+	Blocked bool   // false: the record was sent meanwhile and blocks nothing
+	Topic   string // the record's topic, for the run's search attributes
+}

@@ -1,0 +1,1 @@
+ALTER TABLE courier_outbox DROP COLUMN IF EXISTS workflow_id;

@@ -1,0 +1,1 @@
+ALTER TABLE courier_outbox DROP COLUMN workflow_id;
