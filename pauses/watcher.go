@@ -18,7 +18,9 @@ const DefaultRefresh = time.Second
 
 // Lister reads the pauses in force (store.Store).
 type Lister interface {
-	ListPauses(ctx context.Context) ([]courier.Pause, error)
+	// ReadPauses returns the pauses in force and how many pauses and resumes were ever
+	// committed, the count read first (so it never counts a change the list lacks).
+	ReadPauses(ctx context.Context) ([]courier.Pause, int64, error)
 }
 
 // Watcher keeps the pauses in force in memory: what a worker consults before each push,
@@ -30,6 +32,7 @@ type Watcher struct {
 	log     *slog.Logger
 	kick    chan struct{}
 	cur     atomic.Pointer[courier.Pauses]
+	changes int64 // the store's count of pauses and resumes at the last read (read's own)
 
 	mu      sync.Mutex
 	changed []func(before, after courier.Pauses)
@@ -53,7 +56,11 @@ func NewWatcher(list Lister, refresh time.Duration, log *slog.Logger) *Watcher {
 // Current is the set of pauses as last read.
 func (w *Watcher) Current() courier.Pauses { return *w.cur.Load() }
 
-// OnChange registers f, called from the watcher's loop whenever a read finds the set changed.
+// OnChange registers f, called from the watcher's loop whenever a read finds that a pause or
+// resume was committed since the last read. That includes a pause made and lifted between two
+// reads, when before and after hold the same pauses: whoever read the pauses in the database
+// meanwhile (a task claim does, in its own transaction) may have been held by it, and must
+// hear of the resume.
 func (w *Watcher) OnChange(f func(before, after courier.Pauses)) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -101,18 +108,21 @@ func (w *Watcher) Start(ctx context.Context) error {
 	return nil
 }
 
-// read reads the pauses and, if tell, tells the subscribers when they changed (the first read
-// is the baseline, not a change).
+// read reads the pauses and, if tell, tells the subscribers when a pause or resume was
+// committed since the last read (the first read is the baseline, not a change).
 func (w *Watcher) read(ctx context.Context, tell bool) error {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	list, err := w.list.ListPauses(rctx)
+	list, changes, err := w.list.ReadPauses(rctx)
 	if err != nil {
 		return err
 	}
 	after := courier.NewPauses(list)
 	before := w.cur.Swap(&after)
-	if !tell || same(*before, after) {
+	counted := changes != w.changes
+	w.changes = changes
+	// The set is compared too: a row written by hand changes no count.
+	if !tell || (!counted && same(*before, after)) {
 		return nil
 	}
 	w.mu.Lock()

@@ -14,13 +14,14 @@ import (
 	"github.com/courier-oss/courier/pauses"
 )
 
-// fakeStore keeps pauses in memory; fail makes ListPauses fail, and failed counts the reads
-// that failed.
+// fakeStore keeps pauses in memory and counts their changes; fail makes reads fail, and failed
+// counts the reads that failed.
 type fakeStore struct {
-	mu     sync.Mutex
-	list   []courier.Pause
-	fail   bool
-	failed int
+	mu      sync.Mutex
+	list    []courier.Pause
+	changes int64
+	fail    bool
+	failed  int
 }
 
 func (f *fakeStore) Pause(_ context.Context, p courier.Pause) (courier.Pause, bool, error) {
@@ -33,6 +34,7 @@ func (f *fakeStore) Pause(_ context.Context, p courier.Pause) (courier.Pause, bo
 	}
 	p.PausedAt = time.Now()
 	f.list = append(f.list, p)
+	f.changes++
 	return p, true, nil
 }
 
@@ -42,20 +44,26 @@ func (f *fakeStore) Resume(_ context.Context, kind courier.PauseKind, name strin
 	for i, x := range f.list {
 		if x.Kind == kind && x.Name == name {
 			f.list = append(f.list[:i], f.list[i+1:]...)
+			f.changes++
 			return x, nil
 		}
 	}
 	return courier.Pause{}, &courier.Error{Code: courier.CodeNotFound}
 }
 
-func (f *fakeStore) ListPauses(context.Context) ([]courier.Pause, error) {
+func (f *fakeStore) ListPauses(ctx context.Context) ([]courier.Pause, error) {
+	list, _, err := f.ReadPauses(ctx)
+	return list, err
+}
+
+func (f *fakeStore) ReadPauses(context.Context) ([]courier.Pause, int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.fail {
 		f.failed++
-		return nil, errors.New("database down")
+		return nil, 0, errors.New("database down")
 	}
-	return append([]courier.Pause(nil), f.list...), nil
+	return append([]courier.Pause(nil), f.list...), f.changes, nil
 }
 
 // A watcher has the pauses before Start returns, sees a change made through the service at

@@ -53,7 +53,7 @@ func (s *Store) Pause(ctx context.Context, p courier.Pause) (courier.Pause, bool
 			return err
 		}
 		if created {
-			return s.notifyPauses(ctx, tx, p.Kind)
+			return s.pausesChanged(ctx, tx, p.Kind)
 		}
 		return nil
 	})
@@ -86,7 +86,7 @@ func (s *Store) Resume(ctx context.Context, kind courier.PauseKind, name string)
 				return err
 			}
 		}
-		return s.notifyPauses(ctx, tx, kind)
+		return s.pausesChanged(ctx, tx, kind)
 	})
 	if err != nil {
 		return courier.Pause{}, err
@@ -107,9 +107,31 @@ func (s *Store) ListPauses(ctx context.Context) ([]courier.Pause, error) {
 	return out, nil
 }
 
-// notifyPauses announces a pause or resume to the workers of other processes (PostgreSQL
-// delivers it at commit; on SQLite they read the table at their next refresh).
-func (s *Store) notifyPauses(ctx context.Context, tx bun.Tx, kind courier.PauseKind) error {
+// ReadPauses returns the pauses in force and how many pauses and resumes were ever committed
+// (pauses.Watcher). The count tells a reader of a change that left the list as it was: a pause
+// made and lifted between two of its reads, which a task claim may have met in between (it
+// reads courier_pauses itself). The count is read first, so it never includes a change the
+// list lacks; a change that commits between the two reads shows in the count of the next.
+func (s *Store) ReadPauses(ctx context.Context) ([]courier.Pause, int64, error) {
+	var changes int64
+	if err := s.db.NewRaw("SELECT COALESCE(MAX(changes), 0) FROM courier_pause_changes").Scan(ctx, &changes); err != nil {
+		return nil, 0, err
+	}
+	list, err := s.ListPauses(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	return list, changes, nil
+}
+
+// pausesChanged counts a pause or resume in courier_pause_changes and announces it to the
+// workers of other processes, both in tx (PostgreSQL delivers the announcement at commit; on
+// SQLite they read the table at their next refresh).
+func (s *Store) pausesChanged(ctx context.Context, tx bun.Tx, kind courier.PauseKind) error {
+	if _, err := tx.ExecContext(ctx, "INSERT INTO courier_pause_changes (id, changes) VALUES (1, 1) "+
+		"ON CONFLICT (id) DO UPDATE SET changes = courier_pause_changes.changes + 1"); err != nil {
+		return err
+	}
 	if !s.pg {
 		return nil
 	}

@@ -63,6 +63,40 @@ func TestPauses(t *testing.T) {
 	})
 }
 
+// Every pause and resume that commits is counted, and only those: a reader that finds the list
+// as it was still learns that a pause came and went since its last read (pauses.Watcher).
+func TestPauseChangesAreCounted(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := t.Context()
+		list, changes, err := s.ReadPauses(ctx)
+		require.NoError(t, err)
+		require.Empty(t, list)
+		require.Zero(t, changes)
+
+		_, created, err := s.Pause(ctx, courier.Pause{Kind: courier.PauseQueue, Name: "docs"})
+		require.NoError(t, err)
+		require.True(t, created)
+		_, created, err = s.Pause(ctx, courier.Pause{Kind: courier.PauseQueue, Name: "docs"})
+		require.NoError(t, err)
+		require.False(t, created)
+		_, _, err = s.Pause(ctx, courier.Pause{Kind: courier.PauseQueue, Name: "Not A Name"})
+		require.Error(t, err)
+		list, changes, err = s.ReadPauses(ctx)
+		require.NoError(t, err)
+		require.Len(t, list, 1)
+		require.EqualValues(t, 1, changes, "a repeated or refused pause changes nothing")
+
+		_, err = s.Resume(ctx, courier.PauseQueue, "docs")
+		require.NoError(t, err)
+		_, err = s.Resume(ctx, courier.PauseQueue, "docs")
+		require.Error(t, err)
+		list, changes, err = s.ReadPauses(ctx)
+		require.NoError(t, err)
+		require.Empty(t, list, "the list is as it was before the pause")
+		require.EqualValues(t, 2, changes, "but the pause and its resume are counted")
+	})
+}
+
 // On PostgreSQL a pause and a resume are announced at their commit, so a listening worker sees
 // them at once.
 func TestPausesAreNotified(t *testing.T) {

@@ -163,7 +163,8 @@ func New(cfg Config, d Deps) (*Worker, error) {
 			Metrics: d.TaskMetrics, Wake: w.claim.Wake})
 		if d.Pauses != nil {
 			// The claim reads the pauses itself; a resume read here wakes this claimer at once
-			// (on SQLite there is no notification of it).
+			// (on SQLite there is no notification of it), even the resume of a pause the
+			// watcher never saw in force, which a claim may have met meanwhile.
 			d.Pauses.OnChange(func(before, after courier.Pauses) { w.claim.Wake() })
 		}
 		if ins, ok := d.Tasks.(relay.TaskInserter); ok { // courier's store is: rows of outbox.InsertTask
