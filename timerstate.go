@@ -60,7 +60,8 @@ func TimerBucketWorkflowID(bizType string, bucket int64) string {
 	return "timer-bucket/" + bizType + "/" + strconv.FormatInt(bucket, 10)
 }
 
-// TimerRecord is a bucketed timer as courier's database keeps it.
+// TimerRecord is a timer as courier's database keeps it: a bucketed timer, or the row that
+// decides a timer of its own (Mode).
 type TimerRecord struct {
 	BizType     string
 	BizID       string
@@ -76,6 +77,10 @@ type TimerRecord struct {
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
 	FinishedAt  *time.Time // delivered, failed or cancelled at
+
+	// Mode says who delivers the timer: its second's bucket (TimerModeBucketed, also when
+	// empty) or a run of its own that follows the row (TimerModeWorkflow).
+	Mode TimerMode
 }
 
 // TimerKey names one timer.
@@ -93,7 +98,7 @@ type TimerInsert struct {
 	Conflict bool
 }
 
-// TimerFilter selects bucketed timers for a list, newest first. Zero fields do not filter.
+// TimerFilter selects timer rows (both modes) for a list, newest first. Zero fields do not filter.
 type TimerFilter struct {
 	BizType        string
 	State          TimerState

@@ -28,6 +28,11 @@ func notFailed(t api.Timer) error {
 // row goes back to firing and a run of its own delivers it. A timer that has not failed is a
 // conflict.
 func (s *Service) Redeliver(ctx context.Context, bizType, bizID string) (api.Timer, error) {
+	if rec, ok, err := s.row(ctx, bizType, bizID); err != nil {
+		return api.Timer{}, err
+	} else if ok && rec.Mode == courier.TimerModeWorkflow {
+		return s.redeliverRowTimer(ctx, rec)
+	}
 	if s.rows != nil {
 		rec, ok, err := s.rows.RedeliverTimerRecord(ctx, bizType, bizID)
 		switch {

@@ -23,9 +23,11 @@ func RegisterTasks(attempts, sweeper WorkflowRegistrar) {
 	sweeper.RegisterWorkflowWithOptions(TaskSweeper, workflow.RegisterOptions{Name: TaskSweeperName})
 }
 
-// RegisterTimers registers the timer and bucket workflows under their stable names, on the
-// workflows' task queue.
+// RegisterTimers registers the timer workflows (a timer of its own that keeps a row, one that
+// lives in Temporal only) and the bucket workflow under their stable names, on the workflows'
+// task queue.
 func RegisterTimers(r WorkflowRegistrar) {
+	r.RegisterWorkflowWithOptions(RowTimer, workflow.RegisterOptions{Name: RowTimerName})
 	r.RegisterWorkflowWithOptions(Timer, workflow.RegisterOptions{Name: TimerName})
 	r.RegisterWorkflowWithOptions(TimerBucket, workflow.RegisterOptions{Name: TimerBucketName})
 }

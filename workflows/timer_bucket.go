@@ -39,6 +39,11 @@ type TimerBucketResult struct {
 	HandedOver int
 }
 
+// timerBucketReserveChange guards what buckets recorded before it did not do: reserve each
+// batch's timers on the workflows' queue before the delivery is scheduled on the business
+// type's queue, so timers held there (a paused type) read firing, like a timer of its own's.
+const timerBucketReserveChange = "timer-bucket-reserve"
+
 // deliverBatchOptions deliver a batch until it is done: a batch that fails on the way (a
 // database hiccup, a worker that died) is run again with the same claim, so it delivers the
 // same timers and nothing is stranded. The heartbeat shows a worker that died within 30 s.
@@ -68,10 +73,20 @@ func TimerBucket(ctx workflow.Context, p TimerBucketParams) (TimerBucketResult, 
 			return res, workflow.NewContinueAsNewError(ctx, TimerBucketName, p)
 		}
 		res.Batches++
+		batch := contract.DeliverTimerBatchParams{BizType: p.BizType, Bucket: p.Bucket, Limit: TimerBucketBatch,
+			Claim: fmt.Sprintf("%s/%d", info.WorkflowExecution.RunID, res.Batches)}
+		if workflow.GetVersion(ctx, timerBucketReserveChange, workflow.DefaultVersion, 1) >= 1 {
+			// The due timers become firing here, on the workflows' queue: the delivery below
+			// takes exactly these (the same claim) and counts their attempt, however long the
+			// type's queue holds it.
+			if err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, timerRowOptions),
+				contract.ReserveTimerBatchName, batch).Get(ctx, nil); err != nil {
+				return res, err
+			}
+		}
 		var out contract.DeliverTimerBatchResult
 		err := workflow.ExecuteActivity(workflow.WithTaskQueue(actx, courier.BizTypeTaskQueue(p.BizType)), contract.DeliverTimerBatchName,
-			contract.DeliverTimerBatchParams{BizType: p.BizType, Bucket: p.Bucket, Limit: TimerBucketBatch,
-				Claim: fmt.Sprintf("%s/%d", info.WorkflowExecution.RunID, res.Batches)}).Get(ctx, &out)
+			batch).Get(ctx, &out)
 		if err != nil {
 			return res, err
 		}

@@ -16,13 +16,27 @@ import (
 	"github.com/courier-oss/courier/workflows"
 )
 
+// reserveBatches registers the bucket's reserve (a local activity on the workflows' queue),
+// recording each batch's claim, and failing with err when it is set.
+func reserveBatches(env *testsuite.TestWorkflowEnvironment, claims *[]string, err error) {
+	env.RegisterActivityWithOptions(func(ctx context.Context, p contract.DeliverTimerBatchParams) (int, error) {
+		if claims != nil {
+			*claims = append(*claims, p.Claim)
+		}
+		return 0, err
+	}, activity.RegisterOptions{Name: contract.ReserveTimerBatchName})
+}
+
 // A bucket sleeps until its second begins, takes full batches one after another, sleeps until
 // the next fire time the batch reports, and ends when none is left; every batch has a claim of
-// its own and runs on the type's queue.
+// its own, reserved on the workflows' queue (a local activity) before its delivery runs on the
+// type's queue.
 func TestTimerBucketBatchesUntilEmpty(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterWorkflowWithOptions(workflows.TimerBucket, workflow.RegisterOptions{Name: workflows.TimerBucketName})
+	var reserved []string
+	reserveBatches(env, &reserved, nil)
 	env.RegisterActivityWithOptions(func(context.Context, contract.DeliverTimerBatchParams) (contract.DeliverTimerBatchResult, error) {
 		return contract.DeliverTimerBatchResult{}, nil
 	}, activity.RegisterOptions{Name: contract.DeliverTimerBatchName})
@@ -42,6 +56,7 @@ func TestTimerBucketBatchesUntilEmpty(t *testing.T) {
 			require.Equal(t, "coupons", p.BizType)
 			require.Equal(t, bucket.Unix(), p.Bucket)
 			calls, claims = append(calls, env.Now()), append(claims, p.Claim)
+			require.Equal(t, claims, reserved, "each batch's claim is reserved before its delivery")
 			return answers[len(calls)-1], nil
 		})
 	env.ExecuteWorkflow(workflows.TimerBucketName, workflows.TimerBucketParams{BizType: "coupons", Bucket: bucket.Unix()})
@@ -63,6 +78,7 @@ func TestTimerBucketContinuesAsNew(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterWorkflowWithOptions(workflows.TimerBucket, workflow.RegisterOptions{Name: workflows.TimerBucketName})
+	reserveBatches(env, nil, nil)
 	env.RegisterActivityWithOptions(func(context.Context, contract.DeliverTimerBatchParams) (contract.DeliverTimerBatchResult, error) {
 		return contract.DeliverTimerBatchResult{Claimed: workflows.TimerBucketBatch}, nil
 	}, activity.RegisterOptions{Name: contract.DeliverTimerBatchName})
@@ -71,15 +87,24 @@ func TestTimerBucketContinuesAsNew(t *testing.T) {
 	require.True(t, workflow.IsContinueAsNewError(env.GetWorkflowError()))
 }
 
-// A bucket whose type is gone ends with the batch's refusal instead of retrying it forever.
+// A bucket whose type is gone ends with the refusal (its reserve's, or its batch's if the type
+// went in between) instead of retrying it forever.
 func TestTimerBucketUnknownType(t *testing.T) {
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
-	env.RegisterWorkflowWithOptions(workflows.TimerBucket, workflow.RegisterOptions{Name: workflows.TimerBucketName})
-	env.RegisterActivityWithOptions(func(context.Context, contract.DeliverTimerBatchParams) (contract.DeliverTimerBatchResult, error) {
-		return contract.DeliverTimerBatchResult{}, temporal.NewNonRetryableApplicationError("no such type", contract.ErrTypeUnknownBizType, nil)
-	}, activity.RegisterOptions{Name: contract.DeliverTimerBatchName})
-	env.ExecuteWorkflow(workflows.TimerBucketName, workflows.TimerBucketParams{BizType: "gone", Bucket: env.Now().Unix()})
-	require.True(t, env.IsWorkflowCompleted())
-	require.ErrorContains(t, env.GetWorkflowError(), "no such type")
+	for name, reserveErr := range map[string]error{
+		"reserve": temporal.NewNonRetryableApplicationError("no such type", contract.ErrTypeUnknownBizType, nil),
+		"batch":   nil,
+	} {
+		t.Run(name, func(t *testing.T) {
+			var s testsuite.WorkflowTestSuite
+			env := s.NewTestWorkflowEnvironment()
+			env.RegisterWorkflowWithOptions(workflows.TimerBucket, workflow.RegisterOptions{Name: workflows.TimerBucketName})
+			reserveBatches(env, nil, reserveErr)
+			env.RegisterActivityWithOptions(func(context.Context, contract.DeliverTimerBatchParams) (contract.DeliverTimerBatchResult, error) {
+				return contract.DeliverTimerBatchResult{}, temporal.NewNonRetryableApplicationError("no such type", contract.ErrTypeUnknownBizType, nil)
+			}, activity.RegisterOptions{Name: contract.DeliverTimerBatchName})
+			env.ExecuteWorkflow(workflows.TimerBucketName, workflows.TimerBucketParams{BizType: "gone", Bucket: env.Now().Unix()})
+			require.True(t, env.IsWorkflowCompleted())
+			require.ErrorContains(t, env.GetWorkflowError(), "no such type")
+		})
+	}
 }
