@@ -173,9 +173,10 @@ func RowTimer(ctx workflow.Context, p TimerParams) (TimerSnapshot, error) {
 				cancelTimer()
 				return st, err
 			}
-			cancelTimer() // a no-op if it fired; otherwise its fire time is void
-			if !timer.IsReady() {
-				continue // a change: read it, and arm for the new fire time
+			fired := timer.IsReady() // before the cancel, which makes the timer ready too
+			cancelTimer()            // a no-op if it fired; otherwise its fire time is void
+			if !fired || changed || signals.Len() > 0 {
+				continue // a change: read it, and arm for the new fire time (or claim, if it has come)
 			}
 		}
 		atLeast = 0
