@@ -356,7 +356,7 @@ func (a *hostileAPI) settle(t *testing.T) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		var n int
-		err := a.s.store.DB().NewRaw("SELECT COUNT(*) FROM courier_timers WHERE state = 'firing'" +
+		err := a.s.store.DB().NewRaw("SELECT COUNT(*) FROM courier_timers WHERE state = 'firing'"+
 			" OR (state = 'scheduled' AND fire_at <= strftime('%Y-%m-%d %H:%M:%f+00:00', 'now'))").Scan(t.Context(), &n)
 		require.NoError(t, err)
 		return n == 0
