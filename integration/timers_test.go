@@ -777,6 +777,38 @@ func TestTimerChangesAnsweredWithoutAWorker(t *testing.T) {
 	}
 }
 
+// What the sweep heals for timers of their own: a row whose run never started (a create whose
+// start was lost) and a row moved earlier whose signal was lost (the run sleeps until the old
+// fire time, an hour away). Both are 30 s overdue and untouched for as long, so the sweep
+// signals (or starts) their runs, which deliver them once.
+func TestTimerRunSweep(t *testing.T) {
+	s := newStack(t, "sqlite")
+	rcv := s.bizType("order.close", 0)
+	ctx := t.Context()
+	svc := s.timerService()
+	gone := time.Now().Add(-40 * time.Second).UTC().Truncate(time.Millisecond)
+	_, err := s.store.InsertTimers(ctx, []courier.TimerRecord{{BizType: "order.close", BizID: "no-run", FireAt: gone,
+		Payload: []byte(`{}`), RequestHash: "h", Mode: courier.TimerModeWorkflow}})
+	require.NoError(t, err)
+	_, _, err = svc.Create(ctx, api.TimerRequest{BizType: "order.close", BizID: "moved", When: api.After(time.Hour)})
+	require.NoError(t, err)
+	_, changed, err := s.store.RescheduleTimerRecord(ctx, "order.close", "moved", gone) // no signal: lost
+	require.NoError(t, err)
+	require.True(t, changed)
+	_, err = s.store.DB().ExecContext(ctx, "UPDATE courier_timers SET updated_at = fire_at") // as if 40 s ago
+	require.NoError(t, err)
+
+	s.timerWorker(false) // its sweep runs at once
+	for _, id := range []string{"no-run", "moved"} {
+		require.Eventually(t, func() bool {
+			rec, err := s.store.GetTimerRecord(ctx, "order.close", id)
+			return err == nil && rec.State == courier.TimerDelivered && rcv.count(id) == 1
+		}, time.Minute, 50*time.Millisecond, "%s is delivered", id)
+	}
+	require.Equal(t, 1, rcv.count("no-run"))
+	require.Equal(t, 1, rcv.count("moved"))
+}
+
 // TestTimerFollowsItsTypeAtOnce: the worker keeps business types in memory, yet a fire after a
 // change of its type uses the new settings: changed through this process's store (SQLite), or
 // through another process's (PostgreSQL, where the change is announced by notification).
