@@ -644,6 +644,15 @@ func TestTimerUpdatesWithoutWorker(t *testing.T) {
 	status, tm, eb := gw.timer("GET", "/v1/timers/order.close/w-1", nil)
 	require.Equal(t, http.StatusOK, status, eb)
 	require.Equal(t, courier.TimerCancelled, tm.State)
+	// Its create repeated through a service with rows is recognised as that timer (its run's
+	// memo), another create under its key is refused, and neither leaves a row behind.
+	status, tm, eb = gw.timer("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": "w-1", "delay": "1h"})
+	require.Equal(t, http.StatusOK, status, eb)
+	require.Equal(t, courier.TimerCancelled, tm.State)
+	status, _, _ = gw.timer("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": "w-1", "delay": "2h"})
+	require.Equal(t, http.StatusConflict, status)
+	_, err := s.store.GetTimerRecord(t.Context(), "order.close", "w-1")
+	require.Equal(t, courier.CodeNotFound, courier.ErrorCode(err), "no row shadows the run")
 
 	gw = s.timerAPI(s.rowlessTimerService())
 	status, _, eb = gw.timer("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": "w-2", "delay": "0s"})
