@@ -24,9 +24,9 @@ func notFailed(t api.Timer) error {
 
 // Redeliver delivers a failed timer again: the same biz_type and biz_id, a new delivery (a new
 // delivery id) with the type's whole retry budget, now. A timer of its own gets a new run of
-// its workflow (its version bumped, its create request still recognised); a bucketed timer's
-// row goes back to firing and a run of its own delivers it. A timer that has not failed is a
-// conflict.
+// its workflow (its version bumped, its create request still recognised), its row scheduled
+// again and due now when it has one; a bucketed timer's row goes back to firing and a run of
+// its own delivers it. A timer that has not failed is a conflict.
 func (s *Service) Redeliver(ctx context.Context, bizType, bizID string) (api.Timer, error) {
 	if rec, ok, err := s.row(ctx, bizType, bizID); err != nil {
 		return api.Timer{}, err

@@ -36,9 +36,9 @@ const (
 )
 
 // Sweeper finds timers with rows that nothing is delivering and hands them on, and purges
-// finished rows past their type's retention. Every worker runs one: each step is idempotent (a bucket
-// armed twice keeps one run, a hand-over repeated while its run is open is a no-op), so no
-// leader is needed.
+// finished rows past their type's retention. Every worker runs one: each step is idempotent
+// (a bucket armed twice keeps one run, a hand-over repeated while its run is open is a no-op,
+// a run signalled twice applies the change once), so no leader is needed.
 type Sweeper struct {
 	svc   *Service
 	rows  SweepRows
