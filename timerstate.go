@@ -105,9 +105,9 @@ type TimerFilter struct {
 
 // TimerCursor continues a timer list after the timer it names (the last of the previous page).
 type TimerCursor struct {
-	CreatedAt time.Time `json:"created_at"`
-	BizType   string    `json:"biz_type"`
-	BizID     string    `json:"biz_id"`
+	CreatedAt time.Time
+	BizType   string
+	BizID     string
 }
 
 // TimerBucketRef names a business type's bucket of bucketed timers.

@@ -23,6 +23,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/schema"
@@ -167,7 +168,7 @@ func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL st
 	if err := schema.Up(ctx, st.DB(), schema.AllSets...); err != nil {
 		return TaskResult{}, err
 	}
-	_, token, err := st.CreateAPIKey(ctx, "bench-task-worker", []courier.Scope{courier.ScopeWorker})
+	_, token, err := st.CreateAPIKey(ctx, "bench-task-worker", []apikey.Scope{apikey.ScopeWorker})
 	if err != nil {
 		return TaskResult{}, err
 	}
@@ -345,7 +346,7 @@ func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL st
 // postResult reports success the way a task worker does: to the push's result URL, with a
 // worker-scope key, naming the attempt.
 func postResult(ctx context.Context, hc *http.Client, token string, p api.TaskPush) error {
-	body, err := json.Marshal(courier.TaskResult{Attempt: p.Attempt, Status: courier.OutcomeSuccess, StatusCode: 200, Message: "done"})
+	body, err := json.Marshal(api.TaskResult{Attempt: p.Attempt, Status: courier.OutcomeSuccess, StatusCode: 200, Message: "done"})
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/mq/natsmq"
 	"github.com/courier-oss/courier/relay"
@@ -186,7 +187,7 @@ func runBucketed(ctx context.Context, stack Stack, cfg BucketedConfig, dbName, d
 
 	svc := timers.New(stack.Temporal, stack.namespace(), st, st, queue)
 	svc.Logger = quiet
-	_, token, err := st.CreateAPIKey(ctx, "bench", []courier.Scope{courier.ScopeProducer})
+	_, token, err := st.CreateAPIKey(ctx, "bench", []apikey.Scope{apikey.ScopeProducer})
 	if err != nil {
 		return TimerResult{}, err
 	}

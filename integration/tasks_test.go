@@ -23,6 +23,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/dispatch"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
@@ -177,9 +178,9 @@ func taskStackOn(t *testing.T, s *stack, recoverAfter time.Duration, tune func(*
 		Pauses: pauses.NewService(s.store, quiet)})
 	for _, k := range []struct {
 		dst   *string
-		scope courier.Scope
-	}{{&ts.admin, courier.ScopeAdmin}, {&ts.producer, courier.ScopeProducer}, {&ts.worker, courier.ScopeWorker}} {
-		_, token, err := s.store.CreateAPIKey(ctx, "test-"+string(k.scope), []courier.Scope{k.scope})
+		scope apikey.Scope
+	}{{&ts.admin, apikey.ScopeAdmin}, {&ts.producer, apikey.ScopeProducer}, {&ts.worker, apikey.ScopeWorker}} {
+		_, token, err := s.store.CreateAPIKey(ctx, "test-"+string(k.scope), []apikey.Scope{k.scope})
 		require.NoError(t, err)
 		*k.dst = token
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/outbox"
@@ -291,7 +292,7 @@ func TestTraceTimerCreateToCallback(t *testing.T) {
 				CallbackURL: rcvURL, Secrets: []string{secret}})
 			require.NoError(t, err)
 			s.timerWorker(false)
-			_, token, err := s.store.CreateAPIKey(t.Context(), "orders", []courier.Scope{courier.ScopeProducer})
+			_, token, err := s.store.CreateAPIKey(t.Context(), "orders", []apikey.Scope{apikey.ScopeProducer})
 			require.NoError(t, err)
 			gw := startHTTP(t, gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store,
 				Timers: s.timerService(), Logger: quiet}))

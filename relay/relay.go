@@ -547,12 +547,18 @@ func (r *Relay) armTimer(ctx context.Context, src Source, id int64) {
 	}
 	ctx, span := traceRow(ctx, src.Name, id, rec.Topic, tracing.FromHeaders(rec.Headers))
 	defer span.End()
-	var row outbox.TimerRow
+	var row api.TimerRequest
 	if err := json.Unmarshal(rec.Payload, &row); err != nil {
 		fail("timer row payload is not valid: " + err.Error())
 		return
 	}
-	_, _, err = r.timers.Create(ctx, api.TimerRequest{BizType: row.BizType, BizID: row.BizID, When: api.At(row.FireAt), Payload: row.Payload})
+	// A row arms at its fire time only (outbox.ArmTimer): a delay would be counted from
+	// whenever the relay got to the row.
+	req := api.TimerRequest{BizType: row.BizType, BizID: row.BizID, Payload: row.Payload}
+	if row.FireAt != nil {
+		req.When = api.At(*row.FireAt)
+	}
+	_, _, err = r.timers.Create(ctx, req)
 	switch courier.ErrorCode(err) {
 	case courier.CodeValidation, courier.CodeConflict, courier.CodeTooLarge, courier.CodeInvalid:
 		fail(err.Error())

@@ -429,9 +429,17 @@ type ListQuery struct {
 // listCursor is where a list continues: timers of their own (Temporal's page token) come
 // first, then bucketed ones (courier's database).
 type listCursor struct {
-	Rows     bool                 `json:"rows,omitempty"` // the workflows are done: on to the rows
-	Temporal []byte               `json:"t,omitempty"`
-	After    *courier.TimerCursor `json:"after,omitempty"`
+	Rows     bool      `json:"rows,omitempty"` // the workflows are done: on to the rows
+	Temporal []byte    `json:"t,omitempty"`
+	After    *rowAfter `json:"after,omitempty"`
+}
+
+// rowAfter is the last bucketed timer of a page, where the next page of rows starts
+// (courier.TimerCursor).
+type rowAfter struct {
+	CreatedAt time.Time `json:"created_at"`
+	BizType   string    `json:"biz_type"`
+	BizID     string    `json:"biz_id"`
 }
 
 // List returns timers, optionally of one business type, state and finish time, a page at a
@@ -468,8 +476,11 @@ func (s *Service) List(ctx context.Context, q ListQuery, token []byte) ([]api.Ti
 		// No timer of its own matches: the first page is the bucketed timers' first, not an
 		// empty page with a token.
 	}
-	recs, more, err := s.rows.ListTimerRecords(ctx, courier.TimerFilter{BizType: q.BizType, State: q.State,
-		FinishedAfter: q.FinishedAfter, FinishedBefore: q.FinishedBefore, Limit: q.PageSize, After: cur.After})
+	f := courier.TimerFilter{BizType: q.BizType, State: q.State, FinishedAfter: q.FinishedAfter, FinishedBefore: q.FinishedBefore, Limit: q.PageSize}
+	if a := cur.After; a != nil {
+		f.After = &courier.TimerCursor{CreatedAt: a.CreatedAt, BizType: a.BizType, BizID: a.BizID}
+	}
+	recs, more, err := s.rows.ListTimerRecords(ctx, f)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -481,7 +492,7 @@ func (s *Service) List(ctx context.Context, q ListQuery, token []byte) ([]api.Ti
 		return items, nil, nil
 	}
 	last := recs[len(recs)-1]
-	return items, wrapCursor(listCursor{Rows: true, After: &courier.TimerCursor{CreatedAt: last.CreatedAt, BizType: last.BizType, BizID: last.BizID}}, true), nil
+	return items, wrapCursor(listCursor{Rows: true, After: &rowAfter{CreatedAt: last.CreatedAt, BizType: last.BizType, BizID: last.BizID}}, true), nil
 }
 
 func wrapCursor(c listCursor, more bool) []byte {

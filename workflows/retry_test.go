@@ -112,7 +112,7 @@ func TestWorkflowsScheduleTheirRetryPolicies(t *testing.T) {
 	t.Run("task with a heartbeat timeout", func(t *testing.T) {
 		env := newTaskEnv(t)
 		got := retriesOf(env.TestWorkflowEnvironment)
-		env.onPushAwait(completed(contract.AttemptResult{Attempt: 3, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess}}))
+		env.onPushAwait(completed(contract.AttemptResult{Attempt: 3, Outcome: contract.AttemptOutcome{Kind: courier.OutcomeSuccess}}))
 		env.run(t, attempt3Heartbeat)
 		require.Equal(t, &temporal.RetryPolicy{MaximumAttempts: 1}, got[contract.PushAwaitName])
 		require.Equal(t, untilDone, got[contract.FinishTaskName])

@@ -59,7 +59,7 @@ type TaskRunResult struct {
 	Stale   bool               // the task had moved on before the push; nothing was done
 	Applied bool               // the row holds the outcome (false if the task had moved on meanwhile)
 	Status  courier.TaskStatus // the task's status afterwards
-	Outcome courier.AttemptOutcome
+	Outcome contract.AttemptOutcome
 }
 
 var saTaskState = temporal.NewSearchAttributeKeyKeyword(courier.SAState)
@@ -199,9 +199,9 @@ func pushThenWait(ctx workflow.Context, p TaskParams) (r contract.AttemptResult,
 		r.Outcome = workerOutcome(r.Outcome)
 		return r, false, nil
 	case ctx.Err() != nil:
-		return contract.AttemptResult{Attempt: p.Attempt, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeCancelled, Message: "cancelled"}}, false, nil
+		return contract.AttemptResult{Attempt: p.Attempt, Outcome: contract.AttemptOutcome{Kind: courier.OutcomeCancelled, Message: "cancelled"}}, false, nil
 	}
-	return contract.AttemptResult{Attempt: p.Attempt, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeTimeout,
+	return contract.AttemptResult{Attempt: p.Attempt, Outcome: contract.AttemptOutcome{Kind: courier.OutcomeTimeout,
 		Message: fmt.Sprintf("processing timeout: no result within %s", push.ProcessingTimeout)}}, false, nil
 }
 
@@ -241,22 +241,22 @@ func takeResults(ctx workflow.Context, attempt int) (*attemptResults, error) {
 
 // pushEnded reads a local push that failed (err from its future): stale when the task had
 // moved on before it, otherwise the attempt's outcome.
-func pushEnded(ctx workflow.Context, err error, push contract.PushTaskParams) (out courier.AttemptOutcome, stale bool) {
+func pushEnded(ctx workflow.Context, err error, push contract.PushTaskParams) (out contract.AttemptOutcome, stale bool) {
 	var app *temporal.ApplicationError
 	var to *temporal.TimeoutError
 	switch {
 	case errors.As(err, &app) && app.Type() == contract.ErrTypeTaskStale:
 		return out, true
 	case temporal.IsCanceledError(err) || ctx.Err() != nil:
-		return courier.AttemptOutcome{Kind: courier.OutcomeCancelled, Message: "cancelled"}, false
+		return contract.AttemptOutcome{Kind: courier.OutcomeCancelled, Message: "cancelled"}, false
 	case errors.As(err, &to) && to.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_CLOSE:
-		return courier.AttemptOutcome{Kind: courier.OutcomeTimeout,
+		return contract.AttemptOutcome{Kind: courier.OutcomeTimeout,
 			Message: fmt.Sprintf("processing timeout: the push was not accepted within %s", push.ProcessingTimeout)}, false
 	case errors.As(err, &to):
-		return courier.AttemptOutcome{Kind: courier.OutcomeFailure,
+		return contract.AttemptOutcome{Kind: courier.OutcomeFailure,
 			Message: fmt.Sprintf("push: no answer within the push timeout (%s)", push.PushTimeout)}, false
 	default:
-		return courier.AttemptOutcome{Kind: courier.OutcomeFailure, Message: rootMessage(err)}, false
+		return contract.AttemptOutcome{Kind: courier.OutcomeFailure, Message: rootMessage(err)}, false
 	}
 }
 
@@ -285,11 +285,11 @@ func pushAndAwait(ctx workflow.Context, p TaskParams) (r contract.AttemptResult,
 	case errors.As(err, &app) && app.Type() == contract.ErrTypeTaskStale:
 		return r, true
 	case temporal.IsCanceledError(err) || ctx.Err() != nil:
-		return contract.AttemptResult{Attempt: p.Attempt, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeCancelled, Message: "cancelled"}}, false
+		return contract.AttemptResult{Attempt: p.Attempt, Outcome: contract.AttemptOutcome{Kind: courier.OutcomeCancelled, Message: "cancelled"}}, false
 	case errors.As(err, &to):
-		return contract.AttemptResult{Attempt: p.Attempt, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeTimeout, Message: timeoutMessage(to, push)}}, false
+		return contract.AttemptResult{Attempt: p.Attempt, Outcome: contract.AttemptOutcome{Kind: courier.OutcomeTimeout, Message: timeoutMessage(to, push)}}, false
 	default:
-		return contract.AttemptResult{Attempt: p.Attempt, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeFailure, Message: rootMessage(err)}}, false
+		return contract.AttemptResult{Attempt: p.Attempt, Outcome: contract.AttemptOutcome{Kind: courier.OutcomeFailure, Message: rootMessage(err)}}, false
 	}
 }
 
@@ -311,7 +311,7 @@ func timeoutMessage(to *temporal.TimeoutError, push contract.PushTaskParams) str
 }
 
 // workerOutcome keeps a worker's report, read as a failure unless it says success.
-func workerOutcome(o courier.AttemptOutcome) courier.AttemptOutcome {
+func workerOutcome(o contract.AttemptOutcome) contract.AttemptOutcome {
 	if o.Kind != courier.OutcomeSuccess {
 		o.Kind = courier.OutcomeFailure
 	}
@@ -320,7 +320,7 @@ func workerOutcome(o courier.AttemptOutcome) courier.AttemptOutcome {
 
 // finishAttempt records the attempt's outcome in a local activity on a disconnected context:
 // one marker in the history instead of an activity's three events and a workflow task's three.
-func finishAttempt(ctx workflow.Context, p TaskParams, out courier.AttemptOutcome) (TaskRunResult, error) {
+func finishAttempt(ctx workflow.Context, p TaskParams, out contract.AttemptOutcome) (TaskRunResult, error) {
 	var fin contract.FinishTaskResult
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
 	lctx := workflow.WithLocalActivityOptions(ctx, finishOptions)
@@ -334,7 +334,7 @@ func finishAttempt(ctx workflow.Context, p TaskParams, out courier.AttemptOutcom
 // attemptFinished ends the run once the row has the outcome: when the row took it, the task's
 // status is written to the run's CourierState (runs started before FinalState skipped it for a
 // success), and a task left Failed fails the run.
-func attemptFinished(ctx workflow.Context, p TaskParams, out courier.AttemptOutcome, fin contract.FinishTaskResult) (TaskRunResult, error) {
+func attemptFinished(ctx workflow.Context, p TaskParams, out contract.AttemptOutcome, fin contract.FinishTaskResult) (TaskRunResult, error) {
 	if fin.Applied && (fin.Status != courier.TaskSuccess || p.FinalState) {
 		_ = workflow.UpsertTypedSearchAttributes(ctx, saTaskState.ValueSet(string(fin.Status)))
 	}
