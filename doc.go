@@ -10,7 +10,8 @@
 //     (topic.go, topicpattern.go), signing secrets (secrets.go), priority bands and their
 //     weights (priority.go), rates (rate.go);
 //   - the W3C trace context as it travels between processes (trace.go);
-//   - the Temporal search attributes courier sets (searchattr.go).
+//   - the one table of the workflows courier starts and every name they go by in Temporal:
+//     workflow types, ids, task queues and search attributes (kinds.go).
 //
 // The domain types carry no JSON or bun tags (the trace context aside, which is the same in
 // every shape): the store keeps its own row shapes (store/), the HTTP API and what courier sends

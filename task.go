@@ -31,12 +31,6 @@ const (
 	DefaultQueueName = "default"
 )
 
-// TaskWorkflowID is the deterministic workflow id of a task version's attempts:
-// task/<task_id>/<version>, the id escaped (EscapeID).
-func TaskWorkflowID(taskID string, version int64) string {
-	return fmt.Sprintf("task/%s/%d", EscapeID(taskID), version)
-}
-
 // TaskAttemptActivityID is the id of the activity in which an attempt with a heartbeat timeout
 // waits for its result; the result and heartbeat callbacks address it, so a stale attempt can
 // never reach a newer one.

@@ -30,7 +30,6 @@ import (
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/tasks"
 	"github.com/courier-oss/courier/worker"
-	"github.com/courier-oss/courier/workflows"
 )
 
 // TasksConfig sets up `courier bench tasks`.
@@ -198,7 +197,7 @@ func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL st
 		// The next scenario's worker starts the sweeper again, on its own queue.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		_ = tc.TerminateWorkflow(dctx, tasks.SweeperID, "", "the bench scenario ended")
+		_ = tc.TerminateWorkflow(dctx, courier.TaskSweeperID, "", "the bench scenario ended")
 	}()
 	svc := tasks.NewService(st, tc, namespace, w.WakeTasks, nil, log)
 	gw.Config.Handler = gateway.New(gateway.Config{}, gateway.Deps{Keys: st, Outbox: st, Tasks: svc, Logger: log})
@@ -313,7 +312,7 @@ func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL st
 	for i := range ids {
 		ids[i] = courier.TaskWorkflowID(fmt.Sprintf("%s-%d-%d", dbName, run, i), 1)
 	}
-	if err := waitRunsClosed(ctx, tc, namespace, workflows.TaskName); err != nil {
+	if err := waitRunsClosed(ctx, tc, namespace, courier.KindTask.Workflow); err != nil {
 		return TaskResult{}, err
 	}
 	cpu := running.until(markCPU(onPostgres))

@@ -311,8 +311,7 @@ func postBatch(ctx context.Context, url, token string, reqs []api.TimerRequest) 
 func bucketCost(ctx context.Context, stack Stack, bizType string, n int) (Cost, error) {
 	var ids []string
 	var token []byte
-	query := fmt.Sprintf("%s = '%s' AND %s IN ('%s', '%s')", courier.SABizType, bizType, courier.SAKind,
-		courier.KindTimerBucket, courier.KindBucketedTimer)
+	query := fmt.Sprintf("%s = '%s' AND %s", courier.SABizType, bizType, courier.KindIn(courier.KindTimerBucket, courier.KindBucketedTimer))
 	for {
 		resp, err := stack.Temporal.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
 			Namespace: stack.namespace(), Query: query, PageSize: 1000, NextPageToken: token})

@@ -659,10 +659,10 @@ func TestTaskSweeper(t *testing.T) {
 	_, err = ts.store.DB().NewRaw("UPDATE courier_task_queues SET in_flight = 7 WHERE name = 'idle'").Exec(ctx)
 	require.NoError(t, err)
 
-	d, err := ts.tc.DescribeWorkflowExecution(ctx, tasks.SweeperID, "")
+	d, err := ts.tc.DescribeWorkflowExecution(ctx, courier.TaskSweeperID, "")
 	require.NoError(t, err, "the worker started the sweeper")
 	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, d.GetWorkflowExecutionInfo().GetStatus())
-	_, err = ts.tc.ScheduleClient().GetHandle(ctx, tasks.SweeperID).Describe(ctx)
+	_, err = ts.tc.ScheduleClient().GetHandle(ctx, courier.TaskSweeperID).Describe(ctx)
 	require.Error(t, err, "no schedule starts a run a minute")
 	// Another interval replaces the running sweeper, whose first sweep comes at once.
 	require.NoError(t, tasks.EnsureSweeper(ctx, ts.tc, relay.DefaultTaskQueue, 200*time.Millisecond))
@@ -674,7 +674,7 @@ func TestTaskSweeper(t *testing.T) {
 	require.Contains(t, orphan.Message, "workflow ended")
 	require.Equal(t, 0, ts.inFlight("default"), "the orphan's slot is free again")
 	resp, err := ts.tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Namespace: ts.ts.GetDefaultNamespace(),
-		Query: fmt.Sprintf("%s = '%s' AND ExecutionStatus = 'Running'", courier.SAKind, courier.KindTaskSweeper)})
+		Query: courier.KindTaskSweeper.Query() + " AND ExecutionStatus = 'Running'"})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, resp.GetCount(), "one sweeper runs, sweeping every interval")
 }

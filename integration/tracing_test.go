@@ -239,7 +239,7 @@ func TestTraceOutboxProducerToPublish(t *testing.T) {
 
 			msg := s.waitMessage("TRACED")
 			ends := requireTrace(t, exp, traceID, []string{"producer tx", "outbox relay",
-				"StartWorkflow:" + workflows.OutboxDeliveryName, "RunWorkflow:" + workflows.OutboxDeliveryName,
+				"StartWorkflow:" + courier.KindOutbox.Workflow, "RunWorkflow:" + courier.KindOutbox.Workflow,
 				"StartActivity:" + contract.DeliverOutboxName, "RunActivity:" + contract.DeliverOutboxName,
 				"publish traced.created"})
 			publish := ends[0]
@@ -312,7 +312,7 @@ func TestTraceTimerCreateToCallback(t *testing.T) {
 			}
 			require.NoError(t, cb.verified, "the signature verifies with the traceparent header added")
 			ends := requireTrace(t, exp, traceID, []string{"client create timer", "POST /v1/timers",
-				"StartWorkflow:" + workflows.TimerName, "RunWorkflow:" + workflows.TimerName,
+				"StartWorkflow:" + courier.KindTimer.Workflow, "RunWorkflow:" + courier.KindTimer.Workflow,
 				"StartActivity:" + contract.DeliverTimerName, "RunActivity:" + contract.DeliverTimerName,
 				"callback POST"})
 			sc := tracing.SpanContext(courier.TraceContext{Parent: cb.traceparent})
@@ -394,7 +394,7 @@ func testTraceTaskInsertToResult(t *testing.T, d string, heartbeat time.Duration
 	ts.waitStatus("doc-1", 1, courier.TaskSuccess, 20*time.Second)
 
 	attempt := []string{"client insert task", "POST /v1/tasks", "task claim",
-		"StartWorkflow:" + workflows.TaskName, "RunWorkflow:" + workflows.TaskName}
+		"StartWorkflow:" + courier.KindTask.Workflow, "RunWorkflow:" + courier.KindTask.Workflow}
 	pushName := contract.SendPushName // a local activity, traced as one
 	if heartbeat > 0 {
 		pushName = contract.PushAwaitName

@@ -12,7 +12,6 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
@@ -506,17 +505,13 @@ func (r *Relay) startBatch(ctx context.Context, src Source, recs []store.Claimed
 	}
 	opts := client.StartWorkflowOptions{
 		ID:                       wid,
-		TaskQueue:                r.cfg.TaskQueue,
+		TaskQueue:                courier.KindOutboxBatch.TaskQueue(r.cfg.TaskQueue),
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		EnableEagerStart:         true,
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet(courier.KindOutboxBatch),
-			temporal.NewSearchAttributeKeyKeyword(courier.SASource).ValueSet(source),
-			temporal.NewSearchAttributeKeyInt64(courier.SARecord).ValueSet(ids[0]),
-		),
+		TypedSearchAttributes:    workflows.StartAttributes(courier.KindOutboxBatch, courier.RunAttributes{Source: source, RecordID: ids[0]}),
 	}
-	_, err := r.tc.ExecuteWorkflow(ctx, opts, workflows.OutboxBatchName, workflows.OutboxBatchParams{
+	_, err := r.tc.ExecuteWorkflow(ctx, opts, courier.KindOutboxBatch.Workflow, workflows.OutboxBatchParams{
 		Source: source, IDs: ids, Retry: r.cfg.Retry,
 	})
 	if err != nil {
@@ -608,7 +603,7 @@ func (r *Relay) startOne(ctx context.Context, source string, rec store.ClaimedRe
 	defer func() { tracing.End(span, err) }()
 	opts := client.StartWorkflowOptions{
 		ID:                       courier.OutboxWorkflowID(source, rec.ID),
-		TaskQueue:                r.cfg.TaskQueue,
+		TaskQueue:                courier.KindOutbox.TaskQueue(r.cfg.TaskQueue),
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		// The worker in this process polls this queue on the same client, so the server can
@@ -616,15 +611,10 @@ func (r *Relay) startOne(ctx context.Context, source string, rec store.ClaimedRe
 		// matching (docs/benchmarks-history.md, "Engine tuning"). Without a free local slot, or on a
 		// run that already exists, the SDK starts normally.
 		EnableEagerStart: true,
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet(courier.KindOutbox),
-			temporal.NewSearchAttributeKeyKeyword(courier.SATopic).ValueSet(rec.Topic),
-			temporal.NewSearchAttributeKeyKeyword(courier.SASource).ValueSet(source),
-			temporal.NewSearchAttributeKeyInt64(courier.SARecord).ValueSet(rec.ID),
-			temporal.NewSearchAttributeKeyKeyword(courier.SAState).ValueSet(string(courier.OutboxDispatched)),
-		),
+		TypedSearchAttributes: workflows.StartAttributes(courier.KindOutbox, courier.RunAttributes{Topic: rec.Topic, Source: source,
+			RecordID: rec.ID, State: string(courier.OutboxDispatched)}),
 	}
-	_, err = r.tc.ExecuteWorkflow(ctx, opts, workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{
+	_, err = r.tc.ExecuteWorkflow(ctx, opts, courier.KindOutbox.Workflow, workflows.OutboxDeliveryParams{
 		Source: source, ID: rec.ID, Retry: r.cfg.Retry, FinalState: true,
 	})
 	return err

@@ -195,7 +195,7 @@ func (s *Service) createWorkflow(ctx context.Context, p prepared) (api.Timer, bo
 	}
 	_, err := s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                                       id,
-		TaskQueue:                                s.taskQueue,
+		TaskQueue:                                courier.KindTimer.TaskQueue(s.taskQueue),
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		Memo:                                     memo,
@@ -203,7 +203,7 @@ func (s *Service) createWorkflow(ctx context.Context, p prepared) (api.Timer, bo
 		// workflow task comes back with the start instead of through matching.
 		EnableEagerStart:      true,
 		TypedSearchAttributes: timerSearchAttributes(courier.KindTimer, r.BizType, r.BizID, courier.TimerScheduled, fireAt),
-	}, workflows.TimerName, workflows.TimerParams{BizType: r.BizType, BizID: r.BizID, FireAt: fireAt, Payload: r.Payload})
+	}, courier.KindTimer.Workflow, workflows.TimerParams{BizType: r.BizType, BizID: r.BizID, FireAt: fireAt, Payload: r.Payload})
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &already) {
 		existing, herr := s.memoHash(ctx, id)
@@ -223,15 +223,10 @@ func (s *Service) createWorkflow(ctx context.Context, p prepared) (api.Timer, bo
 		WorkflowID: id, Payload: r.Payload, Mode: courier.TimerModeWorkflow}, true, nil
 }
 
-// timerSearchAttributes are a timer run's search attributes at its start.
-func timerSearchAttributes(kind, bizType, bizID string, state courier.TimerState, fireAt time.Time) temporal.SearchAttributes {
-	return temporal.NewSearchAttributes(
-		temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet(kind),
-		temporal.NewSearchAttributeKeyKeyword(courier.SABizType).ValueSet(bizType),
-		temporal.NewSearchAttributeKeyKeyword(courier.SABizID).ValueSet(bizID),
-		temporal.NewSearchAttributeKeyKeyword(courier.SAState).ValueSet(string(state)),
-		temporal.NewSearchAttributeKeyTime(courier.SAFireAt).ValueSet(fireAt),
-	)
+// timerSearchAttributes are a timer run's search attributes at its start (a timer of its own
+// or a bucketed timer's run of its own).
+func timerSearchAttributes(kind courier.Kind, bizType, bizID string, state courier.TimerState, fireAt time.Time) temporal.SearchAttributes {
+	return workflows.StartAttributes(kind, courier.RunAttributes{BizType: bizType, BizID: bizID, State: string(state), FireAt: fireAt})
 }
 
 // conflict answers a create that differs from the timer already under its key.
@@ -414,7 +409,7 @@ func (s *Service) unavailable(id string) error {
 
 // timerQuery selects timers in visibility, one execution per timer: a timer that continued as
 // new leaves closed runs behind that still say "scheduled"; only its current run counts.
-var timerQuery = fmt.Sprintf("%s = 'timer' AND ExecutionStatus != 'ContinuedAsNew'", courier.SAKind)
+var timerQuery = courier.KindTimer.Query() + " AND ExecutionStatus != 'ContinuedAsNew'"
 
 // ListQuery selects timers for List. Zero fields do not filter.
 type ListQuery struct {

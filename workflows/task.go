@@ -13,12 +13,6 @@ import (
 	"github.com/courier-oss/courier/activities/contract"
 )
 
-// Registered names of the task workflows.
-const (
-	TaskName        = "task"
-	TaskSweeperName = "task-sweeper"
-)
-
 // TaskResultUpdate hands an attempt without a heartbeat timeout its worker's result
 // (contract.AttemptResult): the gateway sends it once it has recorded the result in the row and
 // answered the worker, marked recorded, or unrecorded when the row could not be written.
@@ -62,8 +56,6 @@ type TaskRunResult struct {
 	Outcome contract.AttemptOutcome
 }
 
-var saTaskState = temporal.NewSearchAttributeKeyKeyword(courier.SAState)
-
 // StateStale is the CourierState of a task attempt's run that found its task moved on before
 // its push (cancelled, superseded or finished meanwhile) and did nothing.
 const StateStale = "stale"
@@ -97,7 +89,7 @@ var finishOptions = workflow.LocalActivityOptions{
 }
 
 // Task runs one attempt of a task version (workflow id task/<task_id>/<version>; each attempt
-// is a new run under that id, on the push task queue, contract.TaskPushQueue). It pushes the
+// is a new run under that id, on the push task queue, courier.TaskPushQueue). It pushes the
 // task to the queue's worker (each try bounded by the queue's push timeout, tries that failed
 // on the way repeated within the attempt) and waits for the worker's result until the
 // processing deadline. The gateway records the result in the row (the queue's retry policy
@@ -135,7 +127,7 @@ func Task(ctx workflow.Context, p TaskParams) (TaskRunResult, error) {
 		if p.FinalState {
 			// The task had moved on (cancelled, superseded, finished by an earlier run): this
 			// run did nothing, and says so.
-			_ = workflow.UpsertTypedSearchAttributes(ctx, saTaskState.ValueSet(StateStale))
+			_ = workflow.UpsertTypedSearchAttributes(ctx, saState.ValueSet(StateStale))
 		}
 		return TaskRunResult{Stale: true}, nil
 	case r.Outcome.Recorded:
@@ -336,7 +328,7 @@ func finishAttempt(ctx workflow.Context, p TaskParams, out contract.AttemptOutco
 // success), and a task left Failed fails the run.
 func attemptFinished(ctx workflow.Context, p TaskParams, out contract.AttemptOutcome, fin contract.FinishTaskResult) (TaskRunResult, error) {
 	if fin.Applied && (fin.Status != courier.TaskSuccess || p.FinalState) {
-		_ = workflow.UpsertTypedSearchAttributes(ctx, saTaskState.ValueSet(string(fin.Status)))
+		_ = workflow.UpsertTypedSearchAttributes(ctx, saState.ValueSet(string(fin.Status)))
 	}
 	res := TaskRunResult{Applied: fin.Applied, Status: fin.Status, Outcome: out}
 	if !fin.Applied || fin.Status != courier.TaskFailed {
@@ -367,7 +359,7 @@ const sweepsPerRun = 60
 // started before) it sweeps once.
 func TaskSweeper(ctx workflow.Context, p contract.SweepParams) (contract.SweepResult, error) {
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue:           contract.TaskFinishQueue(workflow.GetInfo(ctx).TaskQueueName),
+		TaskQueue:           courier.TaskFinishQueue(workflow.GetInfo(ctx).TaskQueueName),
 		StartToCloseTimeout: 10 * time.Minute,
 		HeartbeatTimeout:    time.Minute,
 		RetryPolicy:         sweepRetry.Temporal(),
@@ -385,7 +377,7 @@ func TaskSweeper(ctx workflow.Context, p contract.SweepParams) (contract.SweepRe
 			workflow.GetLogger(ctx).Warn("a task sweep failed; the next one takes over", "error", err)
 		}
 		if i >= sweepsPerRun || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
-			return res, workflow.NewContinueAsNewError(ctx, TaskSweeperName, p)
+			return res, workflow.NewContinueAsNewError(ctx, courier.KindTaskSweeper.Workflow, p)
 		}
 		if err := workflow.Sleep(ctx, p.Every); err != nil {
 			return res, err

@@ -154,7 +154,7 @@ func completed(r contract.AttemptResult) func(context.Context) (contract.Attempt
 // the result in the details.
 func (e *taskEnv) run(t *testing.T, p workflows.TaskParams) workflows.TaskRunResult {
 	t.Helper()
-	e.ExecuteWorkflow(workflows.TaskName, p)
+	e.ExecuteWorkflow(courier.KindTask.Workflow, p)
 	require.True(t, e.IsWorkflowCompleted())
 	var res workflows.TaskRunResult
 	var app *temporal.ApplicationError
@@ -731,7 +731,7 @@ func runSweeper(t *testing.T, p contract.SweepParams, sweep func(n int) (contrac
 			infos = append(infos, activity.GetInfo(ctx))
 			return sweep(len(got))
 		})
-	env.ExecuteWorkflow(workflows.TaskSweeperName, p)
+	env.ExecuteWorkflow(courier.KindTaskSweeper.Workflow, p)
 	require.True(t, env.IsWorkflowCompleted())
 	return env, got, infos
 }
@@ -748,7 +748,7 @@ func TestTaskSweeperReturnsTheSweep(t *testing.T) {
 	require.NoError(t, env.GetWorkflowResult(&res))
 	require.Equal(t, want, res)
 	require.Equal(t, []contract.SweepParams{params}, got)
-	require.Equal(t, contract.TaskFinishQueue(testQueue), infos[0].TaskQueue)
+	require.Equal(t, courier.TaskFinishQueue(testQueue), infos[0].TaskQueue)
 }
 
 // A failing sweep is retried, up to three attempts in all.
@@ -782,10 +782,10 @@ func TestTaskSweeperRetriesAFailingSweep(t *testing.T) {
 // courier-task-finish; beside any other, derived from it, so deployments that share a
 // namespace with their own queues never run each other's pushes.
 func TestTaskActivityQueues(t *testing.T) {
-	require.Equal(t, "courier-task-push", contract.TaskPushQueue("courier-outbox"))
-	require.Equal(t, "courier-task-finish", contract.TaskFinishQueue("courier-outbox"))
-	require.Equal(t, "bench-a-task-push", contract.TaskPushQueue("bench-a"))
-	require.Equal(t, "bench-a-task-finish", contract.TaskFinishQueue("bench-a"))
+	require.Equal(t, "courier-task-push", courier.TaskPushQueue("courier-outbox"))
+	require.Equal(t, "courier-task-finish", courier.TaskFinishQueue("courier-outbox"))
+	require.Equal(t, "bench-a-task-push", courier.TaskPushQueue("bench-a"))
+	require.Equal(t, "bench-a-task-finish", courier.TaskFinishQueue("bench-a"))
 }
 
 // A run started with FinalState writes the task's status however the attempt ends, success

@@ -25,28 +25,6 @@ const (
 	SweepTasksName = "task-sweep"
 )
 
-// TaskPushQueue is the Temporal task queue of the task attempts' runs and their pushes beside
-// the workflows' queue workflowQueue: courier-task-push beside the default courier-outbox,
-// <queue>-task-push beside any other. Pushes wait on workers' endpoints for up to their push
-// timeout, so they get their own queue and slots: a push endpoint that never answers holds push
-// slots only. The runs are there too, so the worker that runs an attempt's first workflow task
-// takes its push at once.
-func TaskPushQueue(workflowQueue string) string { return taskQueueBeside(workflowQueue, "task-push") }
-
-// TaskFinishQueue is the Temporal task queue of the task sweeps beside the workflows' queue
-// workflowQueue: courier-task-finish beside the default courier-outbox, <queue>-task-finish
-// beside any other.
-func TaskFinishQueue(workflowQueue string) string {
-	return taskQueueBeside(workflowQueue, "task-finish")
-}
-
-func taskQueueBeside(workflowQueue, kind string) string {
-	if workflowQueue == courier.DefaultWorkflowQueue || workflowQueue == "" {
-		return "courier-" + kind
-	}
-	return workflowQueue + "-" + kind
-}
-
 // ErrTypeTaskStale marks an attempt whose task has moved on (cancelled, or already finished by
 // an earlier run): the workflow ends without touching the row.
 const ErrTypeTaskStale = "TaskStale"
