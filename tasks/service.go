@@ -21,6 +21,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities/contract"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/tracing"
@@ -38,7 +39,7 @@ type Store interface {
 	PutQueue(ctx context.Context, q courier.Queue) (courier.Queue, bool, error)
 	GetQueue(ctx context.Context, name string) (courier.Queue, error)
 	ListQueues(ctx context.Context) ([]courier.Queue, error)
-	FinishReported(ctx context.Context, taskID string, version int64, attempt int, o courier.AttemptOutcome, hold string) (store.FinishResult, error)
+	FinishReported(ctx context.Context, taskID string, version int64, attempt int, o contract.AttemptOutcome, hold string) (store.FinishResult, error)
 	ReleaseSlotHolds(ctx context.Context, holds ...string) (int, error)
 }
 
@@ -312,7 +313,7 @@ func notRunning(err error, attempt int) error {
 // counts a task as held until its report is acknowledged never holds more than the queue's
 // limit. A release that never comes (the process died first) is done by any claimer after
 // SlotHoldGrace. release is never nil.
-func (s *Service) Report(ctx context.Context, taskID string, version int64, r courier.TaskResult) (release func(), err error) {
+func (s *Service) Report(ctx context.Context, taskID string, version int64, r api.TaskResult) (release func(), err error) {
 	release = func() {}
 	switch {
 	case !r.Status.Reportable():
@@ -331,7 +332,8 @@ func (s *Service) Report(ctx context.Context, taskID string, version int64, r co
 	if s.metrics != nil && t.PushedAt != nil {
 		s.metrics.PushToResult.WithLabelValues(t.Queue).Observe(time.Since(*t.PushedAt).Seconds())
 	}
-	res := contract.AttemptResult{Attempt: r.Attempt, Outcome: r.Outcome(tracing.FromContext(ctx))}
+	res := contract.AttemptResult{Attempt: r.Attempt, Outcome: contract.AttemptOutcome{Kind: r.Status, StatusCode: r.StatusCode,
+		Message: r.Message, Result: r.Result, Trace: tracing.FromContext(ctx)}}
 	hold := newHoldID()
 	status, recorded, err := s.recordOutcome(ctx, t, r.Attempt, res.Outcome, hold)
 	if err != nil {
@@ -441,7 +443,7 @@ func (s *Service) handOverUnrecorded(ctx context.Context, t courier.Task, r cont
 // meanwhile (its deadline, a cancel): the first to change the row wins. recorded is false when
 // the write failed: the run then records the result itself. An attempt that had already ended,
 // a repeated result included, is a conflict.
-func (s *Service) recordOutcome(ctx context.Context, t courier.Task, attempt int, out courier.AttemptOutcome, hold string) (status courier.TaskStatus, recorded bool, err error) {
+func (s *Service) recordOutcome(ctx context.Context, t courier.Task, attempt int, out contract.AttemptOutcome, hold string) (status courier.TaskStatus, recorded bool, err error) {
 	// Not cut short by the worker hanging up: once written, the run must hear of it.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReportTimeout)
 	defer cancel()

@@ -17,7 +17,7 @@ import (
 )
 
 // A timer of its own keeps a row in courier's database beside its run (the workflow
-// workflows.RowTimerName, timer/<biz_type>/<biz_id>): the row decides its cancel and
+// courier.KindTimer.Workflow, timer/<biz_type>/<biz_id>): the row decides its cancel and
 // reschedule at once, whatever the engine's backlog, and the run follows it. See
 // docs/decisions.md, "Timers and schedules".
 
@@ -70,7 +70,7 @@ func (s *Service) createRowTimer(ctx context.Context, p prepared) (api.Timer, bo
 
 // startRowTimer starts the run of a timer of its own from its row.
 func (s *Service) startRowTimer(ctx context.Context, rec courier.TimerRecord, reuse enumspb.WorkflowIdReusePolicy) error {
-	_, err := s.tc.ExecuteWorkflow(ctx, s.rowTimerStart(rec, reuse), workflows.RowTimerName, rowTimerParams(rec))
+	_, err := s.tc.ExecuteWorkflow(ctx, s.rowTimerStart(rec, reuse), courier.KindTimer.Workflow, rowTimerParams(rec))
 	return err
 }
 
@@ -82,7 +82,7 @@ func (s *Service) rowTimerStart(rec courier.TimerRecord, reuse enumspb.WorkflowI
 	}
 	return client.StartWorkflowOptions{
 		ID:                                       courier.TimerWorkflowID(rec.BizType, rec.BizID),
-		TaskQueue:                                s.taskQueue,
+		TaskQueue:                                courier.KindTimer.TaskQueue(s.taskQueue),
 		WorkflowIDReusePolicy:                    reuse,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		Memo:                                     memo,
@@ -137,7 +137,7 @@ func (s *Service) tellRun(ctx context.Context, rec courier.TimerRecord) {
 	case courier.TimerScheduled:
 		// Only after a failed run may a new one start: that is a redelivery whose start was lost.
 		_, err = s.tc.SignalWithStartWorkflow(sctx, id, workflows.SignalChangeTimer, change,
-			s.rowTimerStart(rec, enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY), workflows.RowTimerName, rowTimerParams(rec))
+			s.rowTimerStart(rec, enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY), courier.KindTimer.Workflow, rowTimerParams(rec))
 	default:
 		return
 	}

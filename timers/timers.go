@@ -207,15 +207,15 @@ func (s *Service) createWorkflow(ctx context.Context, p prepared) (api.Timer, bo
 	}
 	_, err := s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                                       id,
-		TaskQueue:                                s.taskQueue,
+		TaskQueue:                                courier.KindRowlessTimer.TaskQueue(s.taskQueue),
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		Memo:                                     memo,
 		// With a worker on the same client (courier dev, the relay's timer rows), the first
 		// workflow task comes back with the start instead of through matching.
 		EnableEagerStart:      true,
-		TypedSearchAttributes: timerSearchAttributes(courier.KindTimer, r.BizType, r.BizID, courier.TimerScheduled, fireAt),
-	}, workflows.TimerName, workflows.TimerParams{BizType: r.BizType, BizID: r.BizID, FireAt: fireAt, Payload: r.Payload})
+		TypedSearchAttributes: timerSearchAttributes(courier.KindRowlessTimer, r.BizType, r.BizID, courier.TimerScheduled, fireAt),
+	}, courier.KindRowlessTimer.Workflow, workflows.TimerParams{BizType: r.BizType, BizID: r.BizID, FireAt: fireAt, Payload: r.Payload})
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &already) {
 		existing, herr := s.memoHash(ctx, id)
@@ -235,15 +235,10 @@ func (s *Service) createWorkflow(ctx context.Context, p prepared) (api.Timer, bo
 		WorkflowID: id, Payload: r.Payload, Mode: courier.TimerModeWorkflow}, true, nil
 }
 
-// timerSearchAttributes are a timer run's search attributes at its start.
-func timerSearchAttributes(kind, bizType, bizID string, state courier.TimerState, fireAt time.Time) temporal.SearchAttributes {
-	return temporal.NewSearchAttributes(
-		temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet(kind),
-		temporal.NewSearchAttributeKeyKeyword(courier.SABizType).ValueSet(bizType),
-		temporal.NewSearchAttributeKeyKeyword(courier.SABizID).ValueSet(bizID),
-		temporal.NewSearchAttributeKeyKeyword(courier.SAState).ValueSet(string(state)),
-		temporal.NewSearchAttributeKeyTime(courier.SAFireAt).ValueSet(fireAt),
-	)
+// timerSearchAttributes are a timer run's search attributes at its start (a timer of its own
+// or a bucketed timer's run of its own).
+func timerSearchAttributes(kind courier.Kind, bizType, bizID string, state courier.TimerState, fireAt time.Time) temporal.SearchAttributes {
+	return workflows.StartAttributes(kind, courier.RunAttributes{BizType: bizType, BizID: bizID, State: string(state), FireAt: fireAt})
 }
 
 // conflict answers a create that differs from the timer already under its key.
@@ -424,14 +419,15 @@ func (s *Service) unavailable(id string) error {
 		Details: map[string]any{"workflow_id": id}, RetryAfter: unavailableRetryAfter}
 }
 
-// timerQuery selects timers of their own in visibility, one execution per timer: a timer that
-// continued as new leaves closed runs behind that still say "scheduled"; only its current run
-// counts.
-var timerQuery = fmt.Sprintf("%s = 'timer' AND ExecutionStatus != 'ContinuedAsNew'", courier.SAKind)
+// timerQuery selects timers of their own in visibility, with or without a row, one execution
+// per timer: a timer that continued as new leaves closed runs behind that still say
+// "scheduled"; only its current run counts.
+var timerQuery = courier.KindIn(courier.KindTimer, courier.KindRowlessTimer) + " AND ExecutionStatus != 'ContinuedAsNew'"
 
-// rowlessTimerQuery selects the timers of their own that keep no row (their runs are
-// workflows.TimerName's): a list reads the others from their rows, which hold the decided state.
-var rowlessTimerQuery = fmt.Sprintf("%s AND WorkflowType = '%s'", timerQuery, workflows.TimerName)
+// rowlessTimerQuery selects the timers of their own that keep no row: the rowless-timer kind's
+// runs and the timer kind's armed before rows were kept, which are of the same workflow type
+// (courier.KindTimer). A list reads the others from their rows, which hold the decided state.
+var rowlessTimerQuery = fmt.Sprintf("%s AND WorkflowType = '%s'", timerQuery, courier.KindRowlessTimer.Workflow)
 
 // ListQuery selects timers for List. Zero fields do not filter.
 type ListQuery struct {
@@ -446,9 +442,17 @@ type ListQuery struct {
 // listCursor is where a list continues: timers of their own (Temporal's page token) come
 // first, then bucketed ones (courier's database).
 type listCursor struct {
-	Rows     bool                 `json:"rows,omitempty"` // the workflows are done: on to the rows
-	Temporal []byte               `json:"t,omitempty"`
-	After    *courier.TimerCursor `json:"after,omitempty"`
+	Rows     bool      `json:"rows,omitempty"` // the workflows are done: on to the rows
+	Temporal []byte    `json:"t,omitempty"`
+	After    *rowAfter `json:"after,omitempty"`
+}
+
+// rowAfter is the last bucketed timer of a page, where the next page of rows starts
+// (courier.TimerCursor).
+type rowAfter struct {
+	CreatedAt time.Time `json:"created_at"`
+	BizType   string    `json:"biz_type"`
+	BizID     string    `json:"biz_id"`
 }
 
 // List returns timers, optionally of one business type, state and finish time, a page at a
@@ -486,8 +490,11 @@ func (s *Service) List(ctx context.Context, q ListQuery, token []byte) ([]api.Ti
 		// No timer of its own matches: the first page is the bucketed timers' first, not an
 		// empty page with a token.
 	}
-	recs, more, err := s.rows.ListTimerRecords(ctx, courier.TimerFilter{BizType: q.BizType, State: q.State,
-		FinishedAfter: q.FinishedAfter, FinishedBefore: q.FinishedBefore, Limit: q.PageSize, After: cur.After})
+	f := courier.TimerFilter{BizType: q.BizType, State: q.State, FinishedAfter: q.FinishedAfter, FinishedBefore: q.FinishedBefore, Limit: q.PageSize}
+	if a := cur.After; a != nil {
+		f.After = &courier.TimerCursor{CreatedAt: a.CreatedAt, BizType: a.BizType, BizID: a.BizID}
+	}
+	recs, more, err := s.rows.ListTimerRecords(ctx, f)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -499,7 +506,7 @@ func (s *Service) List(ctx context.Context, q ListQuery, token []byte) ([]api.Ti
 		return items, nil, nil
 	}
 	last := recs[len(recs)-1]
-	return items, wrapCursor(listCursor{Rows: true, After: &courier.TimerCursor{CreatedAt: last.CreatedAt, BizType: last.BizType, BizID: last.BizID}}, true), nil
+	return items, wrapCursor(listCursor{Rows: true, After: &rowAfter{CreatedAt: last.CreatedAt, BizType: last.BizType, BizID: last.BizID}}, true), nil
 }
 
 func wrapCursor(c listCursor, more bool) []byte {

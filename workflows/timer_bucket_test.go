@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/workflows"
 )
@@ -34,7 +35,7 @@ func reserveBatches(env *testsuite.TestWorkflowEnvironment, claims *[]string, er
 func TestTimerBucketBatchesUntilEmpty(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
-	env.RegisterWorkflowWithOptions(workflows.TimerBucket, workflow.RegisterOptions{Name: workflows.TimerBucketName})
+	env.RegisterWorkflowWithOptions(workflows.TimerBucket, workflow.RegisterOptions{Name: courier.KindTimerBucket.Workflow})
 	var reserved []string
 	reserveBatches(env, &reserved, nil)
 	env.RegisterActivityWithOptions(func(context.Context, contract.DeliverTimerBatchParams) (contract.DeliverTimerBatchResult, error) {
@@ -59,7 +60,7 @@ func TestTimerBucketBatchesUntilEmpty(t *testing.T) {
 			require.Equal(t, claims, reserved, "each batch's claim is reserved before its delivery")
 			return answers[len(calls)-1], nil
 		})
-	env.ExecuteWorkflow(workflows.TimerBucketName, workflows.TimerBucketParams{BizType: "coupons", Bucket: bucket.Unix()})
+	env.ExecuteWorkflow(courier.KindTimerBucket.Workflow, workflows.TimerBucketParams{BizType: "coupons", Bucket: bucket.Unix()})
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
 	var res workflows.TimerBucketResult
@@ -77,12 +78,12 @@ func TestTimerBucketBatchesUntilEmpty(t *testing.T) {
 func TestTimerBucketContinuesAsNew(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
-	env.RegisterWorkflowWithOptions(workflows.TimerBucket, workflow.RegisterOptions{Name: workflows.TimerBucketName})
+	env.RegisterWorkflowWithOptions(workflows.TimerBucket, workflow.RegisterOptions{Name: courier.KindTimerBucket.Workflow})
 	reserveBatches(env, nil, nil)
 	env.RegisterActivityWithOptions(func(context.Context, contract.DeliverTimerBatchParams) (contract.DeliverTimerBatchResult, error) {
 		return contract.DeliverTimerBatchResult{Claimed: workflows.TimerBucketBatch}, nil
 	}, activity.RegisterOptions{Name: contract.DeliverTimerBatchName})
-	env.ExecuteWorkflow(workflows.TimerBucketName, workflows.TimerBucketParams{BizType: "coupons", Bucket: env.Now().Unix()})
+	env.ExecuteWorkflow(courier.KindTimerBucket.Workflow, workflows.TimerBucketParams{BizType: "coupons", Bucket: env.Now().Unix()})
 	require.True(t, env.IsWorkflowCompleted())
 	require.True(t, workflow.IsContinueAsNewError(env.GetWorkflowError()))
 }
@@ -97,12 +98,12 @@ func TestTimerBucketUnknownType(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var s testsuite.WorkflowTestSuite
 			env := s.NewTestWorkflowEnvironment()
-			env.RegisterWorkflowWithOptions(workflows.TimerBucket, workflow.RegisterOptions{Name: workflows.TimerBucketName})
+			env.RegisterWorkflowWithOptions(workflows.TimerBucket, workflow.RegisterOptions{Name: courier.KindTimerBucket.Workflow})
 			reserveBatches(env, nil, reserveErr)
 			env.RegisterActivityWithOptions(func(context.Context, contract.DeliverTimerBatchParams) (contract.DeliverTimerBatchResult, error) {
 				return contract.DeliverTimerBatchResult{}, temporal.NewNonRetryableApplicationError("no such type", contract.ErrTypeUnknownBizType, nil)
 			}, activity.RegisterOptions{Name: contract.DeliverTimerBatchName})
-			env.ExecuteWorkflow(workflows.TimerBucketName, workflows.TimerBucketParams{BizType: "gone", Bucket: env.Now().Unix()})
+			env.ExecuteWorkflow(courier.KindTimerBucket.Workflow, workflows.TimerBucketParams{BizType: "gone", Bucket: env.Now().Unix()})
 			require.True(t, env.IsWorkflowCompleted())
 			require.ErrorContains(t, env.GetWorkflowError(), "no such type")
 		})

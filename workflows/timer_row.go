@@ -12,14 +12,10 @@ import (
 	"github.com/courier-oss/courier/activities/contract"
 )
 
-// Names of the run of a timer of its own whose row in courier's database decides it, and of
-// its signal.
+// The signal of the run of a timer of its own whose row in courier's database decides it
+// (RowTimer, of the workflow type courier.KindTimer.Workflow): the API decides its cancel and
+// reschedule in the row, and the run follows it.
 const (
-	// RowTimerName is the workflow type of a timer of its own that keeps a row
-	// (timer/<biz_type>/<biz_id>): the API decides its cancel and reschedule in the row, and
-	// the run follows it. Timers armed before rows were kept, schedule runs and bucketed
-	// timers' runs of their own are TimerName runs.
-	RowTimerName = "row-timer"
 	// SignalChangeTimer tells a row timer's run what the API decided in its row (a TimerChange),
 	// so it re-arms at the new fire time, or ends if cancelled. The server takes a signal
 	// durably without a worker; a signal that is lost only makes the run learn the change from
@@ -160,7 +156,7 @@ func RowTimer(ctx workflow.Context, p TimerParams) (TimerSnapshot, error) {
 			}
 			drain()
 			if st.State == courier.TimerScheduled {
-				return st, workflow.NewContinueAsNewError(ctx, RowTimerName, TimerParams{
+				return st, workflow.NewContinueAsNewError(ctx, courier.KindTimer.Workflow, TimerParams{
 					BizType: p.BizType, BizID: p.BizID, FireAt: st.FireAt, Payload: p.Payload, Version: st.Version})
 			}
 			continue

@@ -42,7 +42,7 @@ func newRowEnv(t *testing.T, in time.Duration, deliver func(n int) error) *rowEn
 	env.start = env.Now()
 	env.row = &courier.TimerRecord{BizType: "orders", BizID: "o-1", FireAt: env.start.Add(in), State: courier.TimerScheduled,
 		Mode: courier.TimerModeWorkflow}
-	env.RegisterWorkflowWithOptions(workflows.RowTimer, workflow.RegisterOptions{Name: workflows.RowTimerName})
+	env.RegisterWorkflowWithOptions(workflows.RowTimer, workflow.RegisterOptions{Name: courier.KindTimer.Workflow})
 	env.RegisterActivityWithOptions(func(ctx context.Context, p contract.ClaimTimerRunParams) (contract.TimerRunClaim, error) {
 		require.Equal(t, activity.GetInfo(ctx).WorkflowExecution.RunID, p.Claim, "the run claims by its id")
 		env.claims = append(env.claims, env.Now())
@@ -121,7 +121,7 @@ func (e *rowEnv) decide(at time.Duration, cancel bool, fireAt time.Time, lost bo
 
 func (e *rowEnv) run(t *testing.T) workflows.TimerSnapshot {
 	t.Helper()
-	e.ExecuteWorkflow(workflows.RowTimerName, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: e.row.FireAt,
+	e.ExecuteWorkflow(courier.KindTimer.Workflow, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: e.row.FireAt,
 		Payload: []byte(`{}`), Version: e.row.Version})
 	require.True(t, e.IsWorkflowCompleted())
 	var st workflows.TimerSnapshot
@@ -304,7 +304,7 @@ func TestRowTimerWithoutItsTypeOrRow(t *testing.T) {
 	env = newRowEnv(t, time.Minute, nil)
 	fireAt := env.row.FireAt
 	env.row = nil
-	env.ExecuteWorkflow(workflows.RowTimerName, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: fireAt})
+	env.ExecuteWorkflow(courier.KindTimer.Workflow, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: fireAt})
 	require.True(t, env.IsWorkflowCompleted())
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, env.GetWorkflowError(), &app)
@@ -323,11 +323,11 @@ func TestRowTimerContinuesAsNewAfterManyChanges(t *testing.T) {
 			env.SignalWorkflow(workflows.SignalChangeTimer, workflows.TimerChange{Version: i, FireAt: env.row.FireAt})
 		}
 	}, time.Minute)
-	env.ExecuteWorkflow(workflows.RowTimerName, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: env.row.FireAt, Payload: []byte(`{"k":1}`)})
+	env.ExecuteWorkflow(courier.KindTimer.Workflow, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: env.row.FireAt, Payload: []byte(`{"k":1}`)})
 	require.True(t, env.IsWorkflowCompleted())
 	var can *workflow.ContinueAsNewError
 	require.ErrorAs(t, env.GetWorkflowError(), &can)
-	require.Equal(t, workflows.RowTimerName, can.WorkflowType.Name)
+	require.Equal(t, courier.KindTimer.Workflow, can.WorkflowType.Name)
 	var p workflows.TimerParams
 	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &p))
 	require.Equal(t, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: env.row.FireAt.UTC(), Payload: []byte(`{"k":1}`),
