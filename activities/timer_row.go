@@ -17,6 +17,7 @@ type TimerRunStore interface {
 	CancelTimerRecord(ctx context.Context, bizType, bizID string) (courier.TimerRecord, bool, error)
 	RescheduleTimerRecord(ctx context.Context, bizType, bizID string, fireAt time.Time) (courier.TimerRecord, bool, error)
 	ReserveDueTimers(ctx context.Context, bizType string, bucket int64, claim string, limit int) (int, error)
+	NextDueTimer(ctx context.Context, bizType string, bucket int64) (time.Time, bool, error)
 }
 
 // TimerRuns are the local activities through which timer workflows follow the timers' rows.
@@ -80,15 +81,27 @@ func (a *TimerRuns) FinishRun(ctx context.Context, p contract.FinishTimerRunPara
 }
 
 // ReserveBatch claims a bucket's due timers for its next batch without counting an attempt,
-// and says how many it holds. A bucket of an unknown business type reserves nothing (it fails
-// as its delivery would, and its timers stay scheduled).
-func (a *TimerRuns) ReserveBatch(ctx context.Context, p contract.DeliverTimerBatchParams) (int, error) {
+// and says how many it holds, or, holding none, when the bucket's next timer is due. A bucket
+// of an unknown business type reserves nothing (it fails as its delivery would, and its timers
+// stay scheduled).
+func (a *TimerRuns) ReserveBatch(ctx context.Context, p contract.DeliverTimerBatchParams) (contract.ReserveTimerBatchResult, error) {
+	var res contract.ReserveTimerBatchResult
 	if _, err := a.delivery(ctx, p.BizType); err != nil {
-		return 0, err
+		return res, err
 	}
 	n, err := a.store.ReserveDueTimers(ctx, p.BizType, p.Bucket, p.Claim, p.Limit)
 	if err != nil {
-		return 0, fmt.Errorf("reserve due timers: %w", err)
+		return res, fmt.Errorf("reserve due timers: %w", err)
 	}
-	return n, nil
+	res.Reserved = n
+	if n == 0 {
+		next, ok, err := a.store.NextDueTimer(ctx, p.BizType, p.Bucket)
+		if err != nil {
+			return res, fmt.Errorf("next due timer: %w", err)
+		}
+		if ok {
+			res.NextDue = next
+		}
+	}
+	return res, nil
 }

@@ -314,7 +314,10 @@ func TestRecordBucketedTimerHistories(t *testing.T) {
 // TestRecordRowTimerHistories records the histories of timers of their own that follow their
 // rows (make record-histories), each only where it is missing: delivered, rescheduled (by the
 // API, a signal), cancelled (by the API), cancelled by an update (a client from before rows),
-// failed and notified; and a bucket that reserves its batches before delivering them.
+// failed and notified; and a bucket that reserves its batches before delivering them, woken
+// before its timers' fire time, so its first reserve holds nothing and it waits for them
+// (reserve-waits.json; reserved.json was recorded before it waited, when the bucket scheduled a
+// delivery for that empty reserve).
 func TestRecordRowTimerHistories(t *testing.T) {
 	if os.Getenv("COURIER_RECORD_HISTORIES") == "" {
 		t.Skip("set COURIER_RECORD_HISTORIES=1 to re-record workflow histories")
@@ -368,7 +371,7 @@ func TestRecordRowTimerHistories(t *testing.T) {
 	require.Len(t, rcv.failureEvents(), 1)
 	bucket := courier.TimerBucketWorkflowID("rec.bucketed", courier.TimerBucket(at))
 	require.Eventually(t, func() bool { return closed(bucket) }, time.Minute, 50*time.Millisecond, bucket)
-	writeNew(t, filepath.Join("..", "workflows", "testdata", "histories", courier.KindTimerBucket.Workflow, "reserved.json"), history(t, s, bucket, ""))
+	writeNew(t, filepath.Join("..", "workflows", "testdata", "histories", courier.KindTimerBucket.Workflow, "reserve-waits.json"), history(t, s, bucket, ""))
 }
 
 // TestRecordOrderedHistories records ordered key delivery histories (make record-histories):

@@ -19,9 +19,20 @@ const (
 	// FinishTimerRunName records how a timer of its own's delivery ended in its row.
 	FinishTimerRunName = "timer-finish-run"
 	// ReserveTimerBatchName claims a bucket's due timers for its next batch (bucketed mode)
-	// without counting an attempt; the batch's delivery then takes exactly them.
+	// without counting an attempt; the batch's delivery then takes exactly them. It answers a
+	// ReserveTimerBatchResult (buckets recorded before the bucket waited on it: a count, which
+	// they did not read).
 	ReserveTimerBatchName = "timer-reserve-batch"
 )
+
+// ReserveTimerBatchResult is what a bucket's reserve holds: Reserved timers, claimed for the
+// batch; with none, NextDue is the fire time of the bucket's earliest timer still scheduled
+// (zero when none is left), which the bucket waits for before it reserves again, so no delivery
+// is scheduled on the type's queue before a timer is due.
+type ReserveTimerBatchResult struct {
+	Reserved int
+	NextDue  time.Time
+}
 
 // ClaimTimerRunParams name the timer and the run claiming it: Claim is the run's id, also the
 // delivery's id.
