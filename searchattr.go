@@ -41,6 +41,7 @@ const (
 	KindBucketedTimer = "bucketed-timer"
 	KindScheduleRun   = "schedule-run" // a run of a cron schedule
 	KindTask          = "task"         // a task attempt
+	KindTaskBatch     = "task-batch"   // a batch of task attempts (a queue's batched dispatch mode)
 	KindTaskSweeper   = "task-sweeper" // the task lifecycle's sweeper (one running, a run an hour)
 )
 

@@ -37,6 +37,12 @@ func TaskWorkflowID(taskID string, version int64) string {
 	return fmt.Sprintf("task/%s/%d", EscapeID(taskID), version)
 }
 
+// TaskBatchWorkflowID is the workflow id of a batch run of a queue in the batched dispatch
+// mode: task-batch/<queue>/<batch>, the queue escaped (EscapeID), batch the claim's own id.
+func TaskBatchWorkflowID(queue, batch string) string {
+	return fmt.Sprintf("task-batch/%s/%s", EscapeID(queue), batch)
+}
+
 // TaskAttemptActivityID is the id of the activity in which an attempt with a heartbeat timeout
 // waits for its result; the result and heartbeat callbacks address it, so a stale attempt can
 // never reach a newer one.
@@ -110,7 +116,34 @@ type Queue struct {
 	// bucket's size (0: the rate rounded up, at least 1).
 	DispatchRate  float64 `json:"dispatch_rate_per_second,omitempty"`
 	DispatchBurst int     `json:"dispatch_burst,omitempty"`
+
+	// DispatchMode is how the queue's attempts run: DispatchPerAttempt (one workflow run per
+	// attempt, the default) or DispatchBatched (one run pushes a claim's attempts, their
+	// deadlines kept in the database). PushBatchSize is how many attempts one push carries in
+	// the batched mode (1: one per push; up to MaxPushBatchSize).
+	DispatchMode  DispatchMode `json:"dispatch_mode,omitempty"`
+	PushBatchSize int          `json:"push_batch_size,omitempty"`
 }
+
+// DispatchMode is how a queue's attempts run (docs/tasks.md, "Dispatch modes").
+type DispatchMode string
+
+// The dispatch modes.
+const (
+	// DispatchPerAttempt runs each attempt as its own workflow run (task/<id>/<version>): the
+	// attempt is visible in the Temporal UI, at about 12 history events and 4 billable actions.
+	DispatchPerAttempt DispatchMode = "per-attempt"
+	// DispatchBatched pushes a claim's attempts from one workflow run (task-batch/…) and keeps
+	// their deadlines and heartbeats in the database, checked every second: a fraction of an
+	// event and an action per task, no run per attempt in the Temporal UI.
+	DispatchBatched DispatchMode = "batched"
+)
+
+// MaxPushBatchSize bounds a queue's push_batch_size.
+const MaxPushBatchSize = 1000
+
+// Batched reports whether the queue dispatches in the batched mode.
+func (q Queue) Batched() bool { return q.DispatchMode == DispatchBatched }
 
 // DispatchBucket is the size of the queue's dispatch token bucket: DispatchBurst, or the rate
 // rounded up (at least 1) when it is unset.
@@ -207,6 +240,12 @@ func (q Queue) WithDefaults() Queue {
 	if q.Secrets == nil {
 		q.Secrets = []string{}
 	}
+	if q.DispatchMode == "" {
+		q.DispatchMode = DispatchPerAttempt
+	}
+	if q.PushBatchSize == 0 {
+		q.PushBatchSize = 1
+	}
 	return q
 }
 
@@ -251,6 +290,14 @@ func (q Queue) Validate() error {
 	}
 	if err := q.checkKeys(); err != nil {
 		return err
+	}
+	switch {
+	case q.DispatchMode != DispatchPerAttempt && q.DispatchMode != DispatchBatched:
+		return badField("dispatch_mode", `dispatch_mode must be "per-attempt" or "batched"`)
+	case q.PushBatchSize < 1 || q.PushBatchSize > MaxPushBatchSize:
+		return badField("push_batch_size", "push_batch_size must be from 1 to %d", MaxPushBatchSize)
+	case q.PushBatchSize > 1 && !q.Batched():
+		return badField("push_batch_size", `push_batch_size above 1 needs "dispatch_mode": "batched"`)
 	}
 	if q.PushURL != "" {
 		if err := CheckCallbackURL("push_url", q.PushURL); err != nil {
@@ -380,6 +427,10 @@ type Task struct {
 	// its push (0: none): it says how the gateway hands the run a worker's result (completing
 	// the attempt's activity by its id, or an update).
 	AttemptHeartbeatTimeout time.Duration
+	// Batch is the workflow id of the batch run that pushes the current attempt (a queue in the
+	// batched mode; "" for an attempt with a run of its own): its deadline and heartbeats are
+	// kept in the row, and its result has no run to be handed to.
+	Batch string
 	// Trace is the trace context of the request that inserted (or last replaced) this version.
 	Trace TraceContext
 }
