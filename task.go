@@ -43,6 +43,13 @@ func TaskBatchWorkflowID(queue, batch string) string {
 	return fmt.Sprintf("task-batch/%s/%s", EscapeID(queue), batch)
 }
 
+// TaskAttemptDeliveryID is the delivery id of one attempt's push, the same on every push of
+// that attempt whichever mode sends it (a single push's webhook-id, a batched push item's
+// delivery_id): task/<task_id>/<version>/<attempt>.
+func TaskAttemptDeliveryID(taskID string, version int64, attempt int) string {
+	return fmt.Sprintf("%s/%d", TaskWorkflowID(taskID, version), attempt)
+}
+
 // TaskAttemptActivityID is the id of the activity in which an attempt with a heartbeat timeout
 // waits for its result; the result and heartbeat callbacks address it, so a stale attempt can
 // never reach a newer one.
@@ -421,6 +428,7 @@ type Task struct {
 	ExpiresAt      *time.Time // a pending task fails after this
 	ClaimedAt      *time.Time
 	PushedAt       *time.Time
+	DeadlineAt     *time.Time // the current attempt's processing deadline, set by its push
 	FinishedAt     *time.Time
 	RunID          string // the current attempt's Temporal run, recorded by its push (empty before it); a cancel targets exactly this run
 	// AttemptHeartbeatTimeout is the current attempt's heartbeat timeout, recorded with RunID by

@@ -51,6 +51,10 @@ func (s *Store) MarkBatchPushed(ctx context.Context, batch string, attempts []Ba
 		args = append(args, batch)
 		deadline := s.nowPlusMillisSQL("v.ms")
 		timeout := "CASE WHEN v.hb > 0 AND v.hb < v.ms THEN " + s.nowPlusMillisSQL("v.hb") + " ELSE " + deadline + " END"
+		returning := "*" // SQLite's RETURNING names only the updated table's columns, and no TABLE.* wildcard
+		if s.pg {
+			returning = "courier_tasks.*"
+		}
 		var rows []taskRow
 		err := s.db.NewRaw("WITH v(task_id, version, attempt, ms, hb) AS (VALUES "+values.String()+") "+
 			"UPDATE courier_tasks SET pushed_at = COALESCE(courier_tasks.pushed_at, "+s.nowSQL()+"), "+
@@ -58,7 +62,7 @@ func (s *Store) MarkBatchPushed(ctx context.Context, batch string, attempts []Ba
 			"timeout_at = COALESCE(courier_tasks.timeout_at, "+timeout+"), "+
 			"heartbeat_timeout_ms = v.hb, updated_at = "+s.nowSQL()+" FROM v "+
 			"WHERE courier_tasks.task_id = v.task_id AND courier_tasks.version = v.version AND courier_tasks.attempt = v.attempt "+
-			"AND courier_tasks.status = 'processing' AND courier_tasks.batch_id = ? RETURNING courier_tasks.*", args...).Scan(ctx, &rows)
+			"AND courier_tasks.status = 'processing' AND courier_tasks.batch_id = ? RETURNING "+returning, args...).Scan(ctx, &rows)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return nil, err
 		}
@@ -164,18 +168,16 @@ func (s *Store) finishSuccesses(ctx context.Context, tx bun.Tx, results []Report
 		values.WriteString("(?, ?, ?, ?, ?, ?)")
 		args = append(args, r.TaskID, r.Version, r.Attempt, result, r.Outcome.StatusCode, r.Outcome.Message)
 	}
-	var rows []struct {
-		TaskID  string `bun:"task_id"`
-		Version int64  `bun:"version"`
-		Queue   string `bun:"queue"`
-	}
+	var rows []taskRow
 	// The first row's casts name the columns' types for PostgreSQL (a VALUES list of NULLs
 	// and strings has no type otherwise).
 	err := tx.NewRaw("WITH v(task_id, version, attempt, result, status_code, message) AS (VALUES "+s.typedValues(values.String())+") "+
 		"UPDATE courier_tasks SET status = 'success', result = v.result, status_code = v.status_code, message = v.message, "+
 		"finished_at = "+s.nowSQL()+", updated_at = "+s.nowSQL()+", timeout_at = NULL FROM v "+
 		"WHERE courier_tasks.task_id = v.task_id AND courier_tasks.version = v.version AND courier_tasks.attempt = v.attempt "+
-		"AND courier_tasks.status = 'processing' RETURNING courier_tasks.task_id, courier_tasks.version, courier_tasks.queue", args...).Scan(ctx, &rows)
+		"AND courier_tasks.status = 'processing' RETURNING courier_tasks.task_id, courier_tasks.version, courier_tasks.queue, "+
+		"courier_tasks.batch_id, courier_tasks.run_id, courier_tasks.heartbeat_timeout_ms, courier_tasks.pushed_at, "+
+		"courier_tasks.traceparent, courier_tasks.tracestate", args...).Scan(ctx, &rows)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return err
 	}
@@ -183,15 +185,32 @@ func (s *Store) finishSuccesses(ctx context.Context, tx bun.Tx, results []Report
 		id string
 		v  int64
 	}
-	done := make(map[key]string, len(rows))
-	for _, r := range rows {
-		done[key{r.TaskID, r.Version}] = r.Queue
+	done := make(map[key]*taskRow, len(rows))
+	for j := range rows {
+		r := &rows[j]
+		done[key{r.TaskID, r.Version}] = r
 		held[r.Queue]++
 	}
 	for _, i := range idx {
-		if q, ok := done[key{results[i].TaskID, results[i].Version}]; ok {
-			out[i] = FinishResult{Applied: true, Recorded: true, Status: courier.TaskSuccess, Queue: q}
+		r, ok := done[key{results[i].TaskID, results[i].Version}]
+		if !ok {
+			continue
 		}
+		fr := FinishResult{Applied: true, Recorded: true, Status: courier.TaskSuccess, Queue: r.Queue, PushedAt: nullTime(r.PushedAt),
+			Run: AttemptRun{HeartbeatTimeout: time.Duration(r.HeartbeatMS) * time.Millisecond}}
+		if r.BatchID != nil {
+			fr.Batch = *r.BatchID
+		}
+		if r.RunID != nil {
+			fr.Run.ID = *r.RunID
+		}
+		if r.TraceParent != nil {
+			fr.Trace.Parent = *r.TraceParent
+		}
+		if r.TraceState != nil {
+			fr.Trace.State = *r.TraceState
+		}
+		out[i] = fr
 	}
 	return nil
 }

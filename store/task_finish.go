@@ -22,6 +22,13 @@ type FinishResult struct {
 	Status        courier.TaskStatus // the task's status afterwards
 	NextAttemptAt time.Time          // for a retry
 	Queue         string
+	// Of the attempt a finish of many applied (FinishReportedMany): its batch ("" for a run of
+	// its own), the run its push recorded (the gateway hands that run the result), when it was
+	// pushed and the trace of the task.
+	Batch    string
+	Run      AttemptRun
+	PushedAt *time.Time
+	Trace    courier.TraceContext
 }
 
 // FinishTaskAttempt ends an attempt, guarded by the expected state (the task in Processing on
@@ -225,6 +232,7 @@ func (s *Store) finishLocked(ctx context.Context, tx bun.Tx, t courier.Task, att
 		return fr, err
 	}
 	fr.Applied, fr.Recorded = true, true
+	fr.Batch, fr.Run, fr.PushedAt, fr.Trace = t.Batch, AttemptRun{ID: t.RunID, HeartbeatTimeout: t.AttemptHeartbeatTimeout}, t.PushedAt, t.Trace
 	if fr.Status == courier.TaskPending {
 		var next taskRow
 		if err := tx.NewSelect().Model(&next).Column("next_attempt_at").Where("task_id = ? AND version = ?", t.TaskID, t.Version).Scan(ctx); err != nil {

@@ -93,7 +93,7 @@ func (r *taskRow) task() (courier.Task, error) {
 		Status: courier.TaskStatus(r.Status), Payload: json.RawMessage(r.Payload),
 		Attempt: r.Attempt, Attempts: r.Attempt - r.AttemptBase, StatusCode: r.StatusCode, Message: r.Message,
 		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(), NextAttemptAt: r.NextAttemptAt.UTC(),
-		ExpiresAt: nullTime(r.ExpiresAt), ClaimedAt: nullTime(r.ClaimedAt), PushedAt: nullTime(r.PushedAt),
+		ExpiresAt: nullTime(r.ExpiresAt), ClaimedAt: nullTime(r.ClaimedAt), PushedAt: nullTime(r.PushedAt), DeadlineAt: nullTime(r.DeadlineAt),
 		FinishedAt: nullTime(r.FinishedAt),
 	}
 	if r.Result != nil {

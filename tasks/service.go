@@ -40,6 +40,8 @@ type Store interface {
 	ListQueues(ctx context.Context) ([]courier.Queue, error)
 	FinishReported(ctx context.Context, taskID string, version int64, attempt int, o courier.AttemptOutcome, hold string) (store.FinishResult, error)
 	ReleaseSlotHolds(ctx context.Context, holds ...string) (int, error)
+	FinishReportedMany(ctx context.Context, results []store.ReportedResult, hold string) ([]store.FinishResult, error)
+	BeatBatchedAttempt(ctx context.Context, taskID string, version int64, attempt int) (bool, courier.TaskStatus, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -314,15 +316,8 @@ func notRunning(err error, attempt int) error {
 // SlotHoldGrace. release is never nil.
 func (s *Service) Report(ctx context.Context, taskID string, version int64, r courier.TaskResult) (release func(), err error) {
 	release = func() {}
-	switch {
-	case !r.Status.Reportable():
-		return release, validation("status", `status must be "success" or "failure"`)
-	case r.StatusCode < 0 || r.StatusCode > 999:
-		return release, validation("status_code", "status_code must be from 0 to 999")
-	case len(r.Message) > MaxMessageBytes || !utf8.ValidString(r.Message):
-		return release, validation("message", fmt.Sprintf("message must be UTF-8 of at most %d bytes", MaxMessageBytes))
-	case len(r.Result) > 0 && !json.Valid(r.Result):
-		return release, validation("result", "result must be JSON")
+	if err := checkResult(r); err != nil {
+		return release, err
 	}
 	t, err := s.current(ctx, taskID, version, r.Attempt)
 	if err != nil {
@@ -338,9 +333,16 @@ func (s *Service) Report(ctx context.Context, taskID string, version int64, r co
 		return release, err
 	}
 	if !recorded {
+		if t.Batch != "" {
+			// No run waits for a batched attempt: the row is the only place to record it.
+			return release, unavailable("the result could not be recorded; try again")
+		}
 		return release, s.handOverUnrecorded(ctx, t, res)
 	}
 	release = s.releaser(ctx, hold)
+	if t.Batch != "" {
+		return release, nil // no run to hand it to: the row is where a batched attempt ends
+	}
 	// The row holds it: that is the answer. The run hears of it after the answer has gone out,
 	// so a worker that reports before it answers the push (the run's workflow task stays open
 	// while it pushes) is not kept waiting. A run that never hears of it ends by its deadline,
@@ -355,6 +357,27 @@ func (s *Service) Report(ctx context.Context, taskID string, version int64, r co
 		}
 	}()
 	return release, nil
+}
+
+// checkResult refuses a malformed result, naming its field.
+func checkResult(r courier.TaskResult) error {
+	switch {
+	case r.Attempt < 1:
+		return validation("attempt", "attempt is required (the attempt number from the push)")
+	case !r.Status.Reportable():
+		return validation("status", `status must be "success" or "failure"`)
+	case r.StatusCode < 0 || r.StatusCode > 999:
+		return validation("status_code", "status_code must be from 0 to 999")
+	case len(r.Message) > MaxMessageBytes || !utf8.ValidString(r.Message):
+		return validation("message", fmt.Sprintf("message must be UTF-8 of at most %d bytes", MaxMessageBytes))
+	case len(r.Result) > 0 && !json.Valid(r.Result):
+		return validation("result", "result must be JSON")
+	}
+	return nil
+}
+
+func unavailable(msg string) error {
+	return &courier.Error{Code: courier.CodeUnavailable, Message: msg}
 }
 
 // SlotHoldGrace is how long a slot freed by a recorded result may stay held for its answer
@@ -484,6 +507,16 @@ func (s *Service) Heartbeat(ctx context.Context, taskID string, version int64, a
 	}
 	if t.AttemptHeartbeatTimeout == 0 {
 		return nil // nothing to extend; the attempt runs
+	}
+	if t.Batch != "" {
+		// A batched attempt's heartbeat timeout is kept in its row.
+		ok, status, err := s.store.BeatBatchedAttempt(ctx, taskID, version, attempt)
+		if err != nil || ok {
+			return err
+		}
+		return &courier.Error{Code: courier.CodeConflict,
+			Message: fmt.Sprintf("attempt %d is no longer running (it timed out, was cancelled or already has a result)", attempt),
+			Details: map[string]any{"status": string(status)}}
 	}
 	var d []any
 	if len(details) > 0 {

@@ -15,11 +15,12 @@ func RegisterOutbox(r WorkflowRegistrar) {
 	r.RegisterWorkflowWithOptions(OutboxOrdered, workflow.RegisterOptions{Name: OutboxOrderedName})
 }
 
-// RegisterTasks registers the task workflows under their stable names: the attempts on the
-// registrar of the push task queue (contract.TaskPushQueue), the sweeper on that of the
-// workflows' queue, where its schedule starts it.
+// RegisterTasks registers the task workflows under their stable names: the attempts and the
+// batches on the registrar of the push task queue (contract.TaskPushQueue), the sweeper on that
+// of the workflows' queue, where its schedule starts it.
 func RegisterTasks(attempts, sweeper WorkflowRegistrar) {
 	attempts.RegisterWorkflowWithOptions(Task, workflow.RegisterOptions{Name: TaskName})
+	attempts.RegisterWorkflowWithOptions(TaskBatch, workflow.RegisterOptions{Name: TaskBatchName})
 	sweeper.RegisterWorkflowWithOptions(TaskSweeper, workflow.RegisterOptions{Name: TaskSweeperName})
 }
 
