@@ -129,6 +129,3 @@ func (b BizType) Validate() error {
 	}
 	return nil
 }
-
-// BizTypeTaskQueue is the task queue a business type's deliveries run on.
-func BizTypeTaskQueue(name string) string { return "courier-biz-" + name }

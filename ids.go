@@ -148,11 +148,3 @@ func looksNumeric(host string) bool {
 	}
 	return true
 }
-
-// TimerWorkflowID is a timer's deterministic workflow id: timer/<biz_type>/<biz_id>, the id
-// escaped (EscapeID).
-func TimerWorkflowID(bizType, bizID string) string { return "timer/" + bizType + "/" + EscapeID(bizID) }
-
-// ScheduleID is the Temporal schedule id of a courier schedule, and the workflow id prefix of
-// its runs: schedule/<id>, the id escaped (EscapeID).
-func ScheduleID(id string) string { return "schedule/" + EscapeID(id) }

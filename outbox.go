@@ -101,28 +101,6 @@ type DeadRef struct {
 // DefaultSource names courier's own database among the outbox sources.
 const DefaultSource = "default"
 
-// DefaultWorkflowQueue is the Temporal task queue courier's workflows run on unless configured
-// otherwise (relay.DefaultTaskQueue); the task activities' queues are named beside it.
-const DefaultWorkflowQueue = "courier-outbox"
-
-// OutboxBatchWorkflowID is the workflow ID of a batch delivery (outbox batch mode):
-// outbox-batch/<source>/<first id>-<last id>.
-func OutboxBatchWorkflowID(source string, first, last int64) string {
-	if source == "" {
-		source = DefaultSource
-	}
-	return "outbox-batch/" + source + "/" + strconv.FormatInt(first, 10) + "-" + strconv.FormatInt(last, 10)
-}
-
-// OutboxWorkflowID is the deterministic workflow ID of a record's delivery: outbox/<id> for
-// courier's own database, outbox/<source>/<id> for a producer's database.
-func OutboxWorkflowID(source string, id int64) string {
-	if source == "" || source == DefaultSource {
-		return "outbox/" + strconv.FormatInt(id, 10)
-	}
-	return "outbox/" + source + "/" + strconv.FormatInt(id, 10)
-}
-
 // OutboxMessageID is the broker message id of a record, used by the broker to deduplicate:
 // the outbox id itself, prefixed by the source for producers' databases.
 func OutboxMessageID(source string, id int64) string {
@@ -169,14 +147,4 @@ func (o OrderedScope) Has(topic, key string) bool {
 		}
 	}
 	return false
-}
-
-// OutboxKeyWorkflowID is the deterministic workflow ID of an ordered key's delivery:
-// outbox-key/<key> for courier's own database, outbox-key/<source>/<key> for a producer's
-// (the key escaped as EscapeID does). One run per key at a time.
-func OutboxKeyWorkflowID(source, key string) string {
-	if source == "" || source == DefaultSource {
-		return "outbox-key/" + EscapeID(key)
-	}
-	return "outbox-key/" + source + "/" + EscapeID(key)
 }

@@ -42,13 +42,3 @@ type OutboxOverview struct {
 	DeadByTopic    []TopicCount
 	DeadTopicsMore bool
 }
-
-// TimerTypeStats counts one business type's timers by what an operator watches: what fires
-// soon, what is late, what is being delivered and what failed.
-type TimerTypeStats struct {
-	BizType string
-	DueSoon int64 // scheduled to fire within the horizon asked (the console: the next hour)
-	Overdue int64 // still scheduled although their fire time passed more than the grace asked
-	Firing  int64 // fired and being delivered (retries included)
-	Failed  int64 // delivery failed for good
-}

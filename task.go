@@ -31,25 +31,6 @@ const (
 	DefaultQueueName = "default"
 )
 
-// TaskWorkflowID is the deterministic workflow id of a task version's attempts:
-// task/<task_id>/<version>, the id escaped (EscapeID).
-func TaskWorkflowID(taskID string, version int64) string {
-	return fmt.Sprintf("task/%s/%d", EscapeID(taskID), version)
-}
-
-// TaskBatchWorkflowID is the workflow id of a batch run of a queue in the batched dispatch
-// mode: task-batch/<queue>/<batch>, the queue escaped (EscapeID), batch the claim's own id.
-func TaskBatchWorkflowID(queue, batch string) string {
-	return fmt.Sprintf("task-batch/%s/%s", EscapeID(queue), batch)
-}
-
-// TaskAttemptDeliveryID is the delivery id of one attempt's push, the same on every push of
-// that attempt whichever mode sends it (a single push's webhook-id, a batched push item's
-// delivery_id): task/<task_id>/<version>/<attempt>.
-func TaskAttemptDeliveryID(taskID string, version int64, attempt int) string {
-	return fmt.Sprintf("%s/%d", TaskWorkflowID(taskID, version), attempt)
-}
-
 // TaskAttemptActivityID is the id of the activity in which an attempt with a heartbeat timeout
 // waits for its result; the result and heartbeat callbacks address it, so a stale attempt can
 // never reach a newer one.
@@ -57,10 +38,10 @@ func TaskAttemptActivityID(attempt int) string { return fmt.Sprintf("attempt-%d"
 
 // TaskRetry is a queue's retry policy for failed or timed-out attempts.
 type TaskRetry struct {
-	MaxAttempts     int           `json:"max_attempts"`     // attempts in all; default 3
-	InitialInterval time.Duration `json:"initial_interval"` // wait before the second attempt; default 10 s
-	Backoff         float64       `json:"backoff"`          // growth per attempt; default 2
-	MaxInterval     time.Duration `json:"max_interval"`     // cap on one wait; default 10 min
+	MaxAttempts     int           // attempts in all; default 3
+	InitialInterval time.Duration // wait before the second attempt; default 10 s
+	Backoff         float64       // growth per attempt; default 2
+	MaxInterval     time.Duration // cap on one wait; default 10 min
 }
 
 // Delay is the wait before the attempt after attempt n (n ≥ 1) failed.
@@ -76,60 +57,60 @@ func (r TaskRetry) Delay(n int) time.Duration {
 }
 
 // Queue is a task queue's configuration: where its tasks are pushed, how many may be in
-// Processing at once, how bands share the slots, and the lifecycle timings. Its JSON tags are
-// the shape the store keeps it in (durations in nanoseconds); the API shows it as api.Queue.
+// Processing at once, how bands share the slots, and the lifecycle timings. The store keeps it
+// in its own shape (store/task_config.go); the API shows it as api.Queue.
 type Queue struct {
-	Name             string        `json:"-"`
-	PushURL          string        `json:"push_url"`          // workers' endpoint; empty: tasks wait
-	Secrets          []string      `json:"secrets"`           // push signing secrets (whsec_…), newest first
-	AllowPrivate     bool          `json:"allow_private"`     // pushes may reach private-network addresses
-	ConcurrencyLimit int           `json:"concurrency_limit"` // tasks in Processing at once; default 10
-	Weights          BandWeights   `json:"weights"`           // default DefaultBandWeights
-	PendingTimeout   time.Duration `json:"pending_timeout"`   // Pending longer → Failed; default 24 h
+	Name             string
+	PushURL          string        // workers' endpoint; empty: tasks wait
+	Secrets          []string      // push signing secrets (whsec_…), newest first
+	AllowPrivate     bool          // pushes may reach private-network addresses
+	ConcurrencyLimit int           // tasks in Processing at once; default 10
+	Weights          BandWeights   // default DefaultBandWeights
+	PendingTimeout   time.Duration // Pending longer → Failed; default 24 h
 	// ProcessingTimeout bounds one attempt from its push to its result; default 10 min.
-	ProcessingTimeout time.Duration `json:"processing_timeout"`
+	ProcessingTimeout time.Duration
 	// PushTimeout bounds one try of a push, until the worker answers it. A try that fails on the
 	// way (no connection, no answer in time, 429 or 5xx) is tried again within the attempt, up
 	// to PushTries tries, after the worker's Retry-After if it sent one, and never past the
 	// processing deadline. Default 30 s, from 1 s to 10 min.
-	PushTimeout time.Duration `json:"push_timeout"`
+	PushTimeout time.Duration
 	// HeartbeatTimeout, when set, fails an attempt whose worker has not called the heartbeat
 	// endpoint for that long; default 0 (off).
-	HeartbeatTimeout time.Duration `json:"heartbeat_timeout"`
-	Retry            TaskRetry     `json:"retry"`
-	SuccessRetention time.Duration `json:"success_retention"` // Success → Stopped after; default 24 h
-	PurgeAge         time.Duration `json:"purge_age"`         // finished rows deleted after; default 7 days
-	InFlight         int           `json:"-"`                 // slots in use (read only)
-	CreatedAt        time.Time     `json:"-"`
-	UpdatedAt        time.Time     `json:"-"`
+	HeartbeatTimeout time.Duration
+	Retry            TaskRetry
+	SuccessRetention time.Duration // Success → Stopped after; default 24 h
+	PurgeAge         time.Duration // finished rows deleted after; default 7 days
+	InFlight         int           // slots in use (read only)
+	CreatedAt        time.Time
+	UpdatedAt        time.Time
 
 	// Admission control (admission.go, docs/admission.md): inserts per second and their burst
 	// on each gateway (0: unlimited), and the most Pending tasks the queue holds (0: unbounded).
-	InsertRate  float64 `json:"insert_rate_per_second,omitempty"`
-	InsertBurst int     `json:"insert_burst,omitempty"`
-	MaxPending  int     `json:"max_pending,omitempty"`
+	InsertRate  float64
+	InsertBurst int
+	MaxPending  int
 
 	// Flow control by concurrency key (docs/flow-control.md). PerKeyLimit caps the tasks of
 	// one key in Processing (0: no cap; unkeyed tasks are never capped). FairKeys makes the
 	// keys take turns within a priority band, each slot going to the key with the fewest tasks
 	// in Processing for its weight (KeyWeights, default 1); a PerKeyLimit or KeyWeights turns
 	// it on too.
-	PerKeyLimit int            `json:"per_key_limit,omitempty"`
-	FairKeys    bool           `json:"fair_keys,omitempty"`
-	KeyWeights  map[string]int `json:"key_weights,omitempty"`
+	PerKeyLimit int
+	FairKeys    bool
+	KeyWeights  map[string]int
 
 	// DispatchRate caps the queue's claims (each claim leads to one push) per second across
 	// every worker, held in a token bucket in the database (0: no cap); DispatchBurst is the
 	// bucket's size (0: the rate rounded up, at least 1).
-	DispatchRate  float64 `json:"dispatch_rate_per_second,omitempty"`
-	DispatchBurst int     `json:"dispatch_burst,omitempty"`
+	DispatchRate  float64
+	DispatchBurst int
 
 	// DispatchMode is how the queue's attempts run: DispatchPerAttempt (one workflow run per
 	// attempt, the default) or DispatchBatched (one run pushes a claim's attempts, their
 	// deadlines kept in the database). PushBatchSize is how many attempts one push carries in
 	// the batched mode (1: one per push; up to MaxPushBatchSize).
-	DispatchMode  DispatchMode `json:"dispatch_mode,omitempty"`
-	PushBatchSize int          `json:"push_batch_size,omitempty"`
+	DispatchMode  DispatchMode
+	PushBatchSize int
 }
 
 // DispatchMode is how a queue's attempts run (docs/tasks.md, "Dispatch modes").
@@ -322,13 +303,13 @@ func (q Queue) Validate() error {
 	return nil
 }
 
-// TaskOverrides are per-task settings that replace the queue's. Its JSON tags are the shape
-// the store keeps them in; the API's is api.TaskOverrides.
+// TaskOverrides are per-task settings that replace the queue's. The store keeps them in its
+// own shape (store/task_config.go); the API's is api.TaskOverrides.
 type TaskOverrides struct {
-	PendingTimeout    time.Duration `json:"pending_timeout,omitempty"`
-	ProcessingTimeout time.Duration `json:"processing_timeout,omitempty"`
-	HeartbeatTimeout  time.Duration `json:"heartbeat_timeout,omitempty"`
-	MaxAttempts       int           `json:"max_attempts,omitempty"`
+	PendingTimeout    time.Duration
+	ProcessingTimeout time.Duration
+	HeartbeatTimeout  time.Duration
+	MaxAttempts       int
 }
 
 // Apply returns q with the overrides in place.
@@ -477,9 +458,9 @@ type TaskBulkResult struct {
 
 // TaskKey names one task version in the order lists use: newest first.
 type TaskKey struct {
-	CreatedAt time.Time `json:"created_at"`
-	TaskID    string    `json:"task_id"`
-	Version   int64     `json:"version"`
+	CreatedAt time.Time
+	TaskID    string
+	Version   int64
 }
 
 // Valid reports whether s is one of the known statuses.
@@ -519,36 +500,3 @@ const (
 // Reportable says whether a worker may report this kind: only success and failure; timeouts
 // and cancels are courier's to decide.
 func (k OutcomeKind) Reportable() bool { return k == OutcomeSuccess || k == OutcomeFailure }
-
-// AttemptOutcome is how one attempt ended, the one type from the worker's report through the
-// workflow to the store. Workflow histories hold it as JSON with these Go field names (no
-// tags), so the fields keep their names.
-type AttemptOutcome struct {
-	Kind       OutcomeKind
-	StatusCode int
-	Message    string
-	Result     json.RawMessage
-	// Trace is the trace context of the gateway's span of the worker's result call (zero for an
-	// outcome courier decided): the finish links its span to it (docs/tracing.md).
-	Trace TraceContext `json:",omitzero"`
-	// Recorded says the gateway wrote this outcome into the task's row before it handed it to
-	// the attempt's run, so the run has nothing left to record and ends as the row says.
-	Recorded bool `json:",omitempty"`
-}
-
-// TaskResult is a worker's report for one attempt as the API's result endpoint takes it: the
-// attempt it names and its outcome in the API's field names. Outcome turns it into the
-// AttemptOutcome the rest of courier uses.
-type TaskResult struct {
-	Attempt    int             `json:"attempt"`
-	Status     OutcomeKind     `json:"status"` // OutcomeSuccess or OutcomeFailure (Reportable)
-	StatusCode int             `json:"status_code"`
-	Message    string          `json:"message"`
-	Result     json.RawMessage `json:"result,omitempty"`
-}
-
-// Outcome is the report as the attempt's outcome, tagged with the trace context of the call
-// that carried it (zero for none).
-func (r TaskResult) Outcome(trace TraceContext) AttemptOutcome {
-	return AttemptOutcome{Kind: r.Status, StatusCode: r.StatusCode, Message: r.Message, Result: r.Result, Trace: trace}
-}

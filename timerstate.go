@@ -1,9 +1,6 @@
 package courier
 
-import (
-	"strconv"
-	"time"
-)
+import "time"
 
 // TimerState is where a timer is in its life. The timer workflow keeps it (its state query,
 // its updates' answers, its result or failure details), writes it to the CourierState search
@@ -54,12 +51,6 @@ func (m TimerMode) Valid() bool { return m == TimerModeWorkflow || m == TimerMod
 // TimerBucket is the bucket a bucketed timer firing at t falls in: the Unix second of t.
 func TimerBucket(t time.Time) int64 { return t.Unix() }
 
-// TimerBucketWorkflowID is the deterministic workflow id of a business type's bucket:
-// timer-bucket/<biz_type>/<unix second>.
-func TimerBucketWorkflowID(bizType string, bucket int64) string {
-	return "timer-bucket/" + bizType + "/" + strconv.FormatInt(bucket, 10)
-}
-
 // TimerRecord is a bucketed timer as courier's database keeps it.
 type TimerRecord struct {
 	BizType     string
@@ -105,9 +96,9 @@ type TimerFilter struct {
 
 // TimerCursor continues a timer list after the timer it names (the last of the previous page).
 type TimerCursor struct {
-	CreatedAt time.Time `json:"created_at"`
-	BizType   string    `json:"biz_type"`
-	BizID     string    `json:"biz_id"`
+	CreatedAt time.Time
+	BizType   string
+	BizID     string
 }
 
 // TimerBucketRef names a business type's bucket of bucketed timers.

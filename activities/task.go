@@ -30,7 +30,7 @@ import (
 // TaskStore is what the task activities need from the database.
 type TaskStore interface {
 	MarkTaskPushed(ctx context.Context, taskID string, version int64, attempt int, processingTimeout time.Duration, run store.AttemptRun) (store.PushTarget, bool, error)
-	FinishTaskAttempt(ctx context.Context, taskID string, version int64, attempt int, o courier.AttemptOutcome) (store.FinishResult, error)
+	FinishTaskAttempt(ctx context.Context, taskID string, version int64, attempt int, o contract.AttemptOutcome) (store.FinishResult, error)
 	ListQueues(ctx context.Context) ([]courier.Queue, error)
 	ExpirePendingTasks(ctx context.Context, limit int) (int64, error)
 	StopSucceededTasks(ctx context.Context, queue string, retention time.Duration, limit int) (int64, error)
@@ -312,7 +312,7 @@ func (a *Tasks) finishOrphans(ctx context.Context, limit int) (int, error) {
 		case d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
 			continue
 		}
-		fr, err := a.store.FinishTaskAttempt(ctx, t.TaskID, t.Version, t.Attempt, courier.AttemptOutcome{Kind: courier.OutcomeTimeout,
+		fr, err := a.store.FinishTaskAttempt(ctx, t.TaskID, t.Version, t.Attempt, contract.AttemptOutcome{Kind: courier.OutcomeTimeout,
 			Message: "processing timeout: the attempt's workflow ended without recording a result"})
 		if err != nil {
 			return n, err

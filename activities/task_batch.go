@@ -28,7 +28,7 @@ import (
 type pushOutcome struct {
 	taken   bool
 	refused bool // by the worker, in its answer (otherwise the push failed on the way)
-	outcome courier.AttemptOutcome
+	outcome contract.AttemptOutcome
 }
 
 // PushBatch pushes a batch run's attempts (contract.PushBatchName). It marks the attempts
@@ -64,7 +64,7 @@ func (a *Tasks) PushBatch(ctx context.Context, p contract.PushBatchParams) (cont
 	outcomes := make([]pushOutcome, len(tasks))
 	if q.PushURL == "" {
 		for i := range outcomes {
-			outcomes[i] = pushOutcome{outcome: courier.AttemptOutcome{Kind: courier.OutcomeFailure,
+			outcomes[i] = pushOutcome{outcome: contract.AttemptOutcome{Kind: courier.OutcomeFailure,
 				Message: fmt.Sprintf("push failed: queue %q has no push_url", q.Name)}}
 		}
 	} else {
@@ -90,7 +90,7 @@ func (a *Tasks) PushBatch(ctx context.Context, p contract.PushBatchParams) (cont
 }
 
 // endAttempt ends an attempt whose push did not reach its worker, as a failure.
-func (a *Tasks) endAttempt(ctx context.Context, t courier.Task, o courier.AttemptOutcome) error {
+func (a *Tasks) endAttempt(ctx context.Context, t courier.Task, o contract.AttemptOutcome) error {
 	fr, err := a.store.FinishTaskAttempt(ctx, t.TaskID, t.Version, t.Attempt, o)
 	if err != nil {
 		return fmt.Errorf("end attempt %d of task %q version %d: %w", t.Attempt, t.TaskID, t.Version, err)
@@ -112,7 +112,7 @@ func (a *Tasks) sendBatch(ctx context.Context, q courier.Queue, batch string, ta
 		s, err := webhook.NewSigner(q.Secrets...)
 		if err != nil {
 			for i := range outcomes {
-				outcomes[i] = pushOutcome{outcome: courier.AttemptOutcome{Kind: courier.OutcomeFailure, Message: "push failed: " + err.Error()}}
+				outcomes[i] = pushOutcome{outcome: contract.AttemptOutcome{Kind: courier.OutcomeFailure, Message: "push failed: " + err.Error()}}
 			}
 			return
 		}
@@ -131,7 +131,7 @@ func (a *Tasks) sendBatch(ctx context.Context, q courier.Queue, batch string, ta
 			case a.localPushes <- struct{}{}:
 			case <-ctx.Done():
 				for i := start; i < len(tasks); i++ {
-					outcomes[i] = pushOutcome{outcome: courier.AttemptOutcome{Kind: courier.OutcomeFailure, Message: "push failed: " + ctx.Err().Error()}}
+					outcomes[i] = pushOutcome{outcome: contract.AttemptOutcome{Kind: courier.OutcomeFailure, Message: "push failed: " + ctx.Err().Error()}}
 				}
 				wg.Wait()
 				return
@@ -211,7 +211,7 @@ func (a *Tasks) sendChunk(ctx context.Context, cl *callback.Client, q courier.Qu
 				if r.Message != "" {
 					msg += ": " + r.Message
 				}
-				outcomes[i] = pushOutcome{refused: true, outcome: courier.AttemptOutcome{Kind: courier.OutcomeFailure, StatusCode: r.StatusCode, Message: msg}}
+				outcomes[i] = pushOutcome{refused: true, outcome: contract.AttemptOutcome{Kind: courier.OutcomeFailure, StatusCode: r.StatusCode, Message: msg}}
 			}
 		}
 	}
@@ -247,7 +247,7 @@ func sendTries(ctx context.Context, cl *callback.Client, req callback.Request, d
 
 func fail(outcomes []pushOutcome, msg string, code int, refused bool) {
 	for i := range outcomes {
-		outcomes[i] = pushOutcome{refused: refused, outcome: courier.AttemptOutcome{Kind: courier.OutcomeFailure, StatusCode: code, Message: msg}}
+		outcomes[i] = pushOutcome{refused: refused, outcome: contract.AttemptOutcome{Kind: courier.OutcomeFailure, StatusCode: code, Message: msg}}
 	}
 }
 

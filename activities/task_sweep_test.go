@@ -30,7 +30,7 @@ type finishCall struct {
 	taskID  string
 	version int64
 	attempt int
-	outcome courier.AttemptOutcome
+	outcome contract.AttemptOutcome
 }
 
 // lifecycleStore is a canned TaskStore for Finish and Sweep: each method answers from its
@@ -70,7 +70,7 @@ func take(answers *[]int64) int64 {
 	return n
 }
 
-func (s *lifecycleStore) FinishTaskAttempt(_ context.Context, taskID string, version int64, attempt int, o courier.AttemptOutcome) (store.FinishResult, error) {
+func (s *lifecycleStore) FinishTaskAttempt(_ context.Context, taskID string, version int64, attempt int, o contract.AttemptOutcome) (store.FinishResult, error) {
 	c := finishCall{taskID, version, attempt, o}
 	s.mu.Lock()
 	s.finishes = append(s.finishes, c)
@@ -157,7 +157,7 @@ func TestFinishRecordsTheOutcome(t *testing.T) {
 	m := metrics.NewTasks(prometheus.NewRegistry())
 	woken := 0
 	a := activities.NewTasks(activities.TasksDeps{Store: st, Metrics: m, Wake: func() { woken++ }})
-	out := courier.AttemptOutcome{Kind: courier.OutcomeFailure, StatusCode: 503, Message: "upstream down", Result: json.RawMessage("null")}
+	out := contract.AttemptOutcome{Kind: courier.OutcomeFailure, StatusCode: 503, Message: "upstream down", Result: json.RawMessage("null")}
 
 	v, err := runActivity(t, a.Finish, contract.FinishTaskParams{TaskID: "doc-1", Version: 2, Attempt: 3, Outcome: out})
 
@@ -180,7 +180,7 @@ func TestFinishOfAStaleAttemptOrAFailedWrite(t *testing.T) {
 		return store.FinishResult{Applied: false, Status: courier.TaskCancelled, Queue: "parse"}, nil
 	}}
 	a := activities.NewTasks(activities.TasksDeps{Store: stale, Metrics: m, Wake: func() { woken++ }})
-	p := contract.FinishTaskParams{TaskID: "doc-1", Version: 2, Attempt: 3, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess}}
+	p := contract.FinishTaskParams{TaskID: "doc-1", Version: 2, Attempt: 3, Outcome: contract.AttemptOutcome{Kind: courier.OutcomeSuccess}}
 
 	v, err := runActivity(t, a.Finish, p)
 
@@ -293,7 +293,7 @@ func TestSweepFinishesOrphanedAttempts(t *testing.T) {
 	require.NoError(t, v.Get(&res))
 	require.Equal(t, 2, res.Orphaned, "the finishes the rows took")
 	require.Contains(t, st.calls, "overdue "+activities.OverdueGrace.String()+" 50")
-	timedOut := courier.AttemptOutcome{Kind: courier.OutcomeTimeout,
+	timedOut := contract.AttemptOutcome{Kind: courier.OutcomeTimeout,
 		Message: "processing timeout: the attempt's workflow ended without recording a result"}
 	require.Equal(t, []finishCall{{"terminated", 2, 4, timedOut}, {"lost", 1, 2, timedOut}, {"moved-on", 1, 1, timedOut}}, st.finishes)
 	require.Equal(t, 1, woken)

@@ -49,6 +49,12 @@ func (r TaskRequest) Domain() courier.TaskRequest {
 		Payload: r.Payload, Overrides: r.Overrides.Domain(), ConcurrencyKey: r.ConcurrencyKey}
 }
 
+// TaskRequestOf is the body that asks for r (the outbox's task rows carry it too).
+func TaskRequestOf(r courier.TaskRequest) TaskRequest {
+	return TaskRequest{TaskID: r.TaskID, TaskVersion: r.Version, Priority: r.Priority, Queue: r.Queue,
+		Payload: r.Payload, Overrides: overridesOf(r.Overrides), ConcurrencyKey: r.ConcurrencyKey}
+}
+
 // Task is a task version as the API shows it.
 type Task struct {
 	TaskID      string `json:"task_id"`
@@ -107,6 +113,17 @@ type TaskPage struct {
 	NextPageToken string `json:"next_page_token,omitempty"`
 }
 
+// TaskResult is the body of POST /v1/tasks/{task_id}/versions/{v}/result (scope worker): a
+// worker's report for one attempt, naming the attempt. The gateway hands it to the attempt's run
+// as a contract.AttemptOutcome.
+type TaskResult struct {
+	Attempt    int                 `json:"attempt"`
+	Status     courier.OutcomeKind `json:"status"` // success or failure (OutcomeKind.Reportable)
+	StatusCode int                 `json:"status_code"`
+	Message    string              `json:"message"`
+	Result     json.RawMessage     `json:"result,omitempty"`
+}
+
 // Heartbeat is the body of POST /v1/tasks/{task_id}/versions/{v}/heartbeat (scope worker).
 type Heartbeat struct {
 	Attempt int             `json:"attempt"`
@@ -144,6 +161,16 @@ type TaskPush struct {
 	// ResultsURL takes the results of many attempts at once (TaskResults); set for the tasks of
 	// a queue in the batched dispatch mode.
 	ResultsURL string `json:"results_url,omitempty"`
+}
+
+// PushAnswer is what a worker built on taskworker answers a push with (202): it took the
+// attempt, or already runs it or a newer one (Duplicate). courier reads only the status.
+type PushAnswer struct {
+	TaskID      string `json:"task_id"`
+	TaskVersion int64  `json:"task_version"`
+	Attempt     int    `json:"attempt"`
+	Accepted    bool   `json:"accepted"`
+	Duplicate   bool   `json:"duplicate,omitempty"` // this attempt (or a newer one) already runs here
 }
 
 // TaskBulkFilter is the body of POST /v1/tasks/bulk/cancel and POST /v1/tasks/bulk/retry
@@ -229,13 +256,9 @@ const MaxTaskResults = 1000
 // TaskResultItem is one attempt's result in a TaskResults: the task version it belongs to and
 // the result as POST …/result takes it.
 type TaskResultItem struct {
-	TaskID      string              `json:"task_id"`
-	TaskVersion int64               `json:"task_version"`
-	Attempt     int                 `json:"attempt"`
-	Status      courier.OutcomeKind `json:"status"` // success or failure
-	StatusCode  int                 `json:"status_code,omitempty"`
-	Message     string              `json:"message,omitempty"`
-	Result      json.RawMessage     `json:"result,omitempty"`
+	TaskID      string `json:"task_id"`
+	TaskVersion int64  `json:"task_version"`
+	TaskResult
 }
 
 // TaskResultsAnswer answers a TaskResults (200): one answer per result, in the same order.

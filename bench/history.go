@@ -112,7 +112,7 @@ func batchCost(ctx context.Context, tc client.Client, source string, records int
 		return Cost{}, ctx.Err()
 	case <-time.After(2 * time.Second):
 	}
-	query := fmt.Sprintf("%s = 'outbox-batch' AND %s = '%s'", courier.SAKind, courier.SASource, source)
+	query := fmt.Sprintf("%s AND %s = '%s'", courier.KindOutboxBatch.Query(), courier.SASource, source)
 	var ids []string
 	var token []byte
 	for {
@@ -149,7 +149,7 @@ func orderedCost(ctx context.Context, tc client.Client, source string, records i
 		return Cost{}, ctx.Err()
 	case <-time.After(2 * time.Second):
 	}
-	query := fmt.Sprintf("%s = '%s' AND %s = '%s'", courier.SAKind, courier.KindOutboxKey, courier.SASource, source)
+	query := fmt.Sprintf("%s AND %s = '%s'", courier.KindOutboxKey.Query(), courier.SASource, source)
 	var (
 		c      Cost
 		events int

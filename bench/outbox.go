@@ -30,7 +30,6 @@ import (
 	"github.com/courier-oss/courier/schema"
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/worker"
-	"github.com/courier-oss/courier/workflows"
 )
 
 // OutboxConfig sets up `courier bench outbox`.
@@ -383,11 +382,11 @@ func runOutbox(ctx context.Context, stack Stack, dbName, dbURL, streamName strin
 	if batch {
 		cost, err = batchCost(ctx, tc, source, rows)
 	} else if mode == modeOrdered {
-		if err = waitRunsClosed(ctx, tc, stack.namespace(), workflows.OutboxOrderedName); err == nil {
+		if err = waitRunsClosed(ctx, tc, stack.namespace(), courier.KindOutboxKey.Workflow); err == nil {
 			cpu = running.until(markCPU(onPostgres))
 			cost, err = orderedCost(ctx, tc, source, rows)
 		}
-	} else if err = waitRunsClosed(ctx, tc, stack.namespace(), workflows.OutboxDeliveryName); err == nil {
+	} else if err = waitRunsClosed(ctx, tc, stack.namespace(), courier.KindOutbox.Workflow); err == nil {
 		cpu = running.until(markCPU(onPostgres))
 		if closed, err = lastClose(ctx, tc, workflowIDs); err == nil {
 			cost, err = measureCost(ctx, tc, workflowIDs)

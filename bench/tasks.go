@@ -23,13 +23,13 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/schema"
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/tasks"
 	"github.com/courier-oss/courier/worker"
-	"github.com/courier-oss/courier/workflows"
 )
 
 // TasksConfig sets up `courier bench tasks`.
@@ -167,7 +167,7 @@ func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL st
 	if err := schema.Up(ctx, st.DB(), schema.AllSets...); err != nil {
 		return TaskResult{}, err
 	}
-	_, token, err := st.CreateAPIKey(ctx, "bench-task-worker", []courier.Scope{courier.ScopeWorker})
+	_, token, err := st.CreateAPIKey(ctx, "bench-task-worker", []apikey.Scope{apikey.ScopeWorker})
 	if err != nil {
 		return TaskResult{}, err
 	}
@@ -197,7 +197,7 @@ func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL st
 		// The next scenario's worker starts the sweeper again, on its own queue.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		_ = tc.TerminateWorkflow(dctx, tasks.SweeperID, "", "the bench scenario ended")
+		_ = tc.TerminateWorkflow(dctx, courier.TaskSweeperID, "", "the bench scenario ended")
 	}()
 	svc := tasks.NewService(st, tc, namespace, w.WakeTasks, nil, log)
 	gw.Config.Handler = gateway.New(gateway.Config{}, gateway.Deps{Keys: st, Outbox: st, Tasks: svc, Logger: log})
@@ -312,7 +312,7 @@ func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL st
 	for i := range ids {
 		ids[i] = courier.TaskWorkflowID(fmt.Sprintf("%s-%d-%d", dbName, run, i), 1)
 	}
-	if err := waitRunsClosed(ctx, tc, namespace, workflows.TaskName); err != nil {
+	if err := waitRunsClosed(ctx, tc, namespace, courier.KindTask.Workflow); err != nil {
 		return TaskResult{}, err
 	}
 	cpu := running.until(markCPU(onPostgres))
@@ -345,7 +345,7 @@ func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL st
 // postResult reports success the way a task worker does: to the push's result URL, with a
 // worker-scope key, naming the attempt.
 func postResult(ctx context.Context, hc *http.Client, token string, p api.TaskPush) error {
-	body, err := json.Marshal(courier.TaskResult{Attempt: p.Attempt, Status: courier.OutcomeSuccess, StatusCode: 200, Message: "done"})
+	body, err := json.Marshal(api.TaskResult{Attempt: p.Attempt, Status: courier.OutcomeSuccess, StatusCode: 200, Message: "done"})
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/mq/natsmq"
 	"github.com/courier-oss/courier/relay"
@@ -186,7 +187,7 @@ func runBucketed(ctx context.Context, stack Stack, cfg BucketedConfig, dbName, d
 
 	svc := timers.New(stack.Temporal, stack.namespace(), st, st, queue)
 	svc.Logger = quiet
-	_, token, err := st.CreateAPIKey(ctx, "bench", []courier.Scope{courier.ScopeProducer})
+	_, token, err := st.CreateAPIKey(ctx, "bench", []apikey.Scope{apikey.ScopeProducer})
 	if err != nil {
 		return TimerResult{}, err
 	}
@@ -310,8 +311,7 @@ func postBatch(ctx context.Context, url, token string, reqs []api.TimerRequest) 
 func bucketCost(ctx context.Context, stack Stack, bizType string, n int) (Cost, error) {
 	var ids []string
 	var token []byte
-	query := fmt.Sprintf("%s = '%s' AND %s IN ('%s', '%s')", courier.SABizType, bizType, courier.SAKind,
-		courier.KindTimerBucket, courier.KindBucketedTimer)
+	query := fmt.Sprintf("%s = '%s' AND %s", courier.SABizType, bizType, courier.KindIn(courier.KindTimerBucket, courier.KindBucketedTimer))
 	for {
 		resp, err := stack.Temporal.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
 			Namespace: stack.namespace(), Query: query, PageSize: 1000, NextPageToken: token})

@@ -174,7 +174,7 @@ func (c *Client) RetryTasks(ctx context.Context, f TaskBulkFilter) (*TaskRetryRe
 // already has its outcome), and then nothing changed. Not retried on 503 or a lost answer: a
 // repeat of an accepted result is ErrConflict (the taskworker package retries it and reads that
 // 409 as "over").
-func (c *Client) ReportResult(ctx context.Context, taskID string, version int64, r courier.TaskResult) (*ReportAccepted, error) {
+func (c *Client) ReportResult(ctx context.Context, taskID string, version int64, r api.TaskResult) (*ReportAccepted, error) {
 	var out ReportAccepted
 	if _, err := c.do(ctx, call{method: http.MethodPost, path: taskVersionPath(taskID, version) + "/result", body: r, out: &out}); err != nil {
 		return nil, err

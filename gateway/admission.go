@@ -8,6 +8,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/internal/ratelimit"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/timers"
@@ -60,7 +61,7 @@ func (a *admission) take(reason, kind, name string, r courier.Rate) error {
 }
 
 // admitKey counts one request of an authenticated key against its own rate or the default.
-func (a *admission) admitKey(k courier.APIKey) error {
+func (a *admission) admitKey(k apikey.Key) error {
 	r := a.keyRate
 	if k.Rate != nil {
 		r = *k.Rate

@@ -16,6 +16,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/metrics"
@@ -71,13 +72,13 @@ func setupAdmission(t *testing.T, dialect string, keyRate courier.Rate) *admissi
 	srv := newServer(t, h)
 	t.Cleanup(srv.Close)
 	f := &fixture{url: srv.URL, st: st}
-	f.admin = newKey(t, st, "admin", courier.ScopeAdmin, &courier.Rate{}) // unlimited: configuration never throttled here
+	f.admin = newKey(t, st, "admin", apikey.ScopeAdmin, &courier.Rate{}) // unlimited: configuration never throttled here
 	return &admissionFixture{fixture: f, timers: rt}
 }
 
-func newKey(t *testing.T, st *store.Store, name string, scope courier.Scope, rate *courier.Rate) string {
+func newKey(t *testing.T, st *store.Store, name string, scope apikey.Scope, rate *courier.Rate) string {
 	t.Helper()
-	_, tok, err := st.NewAPIKey(t.Context(), courier.APIKey{Name: name, Scopes: []courier.Scope{scope}, Rate: rate})
+	_, tok, err := st.NewAPIKey(t.Context(), apikey.Key{Name: name, Scopes: []apikey.Scope{scope}, Rate: rate})
 	require.NoError(t, err)
 	return tok
 }
@@ -133,10 +134,10 @@ func requireRateLimited(t *testing.T, status int, retryAfter string, eb api.Erro
 func TestKeyRateLimit(t *testing.T) {
 	t.Parallel()
 	f := setupAdmission(t, "sqlite", courier.Rate{PerSecond: tinyRate, Burst: 2})
-	flood := newKey(t, f.st, "flood", courier.ScopeProducer, nil)
-	other := newKey(t, f.st, "other", courier.ScopeProducer, nil)
-	own := newKey(t, f.st, "own", courier.ScopeProducer, &courier.Rate{PerSecond: tinyRate, Burst: 4})
-	free := newKey(t, f.st, "free", courier.ScopeProducer, &courier.Rate{})
+	flood := newKey(t, f.st, "flood", apikey.ScopeProducer, nil)
+	other := newKey(t, f.st, "other", apikey.ScopeProducer, nil)
+	own := newKey(t, f.st, "own", apikey.ScopeProducer, &courier.Rate{PerSecond: tinyRate, Burst: 4})
+	free := newKey(t, f.st, "free", apikey.ScopeProducer, &courier.Rate{})
 
 	for i := 0; i < 2; i++ {
 		st, _, eb := f.send(t, "GET", "/v1/outbox", flood, "")
@@ -182,7 +183,7 @@ func TestKeyRateLimit(t *testing.T) {
 func TestKeyRateUnlimitedByDefault(t *testing.T) {
 	t.Parallel()
 	f := setupAdmission(t, "sqlite", courier.Rate{})
-	tok := newKey(t, f.st, "p", courier.ScopeProducer, nil)
+	tok := newKey(t, f.st, "p", apikey.ScopeProducer, nil)
 	for i := 0; i < 30; i++ {
 		st, _, eb := f.send(t, "GET", "/v1/outbox", tok, "")
 		require.Equal(t, http.StatusOK, st, "%+v", eb)
@@ -204,7 +205,7 @@ func TestQueueInsertRateAndBacklog(t *testing.T) {
 		t.Run(d, func(t *testing.T) {
 			t.Parallel()
 			f := setupAdmission(t, d, courier.Rate{})
-			prod := newKey(t, f.st, "p", courier.ScopeProducer, nil)
+			prod := newKey(t, f.st, "p", apikey.ScopeProducer, nil)
 
 			var q api.Queue
 			st, _, eb := f.send(t, "PUT", "/v1/queues/limited", f.admin, `{"insert_rate_per_second":0.001,"insert_burst":2}`)
@@ -239,7 +240,7 @@ func TestQueueInsertRateAndBacklog(t *testing.T) {
 			}
 			st, ra, eb = insert("small", "b-3")
 			requireRateLimited(t, st, ra, eb, courier.CodeBacklogFull, 5)
-			require.Equal(t, strconv.Itoa(int(courier.BacklogRetryAfter/time.Second)), ra)
+			require.Equal(t, strconv.Itoa(int(store.BacklogRetryAfter/time.Second)), ra)
 			require.Equal(t, "small", eb.Error.Details["queue"])
 			require.EqualValues(t, 2, eb.Error.Details["max_pending"])
 			st, _, _ = f.send(t, "GET", "/v1/tasks/b-3", prod, "")
@@ -265,7 +266,7 @@ func TestQueueInsertRateAndBacklog(t *testing.T) {
 func TestBizTypeInsertRate(t *testing.T) {
 	t.Parallel()
 	f := setupAdmission(t, "sqlite", courier.Rate{})
-	prod := newKey(t, f.st, "p", courier.ScopeProducer, nil)
+	prod := newKey(t, f.st, "p", apikey.ScopeProducer, nil)
 	var bt api.BizType
 	st, _, eb := f.send(t, "PUT", "/v1/biz-types/orders.close", f.admin,
 		`{"delivery":"mq","topic":"orders.close","insert_rate_per_second":0.001,"insert_burst":1}`)

@@ -7,18 +7,19 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/apikey"
 )
 
 // KeyStore resolves API tokens.
 type KeyStore interface {
-	LookupAPIKey(ctx context.Context, token string) (courier.APIKey, error)
+	LookupAPIKey(ctx context.Context, token string) (apikey.Key, error)
 }
 
 const ctxKey = "courier.apikey"
 
 // requireScope authenticates the Bearer token, counts the request against the key's rate
 // (admission control) and checks the key carries scope (admin carries all).
-func requireScope(keys KeyStore, adm *admission, scope courier.Scope) echo.MiddlewareFunc {
+func requireScope(keys KeyStore, adm *admission, scope apikey.Scope) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			h := c.Request().Header.Get("Authorization")

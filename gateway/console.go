@@ -14,6 +14,8 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/apikey"
+	"github.com/courier-oss/courier/timers"
 )
 
 // The operators' console: server-rendered pages under /console over the same services and
@@ -49,7 +51,7 @@ type outboxOverviewer interface {
 // TimerOverview is what the console's overview reads about timers and schedules from Temporal
 // (timers.Service).
 type TimerOverview interface {
-	TimerStats(ctx context.Context, bizTypes []string, now time.Time, horizon, grace time.Duration) ([]courier.TimerTypeStats, error)
+	TimerStats(ctx context.Context, bizTypes []string, now time.Time, horizon, grace time.Duration) ([]timers.TypeStats, error)
 	ListSchedules(ctx context.Context, limit int) ([]api.Schedule, bool, error)
 }
 
@@ -147,7 +149,7 @@ const consoleViewerKey = "courier.console.viewer"
 
 // consoleViewer is who is signed in.
 type consoleViewer struct {
-	Key   courier.APIKey
+	Key   apikey.Key
 	Admin bool   // may act; otherwise read-only
 	CSRF  string // the token every form of this session carries
 }
@@ -217,7 +219,7 @@ func (cs *console) viewer(c echo.Context) (*consoleViewer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &consoleViewer{Key: key, Admin: key.Allows(courier.ScopeAdmin), CSRF: token}, nil
+	return &consoleViewer{Key: key, Admin: key.Allows(apikey.ScopeAdmin), CSRF: token}, nil
 }
 
 // checkCSRF refuses an action whose form lacks the session's CSRF token or that comes from
@@ -358,7 +360,7 @@ func (cs *console) login(c echo.Context) error {
 	}
 	c.SetCookie(consoleCookieOf(c, consoleCookie, sealed, "/console", cs.cfg.SessionTTL))
 	c.SetCookie(consoleCookieOf(c, consoleLoginCookie, "", "/console/login", -1))
-	cs.log.InfoContext(ctx, "console sign-in", "key_id", key.ID, "admin", key.Allows(courier.ScopeAdmin))
+	cs.log.InfoContext(ctx, "console sign-in", "key_id", key.ID, "admin", key.Allows(apikey.ScopeAdmin))
 	return c.Redirect(http.StatusSeeOther, "/console")
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/timers"
 )
 
 // What the overview reads, and how far.
@@ -38,7 +39,7 @@ type overviewData struct {
 	Checks    []checkLine
 	// Timers counts the business types' timers; TimersMore says only the first
 	// overviewBizTypes are counted.
-	Timers        []courier.TimerTypeStats
+	Timers        []timers.TypeStats
 	TimersMore    bool
 	TimersErr     string
 	HasTimers     bool

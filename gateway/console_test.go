@@ -21,6 +21,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/outbox"
@@ -47,10 +48,10 @@ func newConsoleFixture(t *testing.T, slots bool) *consoleFixture {
 	st, _ := testenv.Store(t, "sqlite")
 	ctx := t.Context()
 	f := &consoleFixture{st: st}
-	_, f.admin, _ = mustKey(t, st, courier.ScopeAdmin)
-	_, f.producer, _ = mustKey(t, st, courier.ScopeProducer)
-	var k courier.APIKey
-	k, f.revokedKey, _ = mustKey(t, st, courier.ScopeAdmin)
+	_, f.admin, _ = mustKey(t, st, apikey.ScopeAdmin)
+	_, f.producer, _ = mustKey(t, st, apikey.ScopeProducer)
+	var k apikey.Key
+	k, f.revokedKey, _ = mustKey(t, st, apikey.ScopeAdmin)
 	f.revokedID = k.ID
 	_, _, err := st.PutQueue(ctx, courier.Queue{Name: "docs", ConcurrencyLimit: 4}.WithDefaults())
 	require.NoError(t, err)
@@ -67,8 +68,8 @@ func newConsoleFixture(t *testing.T, slots bool) *consoleFixture {
 	return f
 }
 
-func mustKey(t *testing.T, st *store.Store, sc courier.Scope) (courier.APIKey, string, error) {
-	k, tok, err := st.CreateAPIKey(t.Context(), "console-"+string(sc), []courier.Scope{sc})
+func mustKey(t *testing.T, st *store.Store, sc apikey.Scope) (apikey.Key, string, error) {
+	k, tok, err := st.CreateAPIKey(t.Context(), "console-"+string(sc), []apikey.Scope{sc})
 	require.NoError(t, err)
 	return k, tok, err
 }

@@ -20,7 +20,7 @@ var requestBodies = []func() any{
 	func() any { return new(api.TimerRequest) },
 	func() any { return new(api.Reschedule) },
 	func() any { return new(api.TaskRequest) },
-	func() any { return new(courier.TaskResult) },
+	func() any { return new(api.TaskResult) },
 	func() any { return new(api.Heartbeat) },
 	func() any { return new(api.QueueConfig) },
 	func() any { return new(api.BizTypeConfig) },

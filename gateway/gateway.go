@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/outbox"
 )
@@ -127,8 +128,8 @@ func New(cfg Config, d Deps) *echo.Echo {
 	e.GET("/openapi.yaml", serveOpenAPI)
 
 	v1 := e.Group("/v1")
-	producer := requireScope(d.Keys, adm, courier.ScopeProducer)
-	admin := requireScope(d.Keys, adm, courier.ScopeAdmin)
+	producer := requireScope(d.Keys, adm, apikey.ScopeProducer)
+	admin := requireScope(d.Keys, adm, apikey.ScopeAdmin)
 	v1.POST("/outbox", h.publishOutbox, producer)
 	v1.GET("/outbox", h.listOutbox, producer)
 	v1.GET("/outbox/:id", h.getOutbox, producer)
@@ -153,7 +154,7 @@ func New(cfg Config, d Deps) *echo.Echo {
 		v1.POST("/timers/redeliver", h.redeliverTimers, admin)
 	}
 	if d.Tasks != nil {
-		workerScope := requireScope(d.Keys, adm, courier.ScopeWorker)
+		workerScope := requireScope(d.Keys, adm, apikey.ScopeWorker)
 		v1.POST("/tasks", h.insertTask, producer)
 		v1.GET("/tasks", h.listTasks, producer)
 		v1.GET("/tasks/:task_id", h.getLatestTask, producer)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/outbox"
@@ -37,12 +38,12 @@ func setup(t *testing.T) *fixture {
 	prod, _ := testenv.Store(t, "sqlite")
 	f := &fixture{st: st, prodDB: prod}
 	ctx := t.Context()
-	mk := func(s courier.Scope) string {
-		_, tok, err := st.CreateAPIKey(ctx, string(s), []courier.Scope{s})
+	mk := func(s apikey.Scope) string {
+		_, tok, err := st.CreateAPIKey(ctx, string(s), []apikey.Scope{s})
 		require.NoError(t, err)
 		return tok
 	}
-	f.admin, f.producer, f.worker = mk(courier.ScopeAdmin), mk(courier.ScopeProducer), mk(courier.ScopeWorker)
+	f.admin, f.producer, f.worker = mk(apikey.ScopeAdmin), mk(apikey.ScopeProducer), mk(apikey.ScopeWorker)
 	reg := prometheus.NewRegistry()
 	h := gateway.New(gateway.Config{MaxBodyBytes: 4096}, gateway.Deps{
 		Keys: st, Outbox: st, Gatherer: reg,
@@ -99,13 +100,13 @@ func TestAuthMatrix(t *testing.T) {
 
 	type route struct {
 		method, path, body string
-		scope              courier.Scope
+		scope              apikey.Scope
 	}
 	routes := []route{
-		{"GET", "/v1/outbox", "", courier.ScopeProducer},
-		{"GET", fmt.Sprintf("/v1/outbox/%d", rec.ID), "", courier.ScopeProducer},
-		{"POST", "/v1/outbox", `{"topic":"a.b","payload":{}}`, courier.ScopeProducer},
-		{"POST", fmt.Sprintf("/v1/outbox/%d/redrive", rec.ID), "", courier.ScopeAdmin},
+		{"GET", "/v1/outbox", "", apikey.ScopeProducer},
+		{"GET", fmt.Sprintf("/v1/outbox/%d", rec.ID), "", apikey.ScopeProducer},
+		{"POST", "/v1/outbox", `{"topic":"a.b","payload":{}}`, apikey.ScopeProducer},
+		{"POST", fmt.Sprintf("/v1/outbox/%d/redrive", rec.ID), "", apikey.ScopeAdmin},
 	}
 	tokens := map[string]string{"admin": f.admin, "producer": f.producer, "worker": f.worker}
 	for _, r := range routes {
@@ -119,7 +120,7 @@ func TestAuthMatrix(t *testing.T) {
 			require.Equal(t, courier.CodeUnauthenticated, eb.Error.Code)
 
 			for name, tok := range tokens {
-				allowed := name == "admin" || courier.Scope(name) == r.scope
+				allowed := name == "admin" || apikey.Scope(name) == r.scope
 				resp, eb = f.do(t, r.method, r.path, tok, "", strings.NewReader(r.body))
 				if allowed {
 					require.Less(t, resp.StatusCode, 400, "%s may call it: %+v", name, eb)
@@ -466,7 +467,7 @@ func (blockingTimers) Get(ctx context.Context, _, _ string) (api.Timer, error) {
 // 503 unavailable with the JSON error shape.
 func TestRequestTimeoutIs503(t *testing.T) {
 	st, _ := testenv.Store(t, "sqlite")
-	_, tok, err := st.CreateAPIKey(t.Context(), "p", []courier.Scope{courier.ScopeProducer})
+	_, tok, err := st.CreateAPIKey(t.Context(), "p", []apikey.Scope{apikey.ScopeProducer})
 	require.NoError(t, err)
 	srv := newServer(t, gateway.New(gateway.Config{RequestTimeout: 200 * time.Millisecond},
 		gateway.Deps{Keys: st, Outbox: st, Timers: blockingTimers{}}))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/apikey"
 )
 
 // PauseService is flow control's pause and resume (pauses.Service): what the API's
@@ -20,7 +21,7 @@ type PauseService interface {
 }
 
 // keyName says which API key made a request, for a pause's paused_by.
-func keyName(k courier.APIKey) string {
+func keyName(k apikey.Key) string {
 	return fmt.Sprintf("api key %s (%s)", k.Name, k.ID)
 }
 
@@ -63,7 +64,7 @@ func (h *handlers) pause(c echo.Context) error {
 	if err := bindJSON(c, &req); err != nil {
 		return err
 	}
-	key, _ := c.Get(ctxKey).(courier.APIKey)
+	key, _ := c.Get(ctxKey).(apikey.Key)
 	p, created, err := h.d.Pauses.Pause(c.Request().Context(),
 		courier.Pause{Kind: req.Kind, Name: req.Name, Reason: req.Reason, PausedBy: keyName(key)})
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/outbox"
@@ -43,9 +44,9 @@ func TestBulkRedriveAPI(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Store(t, "sqlite")
 	ctx := t.Context()
-	_, admin, err := st.CreateAPIKey(ctx, "admin", []courier.Scope{courier.ScopeAdmin})
+	_, admin, err := st.CreateAPIKey(ctx, "admin", []apikey.Scope{apikey.ScopeAdmin})
 	require.NoError(t, err)
-	_, producer, err := st.CreateAPIKey(ctx, "p", []courier.Scope{courier.ScopeProducer})
+	_, producer, err := st.CreateAPIKey(ctx, "p", []apikey.Scope{apikey.ScopeProducer})
 	require.NoError(t, err)
 	runs := &openRuns{open: map[string]bool{}}
 	var wakes atomic.Int32

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -32,7 +33,7 @@ type TaskService interface {
 	RetryMatching(ctx context.Context, f courier.TaskFilter, max int) (courier.TaskBulkResult, error)
 	// Report records a worker's result; the caller calls release once the worker has been
 	// answered, and only then is the slot the result freed handed out again.
-	Report(ctx context.Context, taskID string, version int64, r courier.TaskResult) (release func(), err error)
+	Report(ctx context.Context, taskID string, version int64, r api.TaskResult) (release func(), err error)
 	// ReportMany records many results, each answered on its own (errs[i] nil: recorded);
 	// release as Report's.
 	ReportMany(ctx context.Context, results []api.TaskResultItem) (errs []error, release func(), err error)
@@ -84,6 +85,14 @@ func (h *handlers) listTasks(c echo.Context) error {
 	return c.JSON(http.StatusOK, page)
 }
 
+// taskCursor is what a task page token carries (sealed to its query): the last version of the
+// page, in the order lists use (courier.TaskKey).
+type taskCursor struct {
+	CreatedAt time.Time `json:"created_at"`
+	TaskID    string    `json:"task_id"`
+	Version   int64     `json:"version"`
+}
+
 // taskPage reads the page of task versions the request's query asks for: the API's list and the
 // console's.
 func (h *handlers) taskPage(c echo.Context) (api.TaskPage, error) {
@@ -123,10 +132,11 @@ func (h *handlers) taskPage(c echo.Context) (api.TaskPage, error) {
 		return api.TaskPage{}, err
 	}
 	if cursor != nil {
-		f.After = new(courier.TaskKey)
-		if err := json.Unmarshal(cursor, f.After); err != nil {
+		var after taskCursor
+		if err := json.Unmarshal(cursor, &after); err != nil {
 			return api.TaskPage{}, err // sealed by this gateway fleet: never a client's doing
 		}
+		f.After = &courier.TaskKey{CreatedAt: after.CreatedAt, TaskID: after.TaskID, Version: after.Version}
 	}
 	tasks, more, err := h.d.Tasks.List(ctx, f)
 	if err != nil {
@@ -141,7 +151,7 @@ func (h *handlers) taskPage(c echo.Context) (api.TaskPage, error) {
 	}
 	if more && len(tasks) > 0 {
 		last := tasks[len(tasks)-1]
-		next, _ := json.Marshal(courier.TaskKey{CreatedAt: last.CreatedAt, TaskID: last.TaskID, Version: last.Version})
+		next, _ := json.Marshal(taskCursor{CreatedAt: last.CreatedAt, TaskID: last.TaskID, Version: last.Version})
 		if page.NextPageToken, err = h.pages.seal(ctx, query, next); err != nil {
 			return api.TaskPage{}, err
 		}
@@ -319,7 +329,7 @@ func (h *handlers) taskResult(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var req courier.TaskResult
+	var req api.TaskResult
 	if err := bindJSON(c, &req); err != nil {
 		return err
 	}

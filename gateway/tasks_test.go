@@ -18,6 +18,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
 )
@@ -31,7 +32,7 @@ type cannedTasks struct {
 	by      map[string]answer     // ...but the methods named here
 	calls   []fakeCall            // every call, in order
 	inserts []courier.TaskRequest // Insert requests as received
-	reports []courier.TaskResult
+	reports []api.TaskResult
 	beats   []fakeBeat
 	puts    []courier.Queue // PutQueue arguments as received
 	lists   []courier.TaskFilter
@@ -128,7 +129,7 @@ func (f *cannedTasks) lastPut() courier.Queue {
 	return f.puts[len(f.puts)-1]
 }
 
-func (f *cannedTasks) lastReport() courier.TaskResult {
+func (f *cannedTasks) lastReport() api.TaskResult {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.reports[len(f.reports)-1]
@@ -183,7 +184,7 @@ func (f *cannedTasks) Cancel(_ context.Context, taskID string, version int64) (c
 	return a.task, a.err
 }
 
-func (f *cannedTasks) Report(_ context.Context, taskID string, version int64, r courier.TaskResult) (func(), error) {
+func (f *cannedTasks) Report(_ context.Context, taskID string, version int64, r api.TaskResult) (func(), error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	a := f.record("Report", taskID, version)
@@ -200,7 +201,7 @@ func (f *cannedTasks) ReportMany(_ context.Context, results []api.TaskResultItem
 	a := f.record("ReportMany", "", 0)
 	errs := make([]error, len(results))
 	for i, r := range results {
-		f.reports = append(f.reports, courier.TaskResult{Attempt: r.Attempt, Status: r.Status, StatusCode: r.StatusCode, Message: r.Message, Result: r.Result})
+		f.reports = append(f.reports, r.TaskResult)
 		if a.err != nil {
 			errs[i] = a.err
 		}
@@ -286,8 +287,8 @@ type taskFixture struct {
 func setupTasks(t *testing.T) *taskFixture {
 	t.Helper()
 	st, _ := testenv.Store(t, "sqlite")
-	mk := func(s courier.Scope) string {
-		_, tok, err := st.CreateAPIKey(t.Context(), string(s), []courier.Scope{s})
+	mk := func(s apikey.Scope) string {
+		_, tok, err := st.CreateAPIKey(t.Context(), string(s), []apikey.Scope{s})
 		require.NoError(t, err)
 		return tok
 	}
@@ -296,7 +297,7 @@ func setupTasks(t *testing.T) *taskFixture {
 	srv := newServer(t, h)
 	t.Cleanup(srv.Close)
 	return &taskFixture{
-		fixture: &fixture{url: srv.URL, st: st, admin: mk(courier.ScopeAdmin), producer: mk(courier.ScopeProducer), worker: mk(courier.ScopeWorker)},
+		fixture: &fixture{url: srv.URL, st: st, admin: mk(apikey.ScopeAdmin), producer: mk(apikey.ScopeProducer), worker: mk(apikey.ScopeWorker)},
 		svc:     svc,
 	}
 }
@@ -572,7 +573,7 @@ func TestTaskResultAndHeartbeat(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, st, "%+v", eb)
 	require.Equal(t, api.ReportAccepted{TaskID: "t-1", TaskVersion: 1, Attempt: 2, Accepted: true}, acc)
 	require.Equal(t, fakeCall{"Report", "t-1", 1}, f.svc.lastCall())
-	require.Equal(t, courier.TaskResult{Attempt: 2, Status: courier.OutcomeSuccess, StatusCode: 200, Message: "ok",
+	require.Equal(t, api.TaskResult{Attempt: 2, Status: courier.OutcomeSuccess, StatusCode: 200, Message: "ok",
 		Result: json.RawMessage(`{"n":1}`)}, f.svc.lastReport())
 
 	st, eb = f.call(t, "POST", "/v1/tasks/t-1/versions/1/result", f.admin, `{"attempt":2,"status":"failure"}`, &acc)
@@ -625,17 +626,17 @@ func TestTaskAuthMatrix(t *testing.T) {
 	f := setupTasks(t)
 	routes := []struct {
 		method, path, body string
-		scope              courier.Scope
+		scope              apikey.Scope
 	}{
-		{"POST", "/v1/tasks", `{"task_id":"t-1","task_version":1}`, courier.ScopeProducer},
-		{"GET", "/v1/tasks/t-1", "", courier.ScopeProducer},
-		{"GET", "/v1/tasks/t-1/versions/1", "", courier.ScopeProducer},
-		{"DELETE", "/v1/tasks/t-1/versions/1", "", courier.ScopeProducer},
-		{"POST", "/v1/tasks/t-1/versions/1/result", `{"attempt":1,"status":"success"}`, courier.ScopeWorker},
-		{"POST", "/v1/tasks/t-1/versions/1/heartbeat", `{"attempt":1}`, courier.ScopeWorker},
-		{"GET", "/v1/queues", "", courier.ScopeAdmin},
-		{"GET", "/v1/queues/default", "", courier.ScopeAdmin},
-		{"PUT", "/v1/queues/default", `{}`, courier.ScopeAdmin},
+		{"POST", "/v1/tasks", `{"task_id":"t-1","task_version":1}`, apikey.ScopeProducer},
+		{"GET", "/v1/tasks/t-1", "", apikey.ScopeProducer},
+		{"GET", "/v1/tasks/t-1/versions/1", "", apikey.ScopeProducer},
+		{"DELETE", "/v1/tasks/t-1/versions/1", "", apikey.ScopeProducer},
+		{"POST", "/v1/tasks/t-1/versions/1/result", `{"attempt":1,"status":"success"}`, apikey.ScopeWorker},
+		{"POST", "/v1/tasks/t-1/versions/1/heartbeat", `{"attempt":1}`, apikey.ScopeWorker},
+		{"GET", "/v1/queues", "", apikey.ScopeAdmin},
+		{"GET", "/v1/queues/default", "", apikey.ScopeAdmin},
+		{"PUT", "/v1/queues/default", `{}`, apikey.ScopeAdmin},
 	}
 	tokens := map[string]string{"admin": f.admin, "producer": f.producer, "worker": f.worker}
 	q := storedQueue(courier.Queue{Name: "default"})
@@ -649,7 +650,7 @@ func TestTaskAuthMatrix(t *testing.T) {
 				require.Equal(t, courier.CodeUnauthenticated, eb.Error.Code)
 			}
 			for name, tok := range tokens {
-				allowed := name == "admin" || courier.Scope(name) == r.scope
+				allowed := name == "admin" || apikey.Scope(name) == r.scope
 				if !allowed {
 					st, eb := f.call(t, r.method, r.path, tok, r.body, nil)
 					require.Equal(t, http.StatusForbidden, st, "%s must be refused", name)
@@ -658,7 +659,7 @@ func TestTaskAuthMatrix(t *testing.T) {
 			}
 			require.Equal(t, n, f.svc.callCount(), "refused calls never reach the service")
 			for name, tok := range tokens {
-				if name == "admin" || courier.Scope(name) == r.scope {
+				if name == "admin" || apikey.Scope(name) == r.scope {
 					st, eb := f.call(t, r.method, r.path, tok, r.body, nil)
 					require.Less(t, st, 400, "%s may call it: %+v", name, eb)
 				}
@@ -924,7 +925,7 @@ func TestOpenAPIDocumentsRoutes(t *testing.T) {
 		"TaskRequest":      api.TaskRequest{},
 		"TaskOverrides":    api.TaskOverrides{},
 		"Task":             api.Task{},
-		"TaskResult":       courier.TaskResult{},
+		"TaskResult":       api.TaskResult{},
 		"Heartbeat":        api.Heartbeat{},
 		"ReportAccepted":   api.ReportAccepted{},
 		"QueueRequest":     api.QueueConfig{},

@@ -24,6 +24,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/devstack/embeddednats"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
@@ -331,7 +332,7 @@ func TestBrokerDownDelaysOnlyItsOwnRecords(t *testing.T) {
 			gw := httptest.NewServer(gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store,
 				Wake: s.worker.Relay().Wake, Logger: quiet, Runs: relay.DeliveryRuns{Temporal: s.tc, Wait: 2 * time.Second}}))
 			t.Cleanup(gw.Close)
-			_, token, err := s.store.CreateAPIKey(t.Context(), "admin", []courier.Scope{courier.ScopeAdmin})
+			_, token, err := s.store.CreateAPIKey(t.Context(), "admin", []apikey.Scope{apikey.ScopeAdmin})
 			require.NoError(t, err)
 			resp := do(t, http.MethodPost, fmt.Sprintf("%s/v1/outbox/%s/redrive", gw.URL, lost[0]), token, nil)
 			require.Equal(t, http.StatusAccepted, resp.StatusCode)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/apikey"
 	cc "github.com/courier-oss/courier/client"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/relay"
@@ -80,9 +81,9 @@ func newClientStack(t *testing.T) *clientStack {
 		pushes: make(chan api.TaskPush, 16)}
 	for _, k := range []struct {
 		dst   *string
-		scope courier.Scope
-	}{{&cs.admin, courier.ScopeAdmin}, {&cs.producer, courier.ScopeProducer}, {&cs.wkey, courier.ScopeWorker}} {
-		_, token, err := s.store.CreateAPIKey(ctx, "client-"+string(k.scope), []courier.Scope{k.scope})
+		scope apikey.Scope
+	}{{&cs.admin, apikey.ScopeAdmin}, {&cs.producer, apikey.ScopeProducer}, {&cs.wkey, apikey.ScopeWorker}} {
+		_, token, err := s.store.CreateAPIKey(ctx, "client-"+string(k.scope), []apikey.Scope{k.scope})
 		require.NoError(t, err)
 		*k.dst = token
 	}
@@ -405,7 +406,7 @@ func TestClientEveryCall(t *testing.T) {
 		require.True(t, acc.Accepted)
 		_, err = wk.Heartbeat(ctx, "doc 1", 1, p.Attempt+1, nil)
 		require.ErrorIs(t, err, cc.ErrConflict, "another attempt")
-		acc, err = wk.ReportResult(ctx, "doc 1", 1, courier.TaskResult{Attempt: p.Attempt, Status: courier.OutcomeSuccess,
+		acc, err = wk.ReportResult(ctx, "doc 1", 1, api.TaskResult{Attempt: p.Attempt, Status: courier.OutcomeSuccess,
 			StatusCode: 200, Message: "1 page", Result: json.RawMessage(`{"pages":1}`)})
 		require.NoError(t, err)
 		require.True(t, acc.Accepted)
@@ -417,7 +418,7 @@ func TestClientEveryCall(t *testing.T) {
 		require.NoError(t, err)
 		require.JSONEq(t, `{"pages":1}`, string(got1.Result))
 		require.Equal(t, "1 page", got1.Message)
-		_, err = wk.ReportResult(ctx, "doc 1", 1, courier.TaskResult{Attempt: p.Attempt, Status: courier.OutcomeSuccess})
+		_, err = wk.ReportResult(ctx, "doc 1", 1, api.TaskResult{Attempt: p.Attempt, Status: courier.OutcomeSuccess})
 		require.ErrorIs(t, err, cc.ErrConflict, "the attempt has its outcome")
 		_, err = producer.CancelTask(ctx, "doc 1", 1)
 		require.ErrorIs(t, err, cc.ErrConflict, "a finished task cannot be cancelled")

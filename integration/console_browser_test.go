@@ -18,6 +18,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/pauses"
@@ -154,7 +155,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	})
 	srv := httptest.NewServer(gw)
 	t.Cleanup(srv.Close)
-	_, admin, err := s.store.CreateAPIKey(ctx, "ops", []courier.Scope{courier.ScopeAdmin})
+	_, admin, err := s.store.CreateAPIKey(ctx, "ops", []apikey.Scope{apikey.ScopeAdmin})
 	require.NoError(t, err)
 	_, _, err = s.store.PutQueue(ctx, courier.Queue{Name: "docs", ConcurrencyLimit: 4}.WithDefaults())
 	require.NoError(t, err)

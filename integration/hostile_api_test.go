@@ -22,6 +22,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/pauses"
@@ -35,59 +36,59 @@ import (
 // both tests until it is classified.
 
 // routeScope is who may call each route ("" = anyone).
-var routeScope = map[string]courier.Scope{
+var routeScope = map[string]apikey.Scope{
 	"GET /healthz":      "",
 	"GET /readyz":       "",
 	"GET /metrics":      "",
 	"GET /openapi.yaml": "",
 
-	"POST /v1/outbox":             courier.ScopeProducer,
-	"GET /v1/outbox":              courier.ScopeProducer,
-	"GET /v1/outbox/:id":          courier.ScopeProducer,
-	"POST /v1/outbox/:id/redrive": courier.ScopeAdmin,
-	"POST /v1/outbox/redrive":     courier.ScopeAdmin,
-	"GET /v1/outbox/blocked-keys": courier.ScopeProducer,
-	"POST /v1/outbox/:id/skip":    courier.ScopeAdmin,
+	"POST /v1/outbox":             apikey.ScopeProducer,
+	"GET /v1/outbox":              apikey.ScopeProducer,
+	"GET /v1/outbox/:id":          apikey.ScopeProducer,
+	"POST /v1/outbox/:id/redrive": apikey.ScopeAdmin,
+	"POST /v1/outbox/redrive":     apikey.ScopeAdmin,
+	"GET /v1/outbox/blocked-keys": apikey.ScopeProducer,
+	"POST /v1/outbox/:id/skip":    apikey.ScopeAdmin,
 
-	"GET /v1/biz-types":          courier.ScopeAdmin,
-	"GET /v1/biz-types/:name":    courier.ScopeAdmin,
-	"PUT /v1/biz-types/:name":    courier.ScopeAdmin,
-	"DELETE /v1/biz-types/:name": courier.ScopeAdmin,
+	"GET /v1/biz-types":          apikey.ScopeAdmin,
+	"GET /v1/biz-types/:name":    apikey.ScopeAdmin,
+	"PUT /v1/biz-types/:name":    apikey.ScopeAdmin,
+	"DELETE /v1/biz-types/:name": apikey.ScopeAdmin,
 
-	"POST /v1/timers":                             courier.ScopeProducer,
-	"GET /v1/timers":                              courier.ScopeProducer,
-	"GET /v1/timers/:biz_type/:biz_id":            courier.ScopeProducer,
-	"PATCH /v1/timers/:biz_type/:biz_id":          courier.ScopeProducer,
-	"DELETE /v1/timers/:biz_type/:biz_id":         courier.ScopeProducer,
-	"POST /v1/timers/batch":                       courier.ScopeProducer,
-	"POST /v1/timers/redeliver":                   courier.ScopeAdmin,
-	"POST /v1/timers/:biz_type/:biz_id/redeliver": courier.ScopeAdmin,
+	"POST /v1/timers":                             apikey.ScopeProducer,
+	"GET /v1/timers":                              apikey.ScopeProducer,
+	"GET /v1/timers/:biz_type/:biz_id":            apikey.ScopeProducer,
+	"PATCH /v1/timers/:biz_type/:biz_id":          apikey.ScopeProducer,
+	"DELETE /v1/timers/:biz_type/:biz_id":         apikey.ScopeProducer,
+	"POST /v1/timers/batch":                       apikey.ScopeProducer,
+	"POST /v1/timers/redeliver":                   apikey.ScopeAdmin,
+	"POST /v1/timers/:biz_type/:biz_id/redeliver": apikey.ScopeAdmin,
 
-	"POST /v1/tasks":                                      courier.ScopeProducer,
-	"GET /v1/tasks":                                       courier.ScopeProducer,
-	"GET /v1/tasks/:task_id":                              courier.ScopeProducer,
-	"GET /v1/tasks/:task_id/versions/:version":            courier.ScopeProducer,
-	"DELETE /v1/tasks/:task_id/versions/:version":         courier.ScopeProducer,
-	"POST /v1/tasks/:task_id/versions/:version/result":    courier.ScopeWorker,
-	"POST /v1/tasks/:task_id/versions/:version/heartbeat": courier.ScopeWorker,
-	"POST /v1/tasks/:task_id/versions/:version/retry":     courier.ScopeProducer,
-	"POST /v1/tasks/bulk/cancel":                          courier.ScopeAdmin,
-	"POST /v1/tasks/bulk/retry":                           courier.ScopeAdmin,
-	"GET /v1/queues":                                      courier.ScopeAdmin,
-	"GET /v1/queues/:name":                                courier.ScopeAdmin,
-	"PUT /v1/queues/:name":                                courier.ScopeAdmin,
+	"POST /v1/tasks":                                      apikey.ScopeProducer,
+	"GET /v1/tasks":                                       apikey.ScopeProducer,
+	"GET /v1/tasks/:task_id":                              apikey.ScopeProducer,
+	"GET /v1/tasks/:task_id/versions/:version":            apikey.ScopeProducer,
+	"DELETE /v1/tasks/:task_id/versions/:version":         apikey.ScopeProducer,
+	"POST /v1/tasks/:task_id/versions/:version/result":    apikey.ScopeWorker,
+	"POST /v1/tasks/:task_id/versions/:version/heartbeat": apikey.ScopeWorker,
+	"POST /v1/tasks/:task_id/versions/:version/retry":     apikey.ScopeProducer,
+	"POST /v1/tasks/bulk/cancel":                          apikey.ScopeAdmin,
+	"POST /v1/tasks/bulk/retry":                           apikey.ScopeAdmin,
+	"GET /v1/queues":                                      apikey.ScopeAdmin,
+	"GET /v1/queues/:name":                                apikey.ScopeAdmin,
+	"PUT /v1/queues/:name":                                apikey.ScopeAdmin,
 
-	"GET /v1/pauses":                courier.ScopeAdmin,
-	"POST /v1/pauses":               courier.ScopeAdmin,
-	"DELETE /v1/pauses/:kind/:name": courier.ScopeAdmin,
+	"GET /v1/pauses":                apikey.ScopeAdmin,
+	"POST /v1/pauses":               apikey.ScopeAdmin,
+	"DELETE /v1/pauses/:kind/:name": apikey.ScopeAdmin,
 
-	"POST /v1/schedules/:id":         courier.ScopeProducer,
-	"GET /v1/schedules/:id":          courier.ScopeProducer,
-	"PATCH /v1/schedules/:id":        courier.ScopeProducer,
-	"DELETE /v1/schedules/:id":       courier.ScopeProducer,
-	"POST /v1/schedules/:id/pause":   courier.ScopeProducer,
-	"POST /v1/schedules/:id/unpause": courier.ScopeProducer,
-	"POST /v1/schedules/:id/trigger": courier.ScopeProducer,
+	"POST /v1/schedules/:id":         apikey.ScopeProducer,
+	"GET /v1/schedules/:id":          apikey.ScopeProducer,
+	"PATCH /v1/schedules/:id":        apikey.ScopeProducer,
+	"DELETE /v1/schedules/:id":       apikey.ScopeProducer,
+	"POST /v1/schedules/:id/pause":   apikey.ScopeProducer,
+	"POST /v1/schedules/:id/unpause": apikey.ScopeProducer,
+	"POST /v1/schedules/:id/trigger": apikey.ScopeProducer,
 }
 
 // validBodies are well-formed bodies of each route that takes one; the hostile test mutates
@@ -171,7 +172,7 @@ type hostileAPI struct {
 	s       *stack
 	e       *echo.Echo
 	url     string
-	keys    map[courier.Scope]string
+	keys    map[apikey.Scope]string
 	revoked string
 	// sessions are console sessions by API key (hostile_console_test.go).
 	sessions map[string]consoleSession
@@ -201,18 +202,18 @@ func newHostileAPI(t *testing.T) *hostileAPI {
 	})
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
-	a := &hostileAPI{s: s, e: e, url: srv.URL, keys: map[courier.Scope]string{}, sessions: map[string]consoleSession{}}
-	for _, sc := range []courier.Scope{courier.ScopeAdmin, courier.ScopeProducer, courier.ScopeWorker} {
-		_, tok, err := s.store.CreateAPIKey(ctx, "hostile-"+string(sc), []courier.Scope{sc})
+	a := &hostileAPI{s: s, e: e, url: srv.URL, keys: map[apikey.Scope]string{}, sessions: map[string]consoleSession{}}
+	for _, sc := range []apikey.Scope{apikey.ScopeAdmin, apikey.ScopeProducer, apikey.ScopeWorker} {
+		_, tok, err := s.store.CreateAPIKey(ctx, "hostile-"+string(sc), []apikey.Scope{sc})
 		require.NoError(t, err)
 		a.keys[sc] = tok
 	}
-	k, tok, err := s.store.CreateAPIKey(ctx, "revoked", []courier.Scope{courier.ScopeAdmin})
+	k, tok, err := s.store.CreateAPIKey(ctx, "revoked", []apikey.Scope{apikey.ScopeAdmin})
 	require.NoError(t, err)
 	a.signInConsole(t, tok) // a session the revocation must end
 	require.NoError(t, s.store.RevokeAPIKey(ctx, k.ID))
 	a.revoked = tok
-	for _, sc := range []courier.Scope{courier.ScopeAdmin, courier.ScopeProducer, courier.ScopeWorker} {
+	for _, sc := range []apikey.Scope{apikey.ScopeAdmin, apikey.ScopeProducer, apikey.ScopeWorker} {
 		a.signInConsole(t, a.keys[sc])
 	}
 
@@ -472,9 +473,9 @@ func TestEveryRouteRefusesHostileInput(t *testing.T) {
 			continue
 		}
 		scope := routeScope[r.Method+" "+r.Path]
-		token := a.keys[courier.ScopeAdmin]
-		if scope == courier.ScopeWorker {
-			token = a.keys[courier.ScopeWorker]
+		token := a.keys[apikey.ScopeAdmin]
+		if scope == apikey.ScopeWorker {
+			token = a.keys[apikey.ScopeWorker]
 		}
 		for _, c := range a.cases(t, r) {
 			n++
@@ -601,9 +602,9 @@ func TestAuthEveryRoute(t *testing.T) {
 			check("malformed key", "not-a-key", 401, courier.CodeUnauthenticated)
 			check("unknown key", "ck_"+strings.Repeat("0", 40), 401, courier.CodeUnauthenticated)
 			check("revoked key", a.revoked, 401, courier.CodeUnauthenticated)
-			for _, sc := range []courier.Scope{courier.ScopeAdmin, courier.ScopeProducer, courier.ScopeWorker} {
+			for _, sc := range []apikey.Scope{apikey.ScopeAdmin, apikey.ScopeProducer, apikey.ScopeWorker} {
 				status, _, raw := a.send(t, r.Method, path, "", a.keys[sc], ct, body)
-				if sc == scope || sc == courier.ScopeAdmin {
+				if sc == scope || sc == apikey.ScopeAdmin {
 					require.NotContains(t, []int{401, 403}, status, "%s may call it: %s", sc, raw)
 					require.Less(t, status, 500, "%s: %s", sc, raw)
 					continue
@@ -623,7 +624,7 @@ func TestAuthEveryRoute(t *testing.T) {
 // oversized body — chunked too — is refused and the schedule is left as it was).
 func TestValidationGapsClosed(t *testing.T) {
 	a := newHostileAPI(t)
-	admin, producer := a.keys[courier.ScopeAdmin], a.keys[courier.ScopeProducer]
+	admin, producer := a.keys[apikey.ScopeAdmin], a.keys[apikey.ScopeProducer]
 	errorOf := func(raw []byte) api.ErrorBody {
 		var eb api.ErrorBody
 		require.NoError(t, json.Unmarshal(raw, &eb), "%s", raw)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/apikey"
 )
 
 // The console's routes in the hostile-input and auth tests (hostile_api_test.go). The console
@@ -21,10 +22,10 @@ import (
 // request writes nothing, and nothing a request sends comes back as markup.
 
 // Who may call each console route: "" anyone, consoleReader any signed-in key, and
-// courier.ScopeAdmin a signed-in admin key with the session's CSRF token.
-const consoleReader courier.Scope = "console-session"
+// apikey.ScopeAdmin a signed-in admin key with the session's CSRF token.
+const consoleReader apikey.Scope = "console-session"
 
-var consoleRoutes = map[string]courier.Scope{
+var consoleRoutes = map[string]apikey.Scope{
 	"GET /console/static/:name": "",
 	"GET /console/login":        "",
 	"POST /console/login":       "",
@@ -38,19 +39,19 @@ var consoleRoutes = map[string]courier.Scope{
 	"GET /console/timers":                           consoleReader,
 	"GET /console/timers/:biz_type/:biz_id":         consoleReader,
 
-	"POST /console/outbox/:id/redrive":                      courier.ScopeAdmin,
-	"POST /console/outbox/redrive":                          courier.ScopeAdmin,
-	"POST /console/outbox/:id/skip":                         courier.ScopeAdmin,
-	"POST /console/tasks/:task_id/versions/:version/cancel": courier.ScopeAdmin,
-	"POST /console/tasks/bulk/cancel":                       courier.ScopeAdmin,
-	"POST /console/tasks/bulk/retry":                        courier.ScopeAdmin,
-	"POST /console/timers/:biz_type/:biz_id/cancel":         courier.ScopeAdmin,
-	"POST /console/timers/:biz_type/:biz_id/redeliver":      courier.ScopeAdmin,
-	"POST /console/timers/redeliver":                        courier.ScopeAdmin,
-	"POST /console/pause":                                   courier.ScopeAdmin,
-	"POST /console/resume":                                  courier.ScopeAdmin,
-	"POST /console/schedules/:id/pause":                     courier.ScopeAdmin,
-	"POST /console/schedules/:id/unpause":                   courier.ScopeAdmin,
+	"POST /console/outbox/:id/redrive":                      apikey.ScopeAdmin,
+	"POST /console/outbox/redrive":                          apikey.ScopeAdmin,
+	"POST /console/outbox/:id/skip":                         apikey.ScopeAdmin,
+	"POST /console/tasks/:task_id/versions/:version/cancel": apikey.ScopeAdmin,
+	"POST /console/tasks/bulk/cancel":                       apikey.ScopeAdmin,
+	"POST /console/tasks/bulk/retry":                        apikey.ScopeAdmin,
+	"POST /console/timers/:biz_type/:biz_id/cancel":         apikey.ScopeAdmin,
+	"POST /console/timers/:biz_type/:biz_id/redeliver":      apikey.ScopeAdmin,
+	"POST /console/timers/redeliver":                        apikey.ScopeAdmin,
+	"POST /console/pause":                                   apikey.ScopeAdmin,
+	"POST /console/resume":                                  apikey.ScopeAdmin,
+	"POST /console/schedules/:id/pause":                     apikey.ScopeAdmin,
+	"POST /console/schedules/:id/unpause":                   apikey.ScopeAdmin,
 }
 
 // consoleForms are well-formed forms of the console's POST routes (the CSRF field is added
@@ -77,7 +78,7 @@ func (a *hostileAPI) consoleForm(key string) url.Values {
 		v[k] = vs
 	}
 	if key == "POST /console/login" {
-		v.Set("key", a.keys[courier.ScopeAdmin])
+		v.Set("key", a.keys[apikey.ScopeAdmin])
 	}
 	return v
 }
@@ -163,7 +164,7 @@ func (a *hostileAPI) hostileConsole(t *testing.T, r *echo.Route, before *string)
 		courier.CodeTooLarge, courier.CodeUnsupportedMedia, courier.CodeMethodNotAllowed, courier.CodePermissionDenied} {
 		known[c] = true
 	}
-	admin := a.sessions[a.keys[courier.ScopeAdmin]]
+	admin := a.sessions[a.keys[apikey.ScopeAdmin]]
 	cookie, csrf := admin.cookie, admin.csrf
 	if key == "POST /console/login" {
 		form := a.loginForm(t)
@@ -205,7 +206,7 @@ func (a *hostileAPI) hostileConsole(t *testing.T, r *echo.Route, before *string)
 			hcase{what: "form over the limit", path: valid, body: append(formOf(nil), []byte("&pad="+strings.Repeat("x", 70<<10))...)},
 			hcase{what: "JSON instead of a form", path: valid, body: []byte(`{"csrf":"` + csrf + `"}`), ctype: "application/json"},
 			hcase{what: "no CSRF token", path: valid, body: []byte(a.consoleForm(key).Encode())},
-			hcase{what: "another session's token", path: valid, body: []byte("csrf=" + url.QueryEscape(a.sessions[a.keys[courier.ScopeProducer]].csrf))},
+			hcase{what: "another session's token", path: valid, body: []byte("csrf=" + url.QueryEscape(a.sessions[a.keys[apikey.ScopeProducer]].csrf))},
 		)
 		fields := make([]string, 0, len(consoleForms[key]))
 		for f := range consoleForms[key] {
@@ -290,12 +291,12 @@ func (a *hostileAPI) consoleAuth(t *testing.T, r *echo.Route) {
 	refused("no session", consoleSession{})
 	refused("a forged cookie", consoleSession{cookie: "courier_console=" + strings.Repeat("A", 120)})
 	refused("a revoked key's session", a.sessions[a.revoked])
-	for _, sc := range []courier.Scope{courier.ScopeAdmin, courier.ScopeProducer, courier.ScopeWorker} {
+	for _, sc := range []apikey.Scope{apikey.ScopeAdmin, apikey.ScopeProducer, apikey.ScopeWorker} {
 		s := a.sessions[a.keys[sc]]
 		status, hdr, raw := send(s, true)
 		where := fmt.Sprintf("%s with a %s session", key, sc)
 		checkConsoleAnswer(t, where, status, hdr, raw, known)
-		if who == courier.ScopeAdmin && sc != courier.ScopeAdmin {
+		if who == apikey.ScopeAdmin && sc != apikey.ScopeAdmin {
 			require.Equal(t, http.StatusForbidden, status, "%s: %s", where, raw)
 			require.Contains(t, string(raw), "admin scope", where)
 			continue
@@ -306,7 +307,7 @@ func (a *hostileAPI) consoleAuth(t *testing.T, r *echo.Route) {
 		}
 	}
 	if post {
-		status, hdr, raw := send(a.sessions[a.keys[courier.ScopeAdmin]], false)
+		status, hdr, raw := send(a.sessions[a.keys[apikey.ScopeAdmin]], false)
 		checkConsoleAnswer(t, key+" without its CSRF token", status, hdr, raw, known)
 		require.Equal(t, http.StatusForbidden, status, "an action without its CSRF token: %s", raw)
 	}

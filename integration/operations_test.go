@@ -22,6 +22,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/relay"
@@ -78,9 +79,9 @@ func newOpsStack(t *testing.T) *opsStack {
 	h = gateway.New(gateway.Config{}, gateway.Deps{Keys: ts.store, Outbox: ts.store, Tasks: ts.svc, Logger: quiet})
 	for _, k := range []struct {
 		dst   *string
-		scope courier.Scope
-	}{{&ts.admin, courier.ScopeAdmin}, {&ts.producer, courier.ScopeProducer}, {&ts.worker, courier.ScopeWorker}} {
-		_, token, err := ts.store.CreateAPIKey(ctx, "ops-"+string(k.scope), []courier.Scope{k.scope})
+		scope apikey.Scope
+	}{{&ts.admin, apikey.ScopeAdmin}, {&ts.producer, apikey.ScopeProducer}, {&ts.worker, apikey.ScopeWorker}} {
+		_, token, err := ts.store.CreateAPIKey(ctx, "ops-"+string(k.scope), []apikey.Scope{k.scope})
 		require.NoError(t, err)
 		*k.dst = token
 	}

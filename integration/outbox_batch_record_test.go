@@ -28,7 +28,7 @@ func TestRecordOutboxBatchHistories(t *testing.T) {
 	if os.Getenv("COURIER_RECORD_HISTORIES") == "" {
 		t.Skip("set COURIER_RECORD_HISTORIES=1 to re-record workflow histories")
 	}
-	dir := filepath.Join("..", "workflows", "testdata", "histories", workflows.OutboxBatchName)
+	dir := filepath.Join("..", "workflows", "testdata", "histories", courier.KindOutboxBatch.Workflow)
 
 	t.Run("sent", func(t *testing.T) {
 		s, ids := relayBatch(t, "orders.created", "orders.created", "orders.created")
@@ -64,7 +64,7 @@ func TestRecordOutboxBatchHistories(t *testing.T) {
 		defer func() { _ = tx.Rollback() }()
 		wid := courier.OutboxBatchWorkflowID(courier.DefaultSource, ids[0], ids[1])
 		_, err = s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: wid, TaskQueue: relay.DefaultTaskQueue},
-			workflows.OutboxBatchName, workflows.OutboxBatchParams{
+			courier.KindOutboxBatch.Workflow, workflows.OutboxBatchParams{
 				Source: courier.DefaultSource, IDs: ids, Retry: testRetry,
 			})
 		require.NoError(t, err)

@@ -16,7 +16,6 @@ import (
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/worker"
-	"github.com/courier-oss/courier/workflows"
 )
 
 // Whichever mode delivers a record, the workflow_id that GET /v1/outbox/{id} and the list answer
@@ -49,13 +48,13 @@ func TestOutboxRecordNamesItsRun(t *testing.T) {
 				name, topic, key, wfType string
 				status                   courier.OutboxStatus
 			}{
-				{"per record", "plain.created", "", workflows.OutboxDeliveryName, courier.OutboxSent},
-				{"batched", "batch.created", "", workflows.OutboxBatchName, courier.OutboxSent},
-				{"batched", "batch.created", "", workflows.OutboxBatchName, courier.OutboxSent},
-				{"left its batch, dead in its own", "batch.lost", "", workflows.OutboxDeliveryName, courier.OutboxDead},
-				{"ordered", "ordered.sent", "k1", workflows.OutboxOrderedName, courier.OutboxSent},
-				{"ordered", "ordered.sent", "k1", workflows.OutboxOrderedName, courier.OutboxSent},
-				{"ordered, dead, its key blocked", "ordered.lost", "k2", workflows.OutboxOrderedName, courier.OutboxDead},
+				{"per record", "plain.created", "", courier.KindOutbox.Workflow, courier.OutboxSent},
+				{"batched", "batch.created", "", courier.KindOutboxBatch.Workflow, courier.OutboxSent},
+				{"batched", "batch.created", "", courier.KindOutboxBatch.Workflow, courier.OutboxSent},
+				{"left its batch, dead in its own", "batch.lost", "", courier.KindOutbox.Workflow, courier.OutboxDead},
+				{"ordered", "ordered.sent", "k1", courier.KindOutboxKey.Workflow, courier.OutboxSent},
+				{"ordered", "ordered.sent", "k1", courier.KindOutboxKey.Workflow, courier.OutboxSent},
+				{"ordered, dead, its key blocked", "ordered.lost", "k2", courier.KindOutboxKey.Workflow, courier.OutboxDead},
 			}
 			msgs := make([]outbox.Message, len(cases))
 			for i, cs := range cases {
@@ -98,11 +97,11 @@ func TestOutboxRecordNamesItsRun(t *testing.T) {
 					return err == nil && closed != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 				}, 30*time.Second, 50*time.Millisecond, cs.name)
 				switch cs.wfType {
-				case workflows.OutboxDeliveryName:
+				case courier.KindOutbox.Workflow:
 					require.Equal(t, courier.OutboxWorkflowID("", ids[i]), wid)
-				case workflows.OutboxOrderedName:
+				case courier.KindOutboxKey.Workflow:
 					require.Equal(t, courier.OutboxKeyWorkflowID("", cs.key), wid)
-				case workflows.OutboxBatchName:
+				case courier.KindOutboxBatch.Workflow:
 					// outbox-batch/default/<first>-<last>, the record among them.
 					first, last, ok := strings.Cut(strings.TrimPrefix(wid, "outbox-batch/default/"), "-")
 					require.True(t, ok, wid)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/apikey"
 	cc "github.com/courier-oss/courier/client"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/pauses"
@@ -40,9 +41,9 @@ func testPausedBizType(t *testing.T, dialect string) {
 	}
 	s.watchPauses()
 	s.timerWorker(false)
-	_, ptok, err := s.store.CreateAPIKey(ctx, "producer", []courier.Scope{courier.ScopeProducer})
+	_, ptok, err := s.store.CreateAPIKey(ctx, "producer", []apikey.Scope{apikey.ScopeProducer})
 	require.NoError(t, err)
-	_, atok, err := s.store.CreateAPIKey(ctx, "ops", []courier.Scope{courier.ScopeAdmin})
+	_, atok, err := s.store.CreateAPIKey(ctx, "ops", []apikey.Scope{apikey.ScopeAdmin})
 	require.NoError(t, err)
 	svc := s.timerService()
 	srv := httptest.NewServer(gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store, BizTypes: s.store,

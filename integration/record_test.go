@@ -95,7 +95,7 @@ func TestRecordHistories(t *testing.T) {
 				return err == nil && d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 			}, time.Minute, 50*time.Millisecond)
 			hist := history(t, s, wid, "")
-			writeNew(t, filepath.Join(dir, workflows.OutboxDeliveryName, c.name+".json"), hist)
+			writeNew(t, filepath.Join(dir, courier.KindOutbox.Workflow, c.name+".json"), hist)
 
 			if c.name == "retried-then-sent" {
 				// A deliberately incompatible history: the recorded run scheduled an activity the
@@ -166,7 +166,7 @@ func TestRecordTimerHistories(t *testing.T) {
 		d, err := s.tc.DescribeWorkflowExecution(ctx, id, "")
 		return err == nil && d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 	}
-	dir := filepath.Join("..", "workflows", "testdata", "histories", workflows.TimerName)
+	dir := filepath.Join("..", "workflows", "testdata", "histories", courier.KindTimer.Workflow)
 	// Each case is written only where it is missing (writeNew). A failed delivery's run fails.
 	for _, c := range []string{"delivered", "rescheduled", "cancelled", "failed"} {
 		typ, file := "rec.ok", c
@@ -225,7 +225,7 @@ func TestRecordTimerContinuedHistories(t *testing.T) {
 	}, time.Minute, 50*time.Millisecond)
 	handedOver := history(t, s, id, first)
 	require.Equal(t, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW, handedOver.Events[len(handedOver.Events)-1].GetEventType())
-	dir := filepath.Join("..", "workflows", "testdata", "histories", workflows.TimerName)
+	dir := filepath.Join("..", "workflows", "testdata", "histories", courier.KindTimer.Workflow)
 	writeNew(t, filepath.Join(dir, "continued-as-new.json"), handedOver)
 	writeNew(t, filepath.Join(dir, "continued-then-cancelled.json"), history(t, s, id, ""))
 }
@@ -283,8 +283,8 @@ func TestRecordBucketedTimerHistories(t *testing.T) {
 		require.Eventually(t, func() bool { return closed(id) }, time.Minute, 50*time.Millisecond, id)
 	}
 	require.Eventually(t, func() bool { return len(rcv.failureEvents()) == 2 }, time.Minute, 50*time.Millisecond)
-	writeNew(t, filepath.Join("..", "workflows", "testdata", "histories", workflows.TimerBucketName, "delivered.json"), history(t, s, bucket, ""))
-	dir := filepath.Join("..", "workflows", "testdata", "histories", workflows.TimerName)
+	writeNew(t, filepath.Join("..", "workflows", "testdata", "histories", courier.KindTimerBucket.Workflow, "delivered.json"), history(t, s, bucket, ""))
+	dir := filepath.Join("..", "workflows", "testdata", "histories", courier.KindTimer.Workflow)
 	writeNew(t, filepath.Join(dir, "bucketed-retried-failed-notified.json"), history(t, s, handed, ""))
 	writeNew(t, filepath.Join(dir, "failed-notified.json"), history(t, s, own, ""))
 
@@ -352,7 +352,7 @@ func TestRecordOrderedHistories(t *testing.T) {
 				d, err := s.tc.DescribeWorkflowExecution(ctx, wid, "")
 				return err == nil && d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 			}, time.Minute, 50*time.Millisecond)
-			writeNew(t, filepath.Join(dir, workflows.OutboxOrderedName, c.name+".json"), history(t, s, wid, ""))
+			writeNew(t, filepath.Join(dir, courier.KindOutboxKey.Workflow, c.name+".json"), history(t, s, wid, ""))
 		})
 	}
 	t.Run("paused", func(t *testing.T) {
@@ -382,7 +382,7 @@ func TestRecordOrderedHistories(t *testing.T) {
 		defer w.Stop()
 		wid := courier.OutboxWorkflowID("", ids[0])
 		_, err = s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: wid, TaskQueue: relay.DefaultTaskQueue},
-			workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: ids[0], Retry: testRetry, FinalState: true})
+			courier.KindOutbox.Workflow, workflows.OutboxDeliveryParams{ID: ids[0], Retry: testRetry, FinalState: true})
 		require.NoError(t, err)
 		require.Eventually(t, func() bool {
 			d, err := s.tc.DescribeWorkflowExecution(ctx, wid, "")
@@ -392,6 +392,6 @@ func TestRecordOrderedHistories(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, courier.OutboxPending, rec.Status)
 		require.Zero(t, rec.Attempts)
-		writeNew(t, filepath.Join(dir, workflows.OutboxDeliveryName, "paused.json"), history(t, s, wid, ""))
+		writeNew(t, filepath.Join(dir, courier.KindOutbox.Workflow, "paused.json"), history(t, s, wid, ""))
 	})
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/gateway"
 )
 
@@ -22,7 +23,7 @@ func TestSchedulesEndToEnd(t *testing.T) {
 	rcv := s.bizType("marketing.digest", 0)
 	s.timerWorker(false)
 	ctx := t.Context()
-	_, token, err := s.store.CreateAPIKey(ctx, "marketing", []courier.Scope{courier.ScopeProducer})
+	_, token, err := s.store.CreateAPIKey(ctx, "marketing", []apikey.Scope{apikey.ScopeProducer})
 	require.NoError(t, err)
 	gw := httptest.NewServer(gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store, Schedules: s.timerService(), Logger: quiet}))
 	t.Cleanup(gw.Close)

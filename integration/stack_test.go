@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/server/temporaltest"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/devstack/embeddednats"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
@@ -134,7 +135,7 @@ func (s *stack) startWorker(disableRelay bool) *worker.Worker {
 // gateway serves the real gateway over HTTP and returns its URL and an admin token.
 func (s *stack) gateway(wake func()) (string, string) {
 	s.t.Helper()
-	_, token, err := s.store.CreateAPIKey(s.t.Context(), "test-admin", []courier.Scope{courier.ScopeAdmin})
+	_, token, err := s.store.CreateAPIKey(s.t.Context(), "test-admin", []apikey.Scope{apikey.ScopeAdmin})
 	require.NoError(s.t, err)
 	h := gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store, Wake: wake, Logger: quiet,
 		Runs: relay.DeliveryRuns{Temporal: s.tc, Wait: 2 * time.Second}})

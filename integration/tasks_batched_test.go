@@ -96,8 +96,8 @@ func reportAll(t *testing.T, token string, ps []api.TaskPush, status courier.Out
 	t.Helper()
 	req := api.TaskResults{}
 	for _, p := range ps {
-		req.Results = append(req.Results, api.TaskResultItem{TaskID: p.TaskID, TaskVersion: p.TaskVersion, Attempt: p.Attempt,
-			Status: status, StatusCode: 200, Message: "done", Result: json.RawMessage(fmt.Sprintf(`{"task":%q}`, p.TaskID))})
+		req.Results = append(req.Results, api.TaskResultItem{TaskID: p.TaskID, TaskVersion: p.TaskVersion, TaskResult: api.TaskResult{Attempt: p.Attempt,
+			Status: status, StatusCode: 200, Message: "done", Result: json.RawMessage(fmt.Sprintf(`{"task":%q}`, p.TaskID))}})
 	}
 	body, err := json.Marshal(req)
 	require.NoError(t, err)

@@ -23,7 +23,6 @@ import (
 	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/tasks"
-	"github.com/courier-oss/courier/workflows"
 )
 
 // TestRecordTaskHistories records task and sweeper workflow histories from real runs (make
@@ -134,7 +133,7 @@ func TestRecordTaskHistories(t *testing.T) {
 		require.NotEmpty(t, run, c)
 		require.Eventually(t, func() bool { return closed(id, run) }, time.Minute, 50*time.Millisecond, id)
 		hist := history(t, ts.stack, id, run)
-		writeNew(t, filepath.Join(dir, workflows.TaskName, c+".json"), hist)
+		writeNew(t, filepath.Join(dir, courier.KindTask.Workflow, c+".json"), hist)
 		if c == "heartbeat-success" {
 			writeNew(t, filepath.Join(dir, "broken", "task-success-not-recorded.json"), unrecorded(t, hist))
 		}
@@ -143,11 +142,11 @@ func TestRecordTaskHistories(t *testing.T) {
 	// The sweeper's loop: a run that swept every 50 ms until it continued as new. (run.json is
 	// a single sweep a schedule started, recorded before the loop.)
 	require.NoError(t, tasks.EnsureSweeper(ctx, ts.tc, relay.DefaultTaskQueue, 50*time.Millisecond))
-	d, err := ts.tc.DescribeWorkflowExecution(ctx, tasks.SweeperID, "")
+	d, err := ts.tc.DescribeWorkflowExecution(ctx, courier.TaskSweeperID, "")
 	require.NoError(t, err)
 	runID := d.GetWorkflowExecutionInfo().GetExecution().GetRunId()
-	require.Eventually(t, func() bool { return closed(tasks.SweeperID, runID) }, 2*time.Minute, 100*time.Millisecond)
-	writeNew(t, filepath.Join(dir, workflows.TaskSweeperName, "loop.json"), history(t, ts.stack, tasks.SweeperID, runID))
+	require.Eventually(t, func() bool { return closed(courier.TaskSweeperID, runID) }, 2*time.Minute, 100*time.Millisecond)
+	writeNew(t, filepath.Join(dir, courier.KindTaskSweeper.Workflow, "loop.json"), history(t, ts.stack, courier.TaskSweeperID, runID))
 }
 
 // unrecorded is a task run's history with the recorded mark taken off the result the gateway

@@ -23,6 +23,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/dispatch"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
@@ -177,9 +178,9 @@ func taskStackOn(t *testing.T, s *stack, recoverAfter time.Duration, tune func(*
 		Pauses: pauses.NewService(s.store, quiet)})
 	for _, k := range []struct {
 		dst   *string
-		scope courier.Scope
-	}{{&ts.admin, courier.ScopeAdmin}, {&ts.producer, courier.ScopeProducer}, {&ts.worker, courier.ScopeWorker}} {
-		_, token, err := s.store.CreateAPIKey(ctx, "test-"+string(k.scope), []courier.Scope{k.scope})
+		scope apikey.Scope
+	}{{&ts.admin, apikey.ScopeAdmin}, {&ts.producer, apikey.ScopeProducer}, {&ts.worker, apikey.ScopeWorker}} {
+		_, token, err := s.store.CreateAPIKey(ctx, "test-"+string(k.scope), []apikey.Scope{k.scope})
 		require.NoError(t, err)
 		*k.dst = token
 	}
@@ -658,10 +659,10 @@ func TestTaskSweeper(t *testing.T) {
 	_, err = ts.store.DB().NewRaw("UPDATE courier_task_queues SET in_flight = 7 WHERE name = 'idle'").Exec(ctx)
 	require.NoError(t, err)
 
-	d, err := ts.tc.DescribeWorkflowExecution(ctx, tasks.SweeperID, "")
+	d, err := ts.tc.DescribeWorkflowExecution(ctx, courier.TaskSweeperID, "")
 	require.NoError(t, err, "the worker started the sweeper")
 	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, d.GetWorkflowExecutionInfo().GetStatus())
-	_, err = ts.tc.ScheduleClient().GetHandle(ctx, tasks.SweeperID).Describe(ctx)
+	_, err = ts.tc.ScheduleClient().GetHandle(ctx, courier.TaskSweeperID).Describe(ctx)
 	require.Error(t, err, "no schedule starts a run a minute")
 	// Another interval replaces the running sweeper, whose first sweep comes at once.
 	require.NoError(t, tasks.EnsureSweeper(ctx, ts.tc, relay.DefaultTaskQueue, 200*time.Millisecond))
@@ -673,7 +674,7 @@ func TestTaskSweeper(t *testing.T) {
 	require.Contains(t, orphan.Message, "workflow ended")
 	require.Equal(t, 0, ts.inFlight("default"), "the orphan's slot is free again")
 	resp, err := ts.tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Namespace: ts.ts.GetDefaultNamespace(),
-		Query: fmt.Sprintf("%s = '%s' AND ExecutionStatus = 'Running'", courier.SAKind, courier.KindTaskSweeper)})
+		Query: courier.KindTaskSweeper.Query() + " AND ExecutionStatus = 'Running'"})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, resp.GetCount(), "one sweeper runs, sweeping every interval")
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/apikey"
 	cc "github.com/courier-oss/courier/client"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/webhook"
@@ -103,9 +104,9 @@ func (r *bucketReceiver) failureEvents() []api.TimerFailedEvent {
 // an admin's client.
 func (s *stack) bucketedGateway() (producer, admin *cc.Client) {
 	ctx := s.t.Context()
-	_, ptok, err := s.store.CreateAPIKey(ctx, "producer", []courier.Scope{courier.ScopeProducer})
+	_, ptok, err := s.store.CreateAPIKey(ctx, "producer", []apikey.Scope{apikey.ScopeProducer})
 	require.NoError(s.t, err)
-	_, atok, err := s.store.CreateAPIKey(ctx, "admin", []courier.Scope{courier.ScopeAdmin})
+	_, atok, err := s.store.CreateAPIKey(ctx, "admin", []apikey.Scope{apikey.ScopeAdmin})
 	require.NoError(s.t, err)
 	svc := s.timerService()
 	srv := httptest.NewServer(gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store,

@@ -20,6 +20,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/outbox"
@@ -67,7 +68,7 @@ func TestTimersEndToEnd(t *testing.T) {
 	rcv := s.bizType("order.close", 0)
 	s.timerWorker(false)
 	ctx := t.Context()
-	_, token, err := s.store.CreateAPIKey(ctx, "orders", []courier.Scope{courier.ScopeProducer})
+	_, token, err := s.store.CreateAPIKey(ctx, "orders", []apikey.Scope{apikey.ScopeProducer})
 	require.NoError(t, err)
 	gw := httptest.NewServer(gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store,
 		Timers: s.timerService(), Logger: quiet}))
@@ -257,7 +258,7 @@ type timerAPI struct {
 
 func (s *stack) timerAPI(svc *timers.Service) *timerAPI {
 	s.t.Helper()
-	_, token, err := s.store.CreateAPIKey(s.t.Context(), "timers-"+s.t.Name(), []courier.Scope{courier.ScopeProducer})
+	_, token, err := s.store.CreateAPIKey(s.t.Context(), "timers-"+s.t.Name(), []apikey.Scope{apikey.ScopeProducer})
 	require.NoError(s.t, err)
 	srv := httptest.NewServer(gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store,
 		Timers: svc, Schedules: svc, Logger: quiet}))

@@ -26,6 +26,7 @@ import (
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/outbox"
@@ -238,7 +239,7 @@ func TestTraceOutboxProducerToPublish(t *testing.T) {
 
 			msg := s.waitMessage("TRACED")
 			ends := requireTrace(t, exp, traceID, []string{"producer tx", "outbox relay",
-				"StartWorkflow:" + workflows.OutboxDeliveryName, "RunWorkflow:" + workflows.OutboxDeliveryName,
+				"StartWorkflow:" + courier.KindOutbox.Workflow, "RunWorkflow:" + courier.KindOutbox.Workflow,
 				"StartActivity:" + contract.DeliverOutboxName, "RunActivity:" + contract.DeliverOutboxName,
 				"publish traced.created"})
 			publish := ends[0]
@@ -291,7 +292,7 @@ func TestTraceTimerCreateToCallback(t *testing.T) {
 				CallbackURL: rcvURL, Secrets: []string{secret}})
 			require.NoError(t, err)
 			s.timerWorker(false)
-			_, token, err := s.store.CreateAPIKey(t.Context(), "orders", []courier.Scope{courier.ScopeProducer})
+			_, token, err := s.store.CreateAPIKey(t.Context(), "orders", []apikey.Scope{apikey.ScopeProducer})
 			require.NoError(t, err)
 			gw := startHTTP(t, gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store,
 				Timers: s.timerService(), Logger: quiet}))
@@ -311,7 +312,7 @@ func TestTraceTimerCreateToCallback(t *testing.T) {
 			}
 			require.NoError(t, cb.verified, "the signature verifies with the traceparent header added")
 			ends := requireTrace(t, exp, traceID, []string{"client create timer", "POST /v1/timers",
-				"StartWorkflow:" + workflows.TimerName, "RunWorkflow:" + workflows.TimerName,
+				"StartWorkflow:" + courier.KindTimer.Workflow, "RunWorkflow:" + courier.KindTimer.Workflow,
 				"StartActivity:" + contract.DeliverTimerName, "RunActivity:" + contract.DeliverTimerName,
 				"callback POST"})
 			sc := tracing.SpanContext(courier.TraceContext{Parent: cb.traceparent})
@@ -393,7 +394,7 @@ func testTraceTaskInsertToResult(t *testing.T, d string, heartbeat time.Duration
 	ts.waitStatus("doc-1", 1, courier.TaskSuccess, 20*time.Second)
 
 	attempt := []string{"client insert task", "POST /v1/tasks", "task claim",
-		"StartWorkflow:" + workflows.TaskName, "RunWorkflow:" + workflows.TaskName}
+		"StartWorkflow:" + courier.KindTask.Workflow, "RunWorkflow:" + courier.KindTask.Workflow}
 	pushName := contract.SendPushName // a local activity, traced as one
 	if heartbeat > 0 {
 		pushName = contract.PushAwaitName

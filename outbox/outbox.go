@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/store/outboxsql"
 	"github.com/courier-oss/courier/tracing"
 )
@@ -95,16 +96,9 @@ type Timer struct {
 	Payload json.RawMessage // JSON delivered with the callback; nil for none
 }
 
-// TimerRow is the payload of a TimerTopic row (the relay reads it back).
-type TimerRow struct {
-	BizType string          `json:"biz_type"`
-	BizID   string          `json:"biz_id"`
-	FireAt  time.Time       `json:"fire_at"`
-	Payload json.RawMessage `json:"payload,omitempty"`
-}
-
 // ArmTimer writes a row that makes courier's relay create the timer once tx commits. Creating
-// is idempotent on (biz_type, biz_id), so a relay retry never arms twice.
+// is idempotent on (biz_type, biz_id), so a relay retry never arms twice. The row's payload is
+// the body of POST /v1/timers with a fire time (api.TimerRequest).
 func ArmTimer(ctx context.Context, tx Tx, t Timer) (int64, error) {
 	if err := courier.CheckName("biz_type", t.BizType); err != nil {
 		return 0, err
@@ -118,7 +112,7 @@ func ArmTimer(ctx context.Context, tx Tx, t Timer) (int64, error) {
 	if len(t.Payload) > 0 && !json.Valid(t.Payload) {
 		return 0, errors.New("outbox: timer payload must be JSON")
 	}
-	body, err := json.Marshal(TimerRow{BizType: t.BizType, BizID: t.BizID, FireAt: t.FireAt.UTC(), Payload: t.Payload})
+	body, err := json.Marshal(api.TimerRequest{BizType: t.BizType, BizID: t.BizID, When: api.At(t.FireAt.UTC()), Payload: t.Payload})
 	if err != nil {
 		return 0, err
 	}

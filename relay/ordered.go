@@ -7,7 +7,6 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/workflows"
@@ -55,16 +54,13 @@ func (r *Relay) startOrdered(ctx context.Context, src Source) error {
 func (r *Relay) startKey(ctx context.Context, source, key string, scope courier.OrderedScope) error {
 	opts := client.StartWorkflowOptions{
 		ID:                       courier.OutboxKeyWorkflowID(source, key),
-		TaskQueue:                r.cfg.TaskQueue,
+		TaskQueue:                courier.KindOutboxKey.TaskQueue(r.cfg.TaskQueue),
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		EnableEagerStart:         true,
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet(courier.KindOutboxKey),
-			temporal.NewSearchAttributeKeyKeyword(courier.SASource).ValueSet(source),
-		),
+		TypedSearchAttributes:    workflows.StartAttributes(courier.KindOutboxKey, courier.RunAttributes{Source: source}),
 	}
-	_, err := r.tc.ExecuteWorkflow(ctx, opts, workflows.OutboxOrderedName, workflows.OutboxOrderedParams{
+	_, err := r.tc.ExecuteWorkflow(ctx, opts, courier.KindOutboxKey.Workflow, workflows.OutboxOrderedParams{
 		Source: source, Key: key, Scope: scope, Max: r.cfg.Ordered.Max, Retry: r.cfg.Retry,
 	})
 	return err

@@ -12,7 +12,6 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
@@ -506,17 +505,13 @@ func (r *Relay) startBatch(ctx context.Context, src Source, recs []store.Claimed
 	}
 	opts := client.StartWorkflowOptions{
 		ID:                       wid,
-		TaskQueue:                r.cfg.TaskQueue,
+		TaskQueue:                courier.KindOutboxBatch.TaskQueue(r.cfg.TaskQueue),
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		EnableEagerStart:         true,
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet(courier.KindOutboxBatch),
-			temporal.NewSearchAttributeKeyKeyword(courier.SASource).ValueSet(source),
-			temporal.NewSearchAttributeKeyInt64(courier.SARecord).ValueSet(ids[0]),
-		),
+		TypedSearchAttributes:    workflows.StartAttributes(courier.KindOutboxBatch, courier.RunAttributes{Source: source, RecordID: ids[0]}),
 	}
-	_, err := r.tc.ExecuteWorkflow(ctx, opts, workflows.OutboxBatchName, workflows.OutboxBatchParams{
+	_, err := r.tc.ExecuteWorkflow(ctx, opts, courier.KindOutboxBatch.Workflow, workflows.OutboxBatchParams{
 		Source: source, IDs: ids, Retry: r.cfg.Retry,
 	})
 	if err != nil {
@@ -547,12 +542,18 @@ func (r *Relay) armTimer(ctx context.Context, src Source, id int64) {
 	}
 	ctx, span := traceRow(ctx, src.Name, id, rec.Topic, tracing.FromHeaders(rec.Headers))
 	defer span.End()
-	var row outbox.TimerRow
+	var row api.TimerRequest
 	if err := json.Unmarshal(rec.Payload, &row); err != nil {
 		fail("timer row payload is not valid: " + err.Error())
 		return
 	}
-	_, _, err = r.timers.Create(ctx, api.TimerRequest{BizType: row.BizType, BizID: row.BizID, When: api.At(row.FireAt), Payload: row.Payload})
+	// A row arms at its fire time only (outbox.ArmTimer): a delay would be counted from
+	// whenever the relay got to the row.
+	req := api.TimerRequest{BizType: row.BizType, BizID: row.BizID, Payload: row.Payload}
+	if row.FireAt != nil {
+		req.When = api.At(*row.FireAt)
+	}
+	_, _, err = r.timers.Create(ctx, req)
 	switch courier.ErrorCode(err) {
 	case courier.CodeValidation, courier.CodeConflict, courier.CodeTooLarge, courier.CodeInvalid:
 		fail(err.Error())
@@ -602,7 +603,7 @@ func (r *Relay) startOne(ctx context.Context, source string, rec store.ClaimedRe
 	defer func() { tracing.End(span, err) }()
 	opts := client.StartWorkflowOptions{
 		ID:                       courier.OutboxWorkflowID(source, rec.ID),
-		TaskQueue:                r.cfg.TaskQueue,
+		TaskQueue:                courier.KindOutbox.TaskQueue(r.cfg.TaskQueue),
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		// The worker in this process polls this queue on the same client, so the server can
@@ -610,15 +611,10 @@ func (r *Relay) startOne(ctx context.Context, source string, rec store.ClaimedRe
 		// matching (docs/benchmarks-history.md, "Engine tuning"). Without a free local slot, or on a
 		// run that already exists, the SDK starts normally.
 		EnableEagerStart: true,
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet(courier.KindOutbox),
-			temporal.NewSearchAttributeKeyKeyword(courier.SATopic).ValueSet(rec.Topic),
-			temporal.NewSearchAttributeKeyKeyword(courier.SASource).ValueSet(source),
-			temporal.NewSearchAttributeKeyInt64(courier.SARecord).ValueSet(rec.ID),
-			temporal.NewSearchAttributeKeyKeyword(courier.SAState).ValueSet(string(courier.OutboxDispatched)),
-		),
+		TypedSearchAttributes: workflows.StartAttributes(courier.KindOutbox, courier.RunAttributes{Topic: rec.Topic, Source: source,
+			RecordID: rec.ID, State: string(courier.OutboxDispatched)}),
 	}
-	_, err = r.tc.ExecuteWorkflow(ctx, opts, workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{
+	_, err = r.tc.ExecuteWorkflow(ctx, opts, courier.KindOutbox.Workflow, workflows.OutboxDeliveryParams{
 		Source: source, ID: rec.ID, Retry: r.cfg.Retry, FinalState: true,
 	})
 	return err

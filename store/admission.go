@@ -3,11 +3,16 @@ package store
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/uptrace/bun"
 
 	"github.com/courier-oss/courier"
 )
+
+// BacklogRetryAfter is the Retry-After of an insert refused because its queue's backlog is full:
+// how long a drain takes is unknown, so the hint is a fixed, modest wait.
+const BacklogRetryAfter = 5 * time.Second
 
 // backlogLockClass is the first key of the PostgreSQL advisory locks that serialise backlog
 // checks per queue ("cour" in ASCII); the second is the hash of the queue's name.
@@ -44,6 +49,6 @@ func (s *Store) admitPending(ctx context.Context, tx bun.Tx, q courier.Queue, ta
 		Code:       courier.CodeBacklogFull,
 		Message:    fmt.Sprintf("queue %q already holds its budget of %d pending tasks; retry once workers have drained some", q.Name, q.MaxPending),
 		Details:    map[string]any{"queue": q.Name, "max_pending": q.MaxPending},
-		RetryAfter: courier.BacklogRetryAfter,
+		RetryAfter: BacklogRetryAfter,
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/store"
 )
 
@@ -43,7 +44,7 @@ func TestQueueMaxPending(t *testing.T) {
 		require.Equal(t, courier.CodeBacklogFull, courier.ErrorCode(err), "%v", err)
 		var ce *courier.Error
 		require.ErrorAs(t, err, &ce)
-		require.Equal(t, courier.BacklogRetryAfter, ce.RetryAfter)
+		require.Equal(t, store.BacklogRetryAfter, ce.RetryAfter)
 		require.Equal(t, "small", ce.Details["queue"])
 		_, err = s.GetLatestTask(ctx, "c")
 		require.Equal(t, courier.CodeNotFound, courier.ErrorCode(err), "nothing written")
@@ -151,14 +152,14 @@ func TestQueueAdmissionSettings(t *testing.T) {
 func TestAdmissionRatesStored(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		plain, plainTok, err := s.CreateAPIKey(ctx, "plain", []courier.Scope{courier.ScopeProducer})
+		plain, plainTok, err := s.CreateAPIKey(ctx, "plain", []apikey.Scope{apikey.ScopeProducer})
 		require.NoError(t, err)
 		require.Nil(t, plain.Rate)
 		got, err := s.LookupAPIKey(ctx, plainTok)
 		require.NoError(t, err)
 		require.Nil(t, got.Rate, "no own rate: the gateway's default")
 
-		own, ownTok, err := s.NewAPIKey(ctx, courier.APIKey{Name: "own", Scopes: []courier.Scope{courier.ScopeProducer},
+		own, ownTok, err := s.NewAPIKey(ctx, apikey.Key{Name: "own", Scopes: []apikey.Scope{apikey.ScopeProducer},
 			Rate: &courier.Rate{PerSecond: 5, Burst: 20}})
 		require.NoError(t, err)
 		got, err = s.LookupAPIKey(ctx, ownTok)
@@ -175,7 +176,7 @@ func TestAdmissionRatesStored(t *testing.T) {
 		require.Nil(t, got.Rate)
 
 		require.Equal(t, courier.CodeValidation, courier.ErrorCode(s.SetAPIKeyRate(ctx, own.ID, &courier.Rate{PerSecond: -1})))
-		_, _, err = s.NewAPIKey(ctx, courier.APIKey{Name: "bad", Scopes: []courier.Scope{courier.ScopeProducer}, Rate: &courier.Rate{Burst: 2}})
+		_, _, err = s.NewAPIKey(ctx, apikey.Key{Name: "bad", Scopes: []apikey.Scope{apikey.ScopeProducer}, Rate: &courier.Rate{Burst: 2}})
 		require.Equal(t, courier.CodeValidation, courier.ErrorCode(err))
 		require.Equal(t, courier.CodeNotFound, courier.ErrorCode(s.SetAPIKeyRate(ctx, "key_nope", nil)))
 		require.NoError(t, s.RevokeAPIKey(ctx, own.ID))

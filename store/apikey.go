@@ -15,6 +15,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/apikey"
 )
 
 type apiKeyRow struct {
@@ -54,25 +55,25 @@ func HashAPIKey(token string) string {
 
 // CreateAPIKey stores a new key on the gateway's default request rate and returns it with its
 // token, which is shown once and never stored.
-func (s *Store) CreateAPIKey(ctx context.Context, name string, scopes []courier.Scope) (courier.APIKey, string, error) {
-	return s.NewAPIKey(ctx, courier.APIKey{Name: name, Scopes: scopes})
+func (s *Store) CreateAPIKey(ctx context.Context, name string, scopes []apikey.Scope) (apikey.Key, string, error) {
+	return s.NewAPIKey(ctx, apikey.Key{Name: name, Scopes: scopes})
 }
 
 // NewAPIKey stores a new key with k's name, scopes and own request rate (nil: the gateway's
 // default) and returns it with its token, which is shown once and never stored. k.ID is
 // ignored: ids are generated.
-func (s *Store) NewAPIKey(ctx context.Context, k courier.APIKey) (courier.APIKey, string, error) {
+func (s *Store) NewAPIKey(ctx context.Context, k apikey.Key) (apikey.Key, string, error) {
 	name, scopes := k.Name, k.Scopes
 	if err := checkKeyRate(k.Rate); err != nil {
-		return courier.APIKey{}, "", err
+		return apikey.Key{}, "", err
 	}
 	idb := make([]byte, 6)
 	secret := make([]byte, 32)
 	if _, err := rand.Read(idb); err != nil {
-		return courier.APIKey{}, "", err
+		return apikey.Key{}, "", err
 	}
 	if _, err := rand.Read(secret); err != nil {
-		return courier.APIKey{}, "", err
+		return apikey.Key{}, "", err
 	}
 	id := "key_" + hex.EncodeToString(idb)
 	token := "ck_" + hex.EncodeToString(idb) + "_" + base64.RawURLEncoding.EncodeToString(secret)
@@ -85,28 +86,28 @@ func (s *Store) NewAPIKey(ctx context.Context, k courier.APIKey) (courier.APIKey
 		row.RatePerSecond, row.RateBurst = sql.NullFloat64{Float64: k.Rate.PerSecond, Valid: true}, k.Rate.Burst
 	}
 	if _, err := s.db.NewInsert().Model(&row).ExcludeColumn("created_at", "revoked_at").Exec(ctx); err != nil {
-		return courier.APIKey{}, "", err
+		return apikey.Key{}, "", err
 	}
-	return courier.APIKey{ID: id, Name: name, Scopes: scopes, Rate: row.rate()}, token, nil
+	return apikey.Key{ID: id, Name: name, Scopes: scopes, Rate: row.rate()}, token, nil
 }
 
 // LookupAPIKey finds an unrevoked key by its token; an unknown or revoked token is
 // unauthenticated.
-func (s *Store) LookupAPIKey(ctx context.Context, token string) (courier.APIKey, error) {
+func (s *Store) LookupAPIKey(ctx context.Context, token string) (apikey.Key, error) {
 	var row apiKeyRow
 	err := s.db.NewSelect().Model(&row).Where("key_hash = ?", HashAPIKey(token)).Where("revoked_at IS NULL").Scan(ctx)
 	if errors.Is(err, sql.ErrNoRows) {
-		return courier.APIKey{}, courier.Errorf(courier.CodeUnauthenticated, "unknown or revoked API key")
+		return apikey.Key{}, courier.Errorf(courier.CodeUnauthenticated, "unknown or revoked API key")
 	}
 	if err != nil {
-		return courier.APIKey{}, err
+		return apikey.Key{}, err
 	}
-	scopes, err := courier.ParseScopes(row.Scopes)
+	scopes, err := apikey.ParseScopes(row.Scopes)
 	if err != nil {
 		// A stored key with a bad scope list is our fault, not the caller's.
-		return courier.APIKey{}, fmt.Errorf("API key %s has unreadable scopes: %v", row.ID, err)
+		return apikey.Key{}, fmt.Errorf("API key %s has unreadable scopes: %v", row.ID, err)
 	}
-	return courier.APIKey{ID: row.ID, Name: row.Name, Scopes: scopes, Rate: row.rate()}, nil
+	return apikey.Key{ID: row.ID, Name: row.Name, Scopes: scopes, Rate: row.rate()}, nil
 }
 
 // SetAPIKeyRate gives an unrevoked key its own request rate (a zero Rate: unlimited), or with

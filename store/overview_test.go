@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/store"
 )
 
@@ -29,7 +30,7 @@ func TestQueueBacklogs(t *testing.T) {
 		claimed, err := claimTasks(ctx, t, s, "default", 2)
 		require.NoError(t, err)
 		require.Len(t, claimed, 2)
-		_, err = s.FinishTaskAttempt(ctx, claimed[0].TaskID, 1, claimed[0].Attempt, courier.AttemptOutcome{Kind: courier.OutcomeSuccess})
+		_, err = s.FinishTaskAttempt(ctx, claimed[0].TaskID, 1, claimed[0].Attempt, contract.AttemptOutcome{Kind: courier.OutcomeSuccess})
 		require.NoError(t, err)
 		setStatus(t, s, claimed[1].TaskID, 1, courier.TaskFailed)
 

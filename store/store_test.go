@@ -11,6 +11,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/store"
@@ -355,14 +356,14 @@ func TestStatsAndCleanup(t *testing.T) {
 func TestAPIKeys(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		key, token, err := s.CreateAPIKey(ctx, "ci", []courier.Scope{courier.ScopeProducer})
+		key, token, err := s.CreateAPIKey(ctx, "ci", []apikey.Scope{apikey.ScopeProducer})
 		require.NoError(t, err)
 		require.NotContains(t, token, " ")
 		got, err := s.LookupAPIKey(ctx, token)
 		require.NoError(t, err)
 		require.Equal(t, key.ID, got.ID)
-		require.True(t, got.Allows(courier.ScopeProducer))
-		require.False(t, got.Allows(courier.ScopeAdmin))
+		require.True(t, got.Allows(apikey.ScopeProducer))
+		require.False(t, got.Allows(apikey.ScopeAdmin))
 
 		var stored string
 		require.NoError(t, s.DB().NewSelect().Table("courier_api_keys").Column("key_hash").Where("id = ?", key.ID).Scan(ctx, &stored))

@@ -11,6 +11,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities/contract"
 )
 
 // The batched dispatch mode (docs/tasks.md, "Dispatch modes"): a batch run pushes many
@@ -89,7 +90,7 @@ type ReportedResult struct {
 	TaskID  string
 	Version int64
 	Attempt int
-	Outcome courier.AttemptOutcome // success or failure
+	Outcome contract.AttemptOutcome // success or failure
 }
 
 // FinishReportedMany is FinishReported for many results in one transaction, the slots they free
@@ -290,7 +291,7 @@ func (s *Store) ExpireTimedOutAttempts(ctx context.Context, limit int) (Expired,
 			if err != nil {
 				return err
 			}
-			fr, err := s.finishLocked(ctx, tx, t, t.Attempt, courier.AttemptOutcome{Kind: courier.OutcomeTimeout, Message: timeoutMessage(rows[i])}, "", queues)
+			fr, err := s.finishLocked(ctx, tx, t, t.Attempt, contract.AttemptOutcome{Kind: courier.OutcomeTimeout, Message: timeoutMessage(rows[i])}, "", queues)
 			if err != nil {
 				return err
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/dispatch"
 	"github.com/courier-oss/courier/store"
 )
@@ -59,11 +60,11 @@ func TestBatchedStatements(t *testing.T) {
 		require.Empty(t, none, "only the batch that claimed them pushes them")
 
 		frs, err := s.FinishReportedMany(ctx, []store.ReportedResult{
-			{TaskID: "bt0", Version: 1, Attempt: 1, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess, Result: []byte(`{"ok":true}`)}},
-			{TaskID: "bt1", Version: 1, Attempt: 1, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess, Message: "m"}},
-			{TaskID: "bt2", Version: 1, Attempt: 1, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeFailure, StatusCode: 500}},
-			{TaskID: "bt3", Version: 1, Attempt: 7, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess}},
-			{TaskID: "nope", Version: 1, Attempt: 1, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess}},
+			{TaskID: "bt0", Version: 1, Attempt: 1, Outcome: contract.AttemptOutcome{Kind: courier.OutcomeSuccess, Result: []byte(`{"ok":true}`)}},
+			{TaskID: "bt1", Version: 1, Attempt: 1, Outcome: contract.AttemptOutcome{Kind: courier.OutcomeSuccess, Message: "m"}},
+			{TaskID: "bt2", Version: 1, Attempt: 1, Outcome: contract.AttemptOutcome{Kind: courier.OutcomeFailure, StatusCode: 500}},
+			{TaskID: "bt3", Version: 1, Attempt: 7, Outcome: contract.AttemptOutcome{Kind: courier.OutcomeSuccess}},
+			{TaskID: "nope", Version: 1, Attempt: 1, Outcome: contract.AttemptOutcome{Kind: courier.OutcomeSuccess}},
 		}, "answer-a")
 		require.NoError(t, err)
 		require.True(t, frs[0].Applied)
@@ -80,7 +81,7 @@ func TestBatchedStatements(t *testing.T) {
 		require.Equal(t, courier.TaskSuccess, got.Status)
 		require.JSONEq(t, `{"ok":true}`, string(got.Result))
 		repeat, err := s.FinishReportedMany(ctx, []store.ReportedResult{
-			{TaskID: "bt0", Version: 1, Attempt: 1, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess}}}, "answer-b")
+			{TaskID: "bt0", Version: 1, Attempt: 1, Outcome: contract.AttemptOutcome{Kind: courier.OutcomeSuccess}}}, "answer-b")
 		require.NoError(t, err)
 		require.False(t, repeat[0].Applied)
 		require.True(t, repeat[0].Recorded, "a repeat finds its own success")

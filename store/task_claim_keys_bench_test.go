@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/dispatch"
 	"github.com/courier-oss/courier/internal/testenv"
 )
@@ -47,7 +48,7 @@ func BenchmarkClaimBacklog(b *testing.B) {
 					got := c.Attempts
 					require.NoError(b, err)
 					for _, c := range got {
-						_, err := s.FinishTaskAttempt(ctx, c.TaskID, c.Version, c.Attempt, courier.AttemptOutcome{Kind: courier.OutcomeSuccess})
+						_, err := s.FinishTaskAttempt(ctx, c.TaskID, c.Version, c.Attempt, contract.AttemptOutcome{Kind: courier.OutcomeSuccess})
 						require.NoError(b, err)
 					}
 					claimed += len(got)

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/dispatch"
 	"github.com/courier-oss/courier/store"
 )
@@ -53,7 +54,7 @@ func TestTaskClaimByKey(t *testing.T) {
 		for _, c := range got {
 			task, _ := s.GetTask(ctx, c.TaskID, c.Version)
 			if task.ConcurrencyKey != "big" {
-				_, err := s.FinishTaskAttempt(ctx, c.TaskID, c.Version, c.Attempt, courier.AttemptOutcome{Kind: courier.OutcomeSuccess})
+				_, err := s.FinishTaskAttempt(ctx, c.TaskID, c.Version, c.Attempt, contract.AttemptOutcome{Kind: courier.OutcomeSuccess})
 				require.NoError(t, err)
 			}
 		}

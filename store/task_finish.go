@@ -10,6 +10,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities/contract"
 )
 
 // FinishResult is what finishing an attempt did.
@@ -37,7 +38,7 @@ type FinishResult struct {
 // queue's slot is released in the same transaction. Two writers may finish one attempt with
 // the same accepted success (the gateway and the attempt's workflow): the first writes it, the
 // second finds it Recorded and changes nothing.
-func (s *Store) FinishTaskAttempt(ctx context.Context, taskID string, version int64, attempt int, o courier.AttemptOutcome) (FinishResult, error) {
+func (s *Store) FinishTaskAttempt(ctx context.Context, taskID string, version int64, attempt int, o contract.AttemptOutcome) (FinishResult, error) {
 	return s.finish(ctx, taskID, version, attempt, o, "")
 }
 
@@ -47,7 +48,7 @@ func (s *Store) FinishTaskAttempt(ctx context.Context, taskID string, version in
 // until ReleaseSlotHolds(hold) once the answer is written; so a worker that counts a task as
 // held until its report is acknowledged never holds more than the queue's limit
 // (docs/tasks.md). hold must not be empty.
-func (s *Store) FinishReported(ctx context.Context, taskID string, version int64, attempt int, o courier.AttemptOutcome, hold string) (FinishResult, error) {
+func (s *Store) FinishReported(ctx context.Context, taskID string, version int64, attempt int, o contract.AttemptOutcome, hold string) (FinishResult, error) {
 	if hold == "" {
 		return FinishResult{}, fmt.Errorf("store: FinishReported needs a hold id")
 	}
@@ -55,7 +56,7 @@ func (s *Store) FinishReported(ctx context.Context, taskID string, version int64
 }
 
 // finish is FinishTaskAttempt; a hold keeps the freed slot held under that id (FinishReported).
-func (s *Store) finish(ctx context.Context, taskID string, version int64, attempt int, o courier.AttemptOutcome, hold string) (FinishResult, error) {
+func (s *Store) finish(ctx context.Context, taskID string, version int64, attempt int, o contract.AttemptOutcome, hold string) (FinishResult, error) {
 	if string(o.Result) == "null" {
 		o.Result = nil // no result: stored as NULL, not as the JSON literal
 	}
@@ -102,7 +103,7 @@ func holdsSuccess(status courier.TaskStatus, rowAttempt, attempt int) bool {
 // slot's hold, which leaves the limiter row alone). The same statement reads
 // the row as it was before, which says where a task that was not in Processing on this
 // attempt is; only when another writer changed it meanwhile is it read again.
-func (s *Store) finishSuccess(ctx context.Context, taskID string, version int64, attempt int, o courier.AttemptOutcome, hold string) (FinishResult, error) {
+func (s *Store) finishSuccess(ctx context.Context, taskID string, version int64, attempt int, o contract.AttemptOutcome, hold string) (FinishResult, error) {
 	var result any
 	if len(o.Result) > 0 {
 		result = string(o.Result)
@@ -150,7 +151,7 @@ func (s *Store) finishSuccess(ctx context.Context, taskID string, version int64,
 }
 
 // finishTx is FinishTaskAttempt in a transaction that reads the task first under its lock.
-func (s *Store) finishTx(ctx context.Context, taskID string, version int64, attempt int, o courier.AttemptOutcome, hold string) (FinishResult, error) {
+func (s *Store) finishTx(ctx context.Context, taskID string, version int64, attempt int, o contract.AttemptOutcome, hold string) (FinishResult, error) {
 	var fr FinishResult
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		t, err := s.getTask(ctx, tx, taskID, version, true)
@@ -171,7 +172,7 @@ func (s *Store) finishTx(ctx context.Context, taskID string, version int64, atte
 // Processing on that attempt, its slot released (or held under hold) in tx. queues, if not nil,
 // caches the queues' settings a failure's retry policy reads, across the calls of one
 // transaction.
-func (s *Store) finishLocked(ctx context.Context, tx bun.Tx, t courier.Task, attempt int, o courier.AttemptOutcome, hold string,
+func (s *Store) finishLocked(ctx context.Context, tx bun.Tx, t courier.Task, attempt int, o contract.AttemptOutcome, hold string,
 	queues map[string]courier.Queue) (FinishResult, error) {
 	fr := FinishResult{Status: t.Status, Queue: t.Queue}
 	if o.Kind == courier.OutcomeSuccess && holdsSuccess(t.Status, t.Attempt, attempt) {

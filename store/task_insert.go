@@ -24,7 +24,7 @@ func (s *Store) InsertTask(ctx context.Context, r courier.TaskRequest) (courier.
 	if err := r.Normalize(); err != nil {
 		return courier.Task{}, "", err
 	}
-	overrides, err := json.Marshal(r.Overrides)
+	overrides, err := encodeOverrides(r.Overrides)
 	if err != nil {
 		return courier.Task{}, "", err
 	}
@@ -172,7 +172,7 @@ func (s *Store) RetryTask(ctx context.Context, taskID string, version int64) (co
 			return err
 		}
 		q = t.Overrides.Apply(q)
-		overrides, err := json.Marshal(t.Overrides)
+		overrides, err := encodeOverrides(t.Overrides)
 		if err != nil {
 			return err
 		}

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 
 	"github.com/uptrace/bun"
@@ -21,7 +20,7 @@ func (s *Store) PutQueue(ctx context.Context, q courier.Queue) (courier.Queue, b
 	if err := q.Validate(); err != nil {
 		return courier.Queue{}, false, err
 	}
-	cfg, err := json.Marshal(q)
+	cfg, err := encodeQueue(q)
 	if err != nil {
 		return courier.Queue{}, false, err
 	}
@@ -42,7 +41,7 @@ func (s *Store) PutQueue(ctx context.Context, q courier.Queue) (courier.Queue, b
 				return err
 			}
 			q.Secrets = stored.Secrets
-			if cfg, err = json.Marshal(q); err != nil {
+			if cfg, err = encodeQueue(q); err != nil {
 				return err
 			}
 		}

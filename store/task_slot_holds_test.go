@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/store"
 )
 
@@ -36,11 +37,11 @@ func TestResultSlotsAreHeldUntilReleased(t *testing.T) {
 		}
 
 		// A success and a failure reported by the worker: both recorded, both slots held.
-		fr, err := s.FinishReported(ctx, got[0].TaskID, 1, got[0].Attempt, courier.AttemptOutcome{Kind: courier.OutcomeSuccess}, "answer-1")
+		fr, err := s.FinishReported(ctx, got[0].TaskID, 1, got[0].Attempt, contract.AttemptOutcome{Kind: courier.OutcomeSuccess}, "answer-1")
 		require.NoError(t, err)
 		require.True(t, fr.Applied)
 		require.Equal(t, courier.TaskSuccess, fr.Status)
-		fr, err = s.FinishReported(ctx, got[1].TaskID, 1, got[1].Attempt, courier.AttemptOutcome{Kind: courier.OutcomeFailure}, "answer-2")
+		fr, err = s.FinishReported(ctx, got[1].TaskID, 1, got[1].Attempt, contract.AttemptOutcome{Kind: courier.OutcomeFailure}, "answer-2")
 		require.NoError(t, err)
 		require.Equal(t, courier.TaskPending, fr.Status)
 		require.Equal(t, 2, inFlight(), "both slots held until their answers are written")

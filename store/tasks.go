@@ -29,8 +29,8 @@ type queueRow struct {
 }
 
 func (r *queueRow) queue() (courier.Queue, error) {
-	var q courier.Queue
-	if err := json.Unmarshal([]byte(r.Config), &q); err != nil {
+	q, err := decodeQueue([]byte(r.Config))
+	if err != nil {
 		return q, fmt.Errorf("queue %q: config is not valid JSON: %w", r.Name, err)
 	}
 	q = q.WithDefaults()
@@ -112,7 +112,8 @@ func (r *taskRow) task() (courier.Task, error) {
 	if r.TraceState != nil {
 		t.Trace.State = *r.TraceState
 	}
-	if err := json.Unmarshal([]byte(r.Overrides), &t.Overrides); err != nil {
+	var err error
+	if t.Overrides, err = decodeOverrides([]byte(r.Overrides)); err != nil {
 		return t, fmt.Errorf("task %s/%d: overrides are not valid JSON: %w", r.TaskID, r.Version, err)
 	}
 	return t, nil

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/dispatch"
 	"github.com/courier-oss/courier/store"
 )
@@ -161,7 +162,7 @@ func TestTaskHeadSurvivesPurge(t *testing.T) {
 		claimed, err := claimTasks(ctx, t, s, "default", 10)
 		require.NoError(t, err)
 		require.Len(t, claimed, 1, "version 2 was superseded")
-		fr, err := s.FinishTaskAttempt(ctx, "d", 3, 1, courier.AttemptOutcome{Kind: courier.OutcomeFailure, Result: json.RawMessage(`{"e":1}`)})
+		fr, err := s.FinishTaskAttempt(ctx, "d", 3, 1, contract.AttemptOutcome{Kind: courier.OutcomeFailure, Result: json.RawMessage(`{"e":1}`)})
 		require.NoError(t, err)
 		require.True(t, fr.Applied)
 		setStatus(t, s, "d", 3, courier.TaskFailed)
@@ -197,7 +198,7 @@ func TestTaskHeadSurvivesPurge(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, claimed, 1)
 		require.Equal(t, 2, claimed[0].Attempt, "attempt numbers keep counting across lives")
-		fr, err = s.FinishTaskAttempt(ctx, "d", 3, 1, courier.AttemptOutcome{Kind: courier.OutcomeSuccess})
+		fr, err = s.FinishTaskAttempt(ctx, "d", 3, 1, contract.AttemptOutcome{Kind: courier.OutcomeSuccess})
 		require.NoError(t, err)
 		require.False(t, fr.Applied, "the first life's attempt cannot finish the second")
 	})
@@ -305,11 +306,11 @@ func TestTaskClaimLimitWeightsAndFinish(t *testing.T) {
 		require.EqualValues(t, 2, got[0].Version)
 
 		// Success releases a slot; a stale attempt changes nothing.
-		fr, err := s.FinishTaskAttempt(ctx, got[0].TaskID, got[0].Version, 2, courier.AttemptOutcome{Kind: courier.OutcomeSuccess})
+		fr, err := s.FinishTaskAttempt(ctx, got[0].TaskID, got[0].Version, 2, contract.AttemptOutcome{Kind: courier.OutcomeSuccess})
 		require.NoError(t, err)
 		require.False(t, fr.Applied, "wrong attempt")
 		require.False(t, fr.Recorded, "wrong attempt")
-		fr, err = s.FinishTaskAttempt(ctx, got[0].TaskID, got[0].Version, 1, courier.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200, Result: json.RawMessage(`{"pages":3}`)})
+		fr, err = s.FinishTaskAttempt(ctx, got[0].TaskID, got[0].Version, 1, contract.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200, Result: json.RawMessage(`{"pages":3}`)})
 		require.NoError(t, err)
 		require.True(t, fr.Applied)
 		require.True(t, fr.Recorded)
@@ -317,12 +318,12 @@ func TestTaskClaimLimitWeightsAndFinish(t *testing.T) {
 		require.Equal(t, "parse", fr.Queue)
 		// The same success from its second writer (the gateway, then the attempt's workflow):
 		// recorded, written once, its slot released once (in_flight is checked below).
-		fr, err = s.FinishTaskAttempt(ctx, got[0].TaskID, got[0].Version, 1, courier.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200, Result: json.RawMessage(`{"pages":3}`)})
+		fr, err = s.FinishTaskAttempt(ctx, got[0].TaskID, got[0].Version, 1, contract.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200, Result: json.RawMessage(`{"pages":3}`)})
 		require.NoError(t, err)
 		require.False(t, fr.Applied, "written once")
 		require.True(t, fr.Recorded, "the row holds this success")
 		require.Equal(t, courier.TaskSuccess, fr.Status)
-		fr, err = s.FinishTaskAttempt(ctx, got[0].TaskID, got[0].Version, 1, courier.AttemptOutcome{Kind: courier.OutcomeFailure})
+		fr, err = s.FinishTaskAttempt(ctx, got[0].TaskID, got[0].Version, 1, contract.AttemptOutcome{Kind: courier.OutcomeFailure})
 		require.NoError(t, err)
 		require.False(t, fr.Applied, "a finished task refuses a second result")
 		require.False(t, fr.Recorded, "a failure is not the success the row holds")
@@ -332,7 +333,7 @@ func TestTaskClaimLimitWeightsAndFinish(t *testing.T) {
 		require.JSONEq(t, `{"pages":3}`, string(done.Result))
 
 		// Failure with attempts left → pending with a backoff, slot released.
-		fr, err = s.FinishTaskAttempt(ctx, got[1].TaskID, got[1].Version, 1, courier.AttemptOutcome{Kind: courier.OutcomeFailure, Message: "corrupt"})
+		fr, err = s.FinishTaskAttempt(ctx, got[1].TaskID, got[1].Version, 1, contract.AttemptOutcome{Kind: courier.OutcomeFailure, Message: "corrupt"})
 		require.NoError(t, err)
 		require.Equal(t, courier.TaskPending, fr.Status)
 		require.True(t, fr.NextAttemptAt.After(time.Now().Add(5*time.Second)), "waits for the backoff")
@@ -341,7 +342,7 @@ func TestTaskClaimLimitWeightsAndFinish(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, wasProcessing)
 		require.Equal(t, courier.TaskCancelled, c.Status)
-		fr, err = s.FinishTaskAttempt(ctx, got[2].TaskID, got[2].Version, 1, courier.AttemptOutcome{Kind: courier.OutcomeSuccess})
+		fr, err = s.FinishTaskAttempt(ctx, got[2].TaskID, got[2].Version, 1, contract.AttemptOutcome{Kind: courier.OutcomeSuccess})
 		require.NoError(t, err)
 		require.False(t, fr.Applied, "a cancelled task refuses a late result")
 		require.False(t, fr.Recorded, "a cancelled task does not hold a success")
@@ -364,7 +365,7 @@ func TestTaskClaimLimitWeightsAndFinish(t *testing.T) {
 		require.Len(t, next, 1)
 		require.Equal(t, got[1].TaskID, next[0].TaskID)
 		require.Equal(t, 2, next[0].Attempt)
-		fr, err = s.FinishTaskAttempt(ctx, next[0].TaskID, next[0].Version, 2, courier.AttemptOutcome{Kind: courier.OutcomeTimeout, Message: "processing timeout"})
+		fr, err = s.FinishTaskAttempt(ctx, next[0].TaskID, next[0].Version, 2, contract.AttemptOutcome{Kind: courier.OutcomeTimeout, Message: "processing timeout"})
 		require.NoError(t, err)
 		require.Equal(t, courier.TaskFailed, fr.Status)
 
@@ -433,7 +434,7 @@ func TestTaskSweeperSteps(t *testing.T) {
 		require.NoError(t, err)
 
 		// A purged row's late finish changes nothing and does not fail.
-		fr, err := s.FinishTaskAttempt(ctx, "f", 1, 1, courier.AttemptOutcome{Kind: courier.OutcomeSuccess})
+		fr, err := s.FinishTaskAttempt(ctx, "f", 1, 1, contract.AttemptOutcome{Kind: courier.OutcomeSuccess})
 		require.NoError(t, err)
 		require.False(t, fr.Applied)
 	})
@@ -563,7 +564,7 @@ func TestTaskRunIDRecordedByPush(t *testing.T) {
 		_, ok, err = s.MarkTaskPushed(ctx, "doc", 1, 2, time.Minute, store.AttemptRun{ID: "run-b"})
 		require.NoError(t, err)
 		require.True(t, ok)
-		fr, err := s.FinishTaskAttempt(ctx, "doc", 1, 2, courier.AttemptOutcome{Kind: courier.OutcomeTimeout})
+		fr, err := s.FinishTaskAttempt(ctx, "doc", 1, 2, contract.AttemptOutcome{Kind: courier.OutcomeTimeout})
 		require.NoError(t, err)
 		require.Equal(t, courier.TaskPending, fr.Status)
 		_, err = s.DB().NewRaw("UPDATE courier_tasks SET next_attempt_at = '2000-01-01 00:00:00+00:00' WHERE task_id = 'doc'").Exec(ctx)
@@ -617,7 +618,7 @@ func TestConcurrentSuccessIsRecordedOnce(t *testing.T) {
 			)
 			for w := range frs {
 				wg.Go(func() {
-					fr, err := s.FinishTaskAttempt(ctx, c.TaskID, c.Version, c.Attempt, courier.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200, Result: json.RawMessage("null")})
+					fr, err := s.FinishTaskAttempt(ctx, c.TaskID, c.Version, c.Attempt, contract.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200, Result: json.RawMessage("null")})
 					assert.NoError(t, err)
 					frs[w] = fr
 				})

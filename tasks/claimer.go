@@ -13,7 +13,6 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities/contract"
@@ -42,7 +41,7 @@ type ClaimStore interface {
 type Claimer struct {
 	store    ClaimStore
 	tc       client.Client
-	queue    string // the workflows' task queue; attempts run on contract.TaskPushQueue beside it
+	queue    string // the workflows' task queue; attempts run on courier.TaskPushQueue beside it
 	cfg      Config
 	log      *slog.Logger
 	wake     chan struct{}
@@ -54,7 +53,7 @@ type Claimer struct {
 }
 
 // NewClaimer builds a claimer whose attempts run beside the workflows' task queue
-// workflowQueue (on contract.TaskPushQueue).
+// workflowQueue (on courier.TaskPushQueue).
 func NewClaimer(s ClaimStore, tc client.Client, workflowQueue string, cfg Config, log *slog.Logger) *Claimer {
 	if log == nil {
 		log = slog.Default()
@@ -251,15 +250,12 @@ func (c *Claimer) startBatch(ctx context.Context, queue, batch string, attempts 
 	}
 	_, err := c.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       batch,
-		TaskQueue:                contract.TaskPushQueue(c.queue),
+		TaskQueue:                courier.KindTaskBatch.TaskQueue(c.queue),
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		EnableEagerStart:         true, // the push runs in this process's worker, without a trip through matching
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet(courier.KindTaskBatch),
-			temporal.NewSearchAttributeKeyKeyword(courier.SATaskQueue).ValueSet(queue),
-		),
-	}, workflows.TaskBatchName, p)
+		TypedSearchAttributes:    workflows.StartAttributes(courier.KindTaskBatch, courier.RunAttributes{TaskQueue: queue}),
+	}, courier.KindTaskBatch.Workflow, p)
 	return err
 }
 
@@ -345,30 +341,20 @@ func (c *Claimer) startRun(ctx context.Context, t dispatch.Attempt) (err error) 
 	}
 	_, err = c.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       courier.TaskWorkflowID(t.TaskID, t.Version),
-		TaskQueue:                contract.TaskPushQueue(c.queue),
+		TaskQueue:                courier.KindTask.TaskQueue(c.queue),
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING,
 		Memo:                     memo,
 		// The first workflow task comes back with the start to this process's worker (the
 		// claimer runs beside it on the same client), saving a round trip through matching.
 		EnableEagerStart: true,
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet(courier.KindTask),
-			temporal.NewSearchAttributeKeyKeyword(courier.SATaskID).ValueSet(t.TaskID),
-			temporal.NewSearchAttributeKeyInt64(courier.SATaskVersion).ValueSet(t.Version),
-			temporal.NewSearchAttributeKeyInt64(courier.SATaskPriority).ValueSet(int64(t.Priority)),
-			temporal.NewSearchAttributeKeyKeyword(courier.SATaskQueue).ValueSet(t.Queue),
-			temporal.NewSearchAttributeKeyKeyword(courier.SAState).ValueSet(string(courier.TaskProcessing)),
-		),
-	}, workflows.TaskName, workflows.TaskParams{TaskID: t.TaskID, Version: t.Version, Attempt: t.Attempt, Queue: t.Queue,
+		TypedSearchAttributes: workflows.StartAttributes(courier.KindTask, courier.RunAttributes{TaskID: t.TaskID, TaskVersion: t.Version,
+			TaskPriority: t.Priority, TaskQueue: t.Queue, State: string(courier.TaskProcessing)}),
+	}, courier.KindTask.Workflow, workflows.TaskParams{TaskID: t.TaskID, Version: t.Version, Attempt: t.Attempt, Queue: t.Queue,
 		Priority: t.Priority, ProcessingTimeout: t.ProcessingTimeout, HeartbeatTimeout: t.HeartbeatTimeout, PushTimeout: t.PushTimeout,
 		FinalState: true})
 	return err
 }
-
-// SweeperID is the workflow id of the task sweeper (and of the Temporal Schedule that ran it
-// before it looped in one workflow).
-const SweeperID = "courier-task-sweeper"
 
 // memoSweepEvery is the sweeper run's memo key holding its interval, so a changed interval is
 // noticed.
@@ -382,14 +368,14 @@ func EnsureSweeper(ctx context.Context, tc client.Client, taskQueue string, ever
 	if every <= 0 {
 		every = DefaultSweepEvery
 	}
-	if err := tc.ScheduleClient().GetHandle(ctx, SweeperID).Delete(ctx); err != nil {
+	if err := tc.ScheduleClient().GetHandle(ctx, courier.TaskSweeperID).Delete(ctx); err != nil {
 		var nf *serviceerror.NotFound
 		if !errors.As(err, &nf) {
 			return fmt.Errorf("delete the sweeper's old schedule: %w", err)
 		}
 	}
 	conflict := enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING
-	if d, err := tc.DescribeWorkflowExecution(ctx, SweeperID, ""); err == nil &&
+	if d, err := tc.DescribeWorkflowExecution(ctx, courier.TaskSweeperID, ""); err == nil &&
 		d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		var running string
 		if p := d.GetWorkflowExecutionInfo().GetMemo().GetFields()[memoSweepEvery]; p != nil {
@@ -400,13 +386,12 @@ func EnsureSweeper(ctx context.Context, tc client.Client, taskQueue string, ever
 		}
 	}
 	_, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                       SweeperID,
-		TaskQueue:                taskQueue,
+		ID:                       courier.TaskSweeperID,
+		TaskQueue:                courier.KindTaskSweeper.TaskQueue(taskQueue),
 		WorkflowIDConflictPolicy: conflict,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		Memo:                     map[string]any{memoSweepEvery: every.String()},
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet(courier.KindTaskSweeper)),
-	}, workflows.TaskSweeperName, contract.SweepParams{Every: every})
+		TypedSearchAttributes:    workflows.StartAttributes(courier.KindTaskSweeper, courier.RunAttributes{}),
+	}, courier.KindTaskSweeper.Workflow, contract.SweepParams{Every: every})
 	return err
 }

@@ -26,13 +26,13 @@ type Config struct {
 	// SweepEvery is the sweeper schedule's interval; default DefaultSweepEvery.
 	SweepEvery time.Duration
 	// PushSlots bounds the pushes one worker process runs at once on the push task queue
-	// (contract.TaskPushQueue), and as many local pushes; default DefaultPushSlots. A push holds
+	// (courier.TaskPushQueue), and as many local pushes; default DefaultPushSlots. A push holds
 	// its slot until the worker answers or its queue's push_timeout passes, so an endpoint that
 	// never answers holds at most its queue's concurrency_limit of these slots and none of any
 	// other kind.
 	PushSlots int
 	// FinishSlots bounds the sweeps one worker process runs at once on the finish task queue
-	// (contract.TaskFinishQueue); default DefaultFinishSlots.
+	// (courier.TaskFinishQueue); default DefaultFinishSlots.
 	FinishSlots int
 	// DisableClaimer runs the task workflows and activities without claiming (for tests).
 	DisableClaimer bool

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/api"
@@ -31,7 +29,7 @@ func (s *Service) ReportMany(ctx context.Context, results []api.TaskResultItem) 
 	)
 	trace := tracing.FromContext(ctx)
 	for i, item := range results {
-		r := courier.TaskResult{Attempt: item.Attempt, Status: item.Status, StatusCode: item.StatusCode, Message: item.Message, Result: item.Result}
+		r := item.TaskResult
 		if e := checkResult(r); e != nil {
 			errs[i] = e
 			continue
@@ -44,7 +42,7 @@ func (s *Service) ReportMany(ctx context.Context, results []api.TaskResultItem) 
 			errs[i] = validation("task_version", "task_version must be an integer of at least 1")
 			continue
 		}
-		writes = append(writes, store.ReportedResult{TaskID: item.TaskID, Version: item.TaskVersion, Attempt: item.Attempt, Outcome: r.Outcome(trace)})
+		writes = append(writes, store.ReportedResult{TaskID: item.TaskID, Version: item.TaskVersion, Attempt: item.Attempt, Outcome: outcomeOf(r, trace)})
 		at = append(at, i)
 	}
 	if len(writes) == 0 {
@@ -72,7 +70,7 @@ func (s *Service) ReportMany(ctx context.Context, results []api.TaskResultItem) 
 				s.metrics.PushToResult.WithLabelValues(fr.Queue).Observe(time.Since(*fr.PushedAt).Seconds())
 			}
 		}
-		tracing.Link(ctx, fr.Trace, attribute.String("courier.link", "task"))
+		tracing.Link(ctx, fr.Trace, linkToTask)
 		if fr.Batch == "" && fr.Run.ID != "" {
 			o := w.Outcome
 			o.Recorded = true

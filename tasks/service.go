@@ -21,6 +21,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities/contract"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/tracing"
@@ -38,7 +39,7 @@ type Store interface {
 	PutQueue(ctx context.Context, q courier.Queue) (courier.Queue, bool, error)
 	GetQueue(ctx context.Context, name string) (courier.Queue, error)
 	ListQueues(ctx context.Context) ([]courier.Queue, error)
-	FinishReported(ctx context.Context, taskID string, version int64, attempt int, o courier.AttemptOutcome, hold string) (store.FinishResult, error)
+	FinishReported(ctx context.Context, taskID string, version int64, attempt int, o contract.AttemptOutcome, hold string) (store.FinishResult, error)
 	ReleaseSlotHolds(ctx context.Context, holds ...string) (int, error)
 	FinishReportedMany(ctx context.Context, results []store.ReportedResult, hold string) ([]store.FinishResult, error)
 	BeatBatchedAttempt(ctx context.Context, taskID string, version int64, attempt int) (bool, courier.TaskStatus, error)
@@ -314,7 +315,7 @@ func notRunning(err error, attempt int) error {
 // counts a task as held until its report is acknowledged never holds more than the queue's
 // limit. A release that never comes (the process died first) is done by any claimer after
 // SlotHoldGrace. release is never nil.
-func (s *Service) Report(ctx context.Context, taskID string, version int64, r courier.TaskResult) (release func(), err error) {
+func (s *Service) Report(ctx context.Context, taskID string, version int64, r api.TaskResult) (release func(), err error) {
 	release = func() {}
 	if err := checkResult(r); err != nil {
 		return release, err
@@ -326,7 +327,7 @@ func (s *Service) Report(ctx context.Context, taskID string, version int64, r co
 	if s.metrics != nil && t.PushedAt != nil {
 		s.metrics.PushToResult.WithLabelValues(t.Queue).Observe(time.Since(*t.PushedAt).Seconds())
 	}
-	res := contract.AttemptResult{Attempt: r.Attempt, Outcome: r.Outcome(tracing.FromContext(ctx))}
+	res := contract.AttemptResult{Attempt: r.Attempt, Outcome: outcomeOf(r, tracing.FromContext(ctx))}
 	hold := newHoldID()
 	status, recorded, err := s.recordOutcome(ctx, t, r.Attempt, res.Outcome, hold)
 	if err != nil {
@@ -360,7 +361,7 @@ func (s *Service) Report(ctx context.Context, taskID string, version int64, r co
 }
 
 // checkResult refuses a malformed result, naming its field.
-func checkResult(r courier.TaskResult) error {
+func checkResult(r api.TaskResult) error {
 	switch {
 	case r.Attempt < 1:
 		return validation("attempt", "attempt is required (the attempt number from the push)")
@@ -374,6 +375,15 @@ func checkResult(r courier.TaskResult) error {
 		return validation("result", "result must be JSON")
 	}
 	return nil
+}
+
+// linkToTask labels the link from the span that records a result to its task's trace.
+var linkToTask = attribute.String("courier.link", "task")
+
+// outcomeOf is a worker's report as its attempt's outcome, tagged with the trace context of the
+// call that carried it (zero for none).
+func outcomeOf(r api.TaskResult, trace courier.TraceContext) contract.AttemptOutcome {
+	return contract.AttemptOutcome{Kind: r.Status, StatusCode: r.StatusCode, Message: r.Message, Result: r.Result, Trace: trace}
 }
 
 func unavailable(msg string) error {
@@ -464,7 +474,7 @@ func (s *Service) handOverUnrecorded(ctx context.Context, t courier.Task, r cont
 // meanwhile (its deadline, a cancel): the first to change the row wins. recorded is false when
 // the write failed: the run then records the result itself. An attempt that had already ended,
 // a repeated result included, is a conflict.
-func (s *Service) recordOutcome(ctx context.Context, t courier.Task, attempt int, out courier.AttemptOutcome, hold string) (status courier.TaskStatus, recorded bool, err error) {
+func (s *Service) recordOutcome(ctx context.Context, t courier.Task, attempt int, out contract.AttemptOutcome, hold string) (status courier.TaskStatus, recorded bool, err error) {
 	// Not cut short by the worker hanging up: once written, the run must hear of it.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReportTimeout)
 	defer cancel()
@@ -490,7 +500,7 @@ func (s *Service) recordOutcome(ctx context.Context, t courier.Task, attempt int
 	// The span that recorded it links to the task's trace, as the run's finish links to the
 	// result call's: the two are tied even when the worker sends no traceparent. The claimers
 	// are woken by the slot's release, after the answer.
-	tracing.Link(ctx, t.Trace, attribute.String("courier.link", "task"))
+	tracing.Link(ctx, t.Trace, linkToTask)
 	return fr.Status, true, nil
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities/contract"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/workflows"
 )
@@ -24,7 +25,7 @@ type attemptStore struct {
 	Store
 	task     courier.Task
 	down     bool
-	finished []courier.AttemptOutcome
+	finished []contract.AttemptOutcome
 }
 
 func (s *attemptStore) GetTask(context.Context, string, int64) (courier.Task, error) {
@@ -35,7 +36,7 @@ func (s *attemptStore) ReleaseSlotHolds(context.Context, ...string) (int, error)
 	return 0, nil
 }
 
-func (s *attemptStore) FinishReported(_ context.Context, _ string, _ int64, _ int, o courier.AttemptOutcome, _ string) (store.FinishResult, error) {
+func (s *attemptStore) FinishReported(_ context.Context, _ string, _ int64, _ int, o contract.AttemptOutcome, _ string) (store.FinishResult, error) {
 	if s.down {
 		return store.FinishResult{}, errors.New("database is down")
 	}
@@ -48,7 +49,7 @@ func processing(heartbeat time.Duration) courier.Task {
 		RunID: "run-1", AttemptHeartbeatTimeout: heartbeat}
 }
 
-var success = courier.TaskResult{Attempt: 1, Status: courier.OutcomeSuccess, StatusCode: 200, Message: "done"}
+var success = api.TaskResult{Attempt: 1, Status: courier.OutcomeSuccess, StatusCode: 200, Message: "done"}
 
 // A result is recorded in the row, then handed to the attempt's run marked recorded: an
 // attempt with a heartbeat timeout (recorded by its push) by completing its push-and-wait
@@ -56,8 +57,8 @@ var success = courier.TaskResult{Attempt: 1, Status: courier.OutcomeSuccess, Sta
 // handed over unrecorded, for the run to record.
 func TestReportHandsTheResultToTheRun(t *testing.T) {
 	recorded := contract.AttemptResult{Attempt: 1, Status: courier.TaskSuccess,
-		Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200, Message: "done", Recorded: true}}
-	unrecorded := contract.AttemptResult{Attempt: 1, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200, Message: "done"}}
+		Outcome: contract.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200, Message: "done", Recorded: true}}
+	unrecorded := contract.AttemptResult{Attempt: 1, Outcome: contract.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200, Message: "done"}}
 	for _, c := range []struct {
 		name      string
 		heartbeat time.Duration

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/client"
 	"github.com/courier-oss/courier/webhook"
 )
@@ -136,15 +137,6 @@ func New(cfg Config, h HandlerFunc) (*Worker, error) {
 	return w, nil
 }
 
-// PushAnswer is the JSON of a 202 answer to a push.
-type PushAnswer struct {
-	TaskID      string `json:"task_id"`
-	TaskVersion int64  `json:"task_version"`
-	Attempt     int    `json:"attempt"`
-	Accepted    bool   `json:"accepted"`
-	Duplicate   bool   `json:"duplicate,omitempty"` // this attempt (or a newer one) already runs here
-}
-
 // ServeHTTP takes one push: 405 for anything but POST, 413 for a body over MaxBodyBytes, 401
 // for a missing, wrong or stale signature, 400 for a body that is not a task push, 503 during
 // Shutdown, 429 with Retry-After at MaxConcurrent, and otherwise 202 before any work is done. A
@@ -194,7 +186,7 @@ func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("%d attempts already run here; try again later", w.cfg.MaxConcurrent))
 		return
 	}
-	writeJSON(rw, http.StatusAccepted, PushAnswer{TaskID: t.ID, TaskVersion: t.Version, Attempt: t.Attempt, Accepted: true, Duplicate: dup})
+	writeJSON(rw, http.StatusAccepted, api.PushAnswer{TaskID: t.ID, TaskVersion: t.Version, Attempt: t.Attempt, Accepted: true, Duplicate: dup})
 }
 
 // start runs the attempt in the background unless it (or a newer attempt of the same version)
@@ -303,7 +295,7 @@ func (w *Worker) process(ctx context.Context, cancel context.CancelCauseFunc, t 
 		log.Warn("taskworker: the attempt's deadline passed before the work finished; courier fails the attempt", "deadline", t.Deadline)
 		return
 	}
-	res := courier.TaskResult{Attempt: t.Attempt}
+	res := api.TaskResult{Attempt: t.Attempt}
 	switch {
 	case err == nil && len(result) > 0 && !json.Valid(result):
 		res.Status, res.StatusCode, res.Message = courier.OutcomeFailure, http.StatusInternalServerError, "the handler's result is not JSON"
@@ -375,7 +367,7 @@ func (w *Worker) heartbeat(ctx context.Context, over context.CancelCauseFunc, t 
 
 // report posts the result, retrying 429, 5xx and connection errors with a doubling wait (or
 // the answer's Retry-After) until ctx ends. A 409 or 404 means courier no longer wants it.
-func (w *Worker) report(ctx context.Context, t *Task, r courier.TaskResult, log *slog.Logger) {
+func (w *Worker) report(ctx context.Context, t *Task, r api.TaskResult, log *slog.Logger) {
 	wait := firstResultWait
 	for try := 1; ; try++ {
 		_, err := w.client.ReportResult(ctx, t.ID, t.Version, r)

@@ -38,7 +38,7 @@ type report struct {
 	Version string
 	Auth    string
 	Attempt int
-	Result  courier.TaskResult
+	Result  api.TaskResult
 }
 
 // fakeCourier records reports and answers them with answer(kind, n) (n from 1 per kind;
@@ -216,7 +216,7 @@ func TestSuccessIsReported(t *testing.T) {
 	require.Equal(t, "Bearer "+workerKey, rep.Auth)
 	require.Equal(t, "t-ok", rep.TaskID)
 	require.Equal(t, "1", rep.Version)
-	require.Equal(t, courier.TaskResult{Attempt: 3, Status: courier.OutcomeSuccess, StatusCode: 200, Message: `did "x"`,
+	require.Equal(t, api.TaskResult{Attempt: 3, Status: courier.OutcomeSuccess, StatusCode: 200, Message: `did "x"`,
 		Result: json.RawMessage(`{"ok":true}`)}, rep.Result)
 	r.waitIdle(t)
 }
@@ -535,7 +535,7 @@ func TestShutdown(t *testing.T) {
 	require.ErrorIs(t, r2.w.Shutdown(ctx), context.Canceled)
 	require.Zero(t, r2.w.Running())
 	rep = r2.waitReports(t, "result", 1)[0]
-	require.Equal(t, courier.TaskResult{Attempt: 4, Status: courier.OutcomeFailure, StatusCode: 503,
+	require.Equal(t, api.TaskResult{Attempt: 4, Status: courier.OutcomeFailure, StatusCode: 503,
 		Message: "the worker shut down before the work finished"}, rep.Result)
 }
 

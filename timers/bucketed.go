@@ -10,7 +10,6 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
@@ -155,15 +154,11 @@ func (s *Service) ArmBucket(ctx context.Context, bizType string, bucket int64) e
 	}
 	_, err := s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       courier.TimerBucketWorkflowID(bizType, bucket),
-		TaskQueue:                s.taskQueue,
+		TaskQueue:                courier.KindTimerBucket.TaskQueue(s.taskQueue),
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet(courier.KindTimerBucket),
-			temporal.NewSearchAttributeKeyKeyword(courier.SABizType).ValueSet(bizType),
-			temporal.NewSearchAttributeKeyTime(courier.SAFireAt).ValueSet(fires),
-		),
-	}, workflows.TimerBucketName, workflows.TimerBucketParams{BizType: bizType, Bucket: bucket})
+		TypedSearchAttributes:    workflows.StartAttributes(courier.KindTimerBucket, courier.RunAttributes{BizType: bizType, FireAt: fires}),
+	}, courier.KindTimerBucket.Workflow, workflows.TimerBucketParams{BizType: bizType, Bucket: bucket})
 	if err != nil {
 		return err
 	}
@@ -267,7 +262,7 @@ func (s *Service) HandOver(ctx context.Context, rec courier.TimerRecord, lastErr
 	id := courier.TimerWorkflowID(rec.BizType, rec.BizID)
 	opts := client.StartWorkflowOptions{
 		ID:                                       id,
-		TaskQueue:                                s.taskQueue,
+		TaskQueue:                                courier.KindBucketedTimer.TaskQueue(s.taskQueue),
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		TypedSearchAttributes:                    timerSearchAttributes(courier.KindBucketedTimer, rec.BizType, rec.BizID, courier.TimerFiring, rec.FireAt),
@@ -275,7 +270,7 @@ func (s *Service) HandOver(ctx context.Context, rec courier.TimerRecord, lastErr
 	params := workflows.TimerParams{BizType: rec.BizType, BizID: rec.BizID, FireAt: rec.FireAt, Payload: rec.Payload, Version: rec.Version,
 		HandOver: &workflows.TimerHandOver{Attempts: rec.Attempts, LastError: lastError, Permanent: permanent, DeliveryID: rec.DeliveryID}}
 	for {
-		_, err := s.tc.ExecuteWorkflow(ctx, opts, workflows.TimerName, params)
+		_, err := s.tc.ExecuteWorkflow(ctx, opts, courier.KindTimer.Workflow, params)
 		var already *serviceerror.WorkflowExecutionAlreadyStarted
 		if !errors.As(err, &already) {
 			return err

@@ -15,14 +15,24 @@ import (
 	"github.com/courier-oss/courier/api"
 )
 
+// TypeStats counts one business type's timers by what an operator watches: what fires
+// soon, what is late, what is being delivered and what failed.
+type TypeStats struct {
+	BizType string
+	DueSoon int64 // scheduled to fire within the horizon asked (the console: the next hour)
+	Overdue int64 // still scheduled although their fire time passed more than the grace asked
+	Firing  int64 // fired and being delivered (retries included)
+	Failed  int64 // delivery failed for good
+}
+
 // statsParallel bounds the count queries one TimerStats call has in flight.
 const statsParallel = 4
 
 // TimerStats counts, for each business type, its timers due within horizon of now, those still
 // scheduled more than grace after their fire time (late), those firing and those failed, from
 // Temporal's visibility store (four counts per type, a few at a time).
-func (s *Service) TimerStats(ctx context.Context, bizTypes []string, now time.Time, horizon, grace time.Duration) ([]courier.TimerTypeStats, error) {
-	out := make([]courier.TimerTypeStats, len(bizTypes))
+func (s *Service) TimerStats(ctx context.Context, bizTypes []string, now time.Time, horizon, grace time.Duration) ([]TypeStats, error) {
+	out := make([]TypeStats, len(bizTypes))
 	type job struct {
 		n     *int64
 		query string

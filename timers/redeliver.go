@@ -77,14 +77,14 @@ func (s *Service) redeliverWorkflow(ctx context.Context, bizType, bizID string) 
 	}
 	_, err = s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:        id,
-		TaskQueue: s.taskQueue,
+		TaskQueue: courier.KindTimer.TaskQueue(s.taskQueue),
 		// Only a failed run may be followed: a redelivery racing another finds the new run
 		// open and is refused.
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		Memo:                                     memo,
 		TypedSearchAttributes:                    timerSearchAttributes(courier.KindTimer, bizType, bizID, courier.TimerScheduled, now),
-	}, workflows.TimerName, workflows.TimerParams{BizType: bizType, BizID: bizID, FireAt: now, Payload: first.Payload, Version: t.Version + 1})
+	}, courier.KindTimer.Workflow, workflows.TimerParams{BizType: bizType, BizID: bizID, FireAt: now, Payload: first.Payload, Version: t.Version + 1})
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &already) {
 		return api.Timer{}, notFailed(api.Timer{State: courier.TimerFiring})

@@ -88,16 +88,12 @@ func (s *Service) compile(ctx context.Context, id string, sp api.ScheduleSpec) (
 	// Each run is a timer that is already due: the same delivery, retries and rate limit. The
 	// API's view of the spec rides in the action's memo, so GET returns what was PUT.
 	action := &client.ScheduleWorkflowAction{
-		Memo:      map[string]any{specMemo: string(specJSON)},
-		ID:        courier.ScheduleID(id),
-		Workflow:  workflows.TimerName,
-		TaskQueue: s.taskQueue,
-		Args:      []any{workflows.TimerParams{BizType: sp.BizType, BizID: id, Payload: payload}},
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet(courier.KindScheduleRun),
-			temporal.NewSearchAttributeKeyKeyword(courier.SABizType).ValueSet(sp.BizType),
-			temporal.NewSearchAttributeKeyKeyword(courier.SABizID).ValueSet(id),
-		),
+		Memo:                  map[string]any{specMemo: string(specJSON)},
+		ID:                    courier.ScheduleID(id),
+		Workflow:              courier.KindTimer.Workflow,
+		TaskQueue:             courier.KindScheduleRun.TaskQueue(s.taskQueue),
+		Args:                  []any{workflows.TimerParams{BizType: sp.BizType, BizID: id, Payload: payload}},
+		TypedSearchAttributes: workflows.StartAttributes(courier.KindScheduleRun, courier.RunAttributes{BizType: sp.BizType, BizID: id}),
 	}
 	return spec, action, pol, nil
 }

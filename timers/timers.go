@@ -195,7 +195,7 @@ func (s *Service) createWorkflow(ctx context.Context, p prepared) (api.Timer, bo
 	}
 	_, err := s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                                       id,
-		TaskQueue:                                s.taskQueue,
+		TaskQueue:                                courier.KindTimer.TaskQueue(s.taskQueue),
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		Memo:                                     memo,
@@ -203,7 +203,7 @@ func (s *Service) createWorkflow(ctx context.Context, p prepared) (api.Timer, bo
 		// workflow task comes back with the start instead of through matching.
 		EnableEagerStart:      true,
 		TypedSearchAttributes: timerSearchAttributes(courier.KindTimer, r.BizType, r.BizID, courier.TimerScheduled, fireAt),
-	}, workflows.TimerName, workflows.TimerParams{BizType: r.BizType, BizID: r.BizID, FireAt: fireAt, Payload: r.Payload})
+	}, courier.KindTimer.Workflow, workflows.TimerParams{BizType: r.BizType, BizID: r.BizID, FireAt: fireAt, Payload: r.Payload})
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &already) {
 		existing, herr := s.memoHash(ctx, id)
@@ -223,15 +223,10 @@ func (s *Service) createWorkflow(ctx context.Context, p prepared) (api.Timer, bo
 		WorkflowID: id, Payload: r.Payload, Mode: courier.TimerModeWorkflow}, true, nil
 }
 
-// timerSearchAttributes are a timer run's search attributes at its start.
-func timerSearchAttributes(kind, bizType, bizID string, state courier.TimerState, fireAt time.Time) temporal.SearchAttributes {
-	return temporal.NewSearchAttributes(
-		temporal.NewSearchAttributeKeyKeyword(courier.SAKind).ValueSet(kind),
-		temporal.NewSearchAttributeKeyKeyword(courier.SABizType).ValueSet(bizType),
-		temporal.NewSearchAttributeKeyKeyword(courier.SABizID).ValueSet(bizID),
-		temporal.NewSearchAttributeKeyKeyword(courier.SAState).ValueSet(string(state)),
-		temporal.NewSearchAttributeKeyTime(courier.SAFireAt).ValueSet(fireAt),
-	)
+// timerSearchAttributes are a timer run's search attributes at its start (a timer of its own
+// or a bucketed timer's run of its own).
+func timerSearchAttributes(kind courier.Kind, bizType, bizID string, state courier.TimerState, fireAt time.Time) temporal.SearchAttributes {
+	return workflows.StartAttributes(kind, courier.RunAttributes{BizType: bizType, BizID: bizID, State: string(state), FireAt: fireAt})
 }
 
 // conflict answers a create that differs from the timer already under its key.
@@ -414,7 +409,7 @@ func (s *Service) unavailable(id string) error {
 
 // timerQuery selects timers in visibility, one execution per timer: a timer that continued as
 // new leaves closed runs behind that still say "scheduled"; only its current run counts.
-var timerQuery = fmt.Sprintf("%s = 'timer' AND ExecutionStatus != 'ContinuedAsNew'", courier.SAKind)
+var timerQuery = courier.KindTimer.Query() + " AND ExecutionStatus != 'ContinuedAsNew'"
 
 // ListQuery selects timers for List. Zero fields do not filter.
 type ListQuery struct {
@@ -429,9 +424,17 @@ type ListQuery struct {
 // listCursor is where a list continues: timers of their own (Temporal's page token) come
 // first, then bucketed ones (courier's database).
 type listCursor struct {
-	Rows     bool                 `json:"rows,omitempty"` // the workflows are done: on to the rows
-	Temporal []byte               `json:"t,omitempty"`
-	After    *courier.TimerCursor `json:"after,omitempty"`
+	Rows     bool      `json:"rows,omitempty"` // the workflows are done: on to the rows
+	Temporal []byte    `json:"t,omitempty"`
+	After    *rowAfter `json:"after,omitempty"`
+}
+
+// rowAfter is the last bucketed timer of a page, where the next page of rows starts
+// (courier.TimerCursor).
+type rowAfter struct {
+	CreatedAt time.Time `json:"created_at"`
+	BizType   string    `json:"biz_type"`
+	BizID     string    `json:"biz_id"`
 }
 
 // List returns timers, optionally of one business type, state and finish time, a page at a
@@ -468,8 +471,11 @@ func (s *Service) List(ctx context.Context, q ListQuery, token []byte) ([]api.Ti
 		// No timer of its own matches: the first page is the bucketed timers' first, not an
 		// empty page with a token.
 	}
-	recs, more, err := s.rows.ListTimerRecords(ctx, courier.TimerFilter{BizType: q.BizType, State: q.State,
-		FinishedAfter: q.FinishedAfter, FinishedBefore: q.FinishedBefore, Limit: q.PageSize, After: cur.After})
+	f := courier.TimerFilter{BizType: q.BizType, State: q.State, FinishedAfter: q.FinishedAfter, FinishedBefore: q.FinishedBefore, Limit: q.PageSize}
+	if a := cur.After; a != nil {
+		f.After = &courier.TimerCursor{CreatedAt: a.CreatedAt, BizType: a.BizType, BizID: a.BizID}
+	}
+	recs, more, err := s.rows.ListTimerRecords(ctx, f)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -481,7 +487,7 @@ func (s *Service) List(ctx context.Context, q ListQuery, token []byte) ([]api.Ti
 		return items, nil, nil
 	}
 	last := recs[len(recs)-1]
-	return items, wrapCursor(listCursor{Rows: true, After: &courier.TimerCursor{CreatedAt: last.CreatedAt, BizType: last.BizType, BizID: last.BizID}}, true), nil
+	return items, wrapCursor(listCursor{Rows: true, After: &rowAfter{CreatedAt: last.CreatedAt, BizType: last.BizType, BizID: last.BizID}}, true), nil
 }
 
 func wrapCursor(c listCursor, more bool) []byte {

@@ -5,6 +5,7 @@ import (
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 
+	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities"
 	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/tasks"
@@ -29,8 +30,8 @@ type TaskStore interface {
 func newTaskWorkers(tc client.Client, wf sdkworker.Registry, workflowQueue string, cfg Config, deps activities.TasksDeps) []sdkworker.Worker {
 	deps.LocalPushSlots = cfg.Tasks.PushSlots
 	acts := activities.NewTasks(deps)
-	push := sdkworker.New(tc, contract.TaskPushQueue(workflowQueue), pushWorkerOptions(cfg))
-	finish := sdkworker.New(tc, contract.TaskFinishQueue(workflowQueue), sdkworker.Options{
+	push := sdkworker.New(tc, courier.KindTask.TaskQueue(workflowQueue), pushWorkerOptions(cfg)) // the attempts' runs and their pushes
+	finish := sdkworker.New(tc, courier.TaskFinishQueue(workflowQueue), sdkworker.Options{
 		WorkerStopTimeout:                  cfg.ShutdownTimeout,
 		MaxConcurrentActivityExecutionSize: cfg.Tasks.FinishSlots,
 		MaxConcurrentActivityTaskPollers:   4,

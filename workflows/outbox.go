@@ -12,15 +12,10 @@ import (
 	"github.com/courier-oss/courier/activities/contract"
 )
 
-// OutboxDeliveryName is the registered name of the per-record delivery workflow.
-const OutboxDeliveryName = "outbox-delivery"
-
 // ErrTypeOutboxDead is the failure type of a delivery run whose record went dead: the run ends
 // Failed with the record's last error as the message, after the row has been marked dead (the
 // row stays the source of truth). Its details carry the OutboxDeliveryResult.
 const ErrTypeOutboxDead = "OutboxDead"
-
-var saOutboxState = temporal.NewSearchAttributeKeyKeyword(courier.SAState)
 
 // DefaultOutboxRetry is the outbox delivery budget when the worker's config sets none: 20
 // attempts from 1 s doubling to a 5 min cap, about an hour in all.
@@ -97,13 +92,13 @@ func OutboxDelivery(ctx workflow.Context, p OutboxDeliveryParams) (OutboxDeliver
 		// Only an activity that knows pauses answers Paused, so runs recorded before pauses
 		// never take this branch and replay as they ran.
 		if p.FinalState {
-			_ = workflow.UpsertTypedSearchAttributes(ctx, saOutboxState.ValueSet(string(courier.OutboxPending)))
+			_ = workflow.UpsertTypedSearchAttributes(ctx, saState.ValueSet(string(courier.OutboxPending)))
 		}
 		return OutboxDeliveryResult{Status: courier.OutboxPending, Paused: true}, nil
 	}
 	if err == nil {
 		if p.FinalState {
-			_ = workflow.UpsertTypedSearchAttributes(ctx, saOutboxState.ValueSet(string(courier.OutboxSent)))
+			_ = workflow.UpsertTypedSearchAttributes(ctx, saState.ValueSet(string(courier.OutboxSent)))
 		}
 		return OutboxDeliveryResult{Status: courier.OutboxSent, AlreadySent: res.AlreadySent}, nil
 	}
@@ -114,7 +109,7 @@ func OutboxDelivery(ctx workflow.Context, p OutboxDeliveryParams) (OutboxDeliver
 		return OutboxDeliveryResult{}, err
 	}
 	dead := OutboxDeliveryResult{Status: courier.OutboxDead, LastError: lastErr}
-	_ = workflow.UpsertTypedSearchAttributes(ctx, saOutboxState.ValueSet(string(courier.OutboxDead)))
+	_ = workflow.UpsertTypedSearchAttributes(ctx, saState.ValueSet(string(courier.OutboxDead)))
 	return dead, temporal.NewNonRetryableApplicationError(lastErr, ErrTypeOutboxDead, nil, dead)
 }
 

@@ -6,9 +6,6 @@ import (
 	"github.com/courier-oss/courier/activities/contract"
 )
 
-// OutboxBatchName is the registered name of the batch delivery workflow (outbox batch mode).
-const OutboxBatchName = "outbox-batch"
-
 // OutboxBatchParams is the batch workflow's input: the claimed records' ids; their payloads stay
 // in the database.
 type OutboxBatchParams struct {

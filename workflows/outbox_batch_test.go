@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/workflows"
 )
@@ -19,7 +20,7 @@ func newBatchEnv(t *testing.T, publish func(context.Context, contract.BatchParam
 	t.Helper()
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
-	env.RegisterWorkflowWithOptions(workflows.OutboxBatch, workflow.RegisterOptions{Name: workflows.OutboxBatchName})
+	env.RegisterWorkflowWithOptions(workflows.OutboxBatch, workflow.RegisterOptions{Name: courier.KindOutboxBatch.Workflow})
 	env.RegisterActivityWithOptions(publish, activity.RegisterOptions{Name: contract.PublishOutboxBatchName})
 	env.RegisterActivityWithOptions(func(_ context.Context, p contract.HandParams) error {
 		*handed = append(*handed, p)
@@ -37,7 +38,7 @@ func TestOutboxBatchPublishes(t *testing.T) {
 		got = p
 		return contract.BatchResult{Sent: 2, Handed: []int64{3}}, nil
 	}, &handed)
-	env.ExecuteWorkflow(workflows.OutboxBatchName, workflows.OutboxBatchParams{Source: "s", IDs: []int64{1, 2, 3}, Retry: budget})
+	env.ExecuteWorkflow(courier.KindOutboxBatch.Workflow, workflows.OutboxBatchParams{Source: "s", IDs: []int64{1, 2, 3}, Retry: budget})
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
 	var res contract.BatchResult
@@ -56,7 +57,7 @@ func TestOutboxBatchThatGivesUpHandsEveryRecordOver(t *testing.T) {
 		attempts++
 		return contract.BatchResult{}, errors.New("database is down")
 	}, &handed)
-	env.ExecuteWorkflow(workflows.OutboxBatchName, workflows.OutboxBatchParams{Source: "s", IDs: []int64{7, 8}, Retry: budget})
+	env.ExecuteWorkflow(courier.KindOutboxBatch.Workflow, workflows.OutboxBatchParams{Source: "s", IDs: []int64{7, 8}, Retry: budget})
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
 	require.EqualValues(t, budget.MaxAttempts, attempts, "the whole budget is spent first")
@@ -74,7 +75,7 @@ func TestOutboxBatchUnknownSourceHandsOverAtOnce(t *testing.T) {
 		attempts++
 		return contract.BatchResult{}, temporal.NewNonRetryableApplicationError("no such source", contract.ErrTypeUnknownSource, nil)
 	}, &handed)
-	env.ExecuteWorkflow(workflows.OutboxBatchName, workflows.OutboxBatchParams{Source: "gone", IDs: []int64{1}, Retry: budget})
+	env.ExecuteWorkflow(courier.KindOutboxBatch.Workflow, workflows.OutboxBatchParams{Source: "gone", IDs: []int64{1}, Retry: budget})
 	require.True(t, env.IsWorkflowCompleted())
 	require.Equal(t, 1, attempts)
 	require.Len(t, handed, 1)

@@ -12,10 +12,6 @@ import (
 	"github.com/courier-oss/courier/activities/contract"
 )
 
-// OutboxOrderedName is the registered name of an ordered key's delivery workflow (the outbox
-// ordered mode: docs/flow-control.md, "Ordered keys in the outbox").
-const OutboxOrderedName = "outbox-ordered-key"
-
 // ErrTypeOutboxKeyBlocked is the failure type of a key's delivery run that left its key blocked:
 // once the blocking record is marked dead (the row stays the source of truth), the run upserts
 // CourierState "dead" with the record's CourierRecordID and CourierTopic and ends Failed, its
@@ -27,11 +23,6 @@ const ErrTypeOutboxKeyBlocked = "OutboxKeyBlocked"
 // orderedBlockedFails marks the change that made a run that blocks its key fail (and upsert the
 // record's search attributes) rather than complete: runs recorded before it replay as they ran.
 const orderedBlockedFails = "ordered-blocked-key-fails"
-
-var (
-	saOutboxRecord = temporal.NewSearchAttributeKeyInt64(courier.SARecord)
-	saOutboxTopic  = temporal.NewSearchAttributeKeyKeyword(courier.SATopic)
-)
 
 // OutboxOrderedParams is the key delivery's input.
 type OutboxOrderedParams struct {
@@ -134,7 +125,7 @@ func OutboxOrdered(ctx workflow.Context, p OutboxOrderedParams) (OutboxOrderedRe
 		}
 	}
 	p.Sent = res.Sent
-	return res, workflow.NewContinueAsNewError(ctx, OutboxOrderedName, p)
+	return res, workflow.NewContinueAsNewError(ctx, courier.KindOutboxKey.Workflow, p)
 }
 
 // blockKey marks the record dead and blocks its key, retried until the database answers, then
@@ -158,9 +149,9 @@ func blockKey(ctx workflow.Context, source string, id int64, lastErr string, res
 		res.BlockedBy = 0
 		return res, nil
 	}
-	sas := []temporal.SearchAttributeUpdate{saOutboxState.ValueSet(string(courier.OutboxDead)), saOutboxRecord.ValueSet(id)}
+	sas := []temporal.SearchAttributeUpdate{saState.ValueSet(string(courier.OutboxDead)), saRecord.ValueSet(id)}
 	if blocked.Topic != "" {
-		sas = append(sas, saOutboxTopic.ValueSet(blocked.Topic))
+		sas = append(sas, saTopic.ValueSet(blocked.Topic))
 	}
 	_ = workflow.UpsertTypedSearchAttributes(ctx, sas...)
 	return res, temporal.NewNonRetryableApplicationError(

@@ -32,7 +32,7 @@ type fakeKey struct {
 func (k *fakeKey) env(t *testing.T) *testsuite.TestWorkflowEnvironment {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
-	env.RegisterWorkflowWithOptions(workflows.OutboxOrdered, workflow.RegisterOptions{Name: workflows.OutboxOrderedName})
+	env.RegisterWorkflowWithOptions(workflows.OutboxOrdered, workflow.RegisterOptions{Name: courier.KindOutboxKey.Workflow})
 	env.RegisterActivityWithOptions(func(_ context.Context, p contract.ClaimOrderedParams) (contract.ClaimOrderedResult, error) {
 		if len(k.blocked) > 0 || len(k.ids) == 0 {
 			return contract.ClaimOrderedResult{Blocked: len(k.blocked) > 0}, nil
@@ -67,7 +67,7 @@ func (k *fakeKey) env(t *testing.T) *testsuite.TestWorkflowEnvironment {
 func TestOutboxOrderedRetriesInOrder(t *testing.T) {
 	k := &fakeKey{ids: []int64{1, 2, 3, 4, 5}, fail: map[int64]int{3: 2}, attempts: map[int64]int{}}
 	env := k.env(t)
-	env.ExecuteWorkflow(workflows.OutboxOrderedName, workflows.OutboxOrderedParams{Key: "k", Max: 2, Retry: budget})
+	env.ExecuteWorkflow(courier.KindOutboxKey.Workflow, workflows.OutboxOrderedParams{Key: "k", Max: 2, Retry: budget})
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
 	var res workflows.OutboxOrderedResult
@@ -90,7 +90,7 @@ func TestOutboxOrderedBlocksTheKey(t *testing.T) {
 		upserts = append(upserts, args.Get(0).(temporal.SearchAttributes))
 	}).Maybe()
 	start := env.Now()
-	env.ExecuteWorkflow(workflows.OutboxOrderedName, workflows.OutboxOrderedParams{Key: "k", Max: 10, Retry: budget})
+	env.ExecuteWorkflow(courier.KindOutboxKey.Workflow, workflows.OutboxOrderedParams{Key: "k", Max: 10, Retry: budget})
 	require.True(t, env.IsWorkflowCompleted())
 	var app *temporal.ApplicationError
 	require.ErrorAs(t, env.GetWorkflowError(), &app)
@@ -118,7 +118,7 @@ func TestOutboxOrderedBlocksTheKey(t *testing.T) {
 func TestOutboxOrderedSentMeanwhileBlocksNothing(t *testing.T) {
 	k := &fakeKey{ids: []int64{1, 2}, fail: map[int64]int{1: 100}, attempts: map[int64]int{}, sentMeanwhile: true}
 	env := k.env(t)
-	env.ExecuteWorkflow(workflows.OutboxOrderedName, workflows.OutboxOrderedParams{Key: "k", Max: 10, Retry: budget})
+	env.ExecuteWorkflow(courier.KindOutboxKey.Workflow, workflows.OutboxOrderedParams{Key: "k", Max: 10, Retry: budget})
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
 	var res workflows.OutboxOrderedResult

@@ -22,7 +22,7 @@ import (
 func newEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
-	env.RegisterWorkflowWithOptions(workflows.OutboxDelivery, workflow.RegisterOptions{Name: workflows.OutboxDeliveryName})
+	env.RegisterWorkflowWithOptions(workflows.OutboxDelivery, workflow.RegisterOptions{Name: courier.KindOutbox.Workflow})
 	env.RegisterActivityWithOptions(func(context.Context, contract.DeliverParams) (contract.DeliverResult, error) {
 		return contract.DeliverResult{}, nil
 	}, activity.RegisterOptions{Name: contract.DeliverOutboxName})
@@ -42,7 +42,7 @@ func TestOutboxDeliverySuccess(t *testing.T) {
 		}).Maybe()
 	env.OnActivity(contract.DeliverOutboxName, mock.Anything, contract.DeliverParams{Source: "default", ID: 7}).
 		Return(contract.DeliverResult{}, nil).Once()
-	env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{Source: "default", ID: 7, Retry: budget})
+	env.ExecuteWorkflow(courier.KindOutbox.Workflow, workflows.OutboxDeliveryParams{Source: "default", ID: 7, Retry: budget})
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
 	var res workflows.OutboxDeliveryResult
@@ -89,7 +89,7 @@ func TestOutboxDeliveryRetriesWithBackoff(t *testing.T) {
 					}
 					return contract.DeliverResult{}, nil
 				})
-			env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 1, Retry: c.retry})
+			env.ExecuteWorkflow(courier.KindOutbox.Workflow, workflows.OutboxDeliveryParams{ID: 1, Retry: c.retry})
 			require.NoError(t, env.GetWorkflowError())
 			var res workflows.OutboxDeliveryResult
 			require.NoError(t, env.GetWorkflowResult(&res))
@@ -117,7 +117,7 @@ func TestOutboxDeliveryFirstAttemptIsLocal(t *testing.T) {
 			info = activity.GetInfo(ctx)
 			return contract.DeliverResult{}, nil
 		}).Once()
-	env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{Source: "default", ID: 7, Retry: budget})
+	env.ExecuteWorkflow(courier.KindOutbox.Workflow, workflows.OutboxDeliveryParams{Source: "default", ID: 7, Retry: budget})
 	require.NoError(t, env.GetWorkflowError())
 	var res workflows.OutboxDeliveryResult
 	require.NoError(t, env.GetWorkflowResult(&res))
@@ -153,7 +153,7 @@ func TestOutboxDeliveryDeadAfterBudget(t *testing.T) {
 			start := env.Now()
 			b := budget
 			b.MaxAttempts = attempts
-			env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 9, Retry: b})
+			env.ExecuteWorkflow(courier.KindOutbox.Workflow, workflows.OutboxDeliveryParams{ID: 9, Retry: b})
 			res := deadResult(t, env)
 			require.Equal(t, courier.OutboxDead, res.Status)
 			require.Len(t, kinds, int(attempts), "exactly MaxAttempts attempts")
@@ -199,7 +199,7 @@ func TestOutboxDeliveryPermanentFailureIsDeadAtOnce(t *testing.T) {
 				})
 			env.OnActivity(contract.MarkOutboxDeadName, mock.Anything, mock.Anything).Return(nil).Once()
 			start := env.Now()
-			env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 3, Retry: budget})
+			env.ExecuteWorkflow(courier.KindOutbox.Workflow, workflows.OutboxDeliveryParams{ID: 3, Retry: budget})
 			res := deadResult(t, env)
 			require.Equal(t, courier.OutboxDead, res.Status)
 			require.Equal(t, 1, calls)
@@ -223,7 +223,7 @@ func TestOutboxDeliveryMarkDeadIsRetried(t *testing.T) {
 			}
 			return nil
 		})
-	env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 3, Retry: budget})
+	env.ExecuteWorkflow(courier.KindOutbox.Workflow, workflows.OutboxDeliveryParams{ID: 3, Retry: budget})
 	res := deadResult(t, env)
 	require.Equal(t, courier.OutboxDead, res.Status)
 	require.Equal(t, 3, calls)
@@ -278,7 +278,7 @@ func TestOutboxDeliveryStateUpserts(t *testing.T) {
 				err = temporal.NewNonRetryableApplicationError("x", contract.ErrTypeUnknownTopic, nil)
 			}
 			env.OnActivity(contract.DeliverOutboxName, mock.Anything, mock.Anything).Return(contract.DeliverResult{}, err)
-			env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{ID: 3, Retry: budget, FinalState: c.finalState})
+			env.ExecuteWorkflow(courier.KindOutbox.Workflow, workflows.OutboxDeliveryParams{ID: 3, Retry: budget, FinalState: c.finalState})
 			require.True(t, env.IsWorkflowCompleted())
 			if c.fail {
 				require.Equal(t, courier.OutboxDead, deadResult(t, env).Status)
@@ -301,7 +301,7 @@ func TestOutboxDeliveryPaused(t *testing.T) {
 		}).Maybe()
 	env.OnActivity(contract.DeliverOutboxName, mock.Anything, mock.Anything).
 		Return(contract.DeliverResult{Paused: true}, nil).Once()
-	env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{Source: "default", ID: 7, Retry: budget, FinalState: true})
+	env.ExecuteWorkflow(courier.KindOutbox.Workflow, workflows.OutboxDeliveryParams{Source: "default", ID: 7, Retry: budget, FinalState: true})
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
 	var res workflows.OutboxDeliveryResult

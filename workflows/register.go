@@ -1,34 +1,39 @@
 package workflows
 
-import "go.temporal.io/sdk/workflow"
+import (
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/courier-oss/courier"
+)
 
 // WorkflowRegistrar is what can take workflow registrations: a worker or a replayer.
 type WorkflowRegistrar interface {
 	RegisterWorkflowWithOptions(w any, options workflow.RegisterOptions)
 }
 
-// RegisterOutbox registers the outbox's workflows under their stable names: the per-record
-// delivery, the batch and the ordered key's delivery, all on the workflows' task queue.
+// RegisterOutbox registers the outbox's workflows under their stable names (courier.Kinds): the
+// per-record delivery, the batch and the ordered key's delivery, all on the workflows' task
+// queue.
 func RegisterOutbox(r WorkflowRegistrar) {
-	r.RegisterWorkflowWithOptions(OutboxDelivery, workflow.RegisterOptions{Name: OutboxDeliveryName})
-	r.RegisterWorkflowWithOptions(OutboxBatch, workflow.RegisterOptions{Name: OutboxBatchName})
-	r.RegisterWorkflowWithOptions(OutboxOrdered, workflow.RegisterOptions{Name: OutboxOrderedName})
+	r.RegisterWorkflowWithOptions(OutboxDelivery, workflow.RegisterOptions{Name: courier.KindOutbox.Workflow})
+	r.RegisterWorkflowWithOptions(OutboxBatch, workflow.RegisterOptions{Name: courier.KindOutboxBatch.Workflow})
+	r.RegisterWorkflowWithOptions(OutboxOrdered, workflow.RegisterOptions{Name: courier.KindOutboxKey.Workflow})
 }
 
 // RegisterTasks registers the task workflows under their stable names: the attempts and the
-// batches on the registrar of the push task queue (contract.TaskPushQueue), the sweeper on that
+// batches on the registrar of the push task queue (courier.TaskPushQueue), the sweeper on that
 // of the workflows' queue, where its schedule starts it.
 func RegisterTasks(attempts, sweeper WorkflowRegistrar) {
-	attempts.RegisterWorkflowWithOptions(Task, workflow.RegisterOptions{Name: TaskName})
-	attempts.RegisterWorkflowWithOptions(TaskBatch, workflow.RegisterOptions{Name: TaskBatchName})
-	sweeper.RegisterWorkflowWithOptions(TaskSweeper, workflow.RegisterOptions{Name: TaskSweeperName})
+	attempts.RegisterWorkflowWithOptions(Task, workflow.RegisterOptions{Name: courier.KindTask.Workflow})
+	attempts.RegisterWorkflowWithOptions(TaskBatch, workflow.RegisterOptions{Name: courier.KindTaskBatch.Workflow})
+	sweeper.RegisterWorkflowWithOptions(TaskSweeper, workflow.RegisterOptions{Name: courier.KindTaskSweeper.Workflow})
 }
 
 // RegisterTimers registers the timer and bucket workflows under their stable names, on the
 // workflows' task queue.
 func RegisterTimers(r WorkflowRegistrar) {
-	r.RegisterWorkflowWithOptions(Timer, workflow.RegisterOptions{Name: TimerName})
-	r.RegisterWorkflowWithOptions(TimerBucket, workflow.RegisterOptions{Name: TimerBucketName})
+	r.RegisterWorkflowWithOptions(Timer, workflow.RegisterOptions{Name: courier.KindTimer.Workflow})
+	r.RegisterWorkflowWithOptions(TimerBucket, workflow.RegisterOptions{Name: courier.KindTimerBucket.Workflow})
 }
 
 // Register registers every courier workflow on one registrar: what a replayer needs. Workers

@@ -79,7 +79,7 @@ func TestWorkflowsScheduleTheirRetryPolicies(t *testing.T) {
 			Return(contract.DeliverResult{}, errors.New("broker unavailable")).Once()
 		env.OnActivity(contract.DeliverOutboxName, mock.Anything, mock.Anything).
 			Return(contract.DeliverResult{}, temporal.NewNonRetryableApplicationError("x", contract.ErrTypeUnknownTopic, nil))
-		env.ExecuteWorkflow(workflows.OutboxDeliveryName, workflows.OutboxDeliveryParams{Source: "default", ID: 7, Retry: budget})
+		env.ExecuteWorkflow(courier.KindOutbox.Workflow, workflows.OutboxDeliveryParams{Source: "default", ID: 7, Retry: budget})
 		require.True(t, env.IsWorkflowCompleted())
 		require.Equal(t, &temporal.RetryPolicy{InitialInterval: 2 * time.Second, BackoffCoefficient: 2, MaximumInterval: 10 * time.Second,
 			MaximumAttempts: 4, NonRetryableErrorTypes: []string{contract.ErrTypeUnknownTopic, contract.ErrTypeOutboxNotFound, contract.ErrTypeUnknownSource}},
@@ -112,7 +112,7 @@ func TestWorkflowsScheduleTheirRetryPolicies(t *testing.T) {
 	t.Run("task with a heartbeat timeout", func(t *testing.T) {
 		env := newTaskEnv(t)
 		got := retriesOf(env.TestWorkflowEnvironment)
-		env.onPushAwait(completed(contract.AttemptResult{Attempt: 3, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess}}))
+		env.onPushAwait(completed(contract.AttemptResult{Attempt: 3, Outcome: contract.AttemptOutcome{Kind: courier.OutcomeSuccess}}))
 		env.run(t, attempt3Heartbeat)
 		require.Equal(t, &temporal.RetryPolicy{MaximumAttempts: 1}, got[contract.PushAwaitName])
 		require.Equal(t, untilDone, got[contract.FinishTaskName])
@@ -121,7 +121,7 @@ func TestWorkflowsScheduleTheirRetryPolicies(t *testing.T) {
 	t.Run("sweeper", func(t *testing.T) {
 		env := newTaskEnv(t)
 		got := retriesOf(env.TestWorkflowEnvironment)
-		env.ExecuteWorkflow(workflows.TaskSweeperName, contract.SweepParams{})
+		env.ExecuteWorkflow(courier.KindTaskSweeper.Workflow, contract.SweepParams{})
 		require.True(t, env.IsWorkflowCompleted())
 		require.NoError(t, env.GetWorkflowError())
 		require.Equal(t, &temporal.RetryPolicy{InitialInterval: 5 * time.Second, MaximumAttempts: 3}, got[contract.SweepTasksName])

@@ -13,12 +13,6 @@ import (
 	"github.com/courier-oss/courier/activities/contract"
 )
 
-// Registered names of the task workflows.
-const (
-	TaskName        = "task"
-	TaskSweeperName = "task-sweeper"
-)
-
 // TaskResultUpdate hands an attempt without a heartbeat timeout its worker's result
 // (contract.AttemptResult): the gateway sends it once it has recorded the result in the row and
 // answered the worker, marked recorded, or unrecorded when the row could not be written.
@@ -59,10 +53,8 @@ type TaskRunResult struct {
 	Stale   bool               // the task had moved on before the push; nothing was done
 	Applied bool               // the row holds the outcome (false if the task had moved on meanwhile)
 	Status  courier.TaskStatus // the task's status afterwards
-	Outcome courier.AttemptOutcome
+	Outcome contract.AttemptOutcome
 }
-
-var saTaskState = temporal.NewSearchAttributeKeyKeyword(courier.SAState)
 
 // StateStale is the CourierState of a task attempt's run that found its task moved on before
 // its push (cancelled, superseded or finished meanwhile) and did nothing.
@@ -97,7 +89,7 @@ var finishOptions = workflow.LocalActivityOptions{
 }
 
 // Task runs one attempt of a task version (workflow id task/<task_id>/<version>; each attempt
-// is a new run under that id, on the push task queue, contract.TaskPushQueue). It pushes the
+// is a new run under that id, on the push task queue, courier.TaskPushQueue). It pushes the
 // task to the queue's worker (each try bounded by the queue's push timeout, tries that failed
 // on the way repeated within the attempt) and waits for the worker's result until the
 // processing deadline. The gateway records the result in the row (the queue's retry policy
@@ -135,7 +127,7 @@ func Task(ctx workflow.Context, p TaskParams) (TaskRunResult, error) {
 		if p.FinalState {
 			// The task had moved on (cancelled, superseded, finished by an earlier run): this
 			// run did nothing, and says so.
-			_ = workflow.UpsertTypedSearchAttributes(ctx, saTaskState.ValueSet(StateStale))
+			_ = workflow.UpsertTypedSearchAttributes(ctx, saState.ValueSet(StateStale))
 		}
 		return TaskRunResult{Stale: true}, nil
 	case r.Outcome.Recorded:
@@ -199,9 +191,9 @@ func pushThenWait(ctx workflow.Context, p TaskParams) (r contract.AttemptResult,
 		r.Outcome = workerOutcome(r.Outcome)
 		return r, false, nil
 	case ctx.Err() != nil:
-		return contract.AttemptResult{Attempt: p.Attempt, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeCancelled, Message: "cancelled"}}, false, nil
+		return contract.AttemptResult{Attempt: p.Attempt, Outcome: contract.AttemptOutcome{Kind: courier.OutcomeCancelled, Message: "cancelled"}}, false, nil
 	}
-	return contract.AttemptResult{Attempt: p.Attempt, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeTimeout,
+	return contract.AttemptResult{Attempt: p.Attempt, Outcome: contract.AttemptOutcome{Kind: courier.OutcomeTimeout,
 		Message: fmt.Sprintf("processing timeout: no result within %s", push.ProcessingTimeout)}}, false, nil
 }
 
@@ -241,22 +233,22 @@ func takeResults(ctx workflow.Context, attempt int) (*attemptResults, error) {
 
 // pushEnded reads a local push that failed (err from its future): stale when the task had
 // moved on before it, otherwise the attempt's outcome.
-func pushEnded(ctx workflow.Context, err error, push contract.PushTaskParams) (out courier.AttemptOutcome, stale bool) {
+func pushEnded(ctx workflow.Context, err error, push contract.PushTaskParams) (out contract.AttemptOutcome, stale bool) {
 	var app *temporal.ApplicationError
 	var to *temporal.TimeoutError
 	switch {
 	case errors.As(err, &app) && app.Type() == contract.ErrTypeTaskStale:
 		return out, true
 	case temporal.IsCanceledError(err) || ctx.Err() != nil:
-		return courier.AttemptOutcome{Kind: courier.OutcomeCancelled, Message: "cancelled"}, false
+		return contract.AttemptOutcome{Kind: courier.OutcomeCancelled, Message: "cancelled"}, false
 	case errors.As(err, &to) && to.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_CLOSE:
-		return courier.AttemptOutcome{Kind: courier.OutcomeTimeout,
+		return contract.AttemptOutcome{Kind: courier.OutcomeTimeout,
 			Message: fmt.Sprintf("processing timeout: the push was not accepted within %s", push.ProcessingTimeout)}, false
 	case errors.As(err, &to):
-		return courier.AttemptOutcome{Kind: courier.OutcomeFailure,
+		return contract.AttemptOutcome{Kind: courier.OutcomeFailure,
 			Message: fmt.Sprintf("push: no answer within the push timeout (%s)", push.PushTimeout)}, false
 	default:
-		return courier.AttemptOutcome{Kind: courier.OutcomeFailure, Message: rootMessage(err)}, false
+		return contract.AttemptOutcome{Kind: courier.OutcomeFailure, Message: rootMessage(err)}, false
 	}
 }
 
@@ -285,11 +277,11 @@ func pushAndAwait(ctx workflow.Context, p TaskParams) (r contract.AttemptResult,
 	case errors.As(err, &app) && app.Type() == contract.ErrTypeTaskStale:
 		return r, true
 	case temporal.IsCanceledError(err) || ctx.Err() != nil:
-		return contract.AttemptResult{Attempt: p.Attempt, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeCancelled, Message: "cancelled"}}, false
+		return contract.AttemptResult{Attempt: p.Attempt, Outcome: contract.AttemptOutcome{Kind: courier.OutcomeCancelled, Message: "cancelled"}}, false
 	case errors.As(err, &to):
-		return contract.AttemptResult{Attempt: p.Attempt, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeTimeout, Message: timeoutMessage(to, push)}}, false
+		return contract.AttemptResult{Attempt: p.Attempt, Outcome: contract.AttemptOutcome{Kind: courier.OutcomeTimeout, Message: timeoutMessage(to, push)}}, false
 	default:
-		return contract.AttemptResult{Attempt: p.Attempt, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeFailure, Message: rootMessage(err)}}, false
+		return contract.AttemptResult{Attempt: p.Attempt, Outcome: contract.AttemptOutcome{Kind: courier.OutcomeFailure, Message: rootMessage(err)}}, false
 	}
 }
 
@@ -311,7 +303,7 @@ func timeoutMessage(to *temporal.TimeoutError, push contract.PushTaskParams) str
 }
 
 // workerOutcome keeps a worker's report, read as a failure unless it says success.
-func workerOutcome(o courier.AttemptOutcome) courier.AttemptOutcome {
+func workerOutcome(o contract.AttemptOutcome) contract.AttemptOutcome {
 	if o.Kind != courier.OutcomeSuccess {
 		o.Kind = courier.OutcomeFailure
 	}
@@ -320,7 +312,7 @@ func workerOutcome(o courier.AttemptOutcome) courier.AttemptOutcome {
 
 // finishAttempt records the attempt's outcome in a local activity on a disconnected context:
 // one marker in the history instead of an activity's three events and a workflow task's three.
-func finishAttempt(ctx workflow.Context, p TaskParams, out courier.AttemptOutcome) (TaskRunResult, error) {
+func finishAttempt(ctx workflow.Context, p TaskParams, out contract.AttemptOutcome) (TaskRunResult, error) {
 	var fin contract.FinishTaskResult
 	ctx, _ = workflow.NewDisconnectedContext(ctx)
 	lctx := workflow.WithLocalActivityOptions(ctx, finishOptions)
@@ -334,9 +326,9 @@ func finishAttempt(ctx workflow.Context, p TaskParams, out courier.AttemptOutcom
 // attemptFinished ends the run once the row has the outcome: when the row took it, the task's
 // status is written to the run's CourierState (runs started before FinalState skipped it for a
 // success), and a task left Failed fails the run.
-func attemptFinished(ctx workflow.Context, p TaskParams, out courier.AttemptOutcome, fin contract.FinishTaskResult) (TaskRunResult, error) {
+func attemptFinished(ctx workflow.Context, p TaskParams, out contract.AttemptOutcome, fin contract.FinishTaskResult) (TaskRunResult, error) {
 	if fin.Applied && (fin.Status != courier.TaskSuccess || p.FinalState) {
-		_ = workflow.UpsertTypedSearchAttributes(ctx, saTaskState.ValueSet(string(fin.Status)))
+		_ = workflow.UpsertTypedSearchAttributes(ctx, saState.ValueSet(string(fin.Status)))
 	}
 	res := TaskRunResult{Applied: fin.Applied, Status: fin.Status, Outcome: out}
 	if !fin.Applied || fin.Status != courier.TaskFailed {
@@ -367,7 +359,7 @@ const sweepsPerRun = 60
 // started before) it sweeps once.
 func TaskSweeper(ctx workflow.Context, p contract.SweepParams) (contract.SweepResult, error) {
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue:           contract.TaskFinishQueue(workflow.GetInfo(ctx).TaskQueueName),
+		TaskQueue:           courier.TaskFinishQueue(workflow.GetInfo(ctx).TaskQueueName),
 		StartToCloseTimeout: 10 * time.Minute,
 		HeartbeatTimeout:    time.Minute,
 		RetryPolicy:         sweepRetry.Temporal(),
@@ -385,7 +377,7 @@ func TaskSweeper(ctx workflow.Context, p contract.SweepParams) (contract.SweepRe
 			workflow.GetLogger(ctx).Warn("a task sweep failed; the next one takes over", "error", err)
 		}
 		if i >= sweepsPerRun || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
-			return res, workflow.NewContinueAsNewError(ctx, TaskSweeperName, p)
+			return res, workflow.NewContinueAsNewError(ctx, courier.KindTaskSweeper.Workflow, p)
 		}
 		if err := workflow.Sleep(ctx, p.Every); err != nil {
 			return res, err

@@ -9,15 +9,12 @@ import (
 	"github.com/courier-oss/courier/activities/contract"
 )
 
-// TaskBatchName is the registered name of the batched dispatch mode's run: one per claim of a
-// queue in that mode (workflow id courier.TaskBatchWorkflowID), on the push task queue.
-const TaskBatchName = "task-batch"
-
 // batchPushMargin is what a batch's push may take beyond its requests' tries: the database
 // statements around them.
 const batchPushMargin = time.Minute
 
-// TaskBatch pushes a claim's attempts from one run (docs/tasks.md, "Dispatch modes"): a local
+// TaskBatch (courier.KindTaskBatch: one run per claim of a queue in the batched mode, on the
+// push task queue) pushes a claim's attempts from one run (docs/tasks.md, "Dispatch modes"): a local
 // activity in the run's first workflow task marks them pushed and sends them
 // (contract.PushBatchName), retried until the database answers, and the run ends. What follows
 // each attempt needs no run: the gateway records the worker's result in the row and frees the

@@ -154,7 +154,7 @@ func completed(r contract.AttemptResult) func(context.Context) (contract.Attempt
 // the result in the details.
 func (e *taskEnv) run(t *testing.T, p workflows.TaskParams) workflows.TaskRunResult {
 	t.Helper()
-	e.ExecuteWorkflow(workflows.TaskName, p)
+	e.ExecuteWorkflow(courier.KindTask.Workflow, p)
 	require.True(t, e.IsWorkflowCompleted())
 	var res workflows.TaskRunResult
 	var app *temporal.ApplicationError
@@ -187,7 +187,7 @@ func (e *taskEnv) report(at time.Duration, r contract.AttemptResult, refused *er
 
 // noResultIsNil maps the JSON null that an absent result becomes on its way through the data
 // converter back to nil, so outcomes compare with the ones the tests build.
-func noResultIsNil(o courier.AttemptOutcome) courier.AttemptOutcome {
+func noResultIsNil(o contract.AttemptOutcome) contract.AttemptOutcome {
 	if string(o.Result) == "null" {
 		o.Result = nil
 	}
@@ -263,11 +263,11 @@ func (e *taskEnv) requireFinishedLocally(t *testing.T) {
 // takes it as the update (one for another attempt is refused and changes nothing); one with a
 // heartbeat timeout as the completion of its push-and-wait.
 func TestTaskRecordedOutcomeEndsTheRun(t *testing.T) {
-	success := courier.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200, Message: "done", Result: json.RawMessage(`{"rows":42}`), Recorded: true}
-	failure := courier.AttemptOutcome{Kind: courier.OutcomeFailure, StatusCode: 503, Message: "try later", Recorded: true}
+	success := contract.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200, Message: "done", Result: json.RawMessage(`{"rows":42}`), Recorded: true}
+	failure := contract.AttemptOutcome{Kind: courier.OutcomeFailure, StatusCode: 503, Message: "try later", Recorded: true}
 	for _, c := range []struct {
 		name   string
-		out    courier.AttemptOutcome
+		out    contract.AttemptOutcome
 		status courier.TaskStatus
 		states []string // CourierState upserts
 	}{
@@ -322,7 +322,7 @@ func TestTaskUnrecordedResultIsFinished(t *testing.T) {
 		"empty kind is a failure":   {"", courier.OutcomeFailure, courier.TaskPending},
 		"failure, retries spent":    {courier.OutcomeFailure, courier.OutcomeFailure, courier.TaskFailed},
 	} {
-		reported := courier.AttemptOutcome{Kind: tc.kind, StatusCode: 503, Message: "upstream down", Result: json.RawMessage(`{"retry":true}`)}
+		reported := contract.AttemptOutcome{Kind: tc.kind, StatusCode: 503, Message: "upstream down", Result: json.RawMessage(`{"retry":true}`)}
 		want := reported
 		want.Kind = tc.want
 		var states []string
@@ -372,13 +372,13 @@ func TestTaskLocalPushEndingsAreFinishedAsOutcomes(t *testing.T) {
 	for _, c := range []struct {
 		name    string
 		pushErr error
-		want    courier.AttemptOutcome
+		want    contract.AttemptOutcome
 		after   time.Duration // when (virtual time) the finish runs
 	}{
 		{"processing deadline", nil,
-			courier.AttemptOutcome{Kind: courier.OutcomeTimeout, Message: "processing timeout: no result within 10m0s"}, 10 * time.Minute},
+			contract.AttemptOutcome{Kind: courier.OutcomeTimeout, Message: "processing timeout: no result within 10m0s"}, 10 * time.Minute},
 		{"push refused", temporal.NewNonRetryableApplicationError("push: worker answered 422 (not retried)", contract.ErrTypePushFailed, nil),
-			courier.AttemptOutcome{Kind: courier.OutcomeFailure, Message: "push: worker answered 422 (not retried)"}, 0},
+			contract.AttemptOutcome{Kind: courier.OutcomeFailure, Message: "push: worker answered 422 (not retried)"}, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			env := newTaskEnv(t)
@@ -402,7 +402,7 @@ func TestTaskLocalPushEndingsAreFinishedAsOutcomes(t *testing.T) {
 func TestTaskWithoutPushTimeoutUsesTheDefault(t *testing.T) {
 	env := newTaskEnv(t)
 	env.onPush(accepted)
-	env.report(time.Minute, contract.AttemptResult{Attempt: 3, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess}}, new(error))
+	env.report(time.Minute, contract.AttemptResult{Attempt: 3, Outcome: contract.AttemptOutcome{Kind: courier.OutcomeSuccess}}, new(error))
 	p := attempt3
 	p.PushTimeout = 0
 
@@ -428,7 +428,7 @@ func TestTaskUnansweredPushIsTriedAgainWithinTheAttempt(t *testing.T) {
 		}
 		return contract.SendPushResult{Try: 3}, nil
 	})
-	won := courier.AttemptOutcome{Kind: courier.OutcomeSuccess, Message: "third time lucky", Recorded: true}
+	won := contract.AttemptOutcome{Kind: courier.OutcomeSuccess, Message: "third time lucky", Recorded: true}
 	env.report(5*time.Minute, contract.AttemptResult{Attempt: 3, Outcome: won, Status: courier.TaskSuccess}, new(error))
 
 	res := env.run(t, attempt3)
@@ -481,7 +481,7 @@ func TestTaskStaleAttemptTouchesNothing(t *testing.T) {
 func TestTaskResultBeforeThePushIsAnswered(t *testing.T) {
 	env := newTaskEnv(t)
 	env.onPush(accepted).After(time.Hour)
-	won := courier.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200, Message: "quick", Result: json.RawMessage(`{"ok":true}`), Recorded: true}
+	won := contract.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200, Message: "quick", Result: json.RawMessage(`{"ok":true}`), Recorded: true}
 	var refused error
 	env.report(time.Minute, contract.AttemptResult{Attempt: 3, Outcome: won, Status: courier.TaskSuccess}, &refused)
 
@@ -499,7 +499,7 @@ func TestTaskResultUpdateIsRefusedWhenTheAttemptIsOver(t *testing.T) {
 	env.onPush(accepted)
 	env.finishMock.After(time.Minute) // the deadline's outcome is being recorded when the result comes
 	var late error
-	env.report(10*time.Minute+30*time.Second, contract.AttemptResult{Attempt: 3, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess}}, &late)
+	env.report(10*time.Minute+30*time.Second, contract.AttemptResult{Attempt: 3, Outcome: contract.AttemptOutcome{Kind: courier.OutcomeSuccess}}, &late)
 
 	res := env.run(t, attempt3)
 
@@ -525,7 +525,7 @@ func TestTaskCancelWhileOutstanding(t *testing.T) {
 		{"pushing", attempt3, func(e *taskEnv) { e.onPush(accepted).After(2 * time.Minute) }},
 		{"waiting", attempt3, func(e *taskEnv) { e.onPush(accepted) }},
 		{"push-and-wait", attempt3Heartbeat, func(e *taskEnv) {
-			e.onPushAwait(completed(contract.AttemptResult{Attempt: 3, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess}})).After(time.Hour)
+			e.onPushAwait(completed(contract.AttemptResult{Attempt: 3, Outcome: contract.AttemptOutcome{Kind: courier.OutcomeSuccess}})).After(time.Hour)
 		}},
 	} {
 		for name, fin := range map[string]contract.FinishTaskResult{
@@ -540,7 +540,7 @@ func TestTaskCancelWhileOutstanding(t *testing.T) {
 
 				res := env.run(t, c.p)
 
-				cancelled := courier.AttemptOutcome{Kind: courier.OutcomeCancelled, Message: "cancelled"}
+				cancelled := contract.AttemptOutcome{Kind: courier.OutcomeCancelled, Message: "cancelled"}
 				require.Equal(t, []contract.FinishTaskParams{{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: cancelled}}, env.finishes)
 				require.False(t, env.finishAt[0].After(env.start.Add(2*time.Minute)), "finished on the cancel")
 				require.Equal(t, workflows.TaskRunResult{Applied: fin.Applied, Status: courier.TaskCancelled, Outcome: cancelled}, res)
@@ -560,7 +560,7 @@ func TestTaskCancelWhileOutstanding(t *testing.T) {
 func TestTaskCancelWhileFinishRunsStillFinishes(t *testing.T) {
 	env := newTaskEnv(t)
 	env.onPush(accepted)
-	won := courier.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200}
+	won := contract.AttemptOutcome{Kind: courier.OutcomeSuccess, StatusCode: 200}
 	env.report(time.Minute, contract.AttemptResult{Attempt: 3, Outcome: won}, new(error))
 	env.finishMock.After(time.Minute)
 	env.RegisterDelayedCallback(env.CancelWorkflow, 90*time.Second)
@@ -576,7 +576,7 @@ func TestTaskCancelWhileFinishRunsStillFinishes(t *testing.T) {
 func TestTaskFinishIsRetriedUntilItSucceeds(t *testing.T) {
 	env := newTaskEnv(t)
 	env.onPush(accepted)
-	env.report(time.Minute, contract.AttemptResult{Attempt: 3, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess}}, new(error))
+	env.report(time.Minute, contract.AttemptResult{Attempt: 3, Outcome: contract.AttemptOutcome{Kind: courier.OutcomeSuccess}}, new(error))
 	calls := 0
 	env.finish = func(contract.FinishTaskParams) (contract.FinishTaskResult, error) {
 		calls++
@@ -590,7 +590,7 @@ func TestTaskFinishIsRetriedUntilItSucceeds(t *testing.T) {
 
 	require.Greater(t, calls, 10, "tried again and again while the database was down")
 	for _, f := range env.finishes {
-		require.Equal(t, contract.FinishTaskParams{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess}}, f)
+		require.Equal(t, contract.FinishTaskParams{TaskID: "t-1", Version: 2, Attempt: 3, Outcome: contract.AttemptOutcome{Kind: courier.OutcomeSuccess}}, f)
 	}
 	require.False(t, env.finishAt[len(env.finishAt)-1].Before(env.start.Add(20*time.Minute)), "the last try came after the database was back")
 	require.True(t, res.Applied)
@@ -677,7 +677,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 func TestTaskHeartbeatTimeout(t *testing.T) {
 	t.Parallel()
 	p := slowTaskParams
-	done := contract.AttemptResult{Attempt: 3, Outcome: courier.AttemptOutcome{Kind: courier.OutcomeSuccess, Message: "long job done"}}
+	done := contract.AttemptResult{Attempt: 3, Outcome: contract.AttemptOutcome{Kind: courier.OutcomeSuccess, Message: "long job done"}}
 	t.Run("heartbeats", func(t *testing.T) {
 		t.Parallel()
 		env := newTaskEnv(t)
@@ -731,7 +731,7 @@ func runSweeper(t *testing.T, p contract.SweepParams, sweep func(n int) (contrac
 			infos = append(infos, activity.GetInfo(ctx))
 			return sweep(len(got))
 		})
-	env.ExecuteWorkflow(workflows.TaskSweeperName, p)
+	env.ExecuteWorkflow(courier.KindTaskSweeper.Workflow, p)
 	require.True(t, env.IsWorkflowCompleted())
 	return env, got, infos
 }
@@ -748,7 +748,7 @@ func TestTaskSweeperReturnsTheSweep(t *testing.T) {
 	require.NoError(t, env.GetWorkflowResult(&res))
 	require.Equal(t, want, res)
 	require.Equal(t, []contract.SweepParams{params}, got)
-	require.Equal(t, contract.TaskFinishQueue(testQueue), infos[0].TaskQueue)
+	require.Equal(t, courier.TaskFinishQueue(testQueue), infos[0].TaskQueue)
 }
 
 // A failing sweep is retried, up to three attempts in all.
@@ -782,10 +782,10 @@ func TestTaskSweeperRetriesAFailingSweep(t *testing.T) {
 // courier-task-finish; beside any other, derived from it, so deployments that share a
 // namespace with their own queues never run each other's pushes.
 func TestTaskActivityQueues(t *testing.T) {
-	require.Equal(t, "courier-task-push", contract.TaskPushQueue("courier-outbox"))
-	require.Equal(t, "courier-task-finish", contract.TaskFinishQueue("courier-outbox"))
-	require.Equal(t, "bench-a-task-push", contract.TaskPushQueue("bench-a"))
-	require.Equal(t, "bench-a-task-finish", contract.TaskFinishQueue("bench-a"))
+	require.Equal(t, "courier-task-push", courier.TaskPushQueue("courier-outbox"))
+	require.Equal(t, "courier-task-finish", courier.TaskFinishQueue("courier-outbox"))
+	require.Equal(t, "bench-a-task-push", courier.TaskPushQueue("bench-a"))
+	require.Equal(t, "bench-a-task-finish", courier.TaskFinishQueue("bench-a"))
 }
 
 // A run started with FinalState writes the task's status however the attempt ends, success
@@ -806,7 +806,7 @@ func TestTaskFinalState(t *testing.T) {
 			if status != courier.TaskSuccess {
 				kind = courier.OutcomeFailure
 			}
-			env.report(time.Minute, contract.AttemptResult{Attempt: 3, Outcome: courier.AttemptOutcome{Kind: kind, Message: "worker said so"}}, &refused)
+			env.report(time.Minute, contract.AttemptResult{Attempt: 3, Outcome: contract.AttemptOutcome{Kind: kind, Message: "worker said so"}}, &refused)
 			env.run(t, p)
 			require.NoError(t, refused)
 			require.Equal(t, []string{string(status)}, env.upsertedStates(t))

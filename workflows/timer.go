@@ -13,9 +13,9 @@ import (
 	"github.com/courier-oss/courier/activities/contract"
 )
 
-// Names of the timer workflow and its messages (stable; never the Go names).
+// Names of the timer workflow's messages (stable; never the Go names). The workflow's own
+// type is courier.KindTimer.Workflow.
 const (
-	TimerName          = "timer"
 	UpdateReschedule   = "reschedule-timer"
 	UpdateCancel       = "cancel-timer"
 	QueryTimerState    = "timer-state"
@@ -72,11 +72,6 @@ type RescheduleRequest struct {
 // The server refuses updates past a per-run limit (history.maxTotalUpdates, 2,000 by default)
 // and histories grow with every reschedule; a fresh run has neither problem.
 const timerUpdatesPerRun = 1000
-
-var (
-	saState  = temporal.NewSearchAttributeKeyKeyword(courier.SAState)
-	saFireAt = temporal.NewSearchAttributeKeyTime(courier.SAFireAt)
-)
 
 // loadBizTypeOptions reads the type's delivery settings; a local activity, quick and retried.
 var loadBizTypeOptions = workflow.LocalActivityOptions{
@@ -178,7 +173,7 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerSnapshot, error) {
 				return st, err
 			}
 			if st.State == courier.TimerScheduled {
-				return st, workflow.NewContinueAsNewError(ctx, TimerName, TimerParams{
+				return st, workflow.NewContinueAsNewError(ctx, courier.KindTimer.Workflow, TimerParams{
 					BizType: p.BizType, BizID: p.BizID, FireAt: st.FireAt, Payload: p.Payload, Version: st.Version})
 			}
 			break

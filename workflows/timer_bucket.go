@@ -10,10 +10,6 @@ import (
 	"github.com/courier-oss/courier/activities/contract"
 )
 
-// TimerBucketName is the registered name of the bucket workflow of bucketed timers
-// (timer-bucket/<biz_type>/<unix second>).
-const TimerBucketName = "timer-bucket"
-
 // TimerBucketBatch is how many timers one delivery batch takes; a bucket of more runs more
 // batches, one after another.
 const TimerBucketBatch = 1000
@@ -65,7 +61,7 @@ func TimerBucket(ctx workflow.Context, p TimerBucketParams) (TimerBucketResult, 
 	actx := workflow.WithActivityOptions(ctx, deliverBatchOptions)
 	for {
 		if res.Batches >= timerBucketBatchesPerRun {
-			return res, workflow.NewContinueAsNewError(ctx, TimerBucketName, p)
+			return res, workflow.NewContinueAsNewError(ctx, courier.KindTimerBucket.Workflow, p)
 		}
 		res.Batches++
 		var out contract.DeliverTimerBatchResult

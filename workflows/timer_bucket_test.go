@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/workflows"
 )
@@ -22,7 +23,7 @@ import (
 func TestTimerBucketBatchesUntilEmpty(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
-	env.RegisterWorkflowWithOptions(workflows.TimerBucket, workflow.RegisterOptions{Name: workflows.TimerBucketName})
+	env.RegisterWorkflowWithOptions(workflows.TimerBucket, workflow.RegisterOptions{Name: courier.KindTimerBucket.Workflow})
 	env.RegisterActivityWithOptions(func(context.Context, contract.DeliverTimerBatchParams) (contract.DeliverTimerBatchResult, error) {
 		return contract.DeliverTimerBatchResult{}, nil
 	}, activity.RegisterOptions{Name: contract.DeliverTimerBatchName})
@@ -44,7 +45,7 @@ func TestTimerBucketBatchesUntilEmpty(t *testing.T) {
 			calls, claims = append(calls, env.Now()), append(claims, p.Claim)
 			return answers[len(calls)-1], nil
 		})
-	env.ExecuteWorkflow(workflows.TimerBucketName, workflows.TimerBucketParams{BizType: "coupons", Bucket: bucket.Unix()})
+	env.ExecuteWorkflow(courier.KindTimerBucket.Workflow, workflows.TimerBucketParams{BizType: "coupons", Bucket: bucket.Unix()})
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
 	var res workflows.TimerBucketResult
@@ -62,11 +63,11 @@ func TestTimerBucketBatchesUntilEmpty(t *testing.T) {
 func TestTimerBucketContinuesAsNew(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
-	env.RegisterWorkflowWithOptions(workflows.TimerBucket, workflow.RegisterOptions{Name: workflows.TimerBucketName})
+	env.RegisterWorkflowWithOptions(workflows.TimerBucket, workflow.RegisterOptions{Name: courier.KindTimerBucket.Workflow})
 	env.RegisterActivityWithOptions(func(context.Context, contract.DeliverTimerBatchParams) (contract.DeliverTimerBatchResult, error) {
 		return contract.DeliverTimerBatchResult{Claimed: workflows.TimerBucketBatch}, nil
 	}, activity.RegisterOptions{Name: contract.DeliverTimerBatchName})
-	env.ExecuteWorkflow(workflows.TimerBucketName, workflows.TimerBucketParams{BizType: "coupons", Bucket: env.Now().Unix()})
+	env.ExecuteWorkflow(courier.KindTimerBucket.Workflow, workflows.TimerBucketParams{BizType: "coupons", Bucket: env.Now().Unix()})
 	require.True(t, env.IsWorkflowCompleted())
 	require.True(t, workflow.IsContinueAsNewError(env.GetWorkflowError()))
 }
@@ -75,11 +76,11 @@ func TestTimerBucketContinuesAsNew(t *testing.T) {
 func TestTimerBucketUnknownType(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
-	env.RegisterWorkflowWithOptions(workflows.TimerBucket, workflow.RegisterOptions{Name: workflows.TimerBucketName})
+	env.RegisterWorkflowWithOptions(workflows.TimerBucket, workflow.RegisterOptions{Name: courier.KindTimerBucket.Workflow})
 	env.RegisterActivityWithOptions(func(context.Context, contract.DeliverTimerBatchParams) (contract.DeliverTimerBatchResult, error) {
 		return contract.DeliverTimerBatchResult{}, temporal.NewNonRetryableApplicationError("no such type", contract.ErrTypeUnknownBizType, nil)
 	}, activity.RegisterOptions{Name: contract.DeliverTimerBatchName})
-	env.ExecuteWorkflow(workflows.TimerBucketName, workflows.TimerBucketParams{BizType: "gone", Bucket: env.Now().Unix()})
+	env.ExecuteWorkflow(courier.KindTimerBucket.Workflow, workflows.TimerBucketParams{BizType: "gone", Bucket: env.Now().Unix()})
 	require.True(t, env.IsWorkflowCompleted())
 	require.ErrorContains(t, env.GetWorkflowError(), "no such type")
 }

@@ -1,6 +1,7 @@
 package contract
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/courier-oss/courier"
@@ -23,28 +24,6 @@ const (
 	// SweepTasksName runs one sweep of the task lifecycle.
 	SweepTasksName = "task-sweep"
 )
-
-// TaskPushQueue is the Temporal task queue of the task attempts' runs and their pushes beside
-// the workflows' queue workflowQueue: courier-task-push beside the default courier-outbox,
-// <queue>-task-push beside any other. Pushes wait on workers' endpoints for up to their push
-// timeout, so they get their own queue and slots: a push endpoint that never answers holds push
-// slots only. The runs are there too, so the worker that runs an attempt's first workflow task
-// takes its push at once.
-func TaskPushQueue(workflowQueue string) string { return taskQueueBeside(workflowQueue, "task-push") }
-
-// TaskFinishQueue is the Temporal task queue of the task sweeps beside the workflows' queue
-// workflowQueue: courier-task-finish beside the default courier-outbox, <queue>-task-finish
-// beside any other.
-func TaskFinishQueue(workflowQueue string) string {
-	return taskQueueBeside(workflowQueue, "task-finish")
-}
-
-func taskQueueBeside(workflowQueue, kind string) string {
-	if workflowQueue == courier.DefaultWorkflowQueue || workflowQueue == "" {
-		return "courier-" + kind
-	}
-	return workflowQueue + "-" + kind
-}
 
 // ErrTypeTaskStale marks an attempt whose task has moved on (cancelled, or already finished by
 // an earlier run): the workflow ends without touching the row.
@@ -107,12 +86,28 @@ type SendPushResult struct {
 	Try int32 // the try the worker accepted (1 unless earlier ones failed on the way)
 }
 
+// AttemptOutcome is how one attempt ended, the one type from the worker's report (api.TaskResult)
+// through the workflow to the store. Workflow histories hold it as JSON with these Go field
+// names and tags, so neither ever changes (TestAttemptOutcomeJSON).
+type AttemptOutcome struct {
+	Kind       courier.OutcomeKind
+	StatusCode int
+	Message    string
+	Result     json.RawMessage
+	// Trace is the trace context of the gateway's span of the worker's result call (zero for an
+	// outcome courier decided): the finish links its span to it (docs/tracing.md).
+	Trace courier.TraceContext `json:",omitzero"`
+	// Recorded says the gateway wrote this outcome into the task's row before it handed it to
+	// the attempt's run, so the run has nothing left to record and ends as the row says.
+	Recorded bool `json:",omitempty"`
+}
+
 // AttemptResult is a worker's result of one attempt as the gateway hands it to the attempt's
 // run: what PushAwaitName is completed with (an attempt with a heartbeat timeout), or the
 // argument of the run's task-result update (one without).
 type AttemptResult struct {
 	Attempt int
-	Outcome courier.AttemptOutcome
+	Outcome AttemptOutcome
 	// Status is the task's status as the gateway's write left it, for an outcome it recorded
 	// in the row (Outcome.Recorded).
 	Status courier.TaskStatus `json:",omitempty"`
@@ -123,7 +118,7 @@ type FinishTaskParams struct {
 	TaskID  string
 	Version int64
 	Attempt int
-	Outcome courier.AttemptOutcome
+	Outcome AttemptOutcome
 }
 
 // FinishTaskResult is what finishing did.

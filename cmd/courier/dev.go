@@ -16,6 +16,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/devstack"
 	"github.com/courier-oss/courier/devstack/embeddednats"
 	"github.com/courier-oss/courier/mq"
@@ -184,7 +185,7 @@ func devAPIKey(ctx context.Context, a *app, path string) (string, error) {
 			return token, nil
 		}
 	}
-	_, token, err := a.store.CreateAPIKey(ctx, "courier dev", []courier.Scope{courier.ScopeAdmin})
+	_, token, err := a.store.CreateAPIKey(ctx, "courier dev", []apikey.Scope{apikey.ScopeAdmin})
 	if err != nil {
 		return "", err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/pauses"
@@ -20,7 +21,7 @@ import (
 func TestPauseCommands(t *testing.T) {
 	t.Parallel()
 	st, _ := testenv.Store(t, "sqlite")
-	_, admin, err := st.CreateAPIKey(t.Context(), "ops", []courier.Scope{courier.ScopeAdmin})
+	_, admin, err := st.CreateAPIKey(t.Context(), "ops", []apikey.Scope{apikey.ScopeAdmin})
 	require.NoError(t, err)
 	srv := httptest.NewServer(gateway.New(gateway.Config{}, gateway.Deps{Keys: st, Outbox: st, Gatherer: prometheus.NewRegistry(),
 		Logger: slog.New(slog.DiscardHandler), Pauses: pauses.NewService(st, slog.New(slog.DiscardHandler))}))

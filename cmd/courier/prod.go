@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/schema"
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/worker"
@@ -179,14 +180,14 @@ func runAPIKey(ctx context.Context, args []string) error {
 		fmt.Printf("%s: rate %s\n", *id, describeKeyRate(keyRate))
 		return nil
 	}
-	sc, err := courier.ParseScopes(*scopes)
+	sc, err := apikey.ParseScopes(*scopes)
 	if err != nil {
 		return err
 	}
 	if *name == "" {
 		return fmt.Errorf("--name is required")
 	}
-	key, token, err := st.NewAPIKey(ctx, courier.APIKey{Name: *name, Scopes: sc, Rate: keyRate})
+	key, token, err := st.NewAPIKey(ctx, apikey.Key{Name: *name, Scopes: sc, Rate: keyRate})
 	if err != nil {
 		return err
 	}

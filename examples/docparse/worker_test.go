@@ -65,7 +65,7 @@ type fakeCourier struct {
 	srv        *httptest.Server
 	mu         sync.Mutex
 	heartbeats []int // attempts
-	results    []courier.TaskResult
+	results    []api.TaskResult
 	auth       []string
 }
 
@@ -82,7 +82,7 @@ func newFakeCourier(t *testing.T) *fakeCourier {
 		_, _ = io.WriteString(w, `{"accepted":true}`)
 	})
 	mux.HandleFunc("POST /v1/tasks/{id}/versions/{v}/result", func(w http.ResponseWriter, r *http.Request) {
-		var res courier.TaskResult
+		var res api.TaskResult
 		_ = json.NewDecoder(r.Body).Decode(&res)
 		f.mu.Lock()
 		f.results = append(f.results, res)
@@ -96,10 +96,10 @@ func newFakeCourier(t *testing.T) *fakeCourier {
 	return f
 }
 
-func (f *fakeCourier) snapshot() ([]int, []courier.TaskResult, []string) {
+func (f *fakeCourier) snapshot() ([]int, []api.TaskResult, []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]int(nil), f.heartbeats...), append([]courier.TaskResult(nil), f.results...), append([]string(nil), f.auth...)
+	return append([]int(nil), f.heartbeats...), append([]api.TaskResult(nil), f.results...), append([]string(nil), f.auth...)
 }
 
 // docparse as it runs: a signed push is answered 202 while the parse runs, heartbeats go out
@@ -160,7 +160,7 @@ func TestPushesEndInResults(t *testing.T) {
 	for _, a := range auth {
 		require.Equal(t, "Bearer k-worker", a)
 	}
-	require.Equal(t, courier.TaskResult{Attempt: 3, Status: courier.OutcomeSuccess, StatusCode: 200,
+	require.Equal(t, api.TaskResult{Attempt: 3, Status: courier.OutcomeSuccess, StatusCode: 200,
 		Message: "parsed 2 pages, 5 words", Result: json.RawMessage(`{"name":"q3.txt","pages":2,"words":5,"characters":35}`)}, results[0])
 	require.Equal(t, courier.OutcomeFailure, results[1].Status)
 	require.Equal(t, StatusUnusable, results[1].StatusCode)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/outbox"
 )
 
@@ -56,10 +57,11 @@ func TestCreateOrderArmsItsTimerInTheSameTransaction(t *testing.T) {
 	require.Equal(t, "courier.timer.arm", rows[0].Topic)
 	require.Equal(t, "order.close/"+id, rows[0].Key)
 	require.Equal(t, "pending", rows[0].Status)
-	var tr outbox.TimerRow
+	var tr api.TimerRequest
 	require.NoError(t, json.Unmarshal(rows[0].Payload, &tr))
 	require.Equal(t, "order.close", tr.BizType)
 	require.Equal(t, id, tr.BizID)
+	require.NotNil(t, tr.FireAt)
 	require.False(t, tr.FireAt.Before(before.Add(30*time.Minute).Add(-time.Millisecond)), "fire_at = now + timeout: %s", tr.FireAt)
 	require.False(t, tr.FireAt.After(after.Add(30*time.Minute)), "fire_at = now + timeout: %s", tr.FireAt)
 	require.JSONEq(t, `{"order_id":"`+id+`"}`, string(tr.Payload))
@@ -92,11 +94,12 @@ func TestCreateOrderUsesTheConfiguredTimeoutAndBizType(t *testing.T) {
 	id := e.createOrder(t, "book")
 	rows := outboxRows(t, e)
 	require.Len(t, rows, 1)
-	var tr outbox.TimerRow
+	var tr api.TimerRequest
 	require.NoError(t, json.Unmarshal(rows[0].Payload, &tr))
 	require.Equal(t, "shop.order-close", tr.BizType)
 	require.Equal(t, id, tr.BizID)
-	require.True(t, fixed.Add(20*time.Second).Equal(tr.FireAt), "fire_at %s", tr.FireAt)
+	require.NotNil(t, tr.FireAt)
+	require.True(t, fixed.Add(20*time.Second).Equal(*tr.FireAt), "fire_at %s", tr.FireAt)
 }
 
 // If arming the timer fails, the order insert rolls back with it: no order without its timer.

@@ -1,11 +1,9 @@
 package courier
 
-import (
-	"math"
-	"time"
-)
+import "math"
 
-// Rate is a token-bucket rate limit for admission control: PerSecond tokens are added each
+// Rate is a token-bucket rate a queue, a business type or an API key is configured with (the
+// gateway's admission control enforces it: docs/admission.md): PerSecond tokens are added each
 // second, up to Burst, and each admitted request takes one. The zero Rate is unlimited.
 type Rate struct {
 	PerSecond float64 // 0: unlimited
@@ -19,10 +17,6 @@ const (
 	// MaxQueuePending bounds a queue's max_pending.
 	MaxQueuePending = 100000000
 )
-
-// BacklogRetryAfter is the Retry-After of an insert refused because its queue's backlog is full:
-// how long a drain takes is unknown, so the hint is a fixed, modest wait.
-const BacklogRetryAfter = 5 * time.Second
 
 // Unlimited reports whether r admits everything.
 func (r Rate) Unlimited() bool { return r.PerSecond <= 0 }

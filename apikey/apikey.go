@@ -1,6 +1,10 @@
-package courier
+package apikey
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/courier-oss/courier"
+)
 
 // Scope is a permission an API key carries.
 type Scope string
@@ -24,27 +28,27 @@ func ParseScopes(s string) ([]Scope, error) {
 		case ScopeProducer, ScopeWorker, ScopeAdmin:
 			out = append(out, Scope(p))
 		default:
-			return nil, Errorf(CodeInvalid, "unknown scope %q (want producer, worker or admin)", p)
+			return nil, courier.Errorf(courier.CodeInvalid, "unknown scope %q (want producer, worker or admin)", p)
 		}
 	}
 	if len(out) == 0 {
-		return nil, Errorf(CodeInvalid, "at least one scope is required")
+		return nil, courier.Errorf(courier.CodeInvalid, "at least one scope is required")
 	}
 	return out, nil
 }
 
-// APIKey is a stored API key; the secret itself is never stored, only its hash.
-type APIKey struct {
+// Key is a stored API key; the secret itself is never stored, only its hash.
+type Key struct {
 	ID     string
 	Name   string
 	Scopes []Scope
 	// Rate, when set, replaces the gateway's default request rate for this key (a zero Rate:
 	// unlimited); nil means the default (COURIER_KEY_RATE_LIMIT).
-	Rate *Rate
+	Rate *courier.Rate
 }
 
 // Allows reports whether the key may act with scope s.
-func (k APIKey) Allows(s Scope) bool {
+func (k Key) Allows(s Scope) bool {
 	for _, have := range k.Scopes {
 		if have == s || have == ScopeAdmin {
 			return true
