@@ -403,21 +403,30 @@ func newHoldID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// releaser returns the release of the slots held under hold: once, with a fresh bounded context
-// (the worker may have hung up), then a wake of this process's claimers. A release that fails
-// is logged and left to the grace.
+// AnswerSettle is how long after the answer to a result has been written the slots it frees
+// are released: the answer's way through the worker's own HTTP client (a loaded machine can
+// leave the goroutine that reads it waiting for a few milliseconds while courier's next claim
+// and push are quicker).
+const AnswerSettle = 10 * time.Millisecond
+
+// releaser returns the release of the slots held under hold: once, AnswerSettle after it is
+// called, with a fresh bounded context (the worker may have hung up), then a wake of this
+// process's claimers. The release returns at once. A release that fails is logged and left to
+// the grace.
 func (s *Service) releaser(ctx context.Context, hold string) func() {
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReportTimeout)
-			defer cancel()
-			if _, err := s.store.ReleaseSlotHolds(rctx, hold); err != nil {
-				s.log.WarnContext(rctx, "release the slots of answered task results (any claimer releases them after the grace)",
-					"hold", hold, "error", err, "grace", SlotHoldGrace)
-				return
-			}
-			s.wake()
+			time.AfterFunc(AnswerSettle, func() {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReportTimeout)
+				defer cancel()
+				if _, err := s.store.ReleaseSlotHolds(rctx, hold); err != nil {
+					s.log.WarnContext(rctx, "release the slots of answered task results (any claimer releases them after the grace)",
+						"hold", hold, "error", err, "grace", SlotHoldGrace)
+					return
+				}
+				s.wake()
+			})
 		})
 	}
 }
