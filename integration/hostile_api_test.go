@@ -216,9 +216,16 @@ func newHostileAPI(t *testing.T) *hostileAPI {
 	a.signInConsole(t, tok) // a session the revocation must end
 	require.NoError(t, s.store.RevokeAPIKey(ctx, k.ID))
 	a.revoked = tok
-	for _, sc := range []apikey.Scope{apikey.ScopeAdmin, apikey.ScopeProducer, apikey.ScopeWorker} {
+	for _, sc := range []apikey.Scope{apikey.ScopeAdmin, apikey.ScopeProducer} {
 		a.signInConsole(t, a.keys[sc])
 	}
+	// A worker key may not read the console (the API's reads need the producer scope): its
+	// sign-in is refused and it has no session; the sweep sends its requests without one.
+	form := a.loginForm(t)
+	status, hdr, raw := a.send(t, "POST", "/console/login", "", "", "application/x-www-form-urlencoded",
+		[]byte(url.Values{"csrf": {form.csrf}, "key": {a.keys[apikey.ScopeWorker]}}.Encode()), "Cookie", form.cookie)
+	require.Equal(t, http.StatusForbidden, status, "%s", raw)
+	require.Empty(t, cookieOf(hdr, "courier_console"), "no session for a worker key")
 
 	// One of each resource, so valid paths reach real handlers and real state.
 	ids, err := outbox.Enqueue(ctx, s.store.DB(), outbox.Message{Topic: "orders.created", Payload: []byte(`{}`)})
