@@ -84,6 +84,11 @@ var (
 	// KindTask is a task attempt (TaskWorkflowID): each attempt a new run under the version's id.
 	KindTask = Kind{Name: "task", Workflow: "task", ID: "task/<task_id>/<version>", Queue: TaskPushQueue,
 		Attributes: []string{SAKind, SATaskID, SATaskVersion, SATaskPriority, SATaskQueue, SAState}, Updates: []string{SAState}}
+	// KindTaskBatch is a batch of task attempts, one run per claim of a queue in the batched
+	// dispatch mode (TaskBatchWorkflowID): it pushes them and ends; their deadlines are kept in
+	// the database.
+	KindTaskBatch = Kind{Name: "task-batch", Workflow: "task-batch", ID: "task-batch/<queue>/<batch>", Queue: TaskPushQueue,
+		Attributes: []string{SAKind, SATaskQueue}}
 	// KindTaskSweeper is the task lifecycle's sweeper: one running (TaskSweeperID), sweeping
 	// every interval.
 	KindTaskSweeper = Kind{Name: "task-sweeper", Workflow: "task-sweeper", ID: TaskSweeperID,
@@ -92,7 +97,7 @@ var (
 
 // Kinds is the table: every kind of workflow courier starts.
 var Kinds = []Kind{KindOutbox, KindOutboxBatch, KindOutboxKey, KindTimer, KindRowlessTimer, KindTimerBucket,
-	KindBucketedTimer, KindScheduleRun, KindTask, KindTaskSweeper}
+	KindBucketedTimer, KindScheduleRun, KindTask, KindTaskBatch, KindTaskSweeper}
 
 // TaskQueue is the task queue k's runs go on beside the workflows' queue workflowQueue.
 func (k Kind) TaskQueue(workflowQueue string) string {
@@ -162,6 +167,19 @@ func ScheduleID(id string) string { return "schedule/" + EscapeID(id) }
 // task/<task_id>/<version>, the id escaped (EscapeID).
 func TaskWorkflowID(taskID string, version int64) string {
 	return fmt.Sprintf("task/%s/%d", EscapeID(taskID), version)
+}
+
+// TaskBatchWorkflowID is the workflow id of a batch run of a queue in the batched dispatch
+// mode: task-batch/<queue>/<batch>, the queue escaped (EscapeID), batch the claim's own id.
+func TaskBatchWorkflowID(queue, batch string) string {
+	return fmt.Sprintf("task-batch/%s/%s", EscapeID(queue), batch)
+}
+
+// TaskAttemptDeliveryID is the delivery id of one attempt's push, the same on every push of
+// that attempt whichever mode sends it (a single push's webhook-id, a batched push item's
+// delivery_id): task/<task_id>/<version>/<attempt>.
+func TaskAttemptDeliveryID(taskID string, version int64, attempt int) string {
+	return fmt.Sprintf("%s/%d", TaskWorkflowID(taskID, version), attempt)
 }
 
 // TaskSweeperID is the workflow id of the task sweeper (and of the Temporal Schedule that ran

@@ -34,6 +34,7 @@ func TestKinds(t *testing.T) {
 		"bucketed-timer": {courier.TimerWorkflowID("orders", "o-1")},
 		"schedule-run":   {courier.ScheduleID("nightly") + "-2026-11-22T02:00:00Z"}, // Temporal appends the nominal time
 		"task":           {courier.TaskWorkflowID("doc-42", 3)},
+		"task-batch":     {courier.TaskBatchWorkflowID("parse", "mx18a47u-31926cfc")},
 		"task-sweeper":   {courier.TaskSweeperID},
 	}
 	names := map[string]bool{}

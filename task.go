@@ -104,7 +104,34 @@ type Queue struct {
 	// bucket's size (0: the rate rounded up, at least 1).
 	DispatchRate  float64
 	DispatchBurst int
+
+	// DispatchMode is how the queue's attempts run: DispatchPerAttempt (one workflow run per
+	// attempt, the default) or DispatchBatched (one run pushes a claim's attempts, their
+	// deadlines kept in the database). PushBatchSize is how many attempts one push carries in
+	// the batched mode (1: one per push; up to MaxPushBatchSize).
+	DispatchMode  DispatchMode
+	PushBatchSize int
 }
+
+// DispatchMode is how a queue's attempts run (docs/tasks.md, "Dispatch modes").
+type DispatchMode string
+
+// The dispatch modes.
+const (
+	// DispatchPerAttempt runs each attempt as its own workflow run (task/<id>/<version>): the
+	// attempt is visible in the Temporal UI, at about 12 history events and 4 billable actions.
+	DispatchPerAttempt DispatchMode = "per-attempt"
+	// DispatchBatched pushes a claim's attempts from one workflow run (task-batch/…) and keeps
+	// their deadlines and heartbeats in the database, checked every second: a fraction of an
+	// event and an action per task, no run per attempt in the Temporal UI.
+	DispatchBatched DispatchMode = "batched"
+)
+
+// MaxPushBatchSize bounds a queue's push_batch_size.
+const MaxPushBatchSize = 1000
+
+// Batched reports whether the queue dispatches in the batched mode.
+func (q Queue) Batched() bool { return q.DispatchMode == DispatchBatched }
 
 // DispatchBucket is the size of the queue's dispatch token bucket: DispatchBurst, or the rate
 // rounded up (at least 1) when it is unset.
@@ -201,6 +228,12 @@ func (q Queue) WithDefaults() Queue {
 	if q.Secrets == nil {
 		q.Secrets = []string{}
 	}
+	if q.DispatchMode == "" {
+		q.DispatchMode = DispatchPerAttempt
+	}
+	if q.PushBatchSize == 0 {
+		q.PushBatchSize = 1
+	}
 	return q
 }
 
@@ -245,6 +278,14 @@ func (q Queue) Validate() error {
 	}
 	if err := q.checkKeys(); err != nil {
 		return err
+	}
+	switch {
+	case q.DispatchMode != DispatchPerAttempt && q.DispatchMode != DispatchBatched:
+		return badField("dispatch_mode", `dispatch_mode must be "per-attempt" or "batched"`)
+	case q.PushBatchSize < 1 || q.PushBatchSize > MaxPushBatchSize:
+		return badField("push_batch_size", "push_batch_size must be from 1 to %d", MaxPushBatchSize)
+	case q.PushBatchSize > 1 && !q.Batched():
+		return badField("push_batch_size", `push_batch_size above 1 needs "dispatch_mode": "batched"`)
 	}
 	if q.PushURL != "" {
 		if err := CheckCallbackURL("push_url", q.PushURL); err != nil {
@@ -368,12 +409,17 @@ type Task struct {
 	ExpiresAt      *time.Time // a pending task fails after this
 	ClaimedAt      *time.Time
 	PushedAt       *time.Time
+	DeadlineAt     *time.Time // the current attempt's processing deadline, set by its push
 	FinishedAt     *time.Time
 	RunID          string // the current attempt's Temporal run, recorded by its push (empty before it); a cancel targets exactly this run
 	// AttemptHeartbeatTimeout is the current attempt's heartbeat timeout, recorded with RunID by
 	// its push (0: none): it says how the gateway hands the run a worker's result (completing
 	// the attempt's activity by its id, or an update).
 	AttemptHeartbeatTimeout time.Duration
+	// Batch is the workflow id of the batch run that pushes the current attempt (a queue in the
+	// batched mode; "" for an attempt with a run of its own): its deadline and heartbeats are
+	// kept in the row, and its result has no run to be handed to.
+	Batch string
 	// Trace is the trace context of the request that inserted (or last replaced) this version.
 	Trace TraceContext
 }

@@ -37,6 +37,8 @@ type TaskStore interface {
 	PurgeTasks(ctx context.Context, queue string, age time.Duration, limit int) (int64, error)
 	ReconcileLimiters(ctx context.Context) ([]store.LimiterRepair, error)
 	OverdueTasks(ctx context.Context, grace time.Duration, limit int) ([]dispatch.Attempt, error)
+	MarkBatchPushed(ctx context.Context, batch string, attempts []store.BatchAttempt) ([]courier.Task, error)
+	GetQueue(ctx context.Context, name string) (courier.Queue, error)
 }
 
 // WorkflowDescriber tells whether an attempt's workflow still runs (the Temporal client).
@@ -152,7 +154,7 @@ func (a *Tasks) preparePush(ctx context.Context, p contract.PushTaskParams, runI
 	// Every try of one attempt carries the same webhook-id: a worker that got a try whose
 	// answer was lost recognises the next one.
 	return pushRequest{target: target, req: callback.Request{URL: q.PushURL, Body: body, Signer: signer,
-		DeliveryID: fmt.Sprintf("%s/%d", courier.TaskWorkflowID(t.TaskID, t.Version), p.Attempt)}}, nil
+		DeliveryID: courier.TaskAttemptDeliveryID(t.TaskID, t.Version, p.Attempt)}}, nil
 }
 
 func (a *Tasks) client(q courier.Queue, timeout time.Duration) *callback.Client {

@@ -40,6 +40,13 @@ type QueueConfig struct {
 	KeyWeights    map[string]int `json:"key_weights,omitempty"`   // a key's share of the turns; default 1
 	DispatchRate  float64        `json:"dispatch_rate_per_second,omitempty"`
 	DispatchBurst int            `json:"dispatch_burst,omitempty"`
+	// DispatchMode is how the queue's attempts run (docs/tasks.md, "Dispatch modes"):
+	// "per-attempt" (the default: one workflow run per attempt) or "batched" (one run pushes a
+	// whole claim; deadlines kept in the database).
+	DispatchMode courier.DispatchMode `json:"dispatch_mode,omitempty"`
+	// PushBatchSize is how many attempts one push carries (a TaskPushBatch when above 1);
+	// batched mode only; 0 or 1: one attempt per push.
+	PushBatchSize int `json:"push_batch_size,omitempty"`
 }
 
 // Domain is the configuration as the task service takes it, for the queue called name; the
@@ -52,7 +59,8 @@ func (c QueueConfig) Domain(name string) (courier.Queue, error) {
 			Backoff: c.Retry.Backoff, MaxInterval: c.Retry.MaxInterval.Std()},
 		SuccessRetention: c.SuccessRetention.Std(), PurgeAge: c.PurgeAge.Std(),
 		InsertRate: c.InsertRate, InsertBurst: c.InsertBurst, MaxPending: c.MaxPending,
-		PerKeyLimit: c.PerKeyLimit, FairKeys: c.FairKeys, KeyWeights: c.KeyWeights, DispatchRate: c.DispatchRate, DispatchBurst: c.DispatchBurst}
+		PerKeyLimit: c.PerKeyLimit, FairKeys: c.FairKeys, KeyWeights: c.KeyWeights, DispatchRate: c.DispatchRate, DispatchBurst: c.DispatchBurst,
+		DispatchMode: c.DispatchMode, PushBatchSize: c.PushBatchSize}
 	if c.Weights != nil {
 		w, err := courier.BandWeightsOf(c.Weights)
 		if err != nil {
@@ -65,31 +73,33 @@ func (c QueueConfig) Domain(name string) (courier.Queue, error) {
 
 // Queue is a queue as the API shows it; secrets are only counted.
 type Queue struct {
-	Name              string              `json:"name"`
-	PushURL           string              `json:"push_url"`
-	SecretsCount      int                 `json:"secrets_count"`
-	AllowPrivate      bool                `json:"allow_private"`
-	ConcurrencyLimit  int                 `json:"concurrency_limit"`
-	InFlight          int                 `json:"in_flight"`
-	Weights           courier.BandWeights `json:"weights"`
-	PendingTimeout    Duration            `json:"pending_timeout"`
-	ProcessingTimeout Duration            `json:"processing_timeout"`
-	PushTimeout       Duration            `json:"push_timeout"`
-	HeartbeatTimeout  Duration            `json:"heartbeat_timeout"` // "0s": off
-	Retry             Retry               `json:"retry"`
-	SuccessRetention  Duration            `json:"success_retention"`
-	PurgeAge          Duration            `json:"purge_age"`
-	CreatedAt         time.Time           `json:"created_at"`
-	UpdatedAt         time.Time           `json:"updated_at"`
-	InsertRate        float64             `json:"insert_rate_per_second"`
-	InsertBurst       int                 `json:"insert_burst"`
-	MaxPending        int                 `json:"max_pending"`
-	PerKeyLimit       int                 `json:"per_key_limit"`
-	FairKeys          bool                `json:"fair_keys"` // true also when set by per_key_limit or key_weights
-	KeyWeights        map[string]int      `json:"key_weights,omitempty"`
-	DispatchRate      float64             `json:"dispatch_rate_per_second"`
-	DispatchBurst     int                 `json:"dispatch_burst"`   // the bucket's size in force
-	Paused            *Pause              `json:"paused,omitempty"` // set while the queue is paused
+	Name              string               `json:"name"`
+	PushURL           string               `json:"push_url"`
+	SecretsCount      int                  `json:"secrets_count"`
+	AllowPrivate      bool                 `json:"allow_private"`
+	ConcurrencyLimit  int                  `json:"concurrency_limit"`
+	InFlight          int                  `json:"in_flight"`
+	Weights           courier.BandWeights  `json:"weights"`
+	PendingTimeout    Duration             `json:"pending_timeout"`
+	ProcessingTimeout Duration             `json:"processing_timeout"`
+	PushTimeout       Duration             `json:"push_timeout"`
+	HeartbeatTimeout  Duration             `json:"heartbeat_timeout"` // "0s": off
+	Retry             Retry                `json:"retry"`
+	SuccessRetention  Duration             `json:"success_retention"`
+	PurgeAge          Duration             `json:"purge_age"`
+	CreatedAt         time.Time            `json:"created_at"`
+	UpdatedAt         time.Time            `json:"updated_at"`
+	InsertRate        float64              `json:"insert_rate_per_second"`
+	InsertBurst       int                  `json:"insert_burst"`
+	MaxPending        int                  `json:"max_pending"`
+	PerKeyLimit       int                  `json:"per_key_limit"`
+	FairKeys          bool                 `json:"fair_keys"` // true also when set by per_key_limit or key_weights
+	KeyWeights        map[string]int       `json:"key_weights,omitempty"`
+	DispatchRate      float64              `json:"dispatch_rate_per_second"`
+	DispatchBurst     int                  `json:"dispatch_burst"`   // the bucket's size in force
+	DispatchMode      courier.DispatchMode `json:"dispatch_mode"`    // per-attempt or batched
+	PushBatchSize     int                  `json:"push_batch_size"`  // attempts per push (1: one)
+	Paused            *Pause               `json:"paused,omitempty"` // set while the queue is paused
 
 	// Created is set by the Go client: the PUT created the queue (201) rather than replaced
 	// it. It is never in the JSON.
@@ -109,6 +119,7 @@ func QueueOf(q courier.Queue) Queue {
 		CreatedAt: q.CreatedAt, UpdatedAt: q.UpdatedAt,
 		InsertRate: q.InsertRate, InsertBurst: q.InsertBurst, MaxPending: q.MaxPending,
 		PerKeyLimit: q.PerKeyLimit, FairKeys: q.Keyed(), KeyWeights: q.KeyWeights, DispatchRate: q.DispatchRate,
+		DispatchMode: q.DispatchMode, PushBatchSize: q.PushBatchSize,
 	}
 	if q.DispatchRate > 0 {
 		out.DispatchBurst = q.DispatchBucket()

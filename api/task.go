@@ -72,14 +72,16 @@ type Task struct {
 	Result         json.RawMessage           `json:"result,omitempty"`
 	StatusCode     int                       `json:"status_code,omitempty"`
 	Message        string                    `json:"message,omitempty"`
-	WorkflowID     string                    `json:"workflow_id"`
-	CreatedAt      time.Time                 `json:"created_at"`
-	UpdatedAt      time.Time                 `json:"updated_at"`
-	NextAttemptAt  *time.Time                `json:"next_attempt_at,omitempty"` // pending tasks only
-	ExpiresAt      *time.Time                `json:"expires_at,omitempty"`      // pending tasks only
-	ClaimedAt      *time.Time                `json:"claimed_at,omitempty"`
-	PushedAt       *time.Time                `json:"pushed_at,omitempty"`
-	FinishedAt     *time.Time                `json:"finished_at,omitempty"`
+	// WorkflowID is the run that pushes the current attempt: the task's own
+	// (task/<id>/<version>), or in the batched mode its batch's (task-batch/<queue>/<batch>).
+	WorkflowID    string     `json:"workflow_id"`
+	CreatedAt     time.Time  `json:"created_at"`
+	UpdatedAt     time.Time  `json:"updated_at"`
+	NextAttemptAt *time.Time `json:"next_attempt_at,omitempty"` // pending tasks only
+	ExpiresAt     *time.Time `json:"expires_at,omitempty"`      // pending tasks only
+	ClaimedAt     *time.Time `json:"claimed_at,omitempty"`
+	PushedAt      *time.Time `json:"pushed_at,omitempty"`
+	FinishedAt    *time.Time `json:"finished_at,omitempty"`
 	// QueuePaused is set on a pending task while its queue is paused: it is kept, and claimed
 	// on the resume.
 	QueuePaused *Pause `json:"queue_paused,omitempty"`
@@ -90,8 +92,11 @@ func TaskOf(t courier.Task) Task {
 	out := Task{
 		TaskID: t.TaskID, TaskVersion: t.Version, Queue: t.Queue, Priority: t.Priority, ConcurrencyKey: t.ConcurrencyKey, Status: t.Status,
 		Payload: t.Payload, Overrides: overridesOf(t.Overrides), Attempt: t.Attempt, Attempts: t.Attempts,
-		Result: t.Result, StatusCode: t.StatusCode, Message: t.Message, WorkflowID: courier.TaskWorkflowID(t.TaskID, t.Version),
+		Result: t.Result, StatusCode: t.StatusCode, Message: t.Message, WorkflowID: t.Batch,
 		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt, ClaimedAt: t.ClaimedAt, PushedAt: t.PushedAt, FinishedAt: t.FinishedAt,
+	}
+	if out.WorkflowID == "" { // an attempt with a run of its own, or none yet
+		out.WorkflowID = courier.TaskWorkflowID(t.TaskID, t.Version)
 	}
 	if t.Status == courier.TaskPending {
 		next := t.NextAttemptAt
@@ -150,6 +155,12 @@ type TaskPush struct {
 	HeartbeatTimeout PositiveDuration `json:"heartbeat_timeout,omitzero"`
 	ResultURL        string           `json:"result_url"`    // POST the result here, naming the attempt
 	HeartbeatURL     string           `json:"heartbeat_url"` // POST here to show the attempt is alive
+	// DeliveryID is the attempt's delivery id, the same on every push of this attempt (a
+	// single push's webhook-id): a worker that took it already recognises a repeat.
+	DeliveryID string `json:"delivery_id,omitempty"`
+	// ResultsURL takes the results of many attempts at once (TaskResults); set for the tasks of
+	// a queue in the batched dispatch mode.
+	ResultsURL string `json:"results_url,omitempty"`
 }
 
 // PushAnswer is what a worker built on taskworker answers a push with (202): it took the
@@ -203,4 +214,66 @@ type TaskRetryResult struct {
 	Retried int  `json:"retried"` // tasks made pending again with a fresh retry budget
 	Skipped int  `json:"skipped"` // matched, but changed before the retry reached them (re-submitted, a newer version, purged); left as they were
 	More    bool `json:"more"`    // matching tasks remain beyond max; call again for the next ones
+}
+
+// TaskPushBatch is the body courier POSTs to a queue's push_url for several attempts at once,
+// when the queue's push_batch_size is above 1 (signed like a single push, its webhook-id the
+// batch's own). Each task carries its own delivery_id. The worker answers 2xx to take the
+// attempts, naming in a TaskPushBatchAnswer those it refuses; a 2xx without a body takes them
+// all. Any other answer is the whole batch's, as for a single push.
+type TaskPushBatch struct {
+	Tasks []TaskPush `json:"tasks"`
+	// ResultsURL takes many results at once (POST, TaskResults), as each task's result_url
+	// takes its own.
+	ResultsURL string `json:"results_url"`
+}
+
+// TaskPushBatchAnswer is a worker's 2xx answer to a TaskPushBatch: the attempts it refuses.
+// A refused attempt ends as a failure with the status code and message given (the queue's
+// retry policy decides what follows); every other attempt of the batch is the worker's.
+type TaskPushBatchAnswer struct {
+	Refused []TaskRefusal `json:"refused,omitempty"`
+}
+
+// TaskRefusal names one refused attempt of a batched push, and why.
+type TaskRefusal struct {
+	TaskID      string `json:"task_id"`
+	TaskVersion int64  `json:"task_version"`
+	Attempt     int    `json:"attempt"`
+	StatusCode  int    `json:"status_code,omitempty"` // as a single push's answer would have been (e.g. 429, 503); 0: none
+	Message     string `json:"message,omitempty"`
+}
+
+// TaskResults is the body of POST /v1/tasks/results (scope worker): results of many attempts,
+// up to MaxTaskResults, each checked and recorded on its own, as POST …/result would.
+type TaskResults struct {
+	Results []TaskResultItem `json:"results"`
+}
+
+// MaxTaskResults bounds the results of one POST /v1/tasks/results.
+const MaxTaskResults = 1000
+
+// TaskResultItem is one attempt's result in a TaskResults: the task version it belongs to and
+// the result as POST …/result takes it.
+type TaskResultItem struct {
+	TaskID      string `json:"task_id"`
+	TaskVersion int64  `json:"task_version"`
+	TaskResult
+}
+
+// TaskResultsAnswer answers a TaskResults (200): one answer per result, in the same order.
+type TaskResultsAnswer struct {
+	Results []TaskResultAnswer `json:"results"`
+}
+
+// TaskResultAnswer is the answer to one result of a TaskResults: Status is the HTTP status
+// POST …/result would have answered (202 accepted; 409 the attempt is not running, or already
+// has its result; 404 no such task; 422 a malformed result; 503 try again), with the error
+// for anything but 202.
+type TaskResultAnswer struct {
+	TaskID      string       `json:"task_id"`
+	TaskVersion int64        `json:"task_version"`
+	Attempt     int          `json:"attempt"`
+	Status      int          `json:"status"`
+	Error       *ErrorDetail `json:"error,omitempty"`
 }

@@ -230,10 +230,24 @@ func (e *Error) Unwrap() error { return e.Err }
 // Send delivers r once. It returns nil on 2xx; otherwise an *Error that says whether a retry
 // makes sense. The request is a client span under ctx's span and carries its W3C traceparent
 // header (headers are outside the webhook signature, which covers id, timestamp and body).
-func (c *Client) Send(ctx context.Context, r Request) (err error) {
+func (c *Client) Send(ctx context.Context, r Request) error {
+	_, err := c.send(ctx, r, false)
+	return err
+}
+
+// MaxAnswerBytes bounds the answer SendRead reads.
+const MaxAnswerBytes = 1 << 20
+
+// SendRead is Send that also returns the body of a 2xx answer, up to MaxAnswerBytes (a longer
+// one is an error: the answer would be cut).
+func (c *Client) SendRead(ctx context.Context, r Request) ([]byte, error) {
+	return c.send(ctx, r, true)
+}
+
+func (c *Client) send(ctx context.Context, r Request, read bool) (answer []byte, err error) {
 	u, err := CheckURL(r.URL)
 	if err != nil {
-		return &Error{Err: err}
+		return nil, &Error{Err: err}
 	}
 	ctx, span := tracing.Start(ctx, "callback POST", trace.SpanKindClient,
 		attribute.String("http.request.method", http.MethodPost),
@@ -242,7 +256,7 @@ func (c *Client) Send(ctx context.Context, r Request) (err error) {
 	defer func() { tracing.End(span, err) }()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(r.Body))
 	if err != nil {
-		return &Error{Err: err}
+		return nil, &Error{Err: err}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "courier-callback/1")
@@ -256,29 +270,40 @@ func (c *Client) Send(ctx context.Context, r Request) (err error) {
 	}
 	if r.Signer != nil {
 		if err := r.Signer.Sign(req.Header, r.DeliveryID, at, r.Body); err != nil {
-			return &Error{Err: err}
+			return nil, &Error{Err: err}
 		}
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if errors.Is(err, ssrf.ErrProhibitedIP) || errors.Is(err, ssrf.ErrProhibitedNetwork) || errors.Is(err, ssrf.ErrProhibitedPort) {
-			return &Error{Err: fmt.Errorf("%w: %v", ErrBlocked, err)}
+			return nil, &Error{Err: fmt.Errorf("%w: %v", ErrBlocked, err)}
 		}
-		return &Error{Outcome: Outcome{Retryable: true}, Err: fmt.Errorf("callback: %w", err)}
+		return nil, &Error{Outcome: Outcome{Retryable: true}, Err: fmt.Errorf("callback: %w", err)}
 	}
 	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	ok := resp.StatusCode >= 200 && resp.StatusCode < 300
+	if read && ok {
+		answer, err = io.ReadAll(io.LimitReader(resp.Body, MaxAnswerBytes+1))
+		if err == nil && len(answer) > MaxAnswerBytes {
+			err = fmt.Errorf("the answer is over %d bytes", MaxAnswerBytes)
+		}
+		if err != nil {
+			return nil, &Error{Outcome: Outcome{Status: resp.StatusCode, Retryable: true}, Err: fmt.Errorf("callback: read the answer of %s: %w", u.Host, err)}
+		}
+	} else {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	}
 	span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
 	switch {
-	case resp.StatusCode >= 200 && resp.StatusCode < 300:
-		return nil
+	case ok:
+		return answer, nil
 	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
-		return &Error{
+		return nil, &Error{
 			Outcome: Outcome{Status: resp.StatusCode, Retryable: true, RetryAfter: retryAfter(resp.Header.Get("Retry-After"), time.Now())},
 			Err:     fmt.Errorf("callback: %s answered %d", u.Host, resp.StatusCode),
 		}
 	default:
-		return &Error{Outcome: Outcome{Status: resp.StatusCode},
+		return nil, &Error{Outcome: Outcome{Status: resp.StatusCode},
 			Err: fmt.Errorf("callback: %s answered %d (not retried)", u.Host, resp.StatusCode)}
 	}
 }

@@ -2,6 +2,9 @@ package dispatch
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"strconv"
 	"sync"
 	"time"
 
@@ -35,11 +38,12 @@ type ClaimTx interface {
 	// grouped by key, each key's in claim order (higher version, then oldest).
 	KeyCandidates(ctx context.Context, band, n int) ([]KeyCandidate, error)
 	// ClaimBand moves up to n ready tasks of band to Processing on their next attempt, in claim
-	// order, and returns them as they are afterwards.
-	ClaimBand(ctx context.Context, band, n int) ([]courier.Task, error)
+	// order, recording the batch run that will push them (batch; "" for attempts with runs of
+	// their own), and returns them as they are afterwards.
+	ClaimBand(ctx context.Context, band, n int, batch string) ([]courier.Task, error)
 	// ClaimPicked moves the picked tasks that are still ready to Processing on their next
-	// attempt and returns them as they are afterwards.
-	ClaimPicked(ctx context.Context, picked []KeyCandidate) ([]courier.Task, error)
+	// attempt, as ClaimBand does, and returns them as they are afterwards.
+	ClaimPicked(ctx context.Context, picked []KeyCandidate, batch string) ([]courier.Task, error)
 	// AddInFlight counts n more slots in use on the queue's limiter row.
 	AddInFlight(ctx context.Context, n int) error
 }
@@ -62,6 +66,9 @@ type Attempt struct {
 	PushTimeout       time.Duration // one try of the push (the queue's push_timeout)
 	CreatedAt         time.Time
 	Trace             courier.TraceContext // the inserting request's trace: the attempt joins it
+	// Batch is the workflow id of the batch run that pushes the attempt (the batched mode);
+	// "": the attempt runs in a run of its own.
+	Batch string
 }
 
 // AttemptOf is a task's current attempt under its queue's settings and its own overrides.
@@ -69,12 +76,16 @@ func AttemptOf(t courier.Task, q courier.Queue) Attempt {
 	eff := t.Overrides.Apply(q)
 	return Attempt{TaskID: t.TaskID, Version: t.Version, Attempt: t.Attempt, Priority: t.Priority, Queue: t.Queue,
 		ProcessingTimeout: eff.ProcessingTimeout, HeartbeatTimeout: eff.HeartbeatTimeout, PushTimeout: eff.PushTimeout,
-		CreatedAt: t.CreatedAt, Trace: t.Trace}
+		CreatedAt: t.CreatedAt, Trace: t.Trace, Batch: t.Batch}
 }
 
 // Claim is what one claim took.
 type Claim struct {
 	Attempts []Attempt
+	// Batch is the workflow id of the batch run that is to push the attempts, for a queue in
+	// the batched mode (courier.TaskBatchWorkflowID); "" when each attempt gets a run of its
+	// own.
+	Batch string
 	// NextToken is set when the queue's dispatch rate held back ready tasks: its next token
 	// comes after this long.
 	NextToken time.Duration
@@ -87,11 +98,20 @@ type Dispatcher struct {
 	mu       sync.Mutex
 	choosers map[string]*Chooser // by queue
 	weights  map[string]courier.BandWeights
+	batchID  func() string // names a claim of a queue in the batched mode
 }
 
 // New returns a dispatcher.
 func New() *Dispatcher {
-	return &Dispatcher{choosers: map[string]*Chooser{}, weights: map[string]courier.BandWeights{}}
+	return &Dispatcher{choosers: map[string]*Chooser{}, weights: map[string]courier.BandWeights{}, batchID: newBatchID}
+}
+
+// newBatchID names a claim: the time in milliseconds (base 36, so a queue's batches list in
+// the order they were claimed) and random bits, unique across workers.
+func newBatchID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return strconv.FormatInt(time.Now().UnixMilli(), 36) + "-" + hex.EncodeToString(b[:])
 }
 
 // Claim moves up to max of a queue's ready tasks to Processing in one transaction of s and
@@ -105,7 +125,8 @@ func New() *Dispatcher {
 //   - the free slots are split across the bands that have ready tasks by their weights
 //     (Chooser), each band's share taken by higher version, then oldest;
 //   - in a keyed queue (courier.Queue.Keyed) each band's share goes key by key (pickTurns); a
-//     share its keys cannot use (each at its per-key limit) goes to the other bands.
+//     share its keys cannot use (each at its per-key limit) goes to the other bands;
+//   - a queue in the batched mode names the claim's batch run on every attempt it takes.
 func (d *Dispatcher) Claim(ctx context.Context, s ClaimStore, queue string, max int) (Claim, error) {
 	var out Claim
 	err := s.RunClaim(ctx, queue, func(ctx context.Context, tx ClaimTx) error {
@@ -161,6 +182,9 @@ func (d *Dispatcher) claim(ctx context.Context, tx ClaimTx, max int) (Claim, err
 			return out, err
 		}
 	}
+	if q.Batched() {
+		out.Batch = courier.TaskBatchWorkflowID(q.Name, d.batchID())
+	}
 	ch := d.chooser(q)
 	// A band whose share its keys could not fill is left out of the next round, and what is
 	// left of the slots is split again among the others.
@@ -173,9 +197,9 @@ func (d *Dispatcher) claim(ctx context.Context, tx ClaimTx, max int) (Claim, err
 			}
 			var claimed []courier.Task
 			if inFlightByKey != nil {
-				claimed, err = claimKeyed(ctx, tx, q, b, take[b-1], inFlightByKey)
+				claimed, err = claimKeyed(ctx, tx, q, b, take[b-1], inFlightByKey, out.Batch)
 			} else {
-				claimed, err = tx.ClaimBand(ctx, b, take[b-1])
+				claimed, err = tx.ClaimBand(ctx, b, take[b-1], out.Batch)
 			}
 			if err != nil {
 				return out, err
@@ -200,6 +224,7 @@ func (d *Dispatcher) claim(ctx context.Context, tx ClaimTx, max int) (Claim, err
 		}
 	}
 	if len(out.Attempts) == 0 {
+		out.Batch = ""
 		return out, nil
 	}
 	return out, tx.AddInFlight(ctx, len(out.Attempts))
@@ -235,7 +260,7 @@ func (d *Dispatcher) split(ch *Chooser, ready BandCounts, slots int) BandCounts 
 
 // claimKeyed claims up to n ready tasks of one band of a keyed queue, key by key (pickTurns),
 // and counts them in inFlight.
-func claimKeyed(ctx context.Context, tx ClaimTx, q courier.Queue, band, n int, inFlight map[string]int) ([]courier.Task, error) {
+func claimKeyed(ctx context.Context, tx ClaimTx, q courier.Queue, band, n int, inFlight map[string]int, batch string) ([]courier.Task, error) {
 	cands, err := tx.KeyCandidates(ctx, band, n)
 	if err != nil {
 		return nil, err
@@ -244,7 +269,7 @@ func claimKeyed(ctx context.Context, tx ClaimTx, q courier.Queue, band, n int, i
 	if len(picked) == 0 {
 		return nil, nil
 	}
-	claimed, err := tx.ClaimPicked(ctx, picked)
+	claimed, err := tx.ClaimPicked(ctx, picked, batch)
 	if err != nil {
 		return nil, err
 	}

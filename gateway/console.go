@@ -212,6 +212,9 @@ func (cs *console) viewer(c echo.Context) (*consoleViewer, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !key.Allows(consoleReadScope) {
+		return nil, nil // signed in before the rule: read as signed out
+	}
 	if err := cs.adm.admitKey(key); err != nil {
 		return nil, err
 	}
@@ -239,6 +242,11 @@ func (cs *console) checkCSRF(next echo.HandlerFunc) echo.HandlerFunc {
 		return next(c)
 	}
 }
+
+// consoleReadScope is what a key needs to sign in to the console and read it: the scope the
+// API's reads of outbox records, tasks and timers need. A worker key (results and heartbeats
+// only) cannot; actions need admin (requireAdmin).
+const consoleReadScope = apikey.ScopeProducer
 
 // requireAdmin refuses an action to a read-only session.
 func (cs *console) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
@@ -313,10 +321,15 @@ func (cs *console) loginForm(c echo.Context, status int, problem string) error {
 		return err
 	}
 	c.SetCookie(consoleCookieOf(c, consoleLoginCookie, nonce, "/console/login", loginFormTTL))
-	return cs.view.render(c, status, "login", consolePage{Title: "Sign in", CSRF: token, Problem: problem})
+	code := courier.CodeUnauthenticated
+	if status == http.StatusForbidden {
+		code = courier.CodePermissionDenied
+	}
+	return cs.view.render(c, status, "login", consolePage{Title: "Sign in", CSRF: token, Problem: problem, ProblemCode: code})
 }
 
-// login signs in with an API key: any valid key reads, an admin key may act.
+// login signs in with an API key: a key that may read (consoleReadScope) reads, an admin key
+// may act.
 func (cs *console) login(c echo.Context) error {
 	if err := parseForm(c); err != nil {
 		return err
@@ -346,6 +359,10 @@ func (cs *console) login(c echo.Context) error {
 	}
 	if err != nil {
 		return err
+	}
+	if !key.Allows(consoleReadScope) {
+		cs.log.InfoContext(ctx, "console sign-in refused: the key may not read", "key_id", key.ID)
+		return cs.loginForm(c, http.StatusForbidden, "That API key may not read the console: it needs the producer scope, as the API's reads do (or admin).")
 	}
 	if err := cs.adm.admitKey(key); err != nil {
 		return err

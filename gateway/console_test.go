@@ -167,6 +167,16 @@ func TestConsoleSignIn(t *testing.T) {
 	require.Contains(t, p.body, "unknown or revoked")
 	require.NotContains(t, p.header.Get("Set-Cookie"), "courier_console=")
 
+	// A worker key reports results and heartbeats: it may not read what the console shows (the
+	// API's reads need the producer scope), so it cannot sign in.
+	_, workerKey, _ := mustKey(t, f.st, apikey.ScopeWorker)
+	login = b.get("/console/login")
+	p = b.do(http.MethodPost, "/console/login", url.Values{"csrf": {login.csrf(t)}, "key": {workerKey}})
+	require.Equal(t, http.StatusForbidden, p.status)
+	require.Contains(t, p.body, "producer scope")
+	require.NotContains(t, p.header.Get("Set-Cookie"), "courier_console=")
+	require.Equal(t, http.StatusSeeOther, b.get("/console").status, "still signed out")
+
 	login = b.get("/console/login")
 	p = b.do(http.MethodPost, "/console/login", url.Values{"csrf": {login.csrf(t)}, "key": {f.admin}})
 	require.Equal(t, http.StatusSeeOther, p.status, p.body)

@@ -31,14 +31,15 @@ var consolePages = []string{"login", "overview", "tasks", "task", "outbox", "rec
 
 // consolePage is what every page template gets.
 type consolePage struct {
-	Title   string
-	Viewer  *consoleViewer // nil on the sign-in and some error pages
-	CSRF    string
-	Flash   string // what the last action did
-	Problem string // the sign-in form's complaint
-	Data    any    // the page's own data
-	Code    courier.Code
-	Message string
+	Title       string
+	Viewer      *consoleViewer // nil on the sign-in and some error pages
+	CSRF        string
+	Flash       string       // what the last action did
+	Problem     string       // the sign-in form's complaint
+	ProblemCode courier.Code // and its code
+	Data        any          // the page's own data
+	Code        courier.Code
+	Message     string
 }
 
 // consoleView renders the pages, with links to the Temporal UI built from the configuration.

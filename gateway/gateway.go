@@ -164,6 +164,7 @@ func New(cfg Config, d Deps) *echo.Echo {
 		v1.POST("/tasks/bulk/cancel", h.cancelTasks, admin)
 		v1.POST("/tasks/bulk/retry", h.retryTasks, admin)
 		v1.POST("/tasks/:task_id/versions/:version/result", h.taskResult, workerScope)
+		v1.POST("/tasks/results", h.taskResults, workerScope)
 		v1.POST("/tasks/:task_id/versions/:version/heartbeat", h.taskHeartbeat, workerScope)
 		v1.GET("/queues", h.listQueues, admin)
 		v1.GET("/queues/:name", h.getQueue, admin)

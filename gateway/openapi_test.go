@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-oss/courier/gateway"
+	"github.com/courier-oss/courier/version"
 )
 
 var (
@@ -185,3 +186,21 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 
 // stubPauses stands for the pause service where only the routes matter.
 type stubPauses struct{ gateway.PauseService }
+
+// The served OpenAPI document states this build's version (the module version Go stamps into
+// the binary), not a number written by hand.
+func TestOpenAPIStatesTheBuildsVersion(t *testing.T) {
+	f := setup(t)
+	resp, _ := f.do(t, "GET", "/openapi.yaml", "", "", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	doc, err := openapi3.NewLoader().LoadFromData(raw)
+	require.NoError(t, err)
+	require.Equal(t, version.Get().OpenAPI(), doc.Info.Version)
+
+	// A tagged build states its tag: the placeholder in the source is where the version goes.
+	tagged, err := openapi3.NewLoader().LoadFromData(gateway.WithVersion(gateway.OpenAPISource, "1.2.3"))
+	require.NoError(t, err)
+	require.Equal(t, "1.2.3", tagged.Info.Version)
+}

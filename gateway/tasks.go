@@ -34,6 +34,9 @@ type TaskService interface {
 	// Report records a worker's result; the caller calls release once the worker has been
 	// answered, and only then is the slot the result freed handed out again.
 	Report(ctx context.Context, taskID string, version int64, r api.TaskResult) (release func(), err error)
+	// ReportMany records many results, each answered on its own (errs[i] nil: recorded);
+	// release as Report's.
+	ReportMany(ctx context.Context, results []api.TaskResultItem) (errs []error, release func(), err error)
 	Heartbeat(ctx context.Context, taskID string, version int64, attempt int, details json.RawMessage) error
 	PutQueue(ctx context.Context, q courier.Queue) (courier.Queue, bool, error)
 	GetQueue(ctx context.Context, name string) (courier.Queue, error)
@@ -339,6 +342,34 @@ func (h *handlers) taskResult(c echo.Context) error {
 	// once this answer is on its way to the worker, not before.
 	defer release()
 	return answerNow(c, http.StatusAccepted, api.ReportAccepted{TaskID: id, TaskVersion: v, Attempt: req.Attempt, Accepted: true})
+}
+
+// taskResults takes many results at once (POST /v1/tasks/results), each recorded and
+// answered on its own; the slots they free are handed out once the answer is written.
+func (h *handlers) taskResults(c echo.Context) error {
+	var req api.TaskResults
+	if err := bindJSON(c, &req); err != nil {
+		return err
+	}
+	if len(req.Results) == 0 || len(req.Results) > api.MaxTaskResults {
+		return &courier.Error{Code: courier.CodeValidation, Details: map[string]any{"field": "results"},
+			Message: fmt.Sprintf("results must hold 1 to %d results; got %d", api.MaxTaskResults, len(req.Results))}
+	}
+	errs, release, err := h.d.Tasks.ReportMany(c.Request().Context(), req.Results)
+	if err != nil {
+		return err
+	}
+	defer release()
+	out := api.TaskResultsAnswer{Results: make([]api.TaskResultAnswer, len(req.Results))}
+	for i, r := range req.Results {
+		a := api.TaskResultAnswer{TaskID: r.TaskID, TaskVersion: r.TaskVersion, Attempt: r.Attempt, Status: http.StatusAccepted}
+		if errs[i] != nil {
+			st, body := render(errs[i])
+			a.Status, a.Error = st, &body.Error
+		}
+		out.Results[i] = a
+	}
+	return answerNow(c, http.StatusOK, out)
 }
 
 // answerNow writes a whole JSON answer, its length declared, and flushes it to the

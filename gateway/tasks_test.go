@@ -195,6 +195,20 @@ func (f *cannedTasks) Report(_ context.Context, taskID string, version int64, r 
 	return func() {}, a.err
 }
 
+func (f *cannedTasks) ReportMany(_ context.Context, results []api.TaskResultItem) ([]error, func(), error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := f.record("ReportMany", "", 0)
+	errs := make([]error, len(results))
+	for i, r := range results {
+		f.reports = append(f.reports, r.TaskResult)
+		if a.err != nil {
+			errs[i] = a.err
+		}
+	}
+	return errs, func() {}, nil
+}
+
 func (f *cannedTasks) Heartbeat(_ context.Context, taskID string, version int64, attempt int, details json.RawMessage) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -723,7 +737,8 @@ func TestQueuesAPI(t *testing.T) {
 		ConcurrencyLimit: 4, Weights: courier.BandWeights{50, 20, 15, 10, 5}, PendingTimeout: api.Duration(time.Hour), ProcessingTimeout: api.Duration(5 * time.Minute),
 		PushTimeout: api.Duration(45 * time.Second), HeartbeatTimeout: api.Duration(30 * time.Second),
 		Retry:            api.Retry{InitialInterval: api.PositiveDuration(2 * time.Second), Backoff: 1.5, MaxInterval: api.PositiveDuration(time.Minute), MaxAttempts: 7},
-		SuccessRetention: api.Duration(2 * time.Hour), PurgeAge: api.Duration(72 * time.Hour), CreatedAt: fakeNow, UpdatedAt: fakeNow}, q)
+		SuccessRetention: api.Duration(2 * time.Hour), PurgeAge: api.Duration(72 * time.Hour), CreatedAt: fakeNow, UpdatedAt: fakeNow,
+		DispatchMode: courier.DispatchPerAttempt, PushBatchSize: 1}, q)
 
 	f.svc.answer(answer{queue: storedQueue(emails), created: false})
 	st, eb := f.call(t, "PUT", "/v1/queues/emails", f.admin, body, &q)

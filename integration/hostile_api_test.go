@@ -70,6 +70,7 @@ var routeScope = map[string]apikey.Scope{
 	"GET /v1/tasks/:task_id/versions/:version":            apikey.ScopeProducer,
 	"DELETE /v1/tasks/:task_id/versions/:version":         apikey.ScopeProducer,
 	"POST /v1/tasks/:task_id/versions/:version/result":    apikey.ScopeWorker,
+	"POST /v1/tasks/results":                              apikey.ScopeWorker,
 	"POST /v1/tasks/:task_id/versions/:version/heartbeat": apikey.ScopeWorker,
 	"POST /v1/tasks/:task_id/versions/:version/retry":     apikey.ScopeProducer,
 	"POST /v1/tasks/bulk/cancel":                          apikey.ScopeAdmin,
@@ -117,7 +118,9 @@ var validBodies = map[string][]string{
 		`"created_after":"1999-01-01T00:00:00Z","created_before":"2000-01-01T00:00:00Z","max":10}`,
 		// Flow control: the tasks of one concurrency key.
 		`{"queue":"hq-bulk","concurrency_key":"tenant-42","created_before":"2000-01-01T00:00:00Z","max":10}`},
-	"POST /v1/tasks/:task_id/versions/:version/result":    {`{"attempt":1,"status":"success","status_code":200,"message":"ok","result":{"n":1}}`},
+	"POST /v1/tasks/:task_id/versions/:version/result": {`{"attempt":1,"status":"success","status_code":200,"message":"ok","result":{"n":1}}`},
+	"POST /v1/tasks/results": {`{"results":[{"task_id":"h-1","task_version":1,"attempt":1,"status":"success","status_code":200,"message":"ok","result":{"n":1}},` +
+		`{"task_id":"h-2","task_version":1,"attempt":1,"status":"failure","status_code":500,"message":"no"}]}`},
 	"POST /v1/tasks/:task_id/versions/:version/heartbeat": {`{"attempt":1,"details":{"progress":1}}`},
 	"PUT /v1/queues/:name": {`{"push_url":"https://workers.example.com/push","concurrency_limit":5,"weights":[35,25,20,12,8],` +
 		`"pending_timeout":"1h","processing_timeout":"1m","heartbeat_timeout":"10s",` +
@@ -213,9 +216,16 @@ func newHostileAPI(t *testing.T) *hostileAPI {
 	a.signInConsole(t, tok) // a session the revocation must end
 	require.NoError(t, s.store.RevokeAPIKey(ctx, k.ID))
 	a.revoked = tok
-	for _, sc := range []apikey.Scope{apikey.ScopeAdmin, apikey.ScopeProducer, apikey.ScopeWorker} {
+	for _, sc := range []apikey.Scope{apikey.ScopeAdmin, apikey.ScopeProducer} {
 		a.signInConsole(t, a.keys[sc])
 	}
+	// A worker key may not read the console (the API's reads need the producer scope): its
+	// sign-in is refused and it has no session; the sweep sends its requests without one.
+	form := a.loginForm(t)
+	status, hdr, raw := a.send(t, "POST", "/console/login", "", "", "application/x-www-form-urlencoded",
+		[]byte(url.Values{"csrf": {form.csrf}, "key": {a.keys[apikey.ScopeWorker]}}.Encode()), "Cookie", form.cookie)
+	require.Equal(t, http.StatusForbidden, status, "%s", raw)
+	require.Empty(t, cookieOf(hdr, "courier_console"), "no session for a worker key")
 
 	// One of each resource, so valid paths reach real handlers and real state.
 	ids, err := outbox.Enqueue(ctx, s.store.DB(), outbox.Message{Topic: "orders.created", Payload: []byte(`{}`)})

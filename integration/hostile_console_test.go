@@ -21,8 +21,9 @@ import (
 // acts on forms that carry a CSRF token; otherwise the rules are the API's: no 5xx, a refused
 // request writes nothing, and nothing a request sends comes back as markup.
 
-// Who may call each console route: "" anyone, consoleReader any signed-in key, and
-// apikey.ScopeAdmin a signed-in admin key with the session's CSRF token.
+// Who may call each console route: "" anyone, consoleReader any signed-in key (a key with the
+// producer scope, or admin: a worker key cannot sign in), and apikey.ScopeAdmin a signed-in
+// admin key with the session's CSRF token.
 const consoleReader apikey.Scope = "console-session"
 
 var consoleRoutes = map[string]apikey.Scope{
@@ -291,7 +292,8 @@ func (a *hostileAPI) consoleAuth(t *testing.T, r *echo.Route) {
 	refused("no session", consoleSession{})
 	refused("a forged cookie", consoleSession{cookie: "courier_console=" + strings.Repeat("A", 120)})
 	refused("a revoked key's session", a.sessions[a.revoked])
-	for _, sc := range []apikey.Scope{apikey.ScopeAdmin, apikey.ScopeProducer, apikey.ScopeWorker} {
+	refused("a worker key, which has no session", a.sessions[a.keys[apikey.ScopeWorker]])
+	for _, sc := range []apikey.Scope{apikey.ScopeAdmin, apikey.ScopeProducer} {
 		s := a.sessions[a.keys[sc]]
 		status, hdr, raw := send(s, true)
 		where := fmt.Sprintf("%s with a %s session", key, sc)

@@ -353,7 +353,9 @@ func testSuccessRecordedWhenAccepted(t *testing.T, ts *taskStack, queue map[stri
 	require.Equal(t, "3 pages", got.task.Message)
 	require.JSONEq(t, `{"task":"done-at-once","attempt":1}`, string(got.task.Result))
 	require.NotNil(t, got.task.FinishedAt)
-	require.Zero(t, got.queue.InFlight, "the slot is free when the 202 goes out")
+	require.Equal(t, 1, got.queue.InFlight, "the slot stays held while the 202 is on its way (docs/tasks.md, the limit as a worker counts it)")
+	require.Eventually(t, func() bool { return ts.inFlight("default") == 0 }, 10*time.Second, 10*time.Millisecond,
+		"the slot is released once the 202 is written")
 
 	var res workflows.TaskRunResult
 	require.NoError(t, ts.tc.GetWorkflow(t.Context(), courier.TaskWorkflowID("done-at-once", 1), "").Get(t.Context(), &res))

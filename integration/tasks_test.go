@@ -734,7 +734,7 @@ func TestTasksClaimedButNeverStarted(t *testing.T) {
 	var claimed []courier.Task
 	err := ts.store.RunClaim(ctx, "lost", func(ctx context.Context, tx dispatch.ClaimTx) error {
 		var err error
-		if claimed, err = tx.ClaimBand(ctx, 3, 10); err != nil {
+		if claimed, err = tx.ClaimBand(ctx, 3, 10, ""); err != nil {
 			return err
 		}
 		return tx.AddInFlight(ctx, len(claimed))

@@ -67,12 +67,12 @@ func (c *claimTx) KeyCandidates(ctx context.Context, band, n int) ([]dispatch.Ke
 	return c.s.keyCandidates(ctx, c.tx, c.queue, band, n)
 }
 
-func (c *claimTx) ClaimBand(ctx context.Context, band, n int) ([]courier.Task, error) {
-	return tasksOf(c.s.claimBand(ctx, c.tx, c.queue, band, n))
+func (c *claimTx) ClaimBand(ctx context.Context, band, n int, batch string) ([]courier.Task, error) {
+	return tasksOf(c.s.claimBand(ctx, c.tx, c.queue, band, n, batch))
 }
 
-func (c *claimTx) ClaimPicked(ctx context.Context, picked []dispatch.KeyCandidate) ([]courier.Task, error) {
-	return tasksOf(c.s.claimPicked(ctx, c.tx, picked))
+func (c *claimTx) ClaimPicked(ctx context.Context, picked []dispatch.KeyCandidate, batch string) ([]courier.Task, error) {
+	return tasksOf(c.s.claimPicked(ctx, c.tx, picked, batch))
 }
 
 func (c *claimTx) AddInFlight(ctx context.Context, n int) error {
@@ -99,20 +99,25 @@ func dispatchBucket(queue string) string { return "queue-dispatch:" + queue }
 
 // claimBand moves up to n ready tasks of one band to Processing: higher version first, then
 // oldest.
-func (s *Store) claimBand(ctx context.Context, tx bun.Tx, queue string, band, n int) ([]taskRow, error) {
+func (s *Store) claimBand(ctx context.Context, tx bun.Tx, queue string, band, n int, batch string) ([]taskRow, error) {
 	with, in := s.picked("SELECT task_id, version FROM courier_tasks WHERE queue = ? AND status = 'pending' " +
 		"AND priority = ? AND next_attempt_at <= " + s.nowSQL() + s.notExpiredSQL() +
 		" ORDER BY version DESC, created_at ASC, task_id ASC LIMIT ?")
-	return s.markClaimed(ctx, tx, with, in, queue, band, n)
+	return s.markClaimed(ctx, tx, batch, with, in, queue, band, n)
 }
 
 // markClaimed moves the pending rows the condition in names to Processing, on their next
-// attempt, and returns them.
-func (s *Store) markClaimed(ctx context.Context, tx bun.Tx, with, in string, args ...any) ([]taskRow, error) {
+// attempt pushed by batch ("": a run of its own), and returns them.
+func (s *Store) markClaimed(ctx context.Context, tx bun.Tx, batch, with, in string, args ...any) ([]taskRow, error) {
+	// The batch is a literal: with and in hold the placeholders, in the dialect's own order.
+	batchSQL := "NULL"
+	if batch != "" {
+		batchSQL = string(s.db.Dialect().AppendString(nil, batch))
+	}
 	var rows []taskRow
 	err := tx.NewRaw(with+"UPDATE courier_tasks SET status = 'processing', attempt = attempt + 1, claimed_at = "+s.nowSQL()+
-		", pushed_at = NULL, deadline_at = NULL, run_id = NULL, heartbeat_timeout_ms = 0, updated_at = "+s.nowSQL()+" WHERE "+in+" AND status = 'pending' RETURNING *",
-		args...).Scan(ctx, &rows)
+		", pushed_at = NULL, deadline_at = NULL, timeout_at = NULL, run_id = NULL, batch_id = "+batchSQL+", heartbeat_timeout_ms = 0, updated_at = "+s.nowSQL()+
+		" WHERE "+in+" AND status = 'pending' RETURNING *", args...).Scan(ctx, &rows)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, err
 	}

@@ -16,26 +16,28 @@ import (
 // queueConfig is a queue's configuration as its row keeps it. The name, the limit's count and
 // the times are columns of their own.
 type queueConfig struct {
-	PushURL           string              `json:"push_url"`
-	Secrets           []string            `json:"secrets"`
-	AllowPrivate      bool                `json:"allow_private"`
-	ConcurrencyLimit  int                 `json:"concurrency_limit"`
-	Weights           courier.BandWeights `json:"weights"`
-	PendingTimeout    time.Duration       `json:"pending_timeout"`
-	ProcessingTimeout time.Duration       `json:"processing_timeout"`
-	PushTimeout       time.Duration       `json:"push_timeout"`
-	HeartbeatTimeout  time.Duration       `json:"heartbeat_timeout"`
-	Retry             retryConfig         `json:"retry"`
-	SuccessRetention  time.Duration       `json:"success_retention"`
-	PurgeAge          time.Duration       `json:"purge_age"`
-	InsertRate        float64             `json:"insert_rate_per_second,omitempty"`
-	InsertBurst       int                 `json:"insert_burst,omitempty"`
-	MaxPending        int                 `json:"max_pending,omitempty"`
-	PerKeyLimit       int                 `json:"per_key_limit,omitempty"`
-	FairKeys          bool                `json:"fair_keys,omitempty"`
-	KeyWeights        map[string]int      `json:"key_weights,omitempty"`
-	DispatchRate      float64             `json:"dispatch_rate_per_second,omitempty"`
-	DispatchBurst     int                 `json:"dispatch_burst,omitempty"`
+	PushURL           string               `json:"push_url"`
+	Secrets           []string             `json:"secrets"`
+	AllowPrivate      bool                 `json:"allow_private"`
+	ConcurrencyLimit  int                  `json:"concurrency_limit"`
+	Weights           courier.BandWeights  `json:"weights"`
+	PendingTimeout    time.Duration        `json:"pending_timeout"`
+	ProcessingTimeout time.Duration        `json:"processing_timeout"`
+	PushTimeout       time.Duration        `json:"push_timeout"`
+	HeartbeatTimeout  time.Duration        `json:"heartbeat_timeout"`
+	Retry             retryConfig          `json:"retry"`
+	SuccessRetention  time.Duration        `json:"success_retention"`
+	PurgeAge          time.Duration        `json:"purge_age"`
+	InsertRate        float64              `json:"insert_rate_per_second,omitempty"`
+	InsertBurst       int                  `json:"insert_burst,omitempty"`
+	MaxPending        int                  `json:"max_pending,omitempty"`
+	PerKeyLimit       int                  `json:"per_key_limit,omitempty"`
+	FairKeys          bool                 `json:"fair_keys,omitempty"`
+	KeyWeights        map[string]int       `json:"key_weights,omitempty"`
+	DispatchRate      float64              `json:"dispatch_rate_per_second,omitempty"`
+	DispatchBurst     int                  `json:"dispatch_burst,omitempty"`
+	DispatchMode      courier.DispatchMode `json:"dispatch_mode,omitempty"`
+	PushBatchSize     int                  `json:"push_batch_size,omitempty"`
 }
 
 // retryConfig is a queue's retry policy as its row keeps it.
@@ -58,6 +60,7 @@ func encodeQueue(q courier.Queue) ([]byte, error) {
 		InsertRate: q.InsertRate, InsertBurst: q.InsertBurst, MaxPending: q.MaxPending,
 		PerKeyLimit: q.PerKeyLimit, FairKeys: q.FairKeys, KeyWeights: q.KeyWeights,
 		DispatchRate: q.DispatchRate, DispatchBurst: q.DispatchBurst,
+		DispatchMode: q.DispatchMode, PushBatchSize: q.PushBatchSize,
 	})
 }
 
@@ -77,6 +80,7 @@ func decodeQueue(raw []byte) (courier.Queue, error) {
 		InsertRate: c.InsertRate, InsertBurst: c.InsertBurst, MaxPending: c.MaxPending,
 		PerKeyLimit: c.PerKeyLimit, FairKeys: c.FairKeys, KeyWeights: c.KeyWeights,
 		DispatchRate: c.DispatchRate, DispatchBurst: c.DispatchBurst,
+		DispatchMode: c.DispatchMode, PushBatchSize: c.PushBatchSize,
 	}, nil
 }
 

@@ -23,6 +23,13 @@ type FinishResult struct {
 	Status        courier.TaskStatus // the task's status afterwards
 	NextAttemptAt time.Time          // for a retry
 	Queue         string
+	// Of the attempt a finish of many applied (FinishReportedMany): its batch ("" for a run of
+	// its own), the run its push recorded (the gateway hands that run the result), when it was
+	// pushed and the trace of the task.
+	Batch    string
+	Run      AttemptRun
+	PushedAt *time.Time
+	Trace    courier.TraceContext
 }
 
 // FinishTaskAttempt ends an attempt, guarded by the expected state (the task in Processing on
@@ -116,7 +123,7 @@ func (s *Store) finishSuccess(ctx context.Context, taskID string, version int64,
 		Applied bool   `bun:"applied"`
 	}
 	err := s.db.NewRaw("WITH done AS (UPDATE courier_tasks SET status = 'success', result = ?, status_code = ?, message = ?, "+
-		"finished_at = clock_timestamp(), updated_at = clock_timestamp() "+
+		"finished_at = clock_timestamp(), updated_at = clock_timestamp(), timeout_at = NULL "+
 		"WHERE task_id = ? AND version = ? AND attempt = ? AND status = 'processing' RETURNING queue), "+free+
 		"SELECT t.status, t.attempt, t.queue, EXISTS (SELECT 1 FROM released) AS applied FROM courier_tasks t WHERE t.task_id = ? AND t.version = ?",
 		append(args, taskID, version)...).Scan(ctx, &rows)
@@ -147,76 +154,94 @@ func (s *Store) finishSuccess(ctx context.Context, taskID string, version int64,
 func (s *Store) finishTx(ctx context.Context, taskID string, version int64, attempt int, o contract.AttemptOutcome, hold string) (FinishResult, error) {
 	var fr FinishResult
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		fr = FinishResult{}
 		t, err := s.getTask(ctx, tx, taskID, version, true)
 		if courier.ErrorCode(err) == courier.CodeNotFound {
+			fr = FinishResult{}
 			return nil // purged meanwhile: nothing to finish
 		}
 		if err != nil {
 			return err
 		}
-		fr.Status, fr.Queue = t.Status, t.Queue
-		if o.Kind == courier.OutcomeSuccess && holdsSuccess(t.Status, t.Attempt, attempt) {
-			fr.Recorded = true // the same accepted success, recorded first by another writer
-			return nil
-		}
-		if t.Status != courier.TaskProcessing || t.Attempt != attempt {
-			return nil
-		}
-		var result any
-		if len(o.Result) > 0 {
-			result = string(o.Result)
-		}
-		upd := tx.NewUpdate().Model((*taskRow)(nil)).Set("status_code = ?, message = ?", o.StatusCode, o.Message).
-			Set("updated_at = "+s.nowSQL()).Where("task_id = ? AND version = ?", taskID, version)
-		switch o.Kind {
-		case courier.OutcomeSuccess:
-			fr.Status = courier.TaskSuccess
-			upd = upd.Set("status = 'success', result = ?", result).Set("finished_at = " + s.nowSQL())
-		case courier.OutcomeCancelled:
-			fr.Status = courier.TaskCancelled
-			upd = upd.Set("status = 'cancelled'").Set("finished_at = " + s.nowSQL())
-		case courier.OutcomeFailure, courier.OutcomeTimeout:
-			q, err := s.getQueue(ctx, tx, t.Queue, false) // its retry policy, read only when needed
-			if err != nil {
-				return err
-			}
-			q = t.Overrides.Apply(q)
-			used := t.Attempts
-			if used < q.Retry.MaxAttempts {
-				delay := q.Retry.Delay(used)
-				fr.Status = courier.TaskPending
-				upd = upd.Set("status = 'pending', result = ?", result).Set("next_attempt_at = " + s.nowPlusSQL(delay)).
-					Set("expires_at = " + s.nowPlusSQL(delay+q.PendingTimeout))
-			} else {
-				fr.Status = courier.TaskFailed
-				upd = upd.Set("status = 'failed', result = ?", result).Set("finished_at = " + s.nowSQL())
-			}
-		default:
-			return fmt.Errorf("store: unknown attempt outcome %q", o.Kind)
-		}
-		if _, err := upd.Exec(ctx); err != nil {
-			return err
-		}
-		if hold != "" {
-			err = s.holdSlots(ctx, tx, hold, t.Queue, 1)
-		} else {
-			err = s.releaseSlot(ctx, tx, t.Queue)
-		}
-		if err != nil {
-			return err
-		}
-		fr.Applied, fr.Recorded = true, true
-		if fr.Status == courier.TaskPending {
-			var next taskRow
-			if err := tx.NewSelect().Model(&next).Column("next_attempt_at").Where("task_id = ? AND version = ?", taskID, version).Scan(ctx); err != nil {
-				return err
-			}
-			fr.NextAttemptAt = next.NextAttemptAt.UTC()
-		}
-		return nil
+		fr, err = s.finishLocked(ctx, tx, t, attempt, o, hold, nil)
+		return err
 	})
 	return fr, err
+}
+
+// finishLocked ends attempt of t, a task read under its lock in tx: guarded by t being in
+// Processing on that attempt, its slot released (or held under hold) in tx. queues, if not nil,
+// caches the queues' settings a failure's retry policy reads, across the calls of one
+// transaction.
+func (s *Store) finishLocked(ctx context.Context, tx bun.Tx, t courier.Task, attempt int, o contract.AttemptOutcome, hold string,
+	queues map[string]courier.Queue) (FinishResult, error) {
+	fr := FinishResult{Status: t.Status, Queue: t.Queue}
+	if o.Kind == courier.OutcomeSuccess && holdsSuccess(t.Status, t.Attempt, attempt) {
+		fr.Recorded = true // the same accepted success, recorded first by another writer
+		return fr, nil
+	}
+	if t.Status != courier.TaskProcessing || t.Attempt != attempt {
+		return fr, nil
+	}
+	var result any
+	if len(o.Result) > 0 && string(o.Result) != "null" {
+		result = string(o.Result)
+	}
+	upd := tx.NewUpdate().Model((*taskRow)(nil)).Set("status_code = ?, message = ?", o.StatusCode, o.Message).
+		Set("timeout_at = NULL").Set("updated_at = "+s.nowSQL()).Where("task_id = ? AND version = ?", t.TaskID, t.Version)
+	switch o.Kind {
+	case courier.OutcomeSuccess:
+		fr.Status = courier.TaskSuccess
+		upd = upd.Set("status = 'success', result = ?", result).Set("finished_at = " + s.nowSQL())
+	case courier.OutcomeCancelled:
+		fr.Status = courier.TaskCancelled
+		upd = upd.Set("status = 'cancelled'").Set("finished_at = " + s.nowSQL())
+	case courier.OutcomeFailure, courier.OutcomeTimeout:
+		q, ok := queues[t.Queue]
+		if !ok {
+			var err error
+			if q, err = s.getQueue(ctx, tx, t.Queue, false); err != nil { // its retry policy, read only when needed
+				return fr, err
+			}
+			if queues != nil {
+				queues[t.Queue] = q
+			}
+		}
+		q = t.Overrides.Apply(q)
+		used := t.Attempts
+		if used < q.Retry.MaxAttempts {
+			delay := q.Retry.Delay(used)
+			fr.Status = courier.TaskPending
+			upd = upd.Set("status = 'pending', result = ?", result).Set("next_attempt_at = " + s.nowPlusSQL(delay)).
+				Set("expires_at = " + s.nowPlusSQL(delay+q.PendingTimeout))
+		} else {
+			fr.Status = courier.TaskFailed
+			upd = upd.Set("status = 'failed', result = ?", result).Set("finished_at = " + s.nowSQL())
+		}
+	default:
+		return fr, fmt.Errorf("store: unknown attempt outcome %q", o.Kind)
+	}
+	if _, err := upd.Exec(ctx); err != nil {
+		return fr, err
+	}
+	var err error
+	if hold != "" {
+		err = s.holdSlots(ctx, tx, hold, t.Queue, 1)
+	} else {
+		err = s.releaseSlot(ctx, tx, t.Queue)
+	}
+	if err != nil {
+		return fr, err
+	}
+	fr.Applied, fr.Recorded = true, true
+	fr.Batch, fr.Run, fr.PushedAt, fr.Trace = t.Batch, AttemptRun{ID: t.RunID, HeartbeatTimeout: t.AttemptHeartbeatTimeout}, t.PushedAt, t.Trace
+	if fr.Status == courier.TaskPending {
+		var next taskRow
+		if err := tx.NewSelect().Model(&next).Column("next_attempt_at").Where("task_id = ? AND version = ?", t.TaskID, t.Version).Scan(ctx); err != nil {
+			return fr, err
+		}
+		fr.NextAttemptAt = next.NextAttemptAt.UTC()
+	}
+	return fr, nil
 }
 
 // CancelTask cancels a task version: Pending → Cancelled at once; Processing → Cancelled with
@@ -242,7 +267,7 @@ func (s *Store) CancelTask(ctx context.Context, taskID string, version int64) (c
 				Details: map[string]any{"status": string(t.Status)}}
 		}
 		wasProcessing = t.Status == courier.TaskProcessing
-		if _, err := tx.NewUpdate().Model((*taskRow)(nil)).Set("status = 'cancelled', message = 'cancelled through the API'").
+		if _, err := tx.NewUpdate().Model((*taskRow)(nil)).Set("status = 'cancelled', message = 'cancelled through the API', timeout_at = NULL").
 			Set("finished_at = "+s.nowSQL()).Set("updated_at = "+s.nowSQL()).
 			Where("task_id = ? AND version = ?", taskID, version).Exec(ctx); err != nil {
 			return err

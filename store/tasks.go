@@ -62,6 +62,8 @@ type taskRow struct {
 	DeadlineAt    bun.NullTime `bun:"deadline_at"`
 	RunID         *string      `bun:"run_id"`
 	HeartbeatMS   int64        `bun:"heartbeat_timeout_ms"` // the current attempt's heartbeat timeout
+	BatchID       *string      `bun:"batch_id"`             // the batch run pushing the current attempt (batched mode)
+	TimeoutAt     bun.NullTime `bun:"timeout_at"`           // when a batched attempt times out unless heard from
 	TraceParent   *string      `bun:"traceparent"`
 	TraceState    *string      `bun:"tracestate"`
 	FinishedAt    bun.NullTime `bun:"finished_at"`
@@ -91,7 +93,7 @@ func (r *taskRow) task() (courier.Task, error) {
 		Status: courier.TaskStatus(r.Status), Payload: json.RawMessage(r.Payload),
 		Attempt: r.Attempt, Attempts: r.Attempt - r.AttemptBase, StatusCode: r.StatusCode, Message: r.Message,
 		CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(), NextAttemptAt: r.NextAttemptAt.UTC(),
-		ExpiresAt: nullTime(r.ExpiresAt), ClaimedAt: nullTime(r.ClaimedAt), PushedAt: nullTime(r.PushedAt),
+		ExpiresAt: nullTime(r.ExpiresAt), ClaimedAt: nullTime(r.ClaimedAt), PushedAt: nullTime(r.PushedAt), DeadlineAt: nullTime(r.DeadlineAt),
 		FinishedAt: nullTime(r.FinishedAt),
 	}
 	if r.Result != nil {
@@ -99,6 +101,9 @@ func (r *taskRow) task() (courier.Task, error) {
 	}
 	if r.RunID != nil {
 		t.RunID = *r.RunID
+	}
+	if r.BatchID != nil {
+		t.Batch = *r.BatchID
 	}
 	t.AttemptHeartbeatTimeout = time.Duration(r.HeartbeatMS) * time.Millisecond
 	if r.TraceParent != nil {

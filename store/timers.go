@@ -13,7 +13,7 @@ import (
 	"github.com/courier-oss/courier"
 )
 
-// timerRow is a timer's row (courier_timers, migrations 0011 and 0016): a bucketed timer, or
+// timerRow is a timer's row (courier_timers, migrations 0011 and 0017): a bucketed timer, or
 // the row that decides a timer of its own (mode 'workflow').
 type timerRow struct {
 	bun.BaseModel `bun:"table:courier_timers"`

@@ -17,6 +17,7 @@ import (
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/dispatch"
+	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/tracing"
 	"github.com/courier-oss/courier/workflows"
@@ -28,6 +29,7 @@ type ClaimStore interface {
 	ListQueues(ctx context.Context) ([]courier.Queue, error)
 	UnpushedTasks(ctx context.Context, olderThan time.Duration, limit int) ([]dispatch.Attempt, error)
 	ReleaseStaleSlotHolds(ctx context.Context, olderThan time.Duration) (int, error)
+	ExpireTimedOutAttempts(ctx context.Context, limit int) (store.Expired, error)
 	// Listen calls notify on the database's notifications on channel (store.TasksChannel:
 	// tasks of another process may be claimable) until stop is called; a database without
 	// notifications does nothing, and the claimer's poll does the work.
@@ -44,6 +46,7 @@ type Claimer struct {
 	log      *slog.Logger
 	wake     chan struct{}
 	dispatch *dispatch.Dispatcher
+	metrics  *metrics.Tasks // nil records nothing
 
 	timer   *time.Timer // a wake when a rate-held queue's next token comes (wakeAfter; Run's goroutine only)
 	timerAt time.Time
@@ -58,6 +61,10 @@ func NewClaimer(s ClaimStore, tc client.Client, workflowQueue string, cfg Config
 	return &Claimer{store: s, tc: tc, queue: workflowQueue, cfg: cfg.WithDefaults(), log: log,
 		wake: make(chan struct{}, 1), dispatch: dispatch.New()}
 }
+
+// SetMetrics makes the claimer count the attempts it times out (the batched mode's deadlines)
+// in m.
+func (c *Claimer) SetMetrics(m *metrics.Tasks) { c.metrics = m }
 
 // Wake asks for a claim pass now (after an insert or a freed slot in this process).
 func (c *Claimer) Wake() {
@@ -85,6 +92,8 @@ func (c *Claimer) Run(ctx context.Context) error {
 	defer stop()
 	poll := time.NewTicker(c.cfg.PollInterval)
 	defer poll.Stop()
+	expire := time.NewTicker(ExpireEvery)
+	defer expire.Stop()
 	lastRecover := time.Now()
 	for {
 		c.pass(ctx)
@@ -97,6 +106,38 @@ func (c *Claimer) Run(ctx context.Context) error {
 			return nil
 		case <-c.wake:
 		case <-poll.C:
+		case <-expire.C:
+			c.expire(ctx)
+		}
+	}
+}
+
+// ExpireEvery is how often every claimer times out the batched attempts whose deadline or
+// heartbeat timeout has passed: an attempt is timed out within this of its moment, never
+// before it (the database's clock decides).
+const ExpireEvery = time.Second
+
+// expire times out the batched attempts past their timeout_at, a bounded statement at a time,
+// and wakes the claimers for the slots freed.
+func (c *Claimer) expire(ctx context.Context) {
+	for ctx.Err() == nil {
+		e, err := c.store.ExpireTimedOutAttempts(ctx, c.cfg.BatchSize)
+		if err != nil {
+			if ctx.Err() == nil {
+				c.log.Warn("task claimer: time out batched attempts", "error", err)
+			}
+			return
+		}
+		if c.metrics != nil {
+			for q, n := range e.ByQueue {
+				c.metrics.Results.WithLabelValues(q, string(courier.OutcomeTimeout)).Add(float64(n))
+			}
+		}
+		if e.Attempts > 0 {
+			c.Wake()
+		}
+		if e.Attempts < c.cfg.BatchSize {
+			return
 		}
 	}
 }
@@ -115,8 +156,12 @@ func (c *Claimer) pass(ctx context.Context) {
 		if q.PushURL == "" {
 			continue // nowhere to push: tasks wait (the claim decides it again in its transaction)
 		}
+		size := c.cfg.BatchSize
+		if q.Batched() {
+			size = c.cfg.BatchedClaimSize
+		}
 		for ctx.Err() == nil {
-			claim, err := c.dispatch.Claim(ctx, c.store, q.Name, c.cfg.BatchSize)
+			claim, err := c.dispatch.Claim(ctx, c.store, q.Name, size)
 			if err != nil {
 				if ctx.Err() == nil {
 					c.log.Warn("task claimer: claim", "queue", q.Name, "error", err)
@@ -124,7 +169,14 @@ func (c *Claimer) pass(ctx context.Context) {
 				}
 				break
 			}
-			if failed := c.start(ctx, claim.Attempts); failed > 0 {
+			if claim.Batch != "" {
+				if err := c.startBatch(ctx, q.Name, claim.Batch, claim.Attempts); err != nil && ctx.Err() == nil {
+					// The rows wait in Processing without a push: recover starts the batch
+					// again once they are RecoverAfter old.
+					c.log.Warn("task claimer: start batch", "queue", q.Name, "batch", claim.Batch, "attempts", len(claim.Attempts), "error", err)
+					c.wakeAfter(c.cfg.RecoverAfter)
+				}
+			} else if failed := c.start(ctx, claim.Attempts); failed > 0 {
 				// Their rows wait in Processing without a push: recover starts them again
 				// once they are RecoverAfter old, so come back then, whatever the poll.
 				c.wakeAfter(c.cfg.RecoverAfter)
@@ -134,7 +186,7 @@ func (c *Claimer) pass(ctx context.Context) {
 				// bucket has a token, not only at the next poll.
 				c.wakeAfter(claim.NextToken)
 			}
-			if len(claim.Attempts) < c.cfg.BatchSize {
+			if len(claim.Attempts) < size {
 				break
 			}
 		}
@@ -160,12 +212,51 @@ func (c *Claimer) recover(ctx context.Context) {
 		}
 		return
 	}
-	if len(stuck) > 0 {
-		c.log.Info("task claimer: restarting attempts that never reached their push", "count", len(stuck))
-		if c.startAll(ctx, stuck, true) > 0 {
-			c.wakeAfter(c.cfg.RecoverAfter)
+	if len(stuck) == 0 {
+		return
+	}
+	c.log.Info("task claimer: restarting attempts that never reached their push", "count", len(stuck))
+	var own []dispatch.Attempt
+	batches := map[string][]dispatch.Attempt{}
+	for _, a := range stuck {
+		if a.Batch == "" {
+			own = append(own, a)
+		} else {
+			batches[a.Batch] = append(batches[a.Batch], a)
 		}
 	}
+	failed := c.startAll(ctx, own, true) > 0
+	for batch, attempts := range batches {
+		// A batch run still open pushes them (the start finds it); a closed one is run again
+		// for what it left unpushed.
+		if err := c.startBatch(ctx, attempts[0].Queue, batch, attempts); err != nil && ctx.Err() == nil {
+			c.log.Warn("task claimer: restart batch", "batch", batch, "attempts", len(attempts), "error", err)
+			failed = true
+		}
+	}
+	if failed {
+		c.wakeAfter(c.cfg.RecoverAfter)
+	}
+}
+
+// startBatch starts the run that pushes a batched claim's attempts (workflows.TaskBatch), or
+// finds it running: its id is the batch's, written on every attempt's row by the claim.
+func (c *Claimer) startBatch(ctx context.Context, queue, batch string, attempts []dispatch.Attempt) error {
+	p := contract.PushBatchParams{Queue: queue, Batch: batch, Attempts: make([]contract.BatchAttempt, len(attempts))}
+	for i, a := range attempts {
+		p.Attempts[i] = contract.BatchAttempt{TaskID: a.TaskID, Version: a.Version, Attempt: a.Attempt,
+			ProcessingTimeout: a.ProcessingTimeout, HeartbeatTimeout: a.HeartbeatTimeout}
+		p.PushTimeout = max(p.PushTimeout, a.PushTimeout)
+	}
+	_, err := c.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       batch,
+		TaskQueue:                courier.KindTaskBatch.TaskQueue(c.queue),
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		EnableEagerStart:         true, // the push runs in this process's worker, without a trip through matching
+		TypedSearchAttributes:    workflows.StartAttributes(courier.KindTaskBatch, courier.RunAttributes{TaskQueue: queue}),
+	}, courier.KindTaskBatch.Workflow, p)
+	return err
 }
 
 // claimRetry is how soon a claim pass that failed (the database busy or away) is tried

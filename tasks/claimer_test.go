@@ -42,6 +42,10 @@ func (f *failingClaims) ReleaseStaleSlotHolds(context.Context, time.Duration) (i
 	return 0, nil
 }
 
+func (f *failingClaims) ExpireTimedOutAttempts(context.Context, int) (store.Expired, error) {
+	return store.Expired{}, nil
+}
+
 func (f *failingClaims) Listen(context.Context, string, func(), *slog.Logger) func() {
 	return func() {}
 }

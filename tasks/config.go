@@ -14,6 +14,9 @@ type Config struct {
 	PollInterval time.Duration
 	// BatchSize is how many tasks one claim transaction takes; default DefaultBatchSize.
 	BatchSize int
+	// BatchedClaimSize is how many tasks one claim of a queue in the batched dispatch mode
+	// takes, the most one batch run pushes; default DefaultBatchedClaimSize.
+	BatchedClaimSize int
 	// StartWorkers is how many attempt workflows one claim starts at once; default
 	// DefaultStartWorkers.
 	StartWorkers int
@@ -41,6 +44,8 @@ const (
 	DefaultPollInterval = time.Second
 	// DefaultBatchSize is how many tasks one claim transaction takes.
 	DefaultBatchSize = 100
+	// DefaultBatchedClaimSize is how many tasks one claim of a batched queue takes.
+	DefaultBatchedClaimSize = 500
 	// DefaultStartWorkers is how many workflow starts one claim runs at once.
 	DefaultStartWorkers = 16
 	// DefaultRecoverAfter is how long a claimed task may wait for its push before its workflow
@@ -61,6 +66,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.BatchSize <= 0 {
 		c.BatchSize = DefaultBatchSize
+	}
+	if c.BatchedClaimSize <= 0 {
+		c.BatchedClaimSize = DefaultBatchedClaimSize
 	}
 	if c.StartWorkers <= 0 {
 		c.StartWorkers = DefaultStartWorkers

@@ -41,6 +41,8 @@ type Store interface {
 	ListQueues(ctx context.Context) ([]courier.Queue, error)
 	FinishReported(ctx context.Context, taskID string, version int64, attempt int, o contract.AttemptOutcome, hold string) (store.FinishResult, error)
 	ReleaseSlotHolds(ctx context.Context, holds ...string) (int, error)
+	FinishReportedMany(ctx context.Context, results []store.ReportedResult, hold string) ([]store.FinishResult, error)
+	BeatBatchedAttempt(ctx context.Context, taskID string, version int64, attempt int) (bool, courier.TaskStatus, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -315,15 +317,8 @@ func notRunning(err error, attempt int) error {
 // SlotHoldGrace. release is never nil.
 func (s *Service) Report(ctx context.Context, taskID string, version int64, r api.TaskResult) (release func(), err error) {
 	release = func() {}
-	switch {
-	case !r.Status.Reportable():
-		return release, validation("status", `status must be "success" or "failure"`)
-	case r.StatusCode < 0 || r.StatusCode > 999:
-		return release, validation("status_code", "status_code must be from 0 to 999")
-	case len(r.Message) > MaxMessageBytes || !utf8.ValidString(r.Message):
-		return release, validation("message", fmt.Sprintf("message must be UTF-8 of at most %d bytes", MaxMessageBytes))
-	case len(r.Result) > 0 && !json.Valid(r.Result):
-		return release, validation("result", "result must be JSON")
+	if err := checkResult(r); err != nil {
+		return release, err
 	}
 	t, err := s.current(ctx, taskID, version, r.Attempt)
 	if err != nil {
@@ -332,17 +327,23 @@ func (s *Service) Report(ctx context.Context, taskID string, version int64, r ap
 	if s.metrics != nil && t.PushedAt != nil {
 		s.metrics.PushToResult.WithLabelValues(t.Queue).Observe(time.Since(*t.PushedAt).Seconds())
 	}
-	res := contract.AttemptResult{Attempt: r.Attempt, Outcome: contract.AttemptOutcome{Kind: r.Status, StatusCode: r.StatusCode,
-		Message: r.Message, Result: r.Result, Trace: tracing.FromContext(ctx)}}
+	res := contract.AttemptResult{Attempt: r.Attempt, Outcome: outcomeOf(r, tracing.FromContext(ctx))}
 	hold := newHoldID()
 	status, recorded, err := s.recordOutcome(ctx, t, r.Attempt, res.Outcome, hold)
 	if err != nil {
 		return release, err
 	}
 	if !recorded {
+		if t.Batch != "" {
+			// No run waits for a batched attempt: the row is the only place to record it.
+			return release, unavailable("the result could not be recorded; try again")
+		}
 		return release, s.handOverUnrecorded(ctx, t, res)
 	}
 	release = s.releaser(ctx, hold)
+	if t.Batch != "" {
+		return release, nil // no run to hand it to: the row is where a batched attempt ends
+	}
 	// The row holds it: that is the answer. The run hears of it after the answer has gone out,
 	// so a worker that reports before it answers the push (the run's workflow task stays open
 	// while it pushes) is not kept waiting. A run that never hears of it ends by its deadline,
@@ -359,6 +360,36 @@ func (s *Service) Report(ctx context.Context, taskID string, version int64, r ap
 	return release, nil
 }
 
+// checkResult refuses a malformed result, naming its field.
+func checkResult(r api.TaskResult) error {
+	switch {
+	case r.Attempt < 1:
+		return validation("attempt", "attempt is required (the attempt number from the push)")
+	case !r.Status.Reportable():
+		return validation("status", `status must be "success" or "failure"`)
+	case r.StatusCode < 0 || r.StatusCode > 999:
+		return validation("status_code", "status_code must be from 0 to 999")
+	case len(r.Message) > MaxMessageBytes || !utf8.ValidString(r.Message):
+		return validation("message", fmt.Sprintf("message must be UTF-8 of at most %d bytes", MaxMessageBytes))
+	case len(r.Result) > 0 && !json.Valid(r.Result):
+		return validation("result", "result must be JSON")
+	}
+	return nil
+}
+
+// linkToTask labels the link from the span that records a result to its task's trace.
+var linkToTask = attribute.String("courier.link", "task")
+
+// outcomeOf is a worker's report as its attempt's outcome, tagged with the trace context of the
+// call that carried it (zero for none).
+func outcomeOf(r api.TaskResult, trace courier.TraceContext) contract.AttemptOutcome {
+	return contract.AttemptOutcome{Kind: r.Status, StatusCode: r.StatusCode, Message: r.Message, Result: r.Result, Trace: trace}
+}
+
+func unavailable(msg string) error {
+	return &courier.Error{Code: courier.CodeUnavailable, Message: msg}
+}
+
 // SlotHoldGrace is how long a slot freed by a recorded result may stay held for its answer
 // before any claimer releases it: longer than any gateway takes from recording a result to
 // answering it, short enough that a gateway that died between the two costs the queue that
@@ -372,21 +403,30 @@ func newHoldID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// releaser returns the release of the slots held under hold: once, with a fresh bounded context
-// (the worker may have hung up), then a wake of this process's claimers. A release that fails
-// is logged and left to the grace.
+// AnswerSettle is how long after the answer to a result has been written the slots it frees
+// are released: the answer's way through the worker's own HTTP client (a loaded machine can
+// leave the goroutine that reads it waiting for a few milliseconds while courier's next claim
+// and push are quicker).
+const AnswerSettle = 10 * time.Millisecond
+
+// releaser returns the release of the slots held under hold: once, AnswerSettle after it is
+// called, with a fresh bounded context (the worker may have hung up), then a wake of this
+// process's claimers. The release returns at once. A release that fails is logged and left to
+// the grace.
 func (s *Service) releaser(ctx context.Context, hold string) func() {
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReportTimeout)
-			defer cancel()
-			if _, err := s.store.ReleaseSlotHolds(rctx, hold); err != nil {
-				s.log.WarnContext(rctx, "release the slots of answered task results (any claimer releases them after the grace)",
-					"hold", hold, "error", err, "grace", SlotHoldGrace)
-				return
-			}
-			s.wake()
+			time.AfterFunc(AnswerSettle, func() {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ReportTimeout)
+				defer cancel()
+				if _, err := s.store.ReleaseSlotHolds(rctx, hold); err != nil {
+					s.log.WarnContext(rctx, "release the slots of answered task results (any claimer releases them after the grace)",
+						"hold", hold, "error", err, "grace", SlotHoldGrace)
+					return
+				}
+				s.wake()
+			})
 		})
 	}
 }
@@ -469,7 +509,7 @@ func (s *Service) recordOutcome(ctx context.Context, t courier.Task, attempt int
 	// The span that recorded it links to the task's trace, as the run's finish links to the
 	// result call's: the two are tied even when the worker sends no traceparent. The claimers
 	// are woken by the slot's release, after the answer.
-	tracing.Link(ctx, t.Trace, attribute.String("courier.link", "task"))
+	tracing.Link(ctx, t.Trace, linkToTask)
 	return fr.Status, true, nil
 }
 
@@ -486,6 +526,16 @@ func (s *Service) Heartbeat(ctx context.Context, taskID string, version int64, a
 	}
 	if t.AttemptHeartbeatTimeout == 0 {
 		return nil // nothing to extend; the attempt runs
+	}
+	if t.Batch != "" {
+		// A batched attempt's heartbeat timeout is kept in its row.
+		ok, status, err := s.store.BeatBatchedAttempt(ctx, taskID, version, attempt)
+		if err != nil || ok {
+			return err
+		}
+		return &courier.Error{Code: courier.CodeConflict,
+			Message: fmt.Sprintf("attempt %d is no longer running (it timed out, was cancelled or already has a result)", attempt),
+			Details: map[string]any{"status": string(status)}}
 	}
 	var d []any
 	if len(details) > 0 {

@@ -41,6 +41,7 @@ func newTaskWorkers(tc client.Client, wf sdkworker.Registry, workflowQueue strin
 	push.RegisterActivityWithOptions(acts.SendPush, activity.RegisterOptions{Name: contract.SendPushName})
 	push.RegisterActivityWithOptions(acts.PushAwait, activity.RegisterOptions{Name: contract.PushAwaitName})
 	push.RegisterActivityWithOptions(acts.Finish, activity.RegisterOptions{Name: contract.FinishTaskName})
+	push.RegisterActivityWithOptions(acts.PushBatch, activity.RegisterOptions{Name: contract.PushBatchName})
 	finish.RegisterActivityWithOptions(acts.Sweep, activity.RegisterOptions{Name: contract.SweepTasksName})
 	return []sdkworker.Worker{push, finish}
 }

@@ -161,6 +161,7 @@ func New(cfg Config, d Deps) (*Worker, error) {
 	registerOutbox(w.tw, outboxActs)
 	if d.Tasks != nil {
 		w.claim = tasks.NewClaimer(d.Tasks, d.Temporal, queue, cfg.Tasks, d.Logger)
+		w.claim.SetMetrics(d.TaskMetrics)
 		w.taskWorkers = newTaskWorkers(d.Temporal, w.tw, queue, cfg, activities.TasksDeps{Store: d.Tasks,
 			PublicURL: cfg.Tasks.PublicURL, AllowLoopback: cfg.AllowLoopbackCallbacks, Workflows: d.Temporal,
 			Metrics: d.TaskMetrics, Wake: w.claim.Wake})

@@ -20,11 +20,12 @@ func RegisterOutbox(r WorkflowRegistrar) {
 	r.RegisterWorkflowWithOptions(OutboxOrdered, workflow.RegisterOptions{Name: courier.KindOutboxKey.Workflow})
 }
 
-// RegisterTasks registers the task workflows under their stable names: the attempts on the
-// registrar of the push task queue (courier.TaskPushQueue), the sweeper on that of the
-// workflows' queue, where its schedule starts it.
+// RegisterTasks registers the task workflows under their stable names: the attempts and the
+// batches on the registrar of the push task queue (courier.TaskPushQueue), the sweeper on that
+// of the workflows' queue, where its schedule starts it.
 func RegisterTasks(attempts, sweeper WorkflowRegistrar) {
 	attempts.RegisterWorkflowWithOptions(Task, workflow.RegisterOptions{Name: courier.KindTask.Workflow})
+	attempts.RegisterWorkflowWithOptions(TaskBatch, workflow.RegisterOptions{Name: courier.KindTaskBatch.Workflow})
 	sweeper.RegisterWorkflowWithOptions(TaskSweeper, workflow.RegisterOptions{Name: courier.KindTaskSweeper.Workflow})
 }
 

@@ -41,7 +41,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(?m)^  courier ([a-z-]+) `).FindAllStringSubmatch(top, -1) {
 		commands = append(commands, m[1])
 	}
-	require.ElementsMatch(t, []string{"dev", "migrate", "worker", "gateway", "apikey", "pause", "resume", "pauses", "bench"}, commands)
+	require.ElementsMatch(t, []string{"dev", "migrate", "worker", "gateway", "apikey", "pause", "resume", "pauses", "bench", "version"}, commands)
 
 	cases := [][]string{{"help"}, {"--help"}}
 	for _, c := range commands {
@@ -66,6 +66,16 @@ func TestEveryCommandHasHelp(t *testing.T) {
 			}
 		})
 	}
+}
+
+// courier version prints the build's version on one line (a test binary has no VCS stamp: its
+// module version is "(devel)"), and the toolchain.
+func TestVersionCommand(t *testing.T) {
+	t.Parallel()
+	stdout, stderr, code := runCourier(t, "version")
+	require.Equal(t, 0, code, stderr)
+	require.Regexp(t, `^courier \S+( \(commit [0-9a-f]{12}[^)]*\))? built with go1\.\d+`, stdout)
+	require.Equal(t, 1, strings.Count(stdout, "\n"))
 }
 
 // A group's help lists its subcommands; a group called without one, or with an unknown one,

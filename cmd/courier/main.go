@@ -22,6 +22,7 @@ Usage:
   courier resume    resume it
   courier pauses    list what is paused
   courier bench     run a benchmark (courier bench -h lists them)
+  courier version   print the build's version and commit
 
 Every command takes -h for its flags; each flag also reads the environment variable named in
 its help text.
@@ -55,6 +56,8 @@ func main() {
 		err = runPauses(ctx, args, os.Stdout)
 	case "bench":
 		err = runBench(ctx, args)
+	case "version":
+		err = runVersion(args, os.Stdout)
 	case "-h", "-help", "--help", "help":
 		fmt.Print(usage)
 		return

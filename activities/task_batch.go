@@ -1,0 +1,295 @@
+package activities
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"go.temporal.io/sdk/activity"
+
+	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities/contract"
+	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/callback"
+	"github.com/courier-oss/courier/store"
+	"github.com/courier-oss/courier/tracing"
+	"github.com/courier-oss/courier/webhook"
+)
+
+// pushOutcome is how one attempt's push in a batch ended: taken by the worker, or not, with
+// the outcome its attempt ends with.
+type pushOutcome struct {
+	taken   bool
+	refused bool // by the worker, in its answer (otherwise the push failed on the way)
+	outcome contract.AttemptOutcome
+}
+
+// PushBatch pushes a batch run's attempts (contract.PushBatchName). It marks the attempts
+// still due pushed, in one statement that also starts their deadlines, then sends them to the
+// queue's worker endpoint, push_batch_size to a request, the requests at once within this
+// process's push slots. A request that fails on the way is tried again as one push is (up to
+// courier.PushTries tries, after the worker's Retry-After, never past the earliest deadline it
+// carries); an attempt the worker refuses, or whose request still failed, ends as a failure
+// without holding the others. A repeat after a crash pushes only what is still due, each
+// attempt with the same delivery id, its deadline unchanged.
+func (a *Tasks) PushBatch(ctx context.Context, p contract.PushBatchParams) (contract.PushBatchResult, error) {
+	var res contract.PushBatchResult
+	attempts := make([]store.BatchAttempt, len(p.Attempts))
+	for i, at := range p.Attempts {
+		attempts[i] = store.BatchAttempt{TaskID: at.TaskID, Version: at.Version, Attempt: at.Attempt,
+			ProcessingTimeout: at.ProcessingTimeout, HeartbeatTimeout: at.HeartbeatTimeout}
+	}
+	tasks, err := a.store.MarkBatchPushed(ctx, p.Batch, attempts)
+	if err != nil {
+		// Tried again by the run until the database answers; said once per try, since the
+		// batch's attempts wait meanwhile.
+		activity.GetLogger(ctx).Warn("mark a task batch pushed (tried again)", "batch", p.Batch, "error", err)
+		return res, fmt.Errorf("mark the batch pushed: %w", err)
+	}
+	res.Stale = len(p.Attempts) - len(tasks)
+	if len(tasks) == 0 {
+		return res, nil
+	}
+	q, err := a.store.GetQueue(ctx, p.Queue)
+	if err != nil {
+		return res, fmt.Errorf("read queue %q: %w", p.Queue, err)
+	}
+	outcomes := make([]pushOutcome, len(tasks))
+	if q.PushURL == "" {
+		for i := range outcomes {
+			outcomes[i] = pushOutcome{outcome: contract.AttemptOutcome{Kind: courier.OutcomeFailure,
+				Message: fmt.Sprintf("push failed: queue %q has no push_url", q.Name)}}
+		}
+	} else {
+		a.sendBatch(ctx, q, p.Batch, tasks, outcomes)
+	}
+	for i, t := range tasks {
+		o := outcomes[i]
+		switch {
+		case o.taken:
+			res.Pushed++
+			a.observePushed(t, t.Attempt)
+			continue
+		case o.refused:
+			res.Refused++
+		default:
+			res.Failed++
+		}
+		if err := a.endAttempt(ctx, t, o.outcome); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// endAttempt ends an attempt whose push did not reach its worker, as a failure.
+func (a *Tasks) endAttempt(ctx context.Context, t courier.Task, o contract.AttemptOutcome) error {
+	fr, err := a.store.FinishTaskAttempt(ctx, t.TaskID, t.Version, t.Attempt, o)
+	if err != nil {
+		return fmt.Errorf("end attempt %d of task %q version %d: %w", t.Attempt, t.TaskID, t.Version, err)
+	}
+	if fr.Applied {
+		if a.metrics != nil {
+			a.metrics.Results.WithLabelValues(t.Queue, string(o.Kind)).Inc()
+		}
+		a.wake()
+	}
+	return nil
+}
+
+// sendBatch sends tasks to q's endpoint, q.PushBatchSize to a request, and fills outcomes.
+func (a *Tasks) sendBatch(ctx context.Context, q courier.Queue, batch string, tasks []courier.Task, outcomes []pushOutcome) {
+	size := max(q.PushBatchSize, 1)
+	var signer *webhook.Signer
+	if len(q.Secrets) > 0 {
+		s, err := webhook.NewSigner(q.Secrets...)
+		if err != nil {
+			for i := range outcomes {
+				outcomes[i] = pushOutcome{outcome: contract.AttemptOutcome{Kind: courier.OutcomeFailure, Message: "push failed: " + err.Error()}}
+			}
+			return
+		}
+		signer = s
+	}
+	timeout := q.PushTimeout
+	if timeout <= 0 {
+		timeout = courier.DefaultPushTimeout
+	}
+	cl := a.client(q, timeout)
+	var wg sync.WaitGroup
+	for start := 0; start < len(tasks); start += size {
+		end := min(start+size, len(tasks))
+		if a.localPushes != nil {
+			select {
+			case a.localPushes <- struct{}{}:
+			case <-ctx.Done():
+				for i := start; i < len(tasks); i++ {
+					outcomes[i] = pushOutcome{outcome: contract.AttemptOutcome{Kind: courier.OutcomeFailure, Message: "push failed: " + ctx.Err().Error()}}
+				}
+				wg.Wait()
+				return
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if a.localPushes != nil {
+				defer func() { <-a.localPushes }()
+			}
+			a.sendChunk(ctx, cl, q, signer, batch, tasks[start:end], outcomes[start:end])
+		}()
+	}
+	wg.Wait()
+}
+
+// sendChunk sends one request: a single push (api.TaskPush) for one task, a batched push
+// (api.TaskPushBatch) for more, with the tries of one push.
+func (a *Tasks) sendChunk(ctx context.Context, cl *callback.Client, q courier.Queue, signer *webhook.Signer, batch string,
+	tasks []courier.Task, outcomes []pushOutcome) {
+	pushes := make([]api.TaskPush, len(tasks))
+	deadline := time.Time{}
+	for i, t := range tasks {
+		pushes[i] = a.taskPush(t)
+		if deadline.IsZero() || pushes[i].Deadline.Before(deadline) {
+			deadline = pushes[i].Deadline
+		}
+	}
+	var (
+		body []byte
+		id   string
+		err  error
+	)
+	if len(tasks) == 1 && q.PushBatchSize <= 1 {
+		body, err = json.Marshal(pushes[0])
+		id = pushes[0].DeliveryID
+	} else {
+		body, err = json.Marshal(api.TaskPushBatch{Tasks: pushes, ResultsURL: a.resultsURL()})
+		id = chunkDeliveryID(pushes)
+	}
+	if err != nil {
+		fail(outcomes, "push failed: "+err.Error(), 0, false)
+		return
+	}
+	spans := startPushSpans(ctx, tasks, batch)
+	defer func() {
+		for _, s := range spans {
+			s.End()
+		}
+	}()
+	req := callback.Request{URL: q.PushURL, Body: body, Signer: signer, DeliveryID: id}
+	answer, err := sendTries(ctx, cl, req, deadline)
+	if err != nil {
+		var ce *callback.Error
+		code := 0
+		if errors.As(err, &ce) {
+			code = ce.Status
+		}
+		fail(outcomes, "push failed: "+err.Error(), code, false)
+		return
+	}
+	for i := range outcomes {
+		outcomes[i] = pushOutcome{taken: true}
+	}
+	if len(tasks) == 1 && q.PushBatchSize <= 1 || len(answer) == 0 {
+		return
+	}
+	var ans api.TaskPushBatchAnswer
+	if err := json.Unmarshal(answer, &ans); err != nil {
+		return // a 2xx whose body is not an answer takes every attempt, as an empty one does
+	}
+	for _, r := range ans.Refused {
+		for i, t := range tasks {
+			if t.TaskID == r.TaskID && t.Version == r.TaskVersion && t.Attempt == r.Attempt {
+				msg := "push refused by the worker"
+				if r.Message != "" {
+					msg += ": " + r.Message
+				}
+				outcomes[i] = pushOutcome{refused: true, outcome: contract.AttemptOutcome{Kind: courier.OutcomeFailure, StatusCode: r.StatusCode, Message: msg}}
+			}
+		}
+	}
+}
+
+// sendTries sends req, trying again what failed on the way as one push's tries do: up to
+// courier.PushTries tries, after the worker's Retry-After when it sent one (one over
+// contract.PushRetryMax fails at once), never past deadline.
+func sendTries(ctx context.Context, cl *callback.Client, req callback.Request, deadline time.Time) ([]byte, error) {
+	for try := 1; ; try++ {
+		answer, err := cl.SendRead(ctx, req)
+		var ce *callback.Error
+		if err == nil || !errors.As(err, &ce) || !ce.Retryable || try >= courier.PushTries {
+			return answer, err
+		}
+		wait := contract.PushBackoff(try)
+		if ce.RetryAfter > 0 {
+			if ce.RetryAfter > contract.PushRetryMax {
+				return nil, err
+			}
+			wait = ce.RetryAfter
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return nil, err
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil, err
+		}
+	}
+}
+
+func fail(outcomes []pushOutcome, msg string, code int, refused bool) {
+	for i := range outcomes {
+		outcomes[i] = pushOutcome{refused: refused, outcome: contract.AttemptOutcome{Kind: courier.OutcomeFailure, StatusCode: code, Message: msg}}
+	}
+}
+
+// taskPush is the push of t's current attempt, as MarkBatchPushed left it.
+func (a *Tasks) taskPush(t courier.Task) api.TaskPush {
+	p := api.TaskPush{TaskID: t.TaskID, TaskVersion: t.Version, Attempt: t.Attempt, Priority: t.Priority, Queue: t.Queue,
+		ConcurrencyKey: t.ConcurrencyKey, Payload: t.Payload, HeartbeatTimeout: api.PositiveDuration(t.AttemptHeartbeatTimeout),
+		ResultURL: a.reportURL(t.TaskID, t.Version, "result"), HeartbeatURL: a.reportURL(t.TaskID, t.Version, "heartbeat"),
+		DeliveryID: courier.TaskAttemptDeliveryID(t.TaskID, t.Version, t.Attempt), ResultsURL: a.resultsURL()}
+	if t.DeadlineAt != nil {
+		p.Deadline = t.DeadlineAt.UTC()
+	}
+	return p
+}
+
+func (a *Tasks) resultsURL() string { return a.publicURL + "/v1/tasks/results" }
+
+// chunkDeliveryID is a batched push's webhook-id: the same for the same attempts, so a repeat
+// of the request after a crash is recognised as one.
+func chunkDeliveryID(pushes []api.TaskPush) string {
+	h := sha256.New()
+	for _, p := range pushes {
+		h.Write([]byte(p.DeliveryID))
+		h.Write([]byte{0})
+	}
+	return "task-batch/" + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// startPushSpans starts a span of each attempt's push in its task's trace (the trace its insert
+// began), so a task's trace runs from the insert through its push to its result whichever mode
+// pushed it.
+func startPushSpans(ctx context.Context, tasks []courier.Task, batch string) []trace.Span {
+	var spans []trace.Span
+	for _, t := range tasks {
+		if t.Trace.IsZero() {
+			continue
+		}
+		tctx := tracing.ContextWith(context.WithoutCancel(ctx), t.Trace)
+		_, span := tracing.Start(tctx, "task push", trace.SpanKindClient,
+			attribute.String("courier.task_id", t.TaskID), attribute.Int64("courier.task_version", t.Version),
+			attribute.Int("courier.attempt", t.Attempt), attribute.String("courier.batch", batch))
+		spans = append(spans, span)
+	}
+	return spans
+}
