@@ -188,6 +188,9 @@ func TestDashboardAndRulesSeriesExist(t *testing.T) {
 	require.Equal(t, 201, httpJSON(t, "POST", gw+"/v1/tasks", key, map[string]any{"task_id": "l-1", "task_version": 1, "queue": "limited"}, nil))
 	require.Equal(t, 429, httpJSON(t, "POST", gw+"/v1/tasks", key, map[string]any{"task_id": "l-2", "task_version": 1, "queue": "limited"}, nil))
 
+	// A paused queue, for the pause gauges (courier_paused, courier_paused_since_seconds).
+	require.Equal(t, 201, httpJSON(t, "POST", gw+"/v1/pauses", key, map[string]any{"kind": "queue", "name": "limited", "reason": "maintenance"}, nil))
+
 	// A slot count that disagrees with the rows, as a hand edit leaves it: the sweeper repairs it.
 	st, err := store.Open(t.Context(), "sqlite:"+filepath.Join(d.dir, "courier.db"))
 	require.NoError(t, err)
