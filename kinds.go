@@ -23,8 +23,11 @@ type Kind struct {
 	// Name is the value of the CourierKind search attribute on its runs.
 	Name string
 	// Workflow is the workflow type it is registered and started under. Recorded histories and
-	// running workflows hold it, so it never changes; several kinds may share one (a timer of
-	// its own, a bucketed timer's run of its own and a schedule's run are all timer runs).
+	// running workflows hold it, so a type is never renamed and never leaves the table while
+	// runs of it may be open; several kinds may share one (a timer that keeps no row, a
+	// bucketed timer's run of its own and a schedule's run are all timer runs). A kind whose
+	// runs change in a way old workers cannot run gets a new type, and its runs of the old one
+	// keep their CourierKind (timer did, for row-timer: see KindRowlessTimer).
 	Workflow string
 	// ID is how its workflow ids read, as its id function writes them ("<…>" for a part, " or "
 	// between alternatives).
@@ -54,8 +57,18 @@ var (
 	// and topic before it fails.
 	KindOutboxKey = Kind{Name: "outbox-key", Workflow: "outbox-ordered-key", ID: "outbox-key/<key> or outbox-key/<source>/<key>",
 		Attributes: []string{SAKind, SASource}, Updates: []string{SAState, SARecord, SATopic}}
-	// KindTimer is a timer of its own, the default mode (TimerWorkflowID).
-	KindTimer = Kind{Name: "timer", Workflow: "timer", ID: "timer/<biz_type>/<biz_id>",
+	// KindTimer is a timer of its own, the default mode (TimerWorkflowID): a run that follows
+	// the timer's row in courier's database, which decides its cancel and reschedule
+	// (docs/timers.md). Its runs armed before rows were kept (2026-11-29) are of
+	// KindRowlessTimer's type and keep no row: they are rowless timers that carry this
+	// CourierKind (the timers' list selects both by their workflow type).
+	KindTimer = Kind{Name: "timer", Workflow: "row-timer", ID: "timer/<biz_type>/<biz_id>",
+		Attributes: []string{SAKind, SABizType, SABizID, SAState, SAFireAt}, Updates: []string{SAState, SAFireAt}}
+	// KindRowlessTimer is a timer of its own that keeps no row and lives in Temporal only: one
+	// armed by a timer service built without courier's database (TimerWorkflowID), or the
+	// redelivery of such a timer. Its run answers its cancel and reschedule itself (workflow
+	// updates).
+	KindRowlessTimer = Kind{Name: "rowless-timer", Workflow: "timer", ID: "timer/<biz_type>/<biz_id>",
 		Attributes: []string{SAKind, SABizType, SABizID, SAState, SAFireAt}, Updates: []string{SAState, SAFireAt}}
 	// KindTimerBucket is a bucketed business type's second of timers (TimerBucketWorkflowID).
 	KindTimerBucket = Kind{Name: "timer-bucket", Workflow: "timer-bucket", ID: "timer-bucket/<biz_type>/<unix second>",
@@ -83,8 +96,8 @@ var (
 )
 
 // Kinds is the table: every kind of workflow courier starts.
-var Kinds = []Kind{KindOutbox, KindOutboxBatch, KindOutboxKey, KindTimer, KindTimerBucket, KindBucketedTimer,
-	KindScheduleRun, KindTask, KindTaskBatch, KindTaskSweeper}
+var Kinds = []Kind{KindOutbox, KindOutboxBatch, KindOutboxKey, KindTimer, KindRowlessTimer, KindTimerBucket,
+	KindBucketedTimer, KindScheduleRun, KindTask, KindTaskBatch, KindTaskSweeper}
 
 // TaskQueue is the task queue k's runs go on beside the workflows' queue workflowQueue.
 func (k Kind) TaskQueue(workflowQueue string) string {

@@ -29,6 +29,7 @@ func TestKinds(t *testing.T) {
 		"outbox-batch":   {courier.OutboxBatchWorkflowID("", 7, 9), courier.OutboxBatchWorkflowID("shop", 7, 9)},
 		"outbox-key":     {courier.OutboxKeyWorkflowID("", "k"), courier.OutboxKeyWorkflowID("shop", "k")},
 		"timer":          {courier.TimerWorkflowID("orders", "o-1")},
+		"rowless-timer":  {courier.TimerWorkflowID("orders", "o-1")},
 		"timer-bucket":   {courier.TimerBucketWorkflowID("orders", 1795000000)},
 		"bucketed-timer": {courier.TimerWorkflowID("orders", "o-1")},
 		"schedule-run":   {courier.ScheduleID("nightly") + "-2026-11-22T02:00:00Z"}, // Temporal appends the nominal time

@@ -51,7 +51,8 @@ func (m TimerMode) Valid() bool { return m == TimerModeWorkflow || m == TimerMod
 // TimerBucket is the bucket a bucketed timer firing at t falls in: the Unix second of t.
 func TimerBucket(t time.Time) int64 { return t.Unix() }
 
-// TimerRecord is a bucketed timer as courier's database keeps it.
+// TimerRecord is a timer as courier's database keeps it: a bucketed timer, or the row that
+// decides a timer of its own (Mode).
 type TimerRecord struct {
 	BizType     string
 	BizID       string
@@ -67,6 +68,10 @@ type TimerRecord struct {
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
 	FinishedAt  *time.Time // delivered, failed or cancelled at
+
+	// Mode says who delivers the timer: its second's bucket (TimerModeBucketed, also when
+	// empty) or a run of its own that follows the row (TimerModeWorkflow).
+	Mode TimerMode
 }
 
 // TimerKey names one timer.
@@ -84,7 +89,7 @@ type TimerInsert struct {
 	Conflict bool
 }
 
-// TimerFilter selects bucketed timers for a list, newest first. Zero fields do not filter.
+// TimerFilter selects timer rows (both modes) for a list, newest first. Zero fields do not filter.
 type TimerFilter struct {
 	BizType        string
 	State          TimerState

@@ -112,7 +112,7 @@ func RunTimers(ctx context.Context, stack Stack, cfg TimersConfig) ([]TimerResul
 	defer bizTypes.Close()
 	w, err := worker.New(worker.Config{DisableRelay: true, AllowLoopbackCallbacks: true, BizTypeRefresh: 200 * time.Millisecond,
 		Relay: relay.Config{TaskQueue: "bench-timers"}},
-		worker.Deps{Temporal: stack.Temporal, Publisher: nopPublisher{}, Logger: quiet, BizTypes: bizTypes,
+		worker.Deps{Temporal: stack.Temporal, Publisher: nopPublisher{}, Logger: quiet, BizTypes: bizTypes, TimerRows: st,
 			Sources: []relay.Source{{Name: courier.DefaultSource, Store: st}}})
 	if err != nil {
 		return nil, err

@@ -176,7 +176,7 @@ func (s *routedStack) route(watch bool, routes ...mq.Route) {
 		MaxConcurrentActivities: s.activity,
 		Namespace:               s.ns,
 		BizTypeRefresh:          100 * time.Millisecond,
-	}, worker.Deps{Temporal: s.tc, Publisher: r, Logger: slog.New(s.logs), BizTypes: s.store,
+	}, worker.Deps{Temporal: s.tc, Publisher: r, Logger: slog.New(s.logs), BizTypes: s.store, TimerRows: s.store,
 		Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store}}})
 	require.NoError(s.t, err)
 	require.NoError(s.t, w.Start(s.t.Context()))

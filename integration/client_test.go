@@ -64,7 +64,7 @@ func newClientStack(t *testing.T) *clientStack {
 			PublicURL:    srv.URL,
 			SweepEvery:   time.Hour,
 		},
-	}, worker.Deps{Temporal: s.tc, Publisher: s.pub, Logger: quiet, BizTypes: s.store, Tasks: s.store,
+	}, worker.Deps{Temporal: s.tc, Publisher: s.pub, Logger: quiet, BizTypes: s.store, TimerRows: s.store, Tasks: s.store,
 		Sources: []relay.Source{{Name: courier.DefaultSource, Store: s.store}}})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(ctx))

@@ -335,6 +335,7 @@ func (a *hostileAPI) send(t *testing.T, method, path, query, token, contentType 
 func (a *hostileAPI) snapshot(t *testing.T) string {
 	t.Helper()
 	ctx := t.Context()
+	a.settle(t)
 	var tables []string
 	require.NoError(t, a.s.store.DB().NewRaw(`SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'courier%' AND name NOT IN ('courier_api_keys', 'courier_settings') ORDER BY name`).Scan(ctx, &tables))
 	require.NotEmpty(t, tables)
@@ -357,6 +358,20 @@ func (a *hostileAPI) snapshot(t *testing.T) string {
 		require.NoError(t, rows.Close())
 	}
 	return fmt.Sprintf("%x", h.Sum(nil))
+}
+
+// settle waits until no timer is due but not yet delivered: an accepted request may have made a
+// timer due (a fire time in the past is allowed), and its run then claims and ends its row
+// after the request was answered, which is no later request's doing.
+func (a *hostileAPI) settle(t *testing.T) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var n int
+		err := a.s.store.DB().NewRaw("SELECT COUNT(*) FROM courier_timers WHERE state = 'firing'"+
+			" OR (state = 'scheduled' AND fire_at <= strftime('%Y-%m-%d %H:%M:%f+00:00', 'now'))").Scan(t.Context(), &n)
+		require.NoError(t, err)
+		return n == 0
+	}, 30*time.Second, 10*time.Millisecond, "the timers accepted requests made due are delivered")
 }
 
 // hostileCase is one request of the hostile table.

@@ -69,7 +69,7 @@ func newOpsStack(t *testing.T) *opsStack {
 			PublicURL:    ts.gw,
 			SweepEvery:   time.Hour,
 		},
-	}, worker.Deps{Temporal: ts.tc, Publisher: ts.pub, Logger: quiet, Tasks: ts.store, BizTypes: ts.store,
+	}, worker.Deps{Temporal: ts.tc, Publisher: ts.pub, Logger: quiet, Tasks: ts.store, BizTypes: ts.store, TimerRows: ts.store,
 		Sources: []relay.Source{{Name: courier.DefaultSource, Store: ts.store}}})
 	require.NoError(t, err)
 	require.NoError(t, cw.Start(ctx))

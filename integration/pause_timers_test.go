@@ -103,20 +103,35 @@ func testPausedBizType(t *testing.T, dialect string) {
 		}
 		return false
 	}, 3*time.Second, 50*time.Millisecond, "a delivery of a paused type was made")
-	tm, err := producer.GetTimer(ctx, "order.close", "o-0")
-	require.NoError(t, err)
-	require.Equal(t, courier.TimerFiring, tm.State, "due, and waiting for its delivery")
-	require.NotNil(t, tm.Paused)
-	require.Equal(t, "receiver maintenance", tm.Paused.Reason)
-	require.Equal(t, 0, tm.Attempts, "no attempt while paused")
+	// Held timers of both modes read alike: firing (due, and taken for delivery on courier's
+	// workflow queue, so too late to cancel), paused, no attempt made; in GET and in the list.
+	for _, k := range []struct{ bizType, bizID string }{{"order.close", "o-0"}, {"coupon.expiry", "c-00"}} {
+		tm, err := producer.GetTimer(ctx, k.bizType, k.bizID)
+		require.NoError(t, err)
+		require.Equal(t, courier.TimerFiring, tm.State, "%s: due, and waiting for its delivery", k.bizID)
+		require.NotNil(t, tm.Paused, k.bizID)
+		require.Equal(t, "receiver maintenance", tm.Paused.Reason)
+		require.Equal(t, 0, tm.Attempts, "%s: no attempt while paused", k.bizID)
+	}
 	sc, err := producer.GetSchedule(ctx, "close-sweep")
 	require.NoError(t, err)
 	require.NotNil(t, sc.BizTypePaused)
-	page, err := producer.ListTimers(ctx, cc.TimerQuery{BizType: "coupon.expiry"})
-	require.NoError(t, err)
-	require.NotEmpty(t, page.Items)
-	for _, it := range page.Items {
-		require.NotNil(t, it.Paused, "%s in the list says it is paused", it.BizID)
+	for _, typ := range []string{"order.close", "coupon.expiry"} {
+		page, err := producer.ListTimers(ctx, cc.TimerQuery{BizType: typ})
+		require.NoError(t, err)
+		require.NotEmpty(t, page.Items)
+		for _, it := range page.Items {
+			require.Equal(t, courier.TimerFiring, it.State, "%s in the list", it.BizID)
+			require.NotNil(t, it.Paused, "%s in the list says it is paused", it.BizID)
+			require.Equal(t, 0, it.Attempts, "%s in the list", it.BizID)
+		}
+	}
+	for _, k := range []struct{ bizType, bizID string }{{"order.close", "o-1"}, {"coupon.expiry", "c-01"}} {
+		_, err := producer.CancelTimer(ctx, k.bizType, k.bizID)
+		var ce *cc.Error
+		require.ErrorAs(t, err, &ce, "%s: a held timer has fired: too late to cancel", k.bizID)
+		require.Equal(t, courier.CodeConflict, ce.Code)
+		require.Equal(t, "firing", ce.Details["state"])
 	}
 
 	// A receiver that refuses o-2 for good: while paused it is not even tried. Resumed, every
@@ -146,7 +161,7 @@ func testPausedBizType(t *testing.T, dialect string) {
 		tm, err := producer.GetTimer(ctx, "order.close", "o-2")
 		return err == nil && tm.State == courier.TimerFailed && tm.Attempts == 1
 	}, 30*time.Second, 100*time.Millisecond, "o-2 failed at its one attempt, made after the resume")
-	tm, err = producer.GetTimer(ctx, "order.close", "o-0")
+	tm, err := producer.GetTimer(ctx, "order.close", "o-0")
 	require.NoError(t, err)
 	require.Nil(t, tm.Paused)
 	_, err = admin.Resume(ctx, courier.PauseBizType, "order.close")

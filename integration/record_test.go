@@ -131,7 +131,8 @@ func writeNew(t *testing.T, path string, hist *historypb.History) {
 }
 
 // TestRecordTimerHistories records timer workflow histories (make record-histories): delivered,
-// rescheduled, cancelled, a failed delivery, and a run a schedule started.
+// rescheduled, cancelled, a failed delivery, and a run a schedule started. Its timers are armed
+// without rows (the workflow type timer, as every timer was before rows were kept).
 func TestRecordTimerHistories(t *testing.T) {
 	if os.Getenv("COURIER_RECORD_HISTORIES") == "" {
 		t.Skip("set COURIER_RECORD_HISTORIES=1 to re-record workflow histories")
@@ -144,7 +145,7 @@ func TestRecordTimerHistories(t *testing.T) {
 	_, _, err := s.store.PutBizType(ctx, courier.BizType{Name: "rec.gone", Delivery: courier.DeliveryHTTP, CallbackURL: gone, Secrets: []string{secret}})
 	require.NoError(t, err)
 	s.timerWorker(false)
-	svc := s.timerService()
+	svc := s.rowlessTimerService()
 	soon := func() time.Time { return time.Now().Add(1500 * time.Millisecond) }
 	mk := func(typ, id string) {
 		_, _, err := svc.Create(ctx, api.TimerRequest{BizType: typ, BizID: id, When: api.At(soon()), Payload: json.RawMessage(`{"rec":1}`)})
@@ -166,7 +167,7 @@ func TestRecordTimerHistories(t *testing.T) {
 		d, err := s.tc.DescribeWorkflowExecution(ctx, id, "")
 		return err == nil && d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 	}
-	dir := filepath.Join("..", "workflows", "testdata", "histories", courier.KindTimer.Workflow)
+	dir := filepath.Join("..", "workflows", "testdata", "histories", courier.KindRowlessTimer.Workflow)
 	// Each case is written only where it is missing (writeNew). A failed delivery's run fails.
 	for _, c := range []string{"delivered", "rescheduled", "cancelled", "failed"} {
 		typ, file := "rec.ok", c
@@ -205,7 +206,7 @@ func TestRecordTimerContinuedHistories(t *testing.T) {
 	s := newStack(t, "sqlite", lowUpdateLimits())
 	s.bizType("rec.ok", 0)
 	s.timerWorker(false)
-	svc := s.timerService()
+	svc := s.rowlessTimerService()
 	ctx := context.Background()
 	_, _, err := svc.Create(ctx, api.TimerRequest{BizType: "rec.ok", BizID: "continued", When: api.At(time.Now().Add(time.Hour)), Payload: json.RawMessage(`{"rec":1}`)})
 	require.NoError(t, err)
@@ -225,7 +226,7 @@ func TestRecordTimerContinuedHistories(t *testing.T) {
 	}, time.Minute, 50*time.Millisecond)
 	handedOver := history(t, s, id, first)
 	require.Equal(t, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW, handedOver.Events[len(handedOver.Events)-1].GetEventType())
-	dir := filepath.Join("..", "workflows", "testdata", "histories", courier.KindTimer.Workflow)
+	dir := filepath.Join("..", "workflows", "testdata", "histories", courier.KindRowlessTimer.Workflow)
 	writeNew(t, filepath.Join(dir, "continued-as-new.json"), handedOver)
 	writeNew(t, filepath.Join(dir, "continued-then-cancelled.json"), history(t, s, id, ""))
 }
@@ -260,6 +261,7 @@ func TestRecordBucketedTimerHistories(t *testing.T) {
 	}
 	s.timerWorker(false)
 	svc := s.timerService()
+	rowless := s.rowlessTimerService() // the timer of its own as it was armed before rows were kept
 	at := time.Now().Add(2 * time.Second).Truncate(time.Second).Add(1500 * time.Millisecond)
 	rcv.set("failing", http.StatusServiceUnavailable)
 	rcv.set("failing-own", http.StatusServiceUnavailable)
@@ -269,7 +271,11 @@ func TestRecordBucketedTimerHistories(t *testing.T) {
 		{BizType: "rec.bucketed", BizID: "failing", When: api.At(at.Add(600 * time.Millisecond))},
 		{BizType: "rec.workflow", BizID: "failing-own", When: api.At(at)},
 	} {
-		_, _, err := svc.Create(ctx, r)
+		create := svc.Create
+		if r.BizType == "rec.workflow" {
+			create = rowless.Create
+		}
+		_, _, err := create(ctx, r)
 		require.NoError(t, err)
 	}
 	closed := func(id string) bool {
@@ -284,14 +290,14 @@ func TestRecordBucketedTimerHistories(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return len(rcv.failureEvents()) == 2 }, time.Minute, 50*time.Millisecond)
 	writeNew(t, filepath.Join("..", "workflows", "testdata", "histories", courier.KindTimerBucket.Workflow, "delivered.json"), history(t, s, bucket, ""))
-	dir := filepath.Join("..", "workflows", "testdata", "histories", courier.KindTimer.Workflow)
+	dir := filepath.Join("..", "workflows", "testdata", "histories", courier.KindRowlessTimer.Workflow)
 	writeNew(t, filepath.Join(dir, "bucketed-retried-failed-notified.json"), history(t, s, handed, ""))
 	writeNew(t, filepath.Join(dir, "failed-notified.json"), history(t, s, own, ""))
 
 	rcv.set("failing-own", 0)
 	first, err := s.tc.DescribeWorkflowExecution(ctx, own, "")
 	require.NoError(t, err)
-	_, err = svc.Redeliver(ctx, "rec.workflow", "failing-own")
+	_, err = rowless.Redeliver(ctx, "rec.workflow", "failing-own")
 	require.NoError(t, err)
 	var runID string
 	require.Eventually(t, func() bool {
@@ -303,6 +309,69 @@ func TestRecordBucketedTimerHistories(t *testing.T) {
 		return d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
 	}, time.Minute, 50*time.Millisecond)
 	writeNew(t, filepath.Join(dir, "redelivered.json"), history(t, s, own, runID))
+}
+
+// TestRecordRowTimerHistories records the histories of timers of their own that follow their
+// rows (make record-histories), each only where it is missing: delivered, rescheduled (by the
+// API, a signal), cancelled (by the API), cancelled by an update (a client from before rows),
+// failed and notified; and a bucket that reserves its batches before delivering them, woken
+// before its timers' fire time, so its first reserve holds nothing and it waits for them
+// (reserve-waits.json; reserved.json was recorded before it waited, when the bucket scheduled a
+// delivery for that empty reserve).
+func TestRecordRowTimerHistories(t *testing.T) {
+	if os.Getenv("COURIER_RECORD_HISTORIES") == "" {
+		t.Skip("set COURIER_RECORD_HISTORIES=1 to re-record workflow histories")
+	}
+	s := newStack(t, "sqlite")
+	rcv, url, secret := newBucketReceiver(t)
+	ctx := context.Background()
+	for _, b := range []courier.BizType{
+		{Name: "rec.row", Delivery: courier.DeliveryHTTP, CallbackURL: url, Secrets: []string{secret}, MaxAttempts: 2,
+			RetryInitial: 100 * time.Millisecond, RetryMax: 200 * time.Millisecond, FailureURL: url + "/failed"},
+		{Name: "rec.bucketed", Delivery: courier.DeliveryHTTP, CallbackURL: url, Secrets: []string{secret}, TimerMode: courier.TimerModeBucketed},
+	} {
+		_, _, err := s.store.PutBizType(ctx, b)
+		require.NoError(t, err)
+	}
+	s.timerWorker(false)
+	svc := s.timerService()
+	at := time.Now().Add(2 * time.Second).Truncate(time.Second).Add(500 * time.Millisecond)
+	rcv.set("failed", http.StatusServiceUnavailable)
+	for _, id := range []string{"delivered", "rescheduled", "cancelled", "cancelled-by-update", "failed"} {
+		_, _, err := svc.Create(ctx, api.TimerRequest{BizType: "rec.row", BizID: id, When: api.At(at), Payload: json.RawMessage(`{"rec":1}`)})
+		require.NoError(t, err)
+	}
+	for _, id := range []string{"b-1", "b-2"} {
+		_, _, err := svc.Create(ctx, api.TimerRequest{BizType: "rec.bucketed", BizID: id, When: api.At(at)})
+		require.NoError(t, err)
+	}
+	_, err := svc.Reschedule(ctx, "rec.row", "rescheduled", at.Add(time.Second))
+	require.NoError(t, err)
+	_, err = svc.Cancel(ctx, "rec.row", "cancelled")
+	require.NoError(t, err)
+	h, err := s.tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: courier.TimerWorkflowID("rec.row", "cancelled-by-update"),
+		UpdateName: workflows.UpdateCancel, WaitForStage: client.WorkflowUpdateStageCompleted})
+	require.NoError(t, err)
+	require.NoError(t, h.Get(ctx, nil))
+
+	closed := func(id string) bool {
+		d, err := s.tc.DescribeWorkflowExecution(ctx, id, "")
+		return err == nil && d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	}
+	dir := filepath.Join("..", "workflows", "testdata", "histories", courier.KindTimer.Workflow)
+	for _, c := range []string{"delivered", "rescheduled", "cancelled", "cancelled-by-update", "failed"} {
+		id := courier.TimerWorkflowID("rec.row", c)
+		require.Eventually(t, func() bool { return closed(id) }, time.Minute, 50*time.Millisecond, id)
+		file := c
+		if c == "failed" {
+			file = "failed-notified"
+		}
+		writeNew(t, filepath.Join(dir, file+".json"), history(t, s, id, ""))
+	}
+	require.Len(t, rcv.failureEvents(), 1)
+	bucket := courier.TimerBucketWorkflowID("rec.bucketed", courier.TimerBucket(at))
+	require.Eventually(t, func() bool { return closed(bucket) }, time.Minute, 50*time.Millisecond, bucket)
+	writeNew(t, filepath.Join("..", "workflows", "testdata", "histories", courier.KindTimerBucket.Workflow, "reserve-waits.json"), history(t, s, bucket, ""))
 }
 
 // TestRecordOrderedHistories records ordered key delivery histories (make record-histories):

@@ -4,15 +4,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/server/common/dynamicconfig"
 	temporalserver "go.temporal.io/server/temporal"
@@ -24,9 +27,11 @@ import (
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/outbox"
+	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/timers"
 	"github.com/courier-oss/courier/webhook"
+	"github.com/courier-oss/courier/workflows"
 )
 
 // receiver is a business's callback endpoint: it verifies every signature and records each
@@ -514,11 +519,23 @@ func lowUpdateLimits() temporaltest.TestServerOption {
 	}))
 }
 
-// A timer takes any number of reschedules: past the server's per-run update limit it carries on
+// lowRunLimits has the test server suggest continuing as new as lowUpdateLimits does, and also
+// once a run's history passes 60 events (a production server: 4,096), which a timer whose
+// changes come as signals reaches after about eight reschedules.
+func lowRunLimits() temporaltest.TestServerOption {
+	return temporaltest.WithBaseServerOptions(temporalserver.WithDynamicConfigClient(dynamicconfig.StaticClient{
+		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key():                       true,
+		dynamicconfig.WorkflowExecutionMaxTotalUpdates.Key():                              20,
+		dynamicconfig.WorkflowExecutionMaxTotalUpdatesSuggestContinueAsNewThreshold.Key(): 0.5,
+		dynamicconfig.HistoryCountSuggestContinueAsNew.Key():                              60,
+	}))
+}
+
+// A timer takes any number of reschedules: past what the server lets one run hold it carries on
 // in new runs of the same workflow, Get and List follow it, and a final cancel is acknowledged
 // and wins (the timer never fires).
 func TestTimerManyReschedulesThenCancel(t *testing.T) {
-	s := newStack(t, "sqlite", lowUpdateLimits())
+	s := newStack(t, "sqlite", lowRunLimits())
 	rcv := s.bizType("order.close", 0)
 	s.timerWorker(false)
 	gw := s.timerAPI(s.timerService())
@@ -580,14 +597,23 @@ func TestTimerManyReschedulesThenCancel(t *testing.T) {
 	require.Equal(t, courier.TimerCancelled, tm.State)
 }
 
-// With no worker running, a reschedule, a cancel or a Get of a scheduled timer is answered 503
-// unavailable with Retry-After once the service's update timeout passes, instead of waiting for
-// a worker. Once a worker runs, a repeated cancel is answered with the timer's state: cancelling
-// a cancelled timer is 200 (every time), cancelling a fired one is 409 naming its state.
+// rowlessTimerService is a timer service without courier's database: its timers of their own
+// live in Temporal only, as every timer did before rows were kept (runs still open from then
+// take their changes as updates).
+func (s *stack) rowlessTimerService() *timers.Service {
+	return timers.New(s.tc, s.ts.GetDefaultNamespace(), s.store, nil, relay.DefaultTaskQueue)
+}
+
+// A timer without a row (armed before rows were kept, or by a service without them) takes its
+// changes as workflow updates: with no worker running, a reschedule, a cancel or a Get of a
+// scheduled one is answered 503 unavailable with Retry-After once the service's update timeout
+// passes, instead of waiting for a worker. Once a worker runs, a repeated cancel is answered
+// with the timer's state: cancelling a cancelled timer is 200 (every time), cancelling a fired
+// one is 409 naming its state; a service with rows answers for it the same way.
 func TestTimerUpdatesWithoutWorker(t *testing.T) {
 	s := newStack(t, "sqlite")
 	rcv := s.bizType("order.close", 0)
-	svc := s.timerService()
+	svc := s.rowlessTimerService()
 	svc.UpdateTimeout = time.Second
 	gw := s.timerAPI(svc)
 
@@ -608,7 +634,8 @@ func TestTimerUpdatesWithoutWorker(t *testing.T) {
 
 	s.timerWorker(false)
 	// A worker that has just started works through the queued updates first: the service's
-	// default wait, not the 1 s above, is what callers get from here on.
+	// default wait, not the 1 s above, is what callers get from here on. The timer has no row,
+	// so a service with rows reaches its run as the rowless one does.
 	gw = s.timerAPI(s.timerService())
 	for i := range 3 {
 		status, tm, eb := gw.timer("DELETE", "/v1/timers/order.close/w-1", nil)
@@ -618,7 +645,17 @@ func TestTimerUpdatesWithoutWorker(t *testing.T) {
 	status, tm, eb := gw.timer("GET", "/v1/timers/order.close/w-1", nil)
 	require.Equal(t, http.StatusOK, status, eb)
 	require.Equal(t, courier.TimerCancelled, tm.State)
+	// Its create repeated through a service with rows is recognised as that timer (its run's
+	// memo), another create under its key is refused, and neither leaves a row behind.
+	status, tm, eb = gw.timer("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": "w-1", "delay": "1h"})
+	require.Equal(t, http.StatusOK, status, eb)
+	require.Equal(t, courier.TimerCancelled, tm.State)
+	status, _, _ = gw.timer("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": "w-1", "delay": "2h"})
+	require.Equal(t, http.StatusConflict, status)
+	_, err := s.store.GetTimerRecord(t.Context(), "order.close", "w-1")
+	require.Equal(t, courier.CodeNotFound, courier.ErrorCode(err), "no row shadows the run")
 
+	gw = s.timerAPI(s.rowlessTimerService())
 	status, _, eb = gw.timer("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": "w-2", "delay": "0s"})
 	require.Equal(t, http.StatusCreated, status, eb)
 	require.Eventually(t, func() bool {
@@ -632,6 +669,154 @@ func TestTimerUpdatesWithoutWorker(t *testing.T) {
 	}
 	require.Equal(t, 1, rcv.count("w-2"))
 	require.Zero(t, rcv.count("w-1"))
+}
+
+// The engine's queue backed up (issue 35: a timer's first workflow task waited 15 s, past the
+// gateway's update deadline): here no worker polls at all, so no timer's run has taken its
+// first workflow task. Cancels and reschedules are answered at once and for good by courier's
+// database, never 503 ("a change may still take effect"), and GET and list show what was
+// decided. Once a worker runs, the cancelled timer never delivers and the rescheduled ones
+// deliver at their new times, never early: one moved later, past its old fire time, which
+// passes before the worker starts; one moved an hour earlier.
+func TestTimerChangesAnsweredWithoutAWorker(t *testing.T) {
+	for _, dialect := range testenv.Dialects {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			s := newStack(t, dialect)
+			rcv := s.bizType("order.close", 0)
+			svc := s.timerService()
+			svc.UpdateTimeout = time.Second // a change that waited for the run would be 503 after it
+			gw := s.timerAPI(svc)
+			ctx := t.Context()
+			path := func(id string) string { return "/v1/timers/order.close/" + id }
+
+			due := time.Now().Add(2 * time.Second).UTC().Truncate(time.Millisecond)
+			for id, at := range map[string]time.Time{"cancelled": due, "later": due, "earlier": due.Add(time.Hour)} {
+				status, _, eb := gw.timer("POST", "/v1/timers", map[string]any{"biz_type": "order.close", "biz_id": id, "fire_at": at})
+				require.Equal(t, http.StatusCreated, status, eb)
+			}
+			later, earlier := due.Add(5*time.Second), due.Add(4*time.Second)
+
+			status, tm, eb := gw.timer("DELETE", path("cancelled"), nil)
+			require.Equal(t, http.StatusOK, status, eb)
+			require.Equal(t, courier.TimerCancelled, tm.State)
+			require.Equal(t, 1, tm.Version)
+			status, tm, eb = gw.timer("PATCH", path("later"), map[string]any{"fire_at": later})
+			require.Equal(t, http.StatusOK, status, eb)
+			require.Equal(t, courier.TimerScheduled, tm.State)
+			require.True(t, later.Equal(tm.FireAt))
+			status, tm, eb = gw.timer("PATCH", path("earlier"), map[string]any{"fire_at": earlier})
+			require.Equal(t, http.StatusOK, status, eb)
+			require.True(t, earlier.Equal(tm.FireAt))
+			require.Equal(t, 1, tm.Version)
+			// Decided: a repeated cancel answers the same, a change of a cancelled timer is refused.
+			status, tm, eb = gw.timer("DELETE", path("cancelled"), nil)
+			require.Equal(t, http.StatusOK, status, eb)
+			require.Equal(t, courier.TimerCancelled, tm.State)
+			status, _, eb = gw.timer("PATCH", path("cancelled"), map[string]any{"delay": "1h"})
+			require.Equal(t, http.StatusConflict, status)
+			require.Equal(t, "cancelled", eb.Error.Details["state"])
+
+			// GET and list show the decided state, though no run has heard of it yet.
+			for id, want := range map[string]struct {
+				state  courier.TimerState
+				fireAt time.Time
+			}{"cancelled": {courier.TimerCancelled, due}, "later": {courier.TimerScheduled, later}, "earlier": {courier.TimerScheduled, earlier}} {
+				status, tm, eb := gw.timer("GET", path(id), nil)
+				require.Equal(t, http.StatusOK, status, "%s: %v", id, eb)
+				require.Equal(t, want.state, tm.State, id)
+				require.True(t, want.fireAt.Equal(tm.FireAt), "%s: %s", id, tm.FireAt)
+				require.Equal(t, courier.TimerWorkflowID("order.close", id), tm.WorkflowID)
+			}
+			listed := func(state string) map[string]api.Timer {
+				var page struct{ Items []api.Timer }
+				status, eb := gw.call("GET", "/v1/timers?biz_type=order.close&state="+state, nil, &page)
+				require.Equal(t, http.StatusOK, status, eb)
+				out := map[string]api.Timer{}
+				for _, it := range page.Items {
+					out[it.BizID] = it
+				}
+				return out
+			}
+			require.Equal(t, []string{"cancelled"}, slices.Collect(maps.Keys(listed("cancelled"))))
+			scheduled := listed("scheduled")
+			require.Len(t, scheduled, 2)
+			require.True(t, later.Equal(scheduled["later"].FireAt))
+			require.True(t, earlier.Equal(scheduled["earlier"].FireAt))
+
+			// No run has taken a workflow task: every answer above came without one.
+			for _, id := range []string{"cancelled", "later", "earlier"} {
+				it := s.tc.GetWorkflowHistory(ctx, courier.TimerWorkflowID("order.close", id), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+				for it.HasNext() {
+					ev, err := it.Next()
+					require.NoError(t, err)
+					require.NotEqual(t, enumspb.EVENT_TYPE_WORKFLOW_TASK_STARTED, ev.GetEventType(), "%s: its run took a workflow task", id)
+				}
+			}
+
+			// The engine catches up after the old fire time has passed: hold the worker until then.
+			<-time.After(time.Until(due.Add(500 * time.Millisecond)))
+			s.timerWorker(false)
+			require.Eventually(t, func() bool { return rcv.count("later") == 1 && rcv.count("earlier") == 1 },
+				time.Minute, 50*time.Millisecond, "the rescheduled timers are delivered")
+			rcv.mu.Lock()
+			gotLater, gotEarlier := rcv.got["later"][0], rcv.got["earlier"][0]
+			rcv.mu.Unlock()
+			require.False(t, gotLater.Before(later), "delivered %s before its new fire time", later.Sub(gotLater))
+			require.False(t, gotEarlier.Before(earlier), "delivered %s before its new fire time", earlier.Sub(gotEarlier))
+
+			id := courier.TimerWorkflowID("order.close", "cancelled")
+			var st workflows.TimerSnapshot
+			require.NoError(t, s.tc.GetWorkflow(ctx, id, "").Get(ctx, &st), "the cancelled timer's run ends")
+			require.Equal(t, courier.TimerCancelled, st.State)
+			require.Zero(t, rcv.count("cancelled"), "the cancelled timer never delivers")
+			require.Eventually(t, func() bool {
+				for _, id := range []string{"later", "earlier"} {
+					_, tm, _ := gw.timer("GET", path(id), nil)
+					if tm.State != courier.TimerDelivered || tm.Attempts != 1 {
+						return false
+					}
+				}
+				return true
+			}, 30*time.Second, 50*time.Millisecond, "GET shows them delivered at their first attempt")
+			require.Len(t, listed("delivered"), 2)
+			require.Equal(t, 1, rcv.count("later"))
+			require.Equal(t, 1, rcv.count("earlier"))
+			require.Zero(t, rcv.count("cancelled"))
+		})
+	}
+}
+
+// What the sweep heals for timers of their own: a row whose run never started (a create whose
+// start was lost) and a row moved earlier whose signal was lost (the run sleeps until the old
+// fire time, an hour away). Both are 30 s overdue and untouched for as long, so the sweep
+// signals (or starts) their runs, which deliver them once.
+func TestTimerRunSweep(t *testing.T) {
+	s := newStack(t, "sqlite")
+	rcv := s.bizType("order.close", 0)
+	ctx := t.Context()
+	svc := s.timerService()
+	gone := time.Now().Add(-40 * time.Second).UTC().Truncate(time.Millisecond)
+	_, err := s.store.InsertTimers(ctx, []courier.TimerRecord{{BizType: "order.close", BizID: "no-run", FireAt: gone,
+		Payload: []byte(`{}`), RequestHash: "h", Mode: courier.TimerModeWorkflow}})
+	require.NoError(t, err)
+	_, _, err = svc.Create(ctx, api.TimerRequest{BizType: "order.close", BizID: "moved", When: api.After(time.Hour)})
+	require.NoError(t, err)
+	_, changed, err := s.store.RescheduleTimerRecord(ctx, "order.close", "moved", gone) // no signal: lost
+	require.NoError(t, err)
+	require.True(t, changed)
+	_, err = s.store.DB().ExecContext(ctx, "UPDATE courier_timers SET updated_at = fire_at") // as if 40 s ago
+	require.NoError(t, err)
+
+	s.timerWorker(false) // its sweep runs at once
+	for _, id := range []string{"no-run", "moved"} {
+		require.Eventually(t, func() bool {
+			rec, err := s.store.GetTimerRecord(ctx, "order.close", id)
+			return err == nil && rec.State == courier.TimerDelivered && rcv.count(id) == 1
+		}, time.Minute, 50*time.Millisecond, "%s is delivered", id)
+	}
+	require.Equal(t, 1, rcv.count("no-run"))
+	require.Equal(t, 1, rcv.count("moved"))
 }
 
 // TestTimerFollowsItsTypeAtOnce: the worker keeps business types in memory, yet a fire after a

@@ -268,8 +268,8 @@ func (s *stack) waitMessage(stream string) jetstream.Msg {
 }
 
 // TestTraceTimerCreateToCallback: a timer created through the gateway with a traceparent fires
-// within the same trace: the gateway's span, the timer's workflow, its delivery activity and
-// the callback request are connected, and the callback carries the callback span's
+// within the same trace: the gateway's span, the timer's workflow, the claim of its row, its
+// delivery activity and the callback request are connected, and the callback carries the callback span's
 // traceparent while its signature still verifies.
 func TestTraceTimerCreateToCallback(t *testing.T) {
 	for _, d := range testenv.Dialects {
@@ -314,7 +314,8 @@ func TestTraceTimerCreateToCallback(t *testing.T) {
 			ends := requireTrace(t, exp, traceID, []string{"client create timer", "POST /v1/timers",
 				"StartWorkflow:" + courier.KindTimer.Workflow, "RunWorkflow:" + courier.KindTimer.Workflow,
 				"StartActivity:" + contract.DeliverTimerName, "RunActivity:" + contract.DeliverTimerName,
-				"callback POST"})
+				"callback POST"}, []string{"RunWorkflow:" + courier.KindTimer.Workflow,
+				"StartActivity:" + contract.ClaimTimerRunName, "RunActivity:" + contract.ClaimTimerRunName})
 			sc := tracing.SpanContext(courier.TraceContext{Parent: cb.traceparent})
 			require.True(t, sc.IsValid(), "the callback has no traceparent")
 			require.Equal(t, traceID, sc.TraceID())

@@ -13,7 +13,8 @@ import (
 	"github.com/courier-oss/courier"
 )
 
-// timerRow is a bucketed timer (courier_timers, migration 0011).
+// timerRow is a timer's row (courier_timers, migrations 0011 and 0017): a bucketed timer, or
+// the row that decides a timer of its own (mode 'workflow').
 type timerRow struct {
 	bun.BaseModel `bun:"table:courier_timers"`
 
@@ -22,6 +23,7 @@ type timerRow struct {
 	FireAt      time.Time    `bun:"fire_at"`
 	Bucket      int64        `bun:"bucket"`
 	State       string       `bun:"state"`
+	Mode        string       `bun:"mode"`
 	Payload     string       `bun:"payload"`
 	RequestHash string       `bun:"request_hash"`
 	Version     int          `bun:"version"`
@@ -38,7 +40,7 @@ type timerRow struct {
 
 func (r *timerRow) record() courier.TimerRecord {
 	rec := courier.TimerRecord{
-		BizType: r.BizType, BizID: r.BizID, FireAt: r.FireAt.UTC(), State: courier.TimerState(r.State),
+		BizType: r.BizType, BizID: r.BizID, FireAt: r.FireAt.UTC(), State: courier.TimerState(r.State), Mode: courier.TimerMode(r.Mode),
 		Payload: []byte(r.Payload), RequestHash: r.RequestHash, Version: r.Version, Attempts: r.Attempts,
 		LastError: r.LastError, DeliveryID: r.DeliveryID, CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
 		FinishedAt: nullTime(r.FinishedAt),
@@ -61,16 +63,17 @@ func records(rows []timerRow) []courier.TimerRecord {
 }
 
 // timerColumns are the columns a timer is read with.
-const timerColumns = "biz_type, biz_id, fire_at, bucket, state, payload, request_hash, version, attempts, last_error, " +
+const timerColumns = "biz_type, biz_id, fire_at, bucket, state, mode, payload, request_hash, version, attempts, last_error, " +
 	"claim, delivery_id, traceparent, tracestate, created_at, updated_at, finished_at"
 
 // MaxTimerBatch bounds the timers one call inserts: a batch is one statement.
 const MaxTimerBatch = 1000
 
-// InsertTimers stores bucketed timers in one transaction: each record is created, or found
-// already there (a repeat when its RequestHash matches, a conflict otherwise). Records carry
-// their fire time (truncated to milliseconds), payload, request hash and trace; their state is
-// scheduled. Nothing is half-written: either every new record is stored or none.
+// InsertTimers stores timers in one transaction: each record is created, or found already there
+// (a repeat when its RequestHash matches, a conflict otherwise, whatever its mode). Records
+// carry their fire time (truncated to milliseconds), mode (bucketed when empty), payload,
+// request hash and trace; their state is scheduled. Nothing is half-written: either every new
+// record is stored or none.
 func (s *Store) InsertTimers(ctx context.Context, recs []courier.TimerRecord) ([]courier.TimerInsert, error) {
 	if len(recs) == 0 {
 		return nil, nil
@@ -84,12 +87,16 @@ func (s *Store) InsertTimers(ctx context.Context, recs []courier.TimerRecord) ([
 		args := make([]any, 0, len(recs)*8)
 		for _, r := range recs {
 			fire := r.FireAt.UTC().Truncate(time.Millisecond)
-			values = append(values, "(?, ?, ?, ?, 'scheduled', ?, ?, ?, ?, "+s.nowSQL()+", "+s.nowSQL()+")")
-			args = append(args, r.BizType, r.BizID, s.timeArg(fire), courier.TimerBucket(fire), string(r.Payload), r.RequestHash,
+			mode := r.Mode
+			if mode == "" {
+				mode = courier.TimerModeBucketed
+			}
+			values = append(values, "(?, ?, ?, ?, 'scheduled', ?, ?, ?, ?, ?, "+s.nowSQL()+", "+s.nowSQL()+")")
+			args = append(args, r.BizType, r.BizID, s.timeArg(fire), courier.TimerBucket(fire), string(mode), string(r.Payload), r.RequestHash,
 				nullString(r.Trace.Parent), nullString(r.Trace.State))
 		}
 		var created []timerRow
-		err := tx.NewRaw("INSERT INTO courier_timers (biz_type, biz_id, fire_at, bucket, state, payload, request_hash, "+
+		err := tx.NewRaw("INSERT INTO courier_timers (biz_type, biz_id, fire_at, bucket, state, mode, payload, request_hash, "+
 			"traceparent, tracestate, created_at, updated_at) VALUES "+strings.Join(values, ", ")+
 			" ON CONFLICT (biz_type, biz_id) DO NOTHING RETURNING "+timerColumns, args...).Scan(ctx, &created)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
@@ -199,15 +206,43 @@ func (s *Store) RescheduleTimerRecord(ctx context.Context, bizType, bizID string
 	return s.updateScheduled(ctx, bizType, bizID, "fire_at = ?, bucket = ?", s.timeArg(fire), courier.TimerBucket(fire))
 }
 
-// ClaimDueTimers claims up to limit of bizType's timers that are due (fire_at at or before the
-// database's clock) in bucket or an earlier one, oldest first: they become firing, their
-// attempts counted and marked with claim. A claim is idempotent: while rows marked with claim
-// are still firing (the delivery that claimed them ended before it finished them), they are
-// returned again instead of new ones, so a delivery retried after a crash delivers the same
-// timers. Timers cancelled first are never claimed; timers claimed first cannot be cancelled.
+// ClaimDueTimers claims up to limit of bizType's bucketed timers that are due (fire_at at or
+// before the database's clock) in bucket or an earlier one, oldest first: they become firing,
+// their attempts counted and marked with claim. A claim is idempotent: while rows marked with
+// claim are still firing (the delivery that claimed them ended before it finished them, or
+// ReserveDueTimers took them for it), they are returned again instead of new ones, so a
+// delivery retried after a crash delivers the same timers; a reserved timer's attempt is
+// counted here, when its delivery takes it. Timers cancelled first are never claimed; timers
+// claimed first cannot be cancelled.
 func (s *Store) ClaimDueTimers(ctx context.Context, bizType string, bucket int64, claim string, limit int) ([]courier.TimerRecord, error) {
+	return s.claimDueTimers(ctx, bizType, bucket, claim, limit, true)
+}
+
+// ReserveDueTimers claims bizType's due bucketed timers for claim as ClaimDueTimers does, but
+// counts no attempt, and says how many it holds. The bucket reserves a batch on courier's
+// workflow queue before its delivery waits on the business type's queue, so its timers read
+// firing (no longer cancellable, no attempt made) while a pause of the type holds the delivery;
+// ClaimDueTimers under the same claim then takes exactly these and counts their attempt.
+func (s *Store) ReserveDueTimers(ctx context.Context, bizType string, bucket int64, claim string, limit int) (int, error) {
+	recs, err := s.claimDueTimers(ctx, bizType, bucket, claim, limit, false)
+	return len(recs), err
+}
+
+func (s *Store) claimDueTimers(ctx context.Context, bizType string, bucket int64, claim string, limit int, count bool) ([]courier.TimerRecord, error) {
 	var rows []timerRow
+	attempts := "attempts"
+	if count {
+		attempts = "attempts + 1"
+	}
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if count {
+			// Reserved, not yet taken by a delivery: its first attempt starts now. (A bucketed
+			// timer has made no attempt while it is scheduled, so 0 means reserved.)
+			if _, err := tx.NewRaw("UPDATE courier_timers SET attempts = 1 WHERE claim = ? AND state = 'firing' AND attempts = 0",
+				claim).Exec(ctx); err != nil {
+				return err
+			}
+		}
 		err := tx.NewRaw("SELECT "+timerColumns+" FROM courier_timers WHERE claim = ? AND state = 'firing'", claim).Scan(ctx, &rows)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
@@ -218,9 +253,11 @@ func (s *Store) ClaimDueTimers(ctx context.Context, bizType string, bucket int64
 		// Arguments by index: the pick runs before the update on PostgreSQL and inside it on
 		// SQLite.
 		// Ordered as the due index is (a bucket is its timers' second, so this is fire_at order):
-		// the pick reads the index's first rows instead of sorting every due timer.
+		// the pick reads the index's first rows instead of sorting every due timer. Timers of
+		// their own (mode 'workflow') are their runs' to claim, also in a type that was switched
+		// to buckets.
 		pick := "SELECT biz_type, biz_id FROM courier_timers WHERE biz_type = ?2 AND bucket <= ?3 AND state = 'scheduled'" +
-			" AND fire_at <= " + s.nowSQL() + " ORDER BY bucket, fire_at LIMIT ?4"
+			" AND mode = 'bucketed' AND fire_at <= " + s.nowSQL() + " ORDER BY bucket, fire_at LIMIT ?4"
 		with, in := "", "(biz_type, biz_id) IN ("+pick+")"
 		if s.pg {
 			// The picked rows are updated by their row ids (a TID scan): joined by key, a
@@ -233,7 +270,7 @@ func (s *Store) ClaimDueTimers(ctx context.Context, bizType string, bucket int64
 		// The delivery id (claim/biz_id) is the same for every try of this delivery, and new for
 		// a redelivery.
 		err = tx.NewRaw(with+"UPDATE courier_timers SET state = 'firing', claim = ?0, delivery_id = ?1 || biz_id, "+
-			"attempts = attempts + 1, updated_at = "+s.nowSQL()+" WHERE "+in+" AND state = 'scheduled' RETURNING "+timerColumns,
+			"attempts = "+attempts+", updated_at = "+s.nowSQL()+" WHERE "+in+" AND state = 'scheduled' RETURNING "+timerColumns,
 			claim, claim+"/", bizType, bucket, limit).Scan(ctx, &rows)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
@@ -243,11 +280,11 @@ func (s *Store) ClaimDueTimers(ctx context.Context, bizType string, bucket int64
 	return records(rows), err
 }
 
-// NextDueTimer is the fire time of bizType's earliest scheduled timer in bucket or an earlier
-// one; ok is false when there is none.
+// NextDueTimer is the fire time of bizType's earliest scheduled bucketed timer in bucket or an
+// earlier one; ok is false when there is none.
 func (s *Store) NextDueTimer(ctx context.Context, bizType string, bucket int64) (at time.Time, ok bool, err error) {
 	var rows []timerRow
-	err = s.db.NewRaw("SELECT "+timerColumns+" FROM courier_timers WHERE biz_type = ? AND bucket <= ? AND state = 'scheduled'"+
+	err = s.db.NewRaw("SELECT "+timerColumns+" FROM courier_timers WHERE biz_type = ? AND bucket <= ? AND state = 'scheduled' AND mode = 'bucketed'"+
 		" ORDER BY bucket, fire_at LIMIT 1", bizType, bucket).Scan(ctx, &rows)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return time.Time{}, false, err
@@ -337,7 +374,7 @@ func (s *Store) RedeliverTimerRecord(ctx context.Context, bizType, bizID string)
 	var rows []timerRow
 	err := s.db.NewRaw("UPDATE courier_timers SET state = 'firing', attempts = 0, last_error = '', claim = NULL, delivery_id = '', "+
 		"finished_at = NULL, version = version + 1, updated_at = "+s.nowSQL()+
-		" WHERE biz_type = ? AND biz_id = ? AND state = 'failed' RETURNING "+timerColumns, bizType, bizID).Scan(ctx, &rows)
+		" WHERE biz_type = ? AND biz_id = ? AND state = 'failed' AND mode = 'bucketed' RETURNING "+timerColumns, bizType, bizID).Scan(ctx, &rows)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return courier.TimerRecord{}, false, err
 	}
@@ -401,7 +438,7 @@ func (s *Store) OverdueTimerBuckets(ctx context.Context, grace time.Duration, li
 		BizType string `bun:"biz_type"`
 		Bucket  int64  `bun:"bucket"`
 	}
-	err := s.db.NewRaw("SELECT DISTINCT biz_type, bucket FROM courier_timers WHERE state = 'scheduled' AND fire_at < "+
+	err := s.db.NewRaw("SELECT DISTINCT biz_type, bucket FROM courier_timers WHERE state = 'scheduled' AND mode = 'bucketed' AND fire_at < "+
 		s.nowPlusSQL(-grace)+" ORDER BY bucket LIMIT ?", limit).Scan(ctx, &rows)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, err
@@ -418,7 +455,7 @@ func (s *Store) OverdueTimerBuckets(ctx context.Context, grace time.Duration, li
 // Starting their runs delivers them.
 func (s *Store) StrandedTimers(ctx context.Context, grace time.Duration, limit int) ([]courier.TimerRecord, error) {
 	var rows []timerRow
-	err := s.db.NewRaw("SELECT "+timerColumns+" FROM courier_timers WHERE state = 'firing' AND claim IS NULL AND updated_at <= "+
+	err := s.db.NewRaw("SELECT "+timerColumns+" FROM courier_timers WHERE state = 'firing' AND claim IS NULL AND mode = 'bucketed' AND updated_at <= "+
 		s.nowPlusSQL(-grace)+" ORDER BY updated_at LIMIT ?", limit).Scan(ctx, &rows)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, err

@@ -191,7 +191,7 @@ func (a *armedBuckets) add(k courier.TimerKey, fires, now time.Time) {
 	a.seen[k] = fires
 }
 
-// row reads a bucketed timer's row; ok is false when there is none.
+// row reads a timer's row; ok is false when there is none.
 func (s *Service) row(ctx context.Context, bizType, bizID string) (courier.TimerRecord, bool, error) {
 	if s.rows == nil {
 		return courier.TimerRecord{}, false, nil
@@ -203,14 +203,20 @@ func (s *Service) row(ctx context.Context, bizType, bizID string) (courier.Timer
 	return rec, err == nil, err
 }
 
-// timerOfRecord shows a bucketed timer.
+// timerOfRecord shows a timer from its row: a bucketed timer (its bucket's workflow) or a timer
+// of its own (its own workflow).
 func timerOfRecord(r courier.TimerRecord) api.Timer {
-	return api.Timer{BizType: r.BizType, BizID: r.BizID, State: r.State, FireAt: r.FireAt.UTC(), Attempts: r.Attempts,
+	t := api.Timer{BizType: r.BizType, BizID: r.BizID, State: r.State, FireAt: r.FireAt.UTC(), Attempts: r.Attempts,
 		LastError: r.LastError, Version: r.Version, Mode: courier.TimerModeBucketed,
 		WorkflowID: courier.TimerBucketWorkflowID(r.BizType, courier.TimerBucket(r.FireAt))}
+	if r.Mode == courier.TimerModeWorkflow {
+		t.Mode, t.WorkflowID = courier.TimerModeWorkflow, courier.TimerWorkflowID(r.BizType, r.BizID)
+	}
+	return t
 }
 
-// cancelRow cancels a bucketed timer; found is false when the timer has no row.
+// cancelRow cancels a timer in its row, and tells a timer of its own's run; found is false when
+// the timer has no row.
 func (s *Service) cancelRow(ctx context.Context, bizType, bizID string) (t api.Timer, found bool, err error) {
 	if s.rows == nil {
 		return t, false, nil
@@ -226,11 +232,14 @@ func (s *Service) cancelRow(ctx context.Context, bizType, bizID string) (t api.T
 	if !changed && rec.State != courier.TimerCancelled {
 		return api.Timer{}, true, closedConflict(t)
 	}
+	if changed && rec.Mode == courier.TimerModeWorkflow {
+		s.tellRun(ctx, rec)
+	}
 	return t, true, nil
 }
 
-// rescheduleRow moves a bucketed timer and arms its new bucket; found is false when the timer
-// has no row.
+// rescheduleRow moves a timer in its row, and arms a bucketed timer's new bucket or tells a
+// timer of its own's run; found is false when the timer has no row.
 func (s *Service) rescheduleRow(ctx context.Context, bizType, bizID string, fireAt time.Time) (t api.Timer, found bool, err error) {
 	if s.rows == nil {
 		return t, false, nil
@@ -245,6 +254,10 @@ func (s *Service) rescheduleRow(ctx context.Context, bizType, bizID string, fire
 	t = timerOfRecord(rec)
 	if !changed {
 		return api.Timer{}, true, closedConflict(t)
+	}
+	if rec.Mode == courier.TimerModeWorkflow {
+		s.tellRun(ctx, rec)
+		return t, true, nil
 	}
 	if err := s.ArmBucket(ctx, bizType, courier.TimerBucket(rec.FireAt)); err != nil && ctx.Err() == nil {
 		s.Logger.WarnContext(ctx, "arming a timer bucket failed; the sweep will arm it", "biz_type", bizType, "bucket", courier.TimerBucket(rec.FireAt), "error", err)
@@ -270,7 +283,7 @@ func (s *Service) HandOver(ctx context.Context, rec courier.TimerRecord, lastErr
 	params := workflows.TimerParams{BizType: rec.BizType, BizID: rec.BizID, FireAt: rec.FireAt, Payload: rec.Payload, Version: rec.Version,
 		HandOver: &workflows.TimerHandOver{Attempts: rec.Attempts, LastError: lastError, Permanent: permanent, DeliveryID: rec.DeliveryID}}
 	for {
-		_, err := s.tc.ExecuteWorkflow(ctx, opts, courier.KindTimer.Workflow, params)
+		_, err := s.tc.ExecuteWorkflow(ctx, opts, courier.KindBucketedTimer.Workflow, params)
 		var already *serviceerror.WorkflowExecutionAlreadyStarted
 		if !errors.As(err, &already) {
 			return err

@@ -24,10 +24,15 @@ func notFailed(t api.Timer) error {
 
 // Redeliver delivers a failed timer again: the same biz_type and biz_id, a new delivery (a new
 // delivery id) with the type's whole retry budget, now. A timer of its own gets a new run of
-// its workflow (its version bumped, its create request still recognised); a bucketed timer's
-// row goes back to firing and a run of its own delivers it. A timer that has not failed is a
-// conflict.
+// its workflow (its version bumped, its create request still recognised), its row scheduled
+// again and due now when it has one; a bucketed timer's row goes back to firing and a run of
+// its own delivers it. A timer that has not failed is a conflict.
 func (s *Service) Redeliver(ctx context.Context, bizType, bizID string) (api.Timer, error) {
+	if rec, ok, err := s.row(ctx, bizType, bizID); err != nil {
+		return api.Timer{}, err
+	} else if ok && rec.Mode == courier.TimerModeWorkflow {
+		return s.redeliverRowTimer(ctx, rec)
+	}
 	if s.rows != nil {
 		rec, ok, err := s.rows.RedeliverTimerRecord(ctx, bizType, bizID)
 		switch {
@@ -77,14 +82,14 @@ func (s *Service) redeliverWorkflow(ctx context.Context, bizType, bizID string) 
 	}
 	_, err = s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:        id,
-		TaskQueue: courier.KindTimer.TaskQueue(s.taskQueue),
+		TaskQueue: courier.KindRowlessTimer.TaskQueue(s.taskQueue),
 		// Only a failed run may be followed: a redelivery racing another finds the new run
 		// open and is refused.
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		Memo:                                     memo,
-		TypedSearchAttributes:                    timerSearchAttributes(courier.KindTimer, bizType, bizID, courier.TimerScheduled, now),
-	}, courier.KindTimer.Workflow, workflows.TimerParams{BizType: bizType, BizID: bizID, FireAt: now, Payload: first.Payload, Version: t.Version + 1})
+		TypedSearchAttributes:                    timerSearchAttributes(courier.KindRowlessTimer, bizType, bizID, courier.TimerScheduled, now),
+	}, courier.KindRowlessTimer.Workflow, workflows.TimerParams{BizType: bizType, BizID: bizID, FireAt: now, Payload: first.Payload, Version: t.Version + 1})
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &already) {
 		return api.Timer{}, notFailed(api.Timer{State: courier.TimerFiring})

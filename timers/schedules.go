@@ -90,7 +90,7 @@ func (s *Service) compile(ctx context.Context, id string, sp api.ScheduleSpec) (
 	action := &client.ScheduleWorkflowAction{
 		Memo:                  map[string]any{specMemo: string(specJSON)},
 		ID:                    courier.ScheduleID(id),
-		Workflow:              courier.KindTimer.Workflow,
+		Workflow:              courier.KindScheduleRun.Workflow,
 		TaskQueue:             courier.KindScheduleRun.TaskQueue(s.taskQueue),
 		Args:                  []any{workflows.TimerParams{BizType: sp.BizType, BizID: id, Payload: payload}},
 		TypedSearchAttributes: workflows.StartAttributes(courier.KindScheduleRun, courier.RunAttributes{BizType: sp.BizType, BizID: id}),

@@ -8,9 +8,10 @@ import (
 	"github.com/courier-oss/courier"
 )
 
-// SweepRows is what the sweep of bucketed timers needs from courier's database.
+// SweepRows is what the sweep of the timers' rows needs from courier's database.
 type SweepRows interface {
 	OverdueTimerBuckets(ctx context.Context, grace time.Duration, limit int) ([]courier.TimerBucketRef, error)
+	OverdueTimerRuns(ctx context.Context, grace time.Duration, limit int) ([]courier.TimerRecord, error)
 	StrandedTimers(ctx context.Context, grace time.Duration, limit int) ([]courier.TimerRecord, error)
 	MarkTimerHanded(ctx context.Context, bizType, bizID string) error
 	PurgeTimerRecords(ctx context.Context, bizType string, retention time.Duration, limit int) (int64, error)
@@ -19,10 +20,14 @@ type SweepRows interface {
 
 // Sweep timings: how often a worker sweeps, how overdue a timer or how long stranded it must be
 // before the sweep acts (its bucket's own run normally takes it well before), and how often
-// finished rows are purged, in batches of purgeBatch.
+// finished rows are purged, in batches of purgeBatch. A timer of its own is left to its run
+// for runOverdueGrace after its fire time (and between two signals of the sweep): the run
+// itself claims it, and a signal to a run whose workflow task waits in a backed-up engine
+// only adds to the engine's work.
 const (
 	DefaultSweepEvery = 10 * time.Second
 	overdueGrace      = 10 * time.Second
+	runOverdueGrace   = 30 * time.Second
 	strandedGrace     = 30 * time.Second
 	purgeEvery        = time.Minute
 	sweepBatch        = 500
@@ -30,10 +35,10 @@ const (
 	purgeBatchesMax   = 20
 )
 
-// Sweeper finds bucketed timers nothing is delivering and hands them on, and purges finished
-// rows past their type's retention. Every worker runs one: each step is idempotent (a bucket
-// armed twice keeps one run, a hand-over repeated while its run is open is a no-op), so no
-// leader is needed.
+// Sweeper finds timers with rows that nothing is delivering and hands them on, and purges
+// finished rows past their type's retention. Every worker runs one: each step is idempotent
+// (a bucket armed twice keeps one run, a hand-over repeated while its run is open is a no-op,
+// a run signalled twice applies the change once), so no leader is needed.
 type Sweeper struct {
 	svc   *Service
 	rows  SweepRows
@@ -72,9 +77,22 @@ func (w *Sweeper) Run(ctx context.Context) {
 }
 
 // Sweep arms the buckets of overdue timers (a crash between a timer's insert and its bucket's
-// start, or a bucket whose run ended before they were due) and starts the runs of stranded
-// ones (redelivered, but their run never started). It returns how many of each it found.
+// start, or a bucket whose run ended before they were due), starts the runs of stranded
+// ones (redelivered, but their run never started), and signals (or starts) the runs of
+// overdue timers of their own (a start that was lost, a signal moving the fire time earlier
+// that was lost, or an engine that far behind). It returns how many buckets and stranded
+// timers it found.
 func (w *Sweeper) Sweep(ctx context.Context) (buckets, stranded int) {
+	runs, err := w.rows.OverdueTimerRuns(ctx, runOverdueGrace, sweepBatch)
+	if err != nil {
+		w.warn(ctx, "listing overdue timers of their own failed", err)
+	}
+	for _, r := range runs {
+		w.svc.tellRun(ctx, r)
+	}
+	if len(runs) > 0 {
+		w.log.InfoContext(ctx, "signalled the runs of overdue timers", "timers", len(runs))
+	}
 	refs, err := w.rows.OverdueTimerBuckets(ctx, overdueGrace, sweepBatch)
 	if err != nil {
 		w.warn(ctx, "listing overdue timer buckets failed", err)

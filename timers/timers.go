@@ -39,19 +39,23 @@ type BizTypes interface {
 	GetBizType(ctx context.Context, name string) (courier.BizType, error)
 }
 
-// TimerRows is what the bucketed mode needs from courier's database (store.Store).
+// TimerRows is what the timers' rows need from courier's database (store.Store): bucketed
+// timers, and the rows that decide timers of their own.
 type TimerRows interface {
 	InsertTimers(ctx context.Context, recs []courier.TimerRecord) ([]courier.TimerInsert, error)
 	GetTimerRecord(ctx context.Context, bizType, bizID string) (courier.TimerRecord, error)
 	CancelTimerRecord(ctx context.Context, bizType, bizID string) (courier.TimerRecord, bool, error)
 	RescheduleTimerRecord(ctx context.Context, bizType, bizID string, fireAt time.Time) (courier.TimerRecord, bool, error)
 	RedeliverTimerRecord(ctx context.Context, bizType, bizID string) (courier.TimerRecord, bool, error)
+	RedeliverTimerRun(ctx context.Context, bizType, bizID string) (courier.TimerRecord, bool, error)
+	DeleteUnstartedTimer(ctx context.Context, bizType, bizID string) (bool, error)
 	MarkTimerHanded(ctx context.Context, bizType, bizID string) error
 	ListTimerRecords(ctx context.Context, f courier.TimerFilter) ([]courier.TimerRecord, bool, error)
 }
 
-// DefaultUpdateTimeout is how long a reschedule or cancel waits for the timer's workflow to
-// answer by default.
+// DefaultUpdateTimeout is how long a reschedule, cancel or Get of a timer without a row (one
+// armed before rows were kept, or by a service without them) waits for its workflow to answer
+// by default.
 const DefaultUpdateTimeout = 10 * time.Second
 
 // unavailableRetryAfter is the Retry-After of an update that timed out: long enough for a
@@ -60,10 +64,12 @@ const unavailableRetryAfter = 5 * time.Second
 
 // Service manages timers.
 type Service struct {
-	// UpdateTimeout bounds how long a reschedule or cancel waits for the timer's workflow to
-	// take and answer the change; it needs a running worker. Past it the call fails with
-	// courier.CodeUnavailable and a RetryAfter (the change may still take effect later, and
-	// repeating it is safe). Default DefaultUpdateTimeout; set it before the first call.
+	// UpdateTimeout bounds how long a reschedule, cancel or Get of a timer without a row waits
+	// for the timer's workflow to take and answer it; that needs a running worker. Past it the
+	// call fails with courier.CodeUnavailable and a RetryAfter (the change may still take
+	// effect later, and repeating it is safe). Timers with a row (every timer a service with
+	// rows arms) are answered by the database and never wait on it. Default
+	// DefaultUpdateTimeout; set it before the first call.
 	UpdateTimeout time.Duration
 	// Logger reports what the service recovers from by itself (a bucket it could not arm, which
 	// the sweep arms); default slog.Default(). Set it before the first call.
@@ -79,7 +85,9 @@ type Service struct {
 }
 
 // New builds the service; taskQueue is where timer workflows run (courier's workflow queue).
-// rows keeps bucketed timers; nil refuses business types in the bucketed mode.
+// rows keeps the timers' rows: bucketed timers, and the rows that decide timers of their own.
+// With nil, business types in the bucketed mode are refused and timers of their own live in
+// Temporal only (their changes are workflow updates, which need a running worker).
 func New(tc client.Client, namespace string, types BizTypes, rows TimerRows, taskQueue string) *Service {
 	return &Service{tc: tc, namespace: namespace, types: types, rows: rows, taskQueue: taskQueue, now: time.Now,
 		UpdateTimeout: DefaultUpdateTimeout, Logger: slog.Default()}
@@ -182,9 +190,13 @@ func (s *Service) prepare(ctx context.Context, types BizTypes, r api.TimerReques
 	return p, nil
 }
 
-// createWorkflow arms a timer of its own: its workflow, started with the request's hash in its
-// memo so a repeat is recognised.
+// createWorkflow arms a timer of its own: its row and its run (createRowTimer), or, without
+// rows, its workflow alone, started with the request's hash in its memo so a repeat is
+// recognised.
 func (s *Service) createWorkflow(ctx context.Context, p prepared) (api.Timer, bool, error) {
+	if s.rows != nil {
+		return s.createRowTimer(ctx, p)
+	}
 	r, fireAt, hash := p.req, p.fireAt, p.hash
 	id := courier.TimerWorkflowID(r.BizType, r.BizID)
 	memo := map[string]any{memoHash: hash}
@@ -195,15 +207,15 @@ func (s *Service) createWorkflow(ctx context.Context, p prepared) (api.Timer, bo
 	}
 	_, err := s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                                       id,
-		TaskQueue:                                courier.KindTimer.TaskQueue(s.taskQueue),
+		TaskQueue:                                courier.KindRowlessTimer.TaskQueue(s.taskQueue),
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
 		Memo:                                     memo,
 		// With a worker on the same client (courier dev, the relay's timer rows), the first
 		// workflow task comes back with the start instead of through matching.
 		EnableEagerStart:      true,
-		TypedSearchAttributes: timerSearchAttributes(courier.KindTimer, r.BizType, r.BizID, courier.TimerScheduled, fireAt),
-	}, courier.KindTimer.Workflow, workflows.TimerParams{BizType: r.BizType, BizID: r.BizID, FireAt: fireAt, Payload: r.Payload})
+		TypedSearchAttributes: timerSearchAttributes(courier.KindRowlessTimer, r.BizType, r.BizID, courier.TimerScheduled, fireAt),
+	}, courier.KindRowlessTimer.Workflow, workflows.TimerParams{BizType: r.BizType, BizID: r.BizID, FireAt: fireAt, Payload: r.Payload})
 	var already *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &already) {
 		existing, herr := s.memoHash(ctx, id)
@@ -251,8 +263,8 @@ func notFound(bizType, bizID string) error {
 	return courier.Errorf(courier.CodeNotFound, "no timer %s/%s", bizType, bizID)
 }
 
-// Get returns a timer's current state, wherever it lives: a bucketed timer's row, or a timer's
-// own workflow.
+// Get returns a timer's current state, wherever it lives: its row (a bucketed timer, a timer of
+// its own with a row), or the workflow of a timer of its own without one.
 func (s *Service) Get(ctx context.Context, bizType, bizID string) (api.Timer, error) {
 	if rec, ok, err := s.row(ctx, bizType, bizID); ok || err != nil {
 		return timerOfRecord(rec), err
@@ -407,9 +419,15 @@ func (s *Service) unavailable(id string) error {
 		Details: map[string]any{"workflow_id": id}, RetryAfter: unavailableRetryAfter}
 }
 
-// timerQuery selects timers in visibility, one execution per timer: a timer that continued as
-// new leaves closed runs behind that still say "scheduled"; only its current run counts.
-var timerQuery = courier.KindTimer.Query() + " AND ExecutionStatus != 'ContinuedAsNew'"
+// timerQuery selects timers of their own in visibility, with or without a row, one execution
+// per timer: a timer that continued as new leaves closed runs behind that still say
+// "scheduled"; only its current run counts.
+var timerQuery = courier.KindIn(courier.KindTimer, courier.KindRowlessTimer) + " AND ExecutionStatus != 'ContinuedAsNew'"
+
+// rowlessTimerQuery selects the timers of their own that keep no row: the rowless-timer kind's
+// runs and the timer kind's armed before rows were kept, which are of the same workflow type
+// (courier.KindTimer). A list reads the others from their rows, which hold the decided state.
+var rowlessTimerQuery = fmt.Sprintf("%s AND WorkflowType = '%s'", timerQuery, courier.KindRowlessTimer.Workflow)
 
 // ListQuery selects timers for List. Zero fields do not filter.
 type ListQuery struct {
@@ -438,8 +456,9 @@ type rowAfter struct {
 }
 
 // List returns timers, optionally of one business type, state and finish time, a page at a
-// time (pass the returned token back for the next page): timers of their own newest first,
-// then bucketed timers newest first. A page may hold fewer than PageSize timers (even none)
+// time (pass the returned token back for the next page): timers of their own without a row
+// (from Temporal's visibility) newest first, then timers with rows (bucketed ones and timers of
+// their own, as their rows decided them) newest first. A page may hold fewer than PageSize timers (even none)
 // while a next token follows.
 func (s *Service) List(ctx context.Context, q ListQuery, token []byte) ([]api.Timer, []byte, error) {
 	if q.BizType != "" {
@@ -498,9 +517,13 @@ func wrapCursor(c listCursor, more bool) []byte {
 	return b
 }
 
-// listWorkflows pages through the timers of their own in visibility.
+// listWorkflows pages through the timers of their own in visibility: with rows, only those
+// without one.
 func (s *Service) listWorkflows(ctx context.Context, q ListQuery, token []byte) ([]api.Timer, []byte, error) {
 	query := timerQuery
+	if s.rows != nil {
+		query = rowlessTimerQuery
+	}
 	if q.BizType != "" {
 		query += fmt.Sprintf(" AND %s = '%s'", courier.SABizType, q.BizType)
 	}

@@ -17,15 +17,22 @@ import (
 )
 
 // registerTimers registers timers on the workflows' worker: the timer and bucket workflows,
-// the business-type read the timer runs make as a local activity, and the write of a bucketed
-// timer's end into its row. The deliveries run on each business type's own worker
-// (bizWorkers), which registers them in registerTimerDelivery. buckets is nil without the
-// bucketed mode.
-func registerTimers(r sdkworker.Registry, acts *activities.Timers, buckets *activities.TimerBuckets) {
+// the business-type read the timer runs make as a local activity, the write of a bucketed
+// timer's end into its row, and the local activities through which the runs follow the
+// timers' rows (a run's claim, change and end, a bucket's reserve). The deliveries run on each
+// business type's own worker (bizWorkers), which registers them in registerTimerDelivery.
+// buckets and runs are nil without courier's database.
+func registerTimers(r sdkworker.Registry, acts *activities.Timers, buckets *activities.TimerBuckets, runs *activities.TimerRuns) {
 	workflows.RegisterTimers(r)
 	r.RegisterActivityWithOptions(acts.LoadBizType, activity.RegisterOptions{Name: contract.LoadBizTypeName})
 	if buckets != nil {
 		r.RegisterActivityWithOptions(buckets.RecordResult, activity.RegisterOptions{Name: contract.RecordTimerResultName})
+	}
+	if runs != nil {
+		r.RegisterActivityWithOptions(runs.ClaimRun, activity.RegisterOptions{Name: contract.ClaimTimerRunName})
+		r.RegisterActivityWithOptions(runs.ChangeRow, activity.RegisterOptions{Name: contract.ChangeTimerRowName})
+		r.RegisterActivityWithOptions(runs.FinishRun, activity.RegisterOptions{Name: contract.FinishTimerRunName})
+		r.RegisterActivityWithOptions(runs.ReserveBatch, activity.RegisterOptions{Name: contract.ReserveTimerBatchName})
 	}
 }
 

@@ -88,20 +88,23 @@ type Deps struct {
 		BizTypeLister
 		activities.BizTypeStore
 	}
-	// TimerRows keeps bucketed timers (courier's store); nil: business types in the bucketed
-	// mode are refused.
+	// TimerRows keeps the timers' rows (courier's store): bucketed timers, and the rows that
+	// decide the cancel and reschedule of timers of their own. Nil: business types in the
+	// bucketed mode are refused, and timers of their own live in Temporal only (reschedule and
+	// cancel then need a running worker).
 	TimerRows TimerRowStore
 	// Pauses are the pauses in force (docs/flow-control.md), read before each push, delivery
 	// and publish; nil: nothing is ever paused.
 	Pauses *pauses.Watcher
 }
 
-// TimerRowStore is what bucketed timers need from courier's database: their rows, their
-// sweep, and the token buckets of their delivery rate.
+// TimerRowStore is what timers need from courier's database: their rows, their sweep, the
+// token buckets of the bucketed mode's delivery rate, and what the runs follow the rows with.
 type TimerRowStore interface {
 	timers.TimerRows
 	timers.SweepRows
 	activities.TimerRowStore
+	activities.TimerRunStore
 }
 
 // Worker is a running (or startable) courier worker.
@@ -181,11 +184,13 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		svc.Logger = d.Logger
 		timerActs := activities.NewTimers(d.BizTypes, d.Publisher, cfg.AllowLoopbackCallbacks, d.TimerMetrics)
 		var bucketActs *activities.TimerBuckets
+		var runActs *activities.TimerRuns
 		if d.TimerRows != nil {
 			bucketActs = activities.NewTimerBuckets(d.TimerRows, d.Publisher, svc, cfg.AllowLoopbackCallbacks, d.TimerMetrics)
+			runActs = activities.NewTimerRuns(d.TimerRows, timerActs.LoadBizType)
 			w.sweep = timers.NewSweeper(svc, d.TimerRows, 0, d.Logger)
 		}
-		registerTimers(w.tw, timerActs, bucketActs)
+		registerTimers(w.tw, timerActs, bucketActs, runActs)
 		w.biz = &bizWorkers{tc: d.Temporal, types: d.BizTypes, timers: timerActs, buckets: bucketActs, refresh: cfg.BizTypeRefresh,
 			stopTimeout: cfg.ShutdownTimeout, log: d.Logger, kick: make(chan struct{}, 1), running: map[string]runningBiz{}}
 		if d.Pauses != nil {

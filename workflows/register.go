@@ -29,10 +29,14 @@ func RegisterTasks(attempts, sweeper WorkflowRegistrar) {
 	sweeper.RegisterWorkflowWithOptions(TaskSweeper, workflow.RegisterOptions{Name: courier.KindTaskSweeper.Workflow})
 }
 
-// RegisterTimers registers the timer and bucket workflows under their stable names, on the
-// workflows' task queue.
+// RegisterTimers registers the timer workflows (a timer of its own that keeps a row, one that
+// lives in Temporal only) and the bucket workflow under their stable names, on the workflows'
+// task queue.
 func RegisterTimers(r WorkflowRegistrar) {
-	r.RegisterWorkflowWithOptions(Timer, workflow.RegisterOptions{Name: courier.KindTimer.Workflow})
+	r.RegisterWorkflowWithOptions(RowTimer, workflow.RegisterOptions{Name: courier.KindTimer.Workflow})
+	// The type of every timer run without a row: KindRowlessTimer's, KindBucketedTimer's and
+	// KindScheduleRun's.
+	r.RegisterWorkflowWithOptions(Timer, workflow.RegisterOptions{Name: courier.KindRowlessTimer.Workflow})
 	r.RegisterWorkflowWithOptions(TimerBucket, workflow.RegisterOptions{Name: courier.KindTimerBucket.Workflow})
 }
 

@@ -98,6 +98,19 @@ func TestWorkflowsScheduleTheirRetryPolicies(t *testing.T) {
 			NonRetryableErrorTypes: []string{contract.ErrTypeUnknownBizType}}, got[contract.LoadBizTypeName])
 	})
 
+	t.Run("row timer", func(t *testing.T) {
+		env := newRowEnv(t, time.Minute, nil)
+		got := retriesOf(env.TestWorkflowEnvironment)
+		env.run(t)
+		row := &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: time.Minute,
+			NonRetryableErrorTypes: []string{contract.ErrTypeUnknownBizType}}
+		require.Equal(t, row, got[contract.ClaimTimerRunName])
+		require.Equal(t, row, got[contract.FinishTimerRunName])
+		require.Equal(t, &temporal.RetryPolicy{InitialInterval: 10 * time.Second, BackoffCoefficient: 1, MaximumInterval: 10 * time.Second,
+			MaximumAttempts: 3, NonRetryableErrorTypes: []string{contract.ErrTypePermanentDelivery, contract.ErrTypeUnknownBizType}},
+			got[contract.DeliverTimerName])
+	})
+
 	t.Run("task", func(t *testing.T) {
 		env := newTaskEnv(t)
 		got := retriesOf(env.TestWorkflowEnvironment)

@@ -14,7 +14,7 @@ import (
 )
 
 // Names of the timer workflow's messages (stable; never the Go names). The workflow's own
-// type is courier.KindTimer.Workflow.
+// type is courier.KindRowlessTimer.Workflow, which KindBucketedTimer and KindScheduleRun share.
 const (
 	UpdateReschedule   = "reschedule-timer"
 	UpdateCancel       = "cancel-timer"
@@ -173,7 +173,7 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerSnapshot, error) {
 				return st, err
 			}
 			if st.State == courier.TimerScheduled {
-				return st, workflow.NewContinueAsNewError(ctx, courier.KindTimer.Workflow, TimerParams{
+				return st, workflow.NewContinueAsNewError(ctx, courier.KindRowlessTimer.Workflow, TimerParams{
 					BizType: p.BizType, BizID: p.BizID, FireAt: st.FireAt, Payload: p.Payload, Version: st.Version})
 			}
 			break

@@ -35,6 +35,19 @@ type TimerBucketResult struct {
 	HandedOver int
 }
 
+// timerBucketReserveChange guards what buckets recorded before it did not do. Version 1:
+// reserve each batch's timers on the workflows' queue before the delivery is scheduled on the
+// business type's queue, so timers held there (a paused type) read firing, like a timer of its
+// own's. Version 2: a reserve that holds nothing schedules no delivery but waits for the next
+// timer's fire time and reserves again; in version 1 a bucket woken at the start of its second,
+// before its timers' fire times, scheduled its first delivery with nothing reserved, and a pause
+// holding that delivery left every timer of the second scheduled.
+const (
+	timerBucketReserveChange = "timer-bucket-reserve"
+	timerBucketReserves      = 1
+	timerBucketReserveWaits  = 2
+)
+
 // deliverBatchOptions deliver a batch until it is done: a batch that fails on the way (a
 // database hiccup, a worker that died) is run again with the same claim, so it delivers the
 // same timers and nothing is stranded. The heartbeat shows a worker that died within 30 s.
@@ -63,11 +76,39 @@ func TimerBucket(ctx workflow.Context, p TimerBucketParams) (TimerBucketResult, 
 		if res.Batches >= timerBucketBatchesPerRun {
 			return res, workflow.NewContinueAsNewError(ctx, courier.KindTimerBucket.Workflow, p)
 		}
+		batch := contract.DeliverTimerBatchParams{BizType: p.BizType, Bucket: p.Bucket, Limit: TimerBucketBatch,
+			Claim: fmt.Sprintf("%s/%d", info.WorkflowExecution.RunID, res.Batches+1)}
+		if v := workflow.GetVersion(ctx, timerBucketReserveChange, workflow.DefaultVersion, timerBucketReserveWaits); v >= timerBucketReserves {
+			// The due timers become firing here, on the workflows' queue: the delivery below
+			// takes exactly these (the same claim) and counts their attempt, however long the
+			// type's queue holds it.
+			reserve := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, timerRowOptions),
+				contract.ReserveTimerBatchName, batch)
+			if v < timerBucketReserveWaits {
+				if err := reserve.Get(ctx, nil); err != nil { // its count, unread
+					return res, err
+				}
+			} else {
+				var r contract.ReserveTimerBatchResult
+				if err := reserve.Get(ctx, &r); err != nil {
+					return res, err
+				}
+				if r.Reserved == 0 {
+					// None due yet by the database's clock: wait for the next, on this queue.
+					if r.NextDue.IsZero() {
+						return res, nil
+					}
+					if err := workflow.Sleep(ctx, max(r.NextDue.Sub(workflow.Now(ctx)), timerBucketSkewWait)); err != nil {
+						return res, err
+					}
+					continue
+				}
+			}
+		}
 		res.Batches++
 		var out contract.DeliverTimerBatchResult
 		err := workflow.ExecuteActivity(workflow.WithTaskQueue(actx, courier.BizTypeTaskQueue(p.BizType)), contract.DeliverTimerBatchName,
-			contract.DeliverTimerBatchParams{BizType: p.BizType, Bucket: p.Bucket, Limit: TimerBucketBatch,
-				Claim: fmt.Sprintf("%s/%d", info.WorkflowExecution.RunID, res.Batches)}).Get(ctx, &out)
+			batch).Get(ctx, &out)
 		if err != nil {
 			return res, err
 		}

@@ -34,7 +34,7 @@ type timerEnv struct {
 func newTimerEnv(t *testing.T, deliver func(n int) error) *timerEnv {
 	var s testsuite.WorkflowTestSuite
 	env := &timerEnv{TestWorkflowEnvironment: s.NewTestWorkflowEnvironment()}
-	env.RegisterWorkflowWithOptions(workflows.Timer, workflow.RegisterOptions{Name: courier.KindTimer.Workflow})
+	env.RegisterWorkflowWithOptions(workflows.Timer, workflow.RegisterOptions{Name: courier.KindRowlessTimer.Workflow})
 	env.RegisterActivityWithOptions(func(context.Context, string) (contract.BizTypeDelivery, error) { return bizCfg, nil },
 		activity.RegisterOptions{Name: contract.LoadBizTypeName})
 	env.RegisterActivityWithOptions(func(context.Context, contract.DeliverTimerParams) (int, error) { return 0, nil },
@@ -56,7 +56,7 @@ func newTimerEnv(t *testing.T, deliver func(n int) error) *timerEnv {
 }
 
 func (e *timerEnv) run(t *testing.T, in time.Duration) workflows.TimerSnapshot {
-	e.ExecuteWorkflow(courier.KindTimer.Workflow, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: e.start.Add(in), Payload: []byte(`{}`)})
+	e.ExecuteWorkflow(courier.KindRowlessTimer.Workflow, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: e.start.Add(in), Payload: []byte(`{}`)})
 	require.True(t, e.IsWorkflowCompleted())
 	var st workflows.TimerSnapshot
 	// A failed delivery ends the run Failed, with the last error as the message and the state
@@ -188,7 +188,7 @@ func continuedWith(t *testing.T, e *timerEnv) workflows.TimerParams {
 	require.True(t, e.IsWorkflowCompleted())
 	var can *workflow.ContinueAsNewError
 	require.ErrorAs(t, e.GetWorkflowError(), &can, "the timer continues as new")
-	require.Equal(t, courier.KindTimer.Workflow, can.WorkflowType.Name)
+	require.Equal(t, courier.KindRowlessTimer.Workflow, can.WorkflowType.Name)
 	var p workflows.TimerParams
 	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &p))
 	return p
@@ -201,7 +201,7 @@ func TestTimerContinuesAsNewWhenSuggested(t *testing.T) {
 	env.RegisterDelayedCallback(func() { env.SetContinueAsNewSuggested(true) }, 4*time.Minute)
 	var rejected error
 	env.update(5*time.Minute, workflows.UpdateReschedule, &rejected, workflows.RescheduleRequest{FireAt: env.start.Add(2 * time.Hour)})
-	env.ExecuteWorkflow(courier.KindTimer.Workflow, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: env.start.Add(time.Hour), Payload: []byte(`{"k":1}`)})
+	env.ExecuteWorkflow(courier.KindRowlessTimer.Workflow, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: env.start.Add(time.Hour), Payload: []byte(`{"k":1}`)})
 	require.NoError(t, rejected)
 	p := continuedWith(t, env)
 	require.Equal(t, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: env.start.Add(2 * time.Hour).UTC(),
@@ -224,7 +224,7 @@ func TestTimerContinuesAsNewAfterManyReschedules(t *testing.T) {
 			}
 		}, time.Duration(c+1)*time.Second)
 	}
-	env.ExecuteWorkflow(courier.KindTimer.Workflow, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: env.start.Add(time.Hour), Payload: []byte(`{}`)})
+	env.ExecuteWorkflow(courier.KindRowlessTimer.Workflow, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: env.start.Add(time.Hour), Payload: []byte(`{}`)})
 	for i, err := range rejected {
 		require.NoError(t, err, "reschedule %d", i)
 	}
@@ -250,7 +250,7 @@ func TestTimerContinuedRunCancels(t *testing.T) {
 	env := newTimerEnv(t, nil)
 	var rejected error
 	env.update(time.Minute, workflows.UpdateCancel, &rejected)
-	env.ExecuteWorkflow(courier.KindTimer.Workflow, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: env.start.Add(time.Hour), Payload: []byte(`{}`), Version: 41})
+	env.ExecuteWorkflow(courier.KindRowlessTimer.Workflow, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: env.start.Add(time.Hour), Payload: []byte(`{}`), Version: 41})
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError())
 	var st workflows.TimerSnapshot
@@ -281,7 +281,7 @@ func newHandOverEnv(t *testing.T, notify bool, deliver func(n int) error) *handO
 	env := &handOverEnv{TestWorkflowEnvironment: s.NewTestWorkflowEnvironment()}
 	cfg := bizCfg
 	cfg.NotifyFailure = notify
-	env.RegisterWorkflowWithOptions(workflows.Timer, workflow.RegisterOptions{Name: courier.KindTimer.Workflow})
+	env.RegisterWorkflowWithOptions(workflows.Timer, workflow.RegisterOptions{Name: courier.KindRowlessTimer.Workflow})
 	env.RegisterActivityWithOptions(func(context.Context, string) (contract.BizTypeDelivery, error) { return cfg, nil },
 		activity.RegisterOptions{Name: contract.LoadBizTypeName})
 	n := 0
@@ -308,7 +308,7 @@ func newHandOverEnv(t *testing.T, notify bool, deliver func(n int) error) *handO
 
 func (e *handOverEnv) run(h workflows.TimerHandOver) workflows.TimerSnapshot {
 	h.DeliveryID = "bucket-claim/o-1"
-	e.ExecuteWorkflow(courier.KindTimer.Workflow, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: e.Now(), HandOver: &h})
+	e.ExecuteWorkflow(courier.KindRowlessTimer.Workflow, workflows.TimerParams{BizType: "orders", BizID: "o-1", FireAt: e.Now(), HandOver: &h})
 	var st workflows.TimerSnapshot
 	var app *temporal.ApplicationError
 	if errors.As(e.GetWorkflowError(), &app) {
