@@ -40,7 +40,24 @@ type OutboxRecord struct {
 	// it last: outbox/<id> (its own), outbox-batch/<source>/<first>-<last> (batch mode) or
 	// outbox-key/<key> (ordered mode); left out while no workflow has taken the record.
 	WorkflowID string `json:"workflow_id,omitempty"`
+	// Outcome is set on POST /v1/outbox's answer only: created (201), or existing (200: a
+	// repeat of an earlier request with the same Idempotency-Key, answered with the record it
+	// made, which is not published again).
+	Outcome string `json:"outcome,omitempty"`
 }
+
+// The outcomes of POST /v1/outbox.
+const (
+	OutboxCreated  = "created"
+	OutboxExisting = "existing"
+)
+
+// IdempotencyKeyHeader names the request header that makes an insert without a natural key safe
+// to retry (POST /v1/outbox): a repeat with the same key answers what the first request did.
+const IdempotencyKeyHeader = "Idempotency-Key"
+
+// MaxIdempotencyKeyBytes bounds an Idempotency-Key.
+const MaxIdempotencyKeyBytes = 255
 
 // OutboxRecordOf shows a record of the named source.
 func OutboxRecordOf(source string, r courier.OutboxRecord) OutboxRecord {

@@ -127,6 +127,7 @@ type call struct {
 	body       any  // JSON-encoded once; nil: no body
 	idempotent bool // may be repeated whatever happened to an earlier try
 	out        any  // decoded from a 2xx answer's body; nil: ignored
+	header     http.Header
 }
 
 // maxAnswerBytes bounds an answer read into memory (an outbox page with payloads holds at most
@@ -234,6 +235,9 @@ func (c *Client) once(ctx context.Context, cl call, body []byte) (int, error) {
 		return 0, fmt.Errorf("courier: %s %s: %w", cl.method, cl.path, err)
 	}
 	req.Header.Set("Accept", "application/json")
+	for k, v := range cl.header {
+		req.Header[k] = v
+	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

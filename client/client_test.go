@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -80,22 +81,59 @@ func TestRetriesAreBoundedByMaxAttempts(t *testing.T) {
 func TestNonIdempotentCallsAreRetriedOnlyOn429(t *testing.T) {
 	t.Parallel()
 	c, n := scripted(t, func(_ int, w http.ResponseWriter) { status(w, http.StatusServiceUnavailable, "") })
-	_, err := c.Publish(t.Context(), PublishRequest{Topic: "a.b", Payload: json.RawMessage(`1`)})
+	_, err := c.RedriveOutbox(t.Context(), "", 7)
 	require.ErrorIs(t, err, ErrUnavailable)
-	require.EqualValues(t, 1, n.Load(), "a publish that may have happened is not repeated")
+	require.EqualValues(t, 1, n.Load(), "a redrive that may have happened is not repeated")
 
 	c, n = scripted(t, func(n int, w http.ResponseWriter) {
 		if n == 1 {
 			status(w, http.StatusTooManyRequests, "")
 			return
 		}
-		w.WriteHeader(http.StatusCreated)
+		w.WriteHeader(http.StatusAccepted)
 		_, _ = io.WriteString(w, `{"id":7,"topic":"a.b","status":"pending"}`)
 	})
-	rec, err := c.Publish(t.Context(), PublishRequest{Topic: "a.b", Payload: json.RawMessage(`1`)})
+	rec, err := c.RedriveOutbox(t.Context(), "", 7)
 	require.NoError(t, err)
 	require.EqualValues(t, 7, rec.ID)
 	require.EqualValues(t, 2, n.Load())
+}
+
+// Publish sends an Idempotency-Key, the same on every try, so it retries what may have
+// happened (a 503, a lost answer) safely: the gateway answers the repeat with the record the
+// first try wrote. Two publishes have two keys.
+func TestPublishRetriesUnderOneIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	var keys []string
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		keys = append(keys, r.Header.Get("Idempotency-Key"))
+		n := len(keys)
+		mu.Unlock()
+		if n == 1 {
+			status(w, http.StatusServiceUnavailable, "")
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, `{"id":7,"topic":"a.b","status":"pending","outcome":"existing"}`)
+	}))
+	t.Cleanup(srv.Close)
+	c, err := New(srv.URL, WithRetry(fastRetry))
+	require.NoError(t, err)
+	rec, err := c.Publish(t.Context(), PublishRequest{Topic: "a.b", Payload: json.RawMessage(`1`)})
+	require.NoError(t, err)
+	require.Equal(t, "existing", rec.Outcome)
+	_, err = c.Publish(t.Context(), PublishRequest{Topic: "a.b", Payload: json.RawMessage(`1`)})
+	require.NoError(t, err)
+	require.Len(t, keys, 3)
+	require.NotEmpty(t, keys[0])
+	require.Equal(t, keys[0], keys[1], "a retry repeats the key")
+	require.NotEqual(t, keys[0], keys[2], "a new publish has a new key")
+
+	_, err = c.PublishWithKey(t.Context(), "order-42", PublishRequest{Topic: "a.b", Payload: json.RawMessage(`1`)})
+	require.NoError(t, err)
+	require.Equal(t, "order-42", keys[3])
 }
 
 // Errors other than 429, 502, 503 and 504 are final.

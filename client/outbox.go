@@ -2,6 +2,9 @@ package client
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
 	"iter"
 	"net/http"
 	"net/url"
@@ -42,10 +45,27 @@ func sourceQuery(source string) url.Values {
 }
 
 // Publish writes one outbox record through the gateway; courier delivers it like any row a
-// producer writes itself. Not retried on 503 or a lost answer (a repeat would publish twice).
+// producer writes itself. It sends a fresh Idempotency-Key, so its own retries (a lost answer,
+// a 503) answer the record the first try wrote and never publish twice; OutboxRecord.Outcome
+// says "existing" when a retry found it. A producer that retries across restarts of its own
+// process keeps a key of its own and calls PublishWithKey.
 func (c *Client) Publish(ctx context.Context, r PublishRequest) (*OutboxRecord, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("courier: an idempotency key: %w", err)
+	}
+	return c.PublishWithKey(ctx, hex.EncodeToString(b[:]), r)
+}
+
+// PublishWithKey is Publish under the producer's own idempotency key (1–255 printable ASCII
+// characters, a UUID say): every request with that key and the same message, while the record
+// is kept, answers the one record the first wrote; the same key with another message is a
+// conflict (*Error with Code conflict).
+func (c *Client) PublishWithKey(ctx context.Context, idempotencyKey string, r PublishRequest) (*OutboxRecord, error) {
 	var out OutboxRecord
-	if _, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/outbox", body: r, out: &out}); err != nil {
+	_, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/outbox", body: r, out: &out, idempotent: true,
+		header: http.Header{api.IdempotencyKeyHeader: {idempotencyKey}}})
+	if err != nil {
 		return nil, err
 	}
 	return &out, nil

@@ -25,6 +25,7 @@ type OutboxStore interface {
 	ListOutbox(ctx context.Context, f courier.OutboxFilter) ([]courier.OutboxRecord, bool, error)
 	RedriveOutbox(ctx context.Context, id int64) (courier.OutboxRecord, error)
 	EnqueueOutbox(ctx context.Context, m outbox.Message) (courier.OutboxRecord, error)
+	EnqueueOutboxOnce(ctx context.Context, m outbox.Message, key, hash string) (courier.OutboxRecord, bool, error)
 	DeadOutbox(ctx context.Context, f courier.DeadFilter, limit int) ([]courier.DeadRef, error)
 	RedriveDeadOutbox(ctx context.Context, ids []int64) (int64, error)
 	// The ordered mode's blocked keys (docs/flow-control.md, "Ordered keys in the outbox").

@@ -520,3 +520,58 @@ func TestPayloadsAsPosted(t *testing.T) {
 	require.Len(t, page.Items, 3)
 	require.JSONEq(t, `{"order":1,"lines":["a","b"]}`, string(page.Items[0].Payload), "lists show payloads the same way")
 }
+
+// POST /v1/outbox with an Idempotency-Key is safe to retry: the repeat answers the record the
+// first request wrote (200, existing) and writes nothing; another body under the same key is
+// 409; a malformed key is 422. Without a key every request writes a record.
+func TestPublishIsIdempotentWithAKey(t *testing.T) {
+	f := setup(t)
+	publish := func(key, body string) (*http.Response, api.OutboxRecord, api.ErrorBody) {
+		t.Helper()
+		req, err := http.NewRequest("POST", f.url+"/v1/outbox", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+f.producer)
+		req.Header.Set("Content-Type", "application/json")
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		raw, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		var rec api.OutboxRecord
+		var eb api.ErrorBody
+		if resp.StatusCode < 400 {
+			require.NoError(t, json.Unmarshal(raw, &rec))
+		} else {
+			require.NoError(t, json.Unmarshal(raw, &eb))
+		}
+		return resp, rec, eb
+	}
+	body := `{"topic":"orders.created","key":"o-1","payload":{"order":1}}`
+	resp, first, _ := publish("7a8c0e4e-order-1", body)
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	require.Equal(t, "created", first.Outcome)
+	resp, again, _ := publish("7a8c0e4e-order-1", `{"topic": "orders.created", "key": "o-1", "payload": {"order": 1}}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "the same request, spaced differently")
+	require.Equal(t, "existing", again.Outcome)
+	require.Equal(t, first.ID, again.ID)
+	require.Equal(t, 1, f.count(t), "one record")
+
+	resp, _, eb := publish("7a8c0e4e-order-1", `{"topic":"orders.created","key":"o-1","payload":{"order":2}}`)
+	require.Equal(t, http.StatusConflict, resp.StatusCode)
+	require.Equal(t, courier.CodeConflict, eb.Error.Code)
+	for _, bad := range []string{strings.Repeat("k", 256), "has space", "ключ"} {
+		resp, _, eb = publish(bad, body)
+		require.Equal(t, http.StatusUnprocessableEntity, resp.StatusCode, bad)
+		require.Equal(t, courier.CodeValidation, eb.Error.Code)
+	}
+	require.Equal(t, 1, f.count(t), "nothing refused wrote a record")
+
+	resp, _, _ = publish("", body)
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	resp, _, _ = publish("", body)
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	require.Equal(t, 3, f.count(t), "without a key every request writes")
+}

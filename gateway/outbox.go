@@ -3,7 +3,9 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -138,8 +140,14 @@ func (h *handlers) outboxPage(c echo.Context) (api.OutboxPage, error) {
 }
 
 // publishOutbox writes one outbox record for producers that cannot write to a database of their
-// own; it is delivered like any other row.
+// own; it is delivered like any other row. With an Idempotency-Key the request is safe to
+// retry: a repeat answers the record the first one wrote (200, existing) and publishes nothing
+// more, and a repeat with another body is a conflict.
 func (h *handlers) publishOutbox(c echo.Context) error {
+	key, err := idempotencyKey(c)
+	if err != nil {
+		return err
+	}
 	var req api.PublishRequest
 	if err := bindJSON(c, &req); err != nil {
 		return err
@@ -152,14 +160,71 @@ func (h *handlers) publishOutbox(c echo.Context) error {
 	if err := m.Validate(); err != nil {
 		return err
 	}
-	rec, err := h.d.Outbox.EnqueueOutbox(c.Request().Context(), m)
+	var (
+		rec     courier.OutboxRecord
+		created = true
+	)
+	if key == "" {
+		rec, err = h.d.Outbox.EnqueueOutbox(c.Request().Context(), m)
+	} else {
+		rec, created, err = h.d.Outbox.EnqueueOutboxOnce(c.Request().Context(), m, key, publishHash(m))
+	}
 	if err != nil {
 		return err
+	}
+	out := api.OutboxRecordOf(courier.DefaultSource, rec)
+	if !created {
+		out.Outcome = api.OutboxExisting
+		return c.JSON(http.StatusOK, out)
 	}
 	if h.d.Wake != nil {
 		h.d.Wake()
 	}
-	return c.JSON(http.StatusCreated, api.OutboxRecordOf(courier.DefaultSource, rec))
+	out.Outcome = api.OutboxCreated
+	return c.JSON(http.StatusCreated, out)
+}
+
+// idempotencyKey reads a request's Idempotency-Key: empty when none was sent, otherwise 1 to
+// api.MaxIdempotencyKeyBytes of printable ASCII.
+func idempotencyKey(c echo.Context) (string, error) {
+	vals := c.Request().Header.Values(api.IdempotencyKeyHeader)
+	if len(vals) == 0 {
+		return "", nil
+	}
+	bad := func(msg string) error {
+		return &courier.Error{Code: courier.CodeValidation, Message: msg, Details: map[string]any{"header": api.IdempotencyKeyHeader}}
+	}
+	if len(vals) > 1 {
+		return "", bad("send one Idempotency-Key")
+	}
+	k := vals[0]
+	if k == "" || len(k) > api.MaxIdempotencyKeyBytes {
+		return "", bad(fmt.Sprintf("Idempotency-Key must be 1 to %d characters", api.MaxIdempotencyKeyBytes))
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x21 || k[i] > 0x7e {
+			return "", bad("Idempotency-Key must be printable ASCII without spaces (a UUID, say)")
+		}
+	}
+	return k, nil
+}
+
+// publishHash is what a repeat of a publish must match to be the same request: its topic, key,
+// payload (compacted) and headers.
+func publishHash(m outbox.Message) string {
+	var payload bytes.Buffer
+	if err := json.Compact(&payload, m.Payload); err != nil {
+		payload.Reset()
+		payload.Write(m.Payload)
+	}
+	b, _ := json.Marshal(struct {
+		Topic   string            `json:"topic"`
+		Key     string            `json:"key"`
+		Payload json.RawMessage   `json:"payload"`
+		Headers map[string]string `json:"headers"`
+	}{m.Topic, m.Key, payload.Bytes(), m.Headers})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 func (h *handlers) getOutbox(c echo.Context) error {

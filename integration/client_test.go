@@ -580,8 +580,8 @@ func (f *flaky) tries(k string) int {
 }
 
 // Retries against the real gateway: idempotent calls go through a flaky transport; a publish
-// whose answer is lost is not repeated (one record, not two), while a task insert whose answer
-// is lost is, and finds its own task.
+// whose answer is lost is repeated under its idempotency key and finds its own record (one
+// record, not two), as a task insert whose answer is lost finds its own task.
 func TestClientRetriesThroughAFlakyTransport(t *testing.T) {
 	cs := newClientStack(t)
 	ctx := t.Context()
@@ -604,12 +604,14 @@ func TestClientRetriesThroughAFlakyTransport(t *testing.T) {
 	require.Positive(t, rec.ID)
 
 	f = &flaky{mode: "lost", fails: map[string]int{"POST /v1/outbox": 1}}
-	_, err = with(f).Publish(ctx, cc.PublishRequest{Topic: "orders.lost", Payload: json.RawMessage(`1`)})
-	require.Error(t, err)
-	require.Equal(t, 1, f.tries("POST /v1/outbox"), "a publish that may have happened is not repeated")
+	rec, err = with(f).Publish(ctx, cc.PublishRequest{Topic: "orders.lost", Payload: json.RawMessage(`1`)})
+	require.NoError(t, err, "a publish whose answer was lost is repeated under its idempotency key")
+	require.Equal(t, 2, f.tries("POST /v1/outbox"))
+	require.Equal(t, "existing", rec.Outcome, "the retry found the record the first try wrote")
 	page, err := cs.producerC.ListOutbox(ctx, cc.OutboxQuery{Topic: "orders.lost"})
 	require.NoError(t, err)
 	require.Len(t, page.Items, 1, "the lost answer's record exists once")
+	require.Equal(t, rec.ID, page.Items[0].ID)
 
 	f = &flaky{mode: "lost", fails: map[string]int{"POST /v1/tasks": 1}}
 	task, err := with(f).InsertTask(ctx, cc.TaskRequest{TaskID: "lost-1", TaskVersion: 1})

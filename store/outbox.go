@@ -32,7 +32,11 @@ type outboxRow struct {
 	SentAt        bun.NullTime `bun:"sent_at"`
 	LastError     *string      `bun:"last_error"`
 	WorkflowID    *string      `bun:"workflow_id"`
-	PayloadBytes  int          `bun:"payload_bytes,scanonly"`
+	// IdempotencyKey and RequestHash are a record's written through the API with an
+	// Idempotency-Key (EnqueueOutboxOnce); NULL otherwise.
+	IdempotencyKey *string `bun:"idempotency_key"`
+	RequestHash    *string `bun:"request_hash"`
+	PayloadBytes   int     `bun:"payload_bytes,scanonly"`
 }
 
 func (r *outboxRow) record() courier.OutboxRecord {
@@ -499,6 +503,55 @@ func (s *Store) EnqueueOutbox(ctx context.Context, m outbox.Message) (courier.Ou
 		return nil
 	})
 	return rec, err
+}
+
+// EnqueueOutboxOnce writes one outbox record as EnqueueOutbox does, under an idempotency key
+// (the API's Idempotency-Key) and the hash of the request that asked for it: the first request
+// with the key writes the record (created); a repeat with the same hash, while the record is
+// kept, answers the record it wrote (not created); a repeat with another hash is a conflict and
+// writes nothing. Two concurrent requests with one key write one record: the unique index
+// makes the second wait for the first and then find its record.
+func (s *Store) EnqueueOutboxOnce(ctx context.Context, m outbox.Message, key, hash string) (rec courier.OutboxRecord, created bool, err error) {
+	if err := m.Validate(); err != nil {
+		return courier.OutboxRecord{}, false, err
+	}
+	var headers any
+	if len(m.Headers) > 0 {
+		b, err := json.Marshal(m.Headers)
+		if err != nil {
+			return courier.OutboxRecord{}, false, err
+		}
+		headers = string(b)
+	}
+	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		created = false
+		var ids []int64
+		err := tx.NewRaw(`INSERT INTO courier_outbox (topic, "key", payload, headers, idempotency_key, request_hash) VALUES (?, ?, ?, ?, ?, ?) `+
+			`ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING RETURNING id`,
+			m.Topic, m.Key, []byte(m.Payload), headers, key, hash).Scan(ctx, &ids)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		var row outboxRow
+		q := tx.NewSelect().Model(&row)
+		if len(ids) == 1 {
+			created = true
+			q = q.Where("id = ?", ids[0])
+		} else {
+			q = q.Where("idempotency_key = ?", key)
+		}
+		if err := q.Scan(ctx); err != nil {
+			return err
+		}
+		if !created && (row.RequestHash == nil || *row.RequestHash != hash) {
+			return &courier.Error{Code: courier.CodeConflict,
+				Message: fmt.Sprintf("Idempotency-Key %q was used for another request (outbox record %d): a retry must repeat the request unchanged, a new request needs a new key", key, row.ID),
+				Details: map[string]any{"id": row.ID}}
+		}
+		rec = row.record()
+		return nil
+	})
+	return rec, created, err
 }
 
 // HoldOutbox hands a record whose topic is paused back to pending, due again after retryIn,
