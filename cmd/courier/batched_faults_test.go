@@ -112,15 +112,15 @@ func TestBatchedQueueUnderFaults(t *testing.T) {
 	w := newFaultWorker(t, verifier, gateways, key, hold)
 
 	// The tasks wait while the queue has no push_url; giving it one starts the load.
-	queueConfig := func(pushURL string) api.QueueConfig {
+	queueConfig := func(pushURL string, pushBatchSize int) api.QueueConfig {
 		return api.QueueConfig{PushURL: pushURL, Secrets: []string{secret}, ConcurrencyLimit: limit,
-			ProcessingTimeout: api.PositiveDuration(time.Minute), DispatchMode: courier.DispatchBatched,
+			ProcessingTimeout: api.PositiveDuration(time.Minute), DispatchMode: courier.DispatchBatched, PushBatchSize: pushBatchSize,
 			Retry: api.Retry{MaxAttempts: 5, InitialInterval: api.PositiveDuration(time.Second)}}
 	}
-	require.Equal(t, 201, httpJSON(t, "PUT", gateways[0]+"/v1/queues/"+queue, key, queueConfig(""), nil))
+	require.Equal(t, 201, httpJSON(t, "PUT", gateways[0]+"/v1/queues/"+queue, key, queueConfig("", 1), nil))
 	insertFaultTasks(t, gateways, key, queue, total)
 	w.start()
-	require.Equal(t, 200, httpJSON(t, "PUT", gateways[1]+"/v1/queues/"+queue, key, queueConfig(w.url), nil))
+	require.Equal(t, 200, httpJSON(t, "PUT", gateways[1]+"/v1/queues/"+queue, key, queueConfig(w.url, 1), nil))
 	t.Logf("%5.1fs: %d tasks inserted, queue %q given its push_url", time.Since(began).Seconds(), total, queue)
 
 	// The faults, each once enough tasks have succeeded and while many remain.
@@ -140,7 +140,34 @@ func TestBatchedQueueUnderFaults(t *testing.T) {
 		{name: "SIGKILL node 2 (worker and gateway)", at: 800, node: nodes[1]},
 		{name: "PostgreSQL restarted in immediate mode", at: 1300},
 	}
-	for _, f := range faults {
+	// The load's progress, for the log: tasks succeeded every second.
+	var progress []string
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+				n := w.succeeded()
+				progress = append(progress, fmt.Sprintf("%.0fs:%d", time.Since(began).Seconds(), n))
+				if n == total {
+					return
+				}
+			case <-w.stop:
+				return
+			}
+		}
+	}()
+	for i, f := range faults {
+		if i == 1 {
+			// The rest goes out in batched pushes, 10 attempts a request, so the second kill and
+			// the restart meet them, and the runs the first kill left (claimed with single
+			// pushes) are repeated after the switch.
+			require.Equal(t, 200, httpJSON(t, "PUT", gateways[1]+"/v1/queues/"+queue, key, queueConfig(w.url, 10), nil))
+			t.Logf("%5.1fs: the queue pushes 10 attempts a request from now on", time.Since(began).Seconds())
+		}
 		require.Eventually(t, func() bool { return w.succeeded() >= f.at }, 3*time.Minute, 10*time.Millisecond,
 			"%d tasks succeed before %q", f.at, f.name)
 		var state string
@@ -160,7 +187,9 @@ func TestBatchedQueueUnderFaults(t *testing.T) {
 			w.disarm(tr)
 		} else {
 			state = snapshot()
+			restart := time.Now()
 			require.NoError(t, pg.Restart(ctx))
+			state += fmt.Sprintf("; it accepted connections again after %s", time.Since(restart).Round(time.Millisecond))
 		}
 		done := w.succeeded()
 		require.Less(t, done, total, "the fault %q lands mid-load", f.name)
@@ -219,6 +248,8 @@ func TestBatchedQueueUnderFaults(t *testing.T) {
 	rs.Close()
 	require.Len(t, rows, total, "one row per task")
 	w.stopAll()
+	<-sampled
+	t.Logf("tasks succeeded by then: %s", strings.Join(progress, " "))
 
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -236,8 +267,10 @@ func TestBatchedQueueUnderFaults(t *testing.T) {
 			repushed++
 			repushes += a.pushes - 1
 		}
+		// A single push's webhook-id is its attempt's delivery id; a batched push's is its
+		// request's, the same on every push of the attempt.
 		want := courier.TaskAttemptDeliveryID(k.taskID, k.version, k.attempt)
-		if len(a.webhookIDs) != 1 || a.webhookIDs[want] != a.pushes {
+		if len(a.webhookIDs) != 1 || (!a.batched && a.webhookIDs[want] != a.pushes) {
 			badIDs = append(badIDs, fmt.Sprintf("%s attempt %d: %v", k.taskID, k.attempt, a.webhookIDs))
 		}
 		afterSuccess += a.pushesAfterSuccess
@@ -268,11 +301,12 @@ func TestBatchedQueueUnderFaults(t *testing.T) {
 			late++
 		}
 	}
-	t.Logf("load done in %.1fs (whole test %.1fs): rows %v; worker: most held at once %d of %d, attempts pushed %d, "+
+	t.Logf("load done in %.1fs (whole test %.1fs): rows %v; worker: most held at once %d of %d, attempts pushed %d "+
+		"(%d single pushes, %d batched pushes), "+
 		"attempts first pushed by the repeat of a killed node's batch run %d, "+
 		"re-pushes of an attempt %d (of %d attempts; every one with the attempt's webhook-id), pushes after the attempt's success %d, "+
 		"tasks needing more than one attempt %d, results answered 202 %d, found recorded (409 after a lost answer) %d, result calls that met a dead gateway %d, 5xx answers %d",
-		loadTook.Seconds(), time.Since(began).Seconds(), counts, w.maxHeld, limit, len(w.attempts), late, repushes, repushed, afterSuccess, retried,
+		loadTook.Seconds(), time.Since(began).Seconds(), counts, w.maxHeld, limit, len(w.attempts), w.singlePushes, w.batchedPushes, late, repushes, repushed, afterSuccess, retried,
 		w.sum(w.accepted), w.sum(w.recorded), w.unreachable, w.unavailable)
 	require.Empty(t, w.problems, "the worker saw nothing wrong (bad signatures, unknown answers)")
 	require.LessOrEqual(t, w.maxHeld, limit, "the worker never holds more tasks than the queue's limit")
