@@ -22,6 +22,7 @@ import (
 	"time"
 
 	_ "github.com/lib/pq" // the test reads the private server's rows
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-oss/courier"
@@ -203,31 +204,35 @@ func TestBatchedQueueUnderFaults(t *testing.T) {
 
 	// Every task ends Success, in the rows.
 	var counts map[string]int
-	require.Eventually(t, func() bool {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		counts = map[string]int{}
 		rows, err := db.QueryContext(ctx, "SELECT status, count(*) FROM courier_tasks WHERE queue = $1 GROUP BY status", queue)
-		if err != nil {
-			return false
+		if !assert.NoError(c, err) {
+			return
 		}
 		defer rows.Close()
 		for rows.Next() {
 			var s string
 			var n int
-			if rows.Scan(&s, &n) != nil {
-				return false
+			if !assert.NoError(c, rows.Scan(&s, &n)) {
+				return
 			}
 			counts[s] = n
 		}
-		return rows.Err() == nil && counts["success"] == total
-	}, 4*time.Minute, 200*time.Millisecond, "every task ends Success (by status: %v)", counts)
+		assert.NoError(c, rows.Err())
+		assert.Equal(c, map[string]int{"success": total}, counts, "every task ends Success (tasks by status)")
+	}, 4*time.Minute, 200*time.Millisecond)
 	loadTook := time.Since(began)
 	// Nothing stays Processing and no slot stays taken: the count and the holds of answers a
 	// killed gateway never wrote come back (SlotHoldGrace, then a claimer's recovery pass).
-	var inFlight, holds int
-	require.Eventually(t, func() bool {
-		return db.QueryRowContext(ctx, "SELECT in_flight, (SELECT count(*) FROM courier_task_slot_holds) FROM courier_task_queues WHERE name = $1",
-			queue).Scan(&inFlight, &holds) == nil && inFlight == 0 && holds == 0
-	}, 2*time.Minute, 200*time.Millisecond, "no slot stays taken (in_flight %d, holds %d)", inFlight, holds)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		var inFlight, holds int
+		if assert.NoError(c, db.QueryRowContext(ctx, "SELECT in_flight, (SELECT count(*) FROM courier_task_slot_holds) FROM courier_task_queues WHERE name = $1",
+			queue).Scan(&inFlight, &holds)) {
+			assert.Zero(c, inFlight, "no slot stays taken (the queue's in_flight)")
+			assert.Zero(c, holds, "no slot stays held for an answer")
+		}
+	}, 2*time.Minute, 200*time.Millisecond)
 
 	// The rows against what the worker saw.
 	type row struct {
