@@ -36,11 +36,12 @@ import (
 // The fault test of the batched dispatch mode (issue 34, docs/tasks.md "Faults in the batched
 // mode"): 2,000 tasks on a batched queue limited to 50, a real HTTP worker that holds each
 // task 20 ms, two courier nodes (a worker and a gateway process each) on a private PostgreSQL,
-// Temporal in this process. Mid-load, node 1 is SIGKILLed and started again, then node 2, then
-// PostgreSQL is restarted in immediate mode. In the end every task is Success exactly once in
-// its row, the worker never held more than the limit, nothing stays Processing and no slot
-// stays taken, no attempt was lost (each task's attempts reached the worker, none skipped),
-// and every push of one attempt carried the same webhook-id.
+// Temporal in this process. Mid-load, node 1 is SIGKILLed in the middle of its pushes and
+// started again, the queue switches from single pushes to batched pushes of 10, node 2 is
+// SIGKILLed likewise, then PostgreSQL is restarted in immediate mode. In the end every task is
+// Success exactly once in its row, the worker never held more than the limit, nothing stays
+// Processing and no slot stays taken, no attempt was lost (each task's attempts reached the
+// worker, none skipped), and every push of one attempt carried the same webhook-id.
 func TestBatchedQueueUnderFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Temporal, PostgreSQL and four courier processes")
