@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -33,12 +34,14 @@ type pushOutcome struct {
 
 // PushBatch pushes a batch run's attempts (contract.PushBatchName). It marks the attempts
 // still due pushed, in one statement that also starts their deadlines, then sends them to the
-// queue's worker endpoint, push_batch_size to a request, the requests at once within this
-// process's push slots. A request that fails on the way is tried again as one push is (up to
-// courier.PushTries tries, after the worker's Retry-After, never past the earliest deadline it
-// carries); an attempt the worker refuses, or whose request still failed, ends as a failure
-// without holding the others. A repeat after a crash pushes only what is still due, each
-// attempt with the same delivery id, its deadline unchanged.
+// queue's worker endpoint, push_batch_size to a request (as the claim recorded it), the
+// requests at once within this process's push slots. A request that fails on the way is tried
+// again as one push is (up to courier.PushTries tries, after the worker's Retry-After, never
+// past the earliest deadline it carries); an attempt the worker refuses, or whose request
+// still failed, ends as a failure without holding the others. A repeat after a crash pushes
+// only what is still due, each attempt with the same delivery id and in a request with the
+// same webhook-id as before (the requests group the run's attempts by their place in its
+// input, not by what is still due), its deadline unchanged.
 func (a *Tasks) PushBatch(ctx context.Context, p contract.PushBatchParams) (contract.PushBatchResult, error) {
 	var res contract.PushBatchResult
 	attempts := make([]store.BatchAttempt, len(p.Attempts))
@@ -61,6 +64,11 @@ func (a *Tasks) PushBatch(ctx context.Context, p contract.PushBatchParams) (cont
 	if err != nil {
 		return res, fmt.Errorf("read queue %q: %w", p.Queue, err)
 	}
+	size := p.PushBatchSize
+	if size <= 0 {
+		size = q.PushBatchSize
+	}
+	chunks := chunksOf(p.Attempts, max(size, 1), tasks)
 	outcomes := make([]pushOutcome, len(tasks))
 	if q.PushURL == "" {
 		for i := range outcomes {
@@ -68,7 +76,7 @@ func (a *Tasks) PushBatch(ctx context.Context, p contract.PushBatchParams) (cont
 				Message: fmt.Sprintf("push failed: queue %q has no push_url", q.Name)}}
 		}
 	} else {
-		a.sendBatch(ctx, q, p.Batch, tasks, outcomes)
+		a.sendBatch(ctx, q, p.Batch, chunks, tasks, outcomes)
 	}
 	for i, t := range tasks {
 		o := outcomes[i]
@@ -104,9 +112,73 @@ func (a *Tasks) endAttempt(ctx context.Context, t courier.Task, o contract.Attem
 	return nil
 }
 
-// sendBatch sends tasks to q's endpoint, q.PushBatchSize to a request, and fills outcomes.
-func (a *Tasks) sendBatch(ctx context.Context, q courier.Queue, batch string, tasks []courier.Task, outcomes []pushOutcome) {
-	size := max(q.PushBatchSize, 1)
+// pushChunk is one request of a batch's push: where its attempts are in the tasks being
+// pushed, in order, and its webhook-id.
+type pushChunk struct {
+	start, end int // tasks[start:end]
+	id         string
+	batched    bool // an api.TaskPushBatch, not a single push
+}
+
+// chunksOf groups the run's attempts size to a request by their place in its input, so that
+// the request carrying an attempt has the same webhook-id on every push of it: a single push's
+// is its attempt's delivery id, a batched push's is derived from every attempt of its group,
+// also those no longer due. It orders tasks (the attempts still due, in the database's order)
+// as the requests carry them, and returns the requests.
+func chunksOf(attempts []contract.BatchAttempt, size int, tasks []courier.Task) []pushChunk {
+	type key struct {
+		id      string
+		version int64
+		attempt int
+	}
+	place := make(map[key]int, len(attempts))
+	for i, at := range attempts {
+		place[key{at.TaskID, at.Version, at.Attempt}] = i
+	}
+	// An attempt the input does not name (never: the database returns only the input's) goes
+	// after them, in a group of its own.
+	pos := make(map[key]int, len(tasks))
+	for i, t := range tasks {
+		k := key{t.TaskID, t.Version, t.Attempt}
+		p, ok := place[k]
+		if !ok {
+			p = len(attempts) + size*(len(attempts)+i)
+		}
+		pos[k] = p
+	}
+	posOf := func(t courier.Task) int { return pos[key{t.TaskID, t.Version, t.Attempt}] }
+	sort.SliceStable(tasks, func(i, j int) bool { return posOf(tasks[i]) < posOf(tasks[j]) })
+	deliveryID := func(id string, version int64, attempt int) string {
+		return courier.TaskAttemptDeliveryID(id, version, attempt)
+	}
+	var chunks []pushChunk
+	for i := 0; i < len(tasks); {
+		group := posOf(tasks[i]) / size
+		j := i + 1
+		for j < len(tasks) && posOf(tasks[j])/size == group {
+			j++
+		}
+		c := pushChunk{start: i, end: j, batched: size > 1}
+		switch {
+		case !c.batched:
+			c.id = deliveryID(tasks[i].TaskID, tasks[i].Version, tasks[i].Attempt)
+		case group*size < len(attempts):
+			ids := make([]string, 0, size)
+			for _, at := range attempts[group*size : min((group+1)*size, len(attempts))] {
+				ids = append(ids, deliveryID(at.TaskID, at.Version, at.Attempt))
+			}
+			c.id = chunkDeliveryID(ids)
+		default:
+			c.id = chunkDeliveryID([]string{deliveryID(tasks[i].TaskID, tasks[i].Version, tasks[i].Attempt)})
+		}
+		chunks = append(chunks, c)
+		i = j
+	}
+	return chunks
+}
+
+// sendBatch sends tasks to q's endpoint, a request per chunk, and fills outcomes.
+func (a *Tasks) sendBatch(ctx context.Context, q courier.Queue, batch string, chunks []pushChunk, tasks []courier.Task, outcomes []pushOutcome) {
 	var signer *webhook.Signer
 	if len(q.Secrets) > 0 {
 		s, err := webhook.NewSigner(q.Secrets...)
@@ -124,13 +196,12 @@ func (a *Tasks) sendBatch(ctx context.Context, q courier.Queue, batch string, ta
 	}
 	cl := a.client(q, timeout)
 	var wg sync.WaitGroup
-	for start := 0; start < len(tasks); start += size {
-		end := min(start+size, len(tasks))
+	for _, c := range chunks {
 		if a.localPushes != nil {
 			select {
 			case a.localPushes <- struct{}{}:
 			case <-ctx.Done():
-				for i := start; i < len(tasks); i++ {
+				for i := c.start; i < len(tasks); i++ {
 					outcomes[i] = pushOutcome{outcome: contract.AttemptOutcome{Kind: courier.OutcomeFailure, Message: "push failed: " + ctx.Err().Error()}}
 				}
 				wg.Wait()
@@ -143,16 +214,16 @@ func (a *Tasks) sendBatch(ctx context.Context, q courier.Queue, batch string, ta
 			if a.localPushes != nil {
 				defer func() { <-a.localPushes }()
 			}
-			a.sendChunk(ctx, cl, q, signer, batch, tasks[start:end], outcomes[start:end])
+			a.sendChunk(ctx, cl, q, signer, batch, c, tasks[c.start:c.end], outcomes[c.start:c.end])
 		}()
 	}
 	wg.Wait()
 }
 
-// sendChunk sends one request: a single push (api.TaskPush) for one task, a batched push
-// (api.TaskPushBatch) for more, with the tries of one push.
+// sendChunk sends one request: a single push (api.TaskPush) or a batched push
+// (api.TaskPushBatch), as c says, with the tries of one push.
 func (a *Tasks) sendChunk(ctx context.Context, cl *callback.Client, q courier.Queue, signer *webhook.Signer, batch string,
-	tasks []courier.Task, outcomes []pushOutcome) {
+	c pushChunk, tasks []courier.Task, outcomes []pushOutcome) {
 	pushes := make([]api.TaskPush, len(tasks))
 	deadline := time.Time{}
 	for i, t := range tasks {
@@ -163,15 +234,12 @@ func (a *Tasks) sendChunk(ctx context.Context, cl *callback.Client, q courier.Qu
 	}
 	var (
 		body []byte
-		id   string
 		err  error
 	)
-	if len(tasks) == 1 && q.PushBatchSize <= 1 {
+	if !c.batched {
 		body, err = json.Marshal(pushes[0])
-		id = pushes[0].DeliveryID
 	} else {
 		body, err = json.Marshal(api.TaskPushBatch{Tasks: pushes, ResultsURL: a.resultsURL()})
-		id = chunkDeliveryID(pushes)
 	}
 	if err != nil {
 		fail(outcomes, "push failed: "+err.Error(), 0, false)
@@ -183,7 +251,7 @@ func (a *Tasks) sendChunk(ctx context.Context, cl *callback.Client, q courier.Qu
 			s.End()
 		}
 	}()
-	req := callback.Request{URL: q.PushURL, Body: body, Signer: signer, DeliveryID: id}
+	req := callback.Request{URL: q.PushURL, Body: body, Signer: signer, DeliveryID: c.id}
 	answer, err := sendTries(ctx, cl, req, deadline)
 	if err != nil {
 		var ce *callback.Error
@@ -197,7 +265,7 @@ func (a *Tasks) sendChunk(ctx context.Context, cl *callback.Client, q courier.Qu
 	for i := range outcomes {
 		outcomes[i] = pushOutcome{taken: true}
 	}
-	if len(tasks) == 1 && q.PushBatchSize <= 1 || len(answer) == 0 {
+	if !c.batched || len(answer) == 0 {
 		return
 	}
 	var ans api.TaskPushBatchAnswer
@@ -265,12 +333,13 @@ func (a *Tasks) taskPush(t courier.Task) api.TaskPush {
 
 func (a *Tasks) resultsURL() string { return a.publicURL + "/v1/tasks/results" }
 
-// chunkDeliveryID is a batched push's webhook-id: the same for the same attempts, so a repeat
-// of the request after a crash is recognised as one.
-func chunkDeliveryID(pushes []api.TaskPush) string {
+// chunkDeliveryID is a batched push's webhook-id, derived from the delivery ids of the
+// attempts its group was formed of (chunksOf), so a repeat of the request after a crash is
+// recognised as one even when some of them have left it.
+func chunkDeliveryID(deliveryIDs []string) string {
 	h := sha256.New()
-	for _, p := range pushes {
-		h.Write([]byte(p.DeliveryID))
+	for _, id := range deliveryIDs {
+		h.Write([]byte(id))
 		h.Write([]byte{0})
 	}
 	return "task-batch/" + hex.EncodeToString(h.Sum(nil)[:16])

@@ -170,7 +170,7 @@ func (c *Claimer) pass(ctx context.Context) {
 				break
 			}
 			if claim.Batch != "" {
-				if err := c.startBatch(ctx, q.Name, claim.Batch, claim.Attempts); err != nil && ctx.Err() == nil {
+				if err := c.startBatch(ctx, q.Name, max(q.PushBatchSize, 1), claim.Batch, claim.Attempts); err != nil && ctx.Err() == nil {
 					// The rows wait in Processing without a push: recover starts the batch
 					// again once they are RecoverAfter old.
 					c.log.Warn("task claimer: start batch", "queue", q.Name, "batch", claim.Batch, "attempts", len(claim.Attempts), "error", err)
@@ -228,8 +228,9 @@ func (c *Claimer) recover(ctx context.Context) {
 	failed := c.startAll(ctx, own, true) > 0
 	for batch, attempts := range batches {
 		// A batch run still open pushes them (the start finds it); a closed one is run again
-		// for what it left unpushed.
-		if err := c.startBatch(ctx, attempts[0].Queue, batch, attempts); err != nil && ctx.Err() == nil {
+		// for what it left unpushed, none of which was ever sent: the queue's push_batch_size
+		// now groups them.
+		if err := c.startBatch(ctx, attempts[0].Queue, 0, batch, attempts); err != nil && ctx.Err() == nil {
 			c.log.Warn("task claimer: restart batch", "batch", batch, "attempts", len(attempts), "error", err)
 			failed = true
 		}
@@ -241,8 +242,10 @@ func (c *Claimer) recover(ctx context.Context) {
 
 // startBatch starts the run that pushes a batched claim's attempts (workflows.TaskBatch), or
 // finds it running: its id is the batch's, written on every attempt's row by the claim.
-func (c *Claimer) startBatch(ctx context.Context, queue, batch string, attempts []dispatch.Attempt) error {
-	p := contract.PushBatchParams{Queue: queue, Batch: batch, Attempts: make([]contract.BatchAttempt, len(attempts))}
+// pushBatchSize is the queue's push_batch_size the claim read (0: the one at the push), fixed
+// in the run's input so that a repeat of its push groups the attempts as the first did.
+func (c *Claimer) startBatch(ctx context.Context, queue string, pushBatchSize int, batch string, attempts []dispatch.Attempt) error {
+	p := contract.PushBatchParams{Queue: queue, Batch: batch, PushBatchSize: pushBatchSize, Attempts: make([]contract.BatchAttempt, len(attempts))}
 	for i, a := range attempts {
 		p.Attempts[i] = contract.BatchAttempt{TaskID: a.TaskID, Version: a.Version, Attempt: a.Attempt,
 			ProcessingTimeout: a.ProcessingTimeout, HeartbeatTimeout: a.HeartbeatTimeout}

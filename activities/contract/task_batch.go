@@ -21,6 +21,11 @@ type PushBatchParams struct {
 	// PushTimeout bounds one try of one request (the queue's push_timeout at the claim); zero:
 	// courier.DefaultPushTimeout.
 	PushTimeout time.Duration `json:",omitempty"`
+	// PushBatchSize is how many attempts one request carries (the queue's push_batch_size at
+	// the claim), so that a repeat of the push after a crash groups the attempts still due as
+	// the first push did and each keeps its request's webhook-id; zero (a run started before
+	// it was recorded): the queue's push_batch_size when the push runs.
+	PushBatchSize int `json:",omitempty"`
 }
 
 // BatchAttempt is one attempt of a batch, with the timeouts it runs under (the queue's, with

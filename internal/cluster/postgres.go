@@ -131,6 +131,30 @@ func startPostgres(ctx context.Context, cfg postgresConfig) (*Postgres, error) {
 	return pg, nil
 }
 
+// StartPrivatePostgres starts a PostgreSQL server of its own for a test that must restart it
+// (the machine's shared server is never touched): its data under dir (initdb on first use; dir
+// and every parent must be searchable by others when we are root, as the server then runs as
+// the postgres user), listening on DefaultHost and a free port, its log at dir/name.log, and
+// name as its cluster_name. It returns once the server accepts connections; Proc.Stop ends it
+// and Restart restarts it in immediate mode. An error wrapping ErrPrerequisite says what the
+// machine lacks (PostgreSQL's server binaries, the postgres user).
+func StartPrivatePostgres(ctx context.Context, dir, name string) (*Postgres, error) {
+	binDir, err := PostgresBinDir()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := postgresCredential(); err != nil {
+		return nil, err
+	}
+	ports := &portPicker{host: DefaultHost}
+	port := ports.free()
+	if err := ports.err(); err != nil {
+		return nil, err
+	}
+	return startPostgres(ctx, postgresConfig{name: name, clusterName: name, dir: dir, binDir: binDir,
+		host: DefaultHost, port: port, maxConnections: 200, logDir: dir})
+}
+
 // Start starts the server process and waits until it accepts connections.
 func (pg *Postgres) Start(ctx context.Context) error {
 	if err := pg.Proc.Start(); err != nil {
