@@ -54,7 +54,11 @@ func TestPostgresNotifyWakesRelay(t *testing.T) {
 		return err == nil && rec.Status == courier.OutboxDead
 	}, 30*time.Second, 20*time.Millisecond)
 	s.createStream("BILLING", "billing.>")
-	_, err = s.store.RedriveOutbox(ctx, dead) // straight to the database: only NOTIFY can wake the relay
+	// As the API's redrive does, wait for the dead record's delivery run to close (it marks the
+	// row dead a moment before it ends; relay.DeliveryRuns), then redrive straight in the
+	// database: only NOTIFY can wake the relay.
+	require.NoError(t, relay.DeliveryRuns{Temporal: s.tc, Wait: 30 * time.Second}.WaitClosed(ctx, courier.OutboxWorkflowID(courier.DefaultSource, dead)))
+	_, err = s.store.RedriveOutbox(ctx, dead)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		rec, err := s.store.GetOutbox(ctx, dead)

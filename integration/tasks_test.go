@@ -316,8 +316,22 @@ func (ts *taskStack) waitStatus(id string, version int64, status courier.TaskSta
 	return last
 }
 
+// inFlight is the queue's count of tasks in Processing once the answers already written have
+// settled: a result's slot stays counted until its worker has been answered (a hold, released
+// tasks.AnswerSettle after the answer), so a read right after a 202 waits for those holds to go.
 func (ts *taskStack) inFlight(queue string) int {
-	q, err := ts.store.GetQueue(ts.t.Context(), queue)
+	ctx := ts.t.Context()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var holds int
+		require.NoError(ts.t, ts.store.DB().NewRaw(
+			"SELECT count(*) FROM courier_task_slot_holds WHERE queue = ?", queue).Scan(ctx, &holds))
+		if holds == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	q, err := ts.store.GetQueue(ctx, queue)
 	require.NoError(ts.t, err)
 	return q.InFlight
 }
