@@ -31,7 +31,9 @@ func TestGeneratedGoClientCompiles(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(filepath.Join(root, "internal", "tools", "apicheck", "testdata")) })
 	cfg := filepath.Join(dir, "oapi-codegen.yaml")
 	out := filepath.Join(dir, "client.gen.go")
-	if err := os.WriteFile(cfg, []byte("package: courierapi\ngenerate:\n  models: true\n  client: true\noutput: "+out+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte("package: courierapi\ngenerate:\n  models: true\n  client: true\n"+
+		// Keep the schemas only the webhooks (courier's pushes to workers) use.
+		"output-options:\n  skip-prune: true\noutput: "+out+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	run := func(args ...string) string {
@@ -52,7 +54,7 @@ func TestGeneratedGoClientCompiles(t *testing.T) {
 	// The operations the README's examples use have typed calls and typed answers.
 	for _, want := range []string{
 		"func (c *Client) PostV1Outbox", "func (c *Client) PostV1Timers", "func (c *Client) PostV1Tasks",
-		"type OutboxRecord struct", "type Timer struct", "type Task struct", "type JSONValue = interface{}",
+		"type OutboxRecord struct", "type Timer struct", "type Task struct", "type JSONValue = json.RawMessage",
 	} {
 		if !strings.Contains(string(src), want) {
 			t.Errorf("the generated client has no %q", want)
