@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"runtime"
 	"sort"
 	"sync"
@@ -23,12 +21,8 @@ import (
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/mq"
-	"github.com/courier-oss/courier/relay"
-	"github.com/courier-oss/courier/schema"
-	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/timers"
 	"github.com/courier-oss/courier/webhook"
-	"github.com/courier-oss/courier/worker"
 )
 
 // TimersConfig sets up `courier bench timers`.
@@ -67,24 +61,20 @@ func RunTimers(ctx context.Context, stack Stack, cfg TimersConfig) ([]TimerResul
 	if cfg.Out == nil {
 		cfg.Out = os.Stdout
 	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	dir, err := os.MkdirTemp("", "courier-bench-timers-")
+	sqlite, remove, err := scratchSQLite("courier-bench-timers-")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	defer remove()
 	base, err := timerBaseline(ctx, stack.Temporal, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("baseline: %w", err)
 	}
-	st, err := store.Open(ctx, "sqlite:"+filepath.Join(dir, "bench.db"))
+	st, err := openDB(ctx, sqlite)
 	if err != nil {
 		return nil, err
 	}
 	defer st.Close()
-	if err := schema.Up(ctx, st.DB(), schema.AllSets...); err != nil {
-		return nil, err
-	}
 	secret, _ := webhook.GenerateSecret()
 	var (
 		mu      sync.Mutex
@@ -108,19 +98,11 @@ func RunTimers(ctx context.Context, stack Stack, cfg TimersConfig) ([]TimerResul
 	if _, _, err := st.PutBizType(ctx, courier.BizType{Name: "bench.timer", Delivery: courier.DeliveryHTTP, CallbackURL: rcv.URL, Secrets: []string{secret}}); err != nil {
 		return nil, err
 	}
-	bizTypes := st.NewBizTypeCache(0, quiet) // as courier's worker reads them
-	defer bizTypes.Close()
-	w, err := worker.New(worker.Config{DisableRelay: true, AllowLoopbackCallbacks: true, BizTypeRefresh: 200 * time.Millisecond,
-		Relay: relay.Config{TaskQueue: "bench-timers"}},
-		worker.Deps{Temporal: stack.Temporal, Publisher: nopPublisher{}, Logger: quiet, BizTypes: bizTypes, TimerRows: st,
-			Sources: []relay.Source{{Name: courier.DefaultSource, Store: st}}})
+	stop, err := startTimerWorker(ctx, stack, st, nopPublisher{}, "bench-timers")
 	if err != nil {
 		return nil, err
 	}
-	if err := w.Start(ctx); err != nil {
-		return nil, err
-	}
-	defer w.Stop()
+	defer stop()
 	svc := timers.New(stack.Temporal, "", st, st, "bench-timers")
 
 	start := time.Now()

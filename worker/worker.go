@@ -18,6 +18,7 @@ import (
 	"github.com/courier-oss/courier/mq"
 	"github.com/courier-oss/courier/pauses"
 	"github.com/courier-oss/courier/relay"
+	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/tasks"
 	"github.com/courier-oss/courier/timers"
 )
@@ -205,6 +206,26 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		d.Pauses.OnChange(func(before, after courier.Pauses) { w.relay.Wake() })
 	}
 	return w, nil
+}
+
+// Start builds a worker from its configuration and collaborators and starts it (New, then
+// (*Worker).Start): the one assembly that `courier worker`, `courier dev`, the bench and the
+// tests share, so that they differ only in cfg and d. Stop it with Stop.
+func Start(ctx context.Context, cfg Config, d Deps) (*Worker, error) {
+	w, err := New(cfg, d)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Start(ctx); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// DefaultSources is courier's own database as a worker's outbox sources: the one named
+// courier.DefaultSource.
+func DefaultSources(st *store.Store) []relay.Source {
+	return []relay.Source{{Name: courier.DefaultSource, Store: st}}
 }
 
 // workflowsWorkerOptions are those of the worker on the workflows' own queue.
