@@ -38,7 +38,7 @@ type Config struct {
 	// Lease is how long a claimed row stays with its relay before another relay re-ensures its
 	// delivery workflow exists (covers a relay that crashed between claim and start); default 30 s.
 	Lease time.Duration
-	Retry workflows.RetryPolicy // delivery budget; default workflows.DefaultOutboxRetry
+	Retry courier.RetryPolicy // delivery budget; default workflows.DefaultOutboxRetry
 	// OrphanCheck is how long after its delivery started a row is looked at again, to re-ensure
 	// its workflow still exists (an idempotent start); default 1 h.
 	OrphanCheck time.Duration
@@ -199,7 +199,7 @@ func (c Config) withDefaults() Config {
 			c.Ordered.Max = max(c.Ordered.Max, c.Batch.Max)
 		}
 	}
-	c.Retry = c.Retry.WithDefaults()
+	c.Retry = workflows.OutboxRetry(c.Retry)
 	return c
 }
 
