@@ -22,6 +22,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/internal/defaults"
 	"github.com/courier-oss/courier/mq"
 	"github.com/courier-oss/courier/mq/natsmq"
 	"github.com/courier-oss/courier/outbox"
@@ -91,15 +92,9 @@ func (s Stack) namespace() string {
 
 // RunOutbox runs the outbox scenarios and the bare-Temporal baseline on one stack.
 func RunOutbox(ctx context.Context, stack Stack, cfg OutboxConfig) ([]Result, error) {
-	if cfg.Rows <= 0 {
-		cfg.Rows = 2000
-	}
-	if cfg.Rate <= 0 {
-		cfg.Rate = 200
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 10 * time.Minute
-	}
+	defaults.UnlessPositive(&cfg.Rows, 2000)
+	defaults.UnlessPositive(&cfg.Rate, 200)
+	defaults.UnlessPositive(&cfg.Timeout, 10*time.Minute)
 	if cfg.Out == nil {
 		cfg.Out = os.Stdout
 	}
@@ -113,12 +108,8 @@ func RunOutbox(ctx context.Context, stack Stack, cfg OutboxConfig) ([]Result, er
 	}
 	results = append(results, base)
 
-	if cfg.BatchRate <= 0 {
-		cfg.BatchRate = 1000
-	}
-	if cfg.OrderedKeys <= 0 {
-		cfg.OrderedKeys = 20
-	}
+	defaults.UnlessPositive(&cfg.BatchRate, 1000)
+	defaults.UnlessPositive(&cfg.OrderedKeys, 20)
 	i := 0
 	err = forEachDatabase(ctx, "courier-bench-", cfg.PostgresURL, func(name, url string) error {
 		r, err := runOutbox(ctx, stack, name, url, fmt.Sprintf("BENCH%d", i), cfg, modeRecord, quiet)

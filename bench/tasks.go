@@ -25,6 +25,7 @@ import (
 	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/gateway"
+	"github.com/courier-oss/courier/internal/defaults"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/tasks"
 	"github.com/courier-oss/courier/worker"
@@ -96,18 +97,10 @@ const taskStartParallelism = 8
 // slots and whether the limit holds; on SQLite, on PostgreSQL when given, and next to a
 // bare-Temporal baseline doing the same HTTP work in one activity per workflow.
 func RunTasks(ctx context.Context, stack Stack, cfg TasksConfig) ([]TaskResult, error) {
-	if cfg.Tasks <= 0 {
-		cfg.Tasks = 2000
-	}
-	if cfg.Limit <= 0 {
-		cfg.Limit = 20
-	}
-	if cfg.Work <= 0 {
-		cfg.Work = 20 * time.Millisecond
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 10 * time.Minute
-	}
+	defaults.UnlessPositive(&cfg.Tasks, 2000)
+	defaults.UnlessPositive(&cfg.Limit, 20)
+	defaults.UnlessPositive(&cfg.Work, 20*time.Millisecond)
+	defaults.UnlessPositive(&cfg.Timeout, 10*time.Minute)
 	if cfg.Out == nil {
 		cfg.Out = os.Stdout
 	}

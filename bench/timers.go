@@ -20,6 +20,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/internal/defaults"
 	"github.com/courier-oss/courier/mq"
 	"github.com/courier-oss/courier/timers"
 	"github.com/courier-oss/courier/webhook"
@@ -49,15 +50,9 @@ type TimerResult struct {
 // arrive, next to a bare-Temporal baseline: workflows that sleep until the same times and run
 // one no-op activity.
 func RunTimers(ctx context.Context, stack Stack, cfg TimersConfig) ([]TimerResult, error) {
-	if cfg.Timers <= 0 {
-		cfg.Timers = 1000
-	}
-	if cfg.Window <= 0 {
-		cfg.Window = 10 * time.Second
-	}
-	if cfg.Lead <= 0 {
-		cfg.Lead = 15 * time.Second
-	}
+	defaults.UnlessPositive(&cfg.Timers, 1000)
+	defaults.UnlessPositive(&cfg.Window, 10*time.Second)
+	defaults.UnlessPositive(&cfg.Lead, 15*time.Second)
 	if cfg.Out == nil {
 		cfg.Out = os.Stdout
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/gateway"
+	"github.com/courier-oss/courier/internal/defaults"
 	"github.com/courier-oss/courier/mq/natsmq"
 	"github.com/courier-oss/courier/timers"
 	"github.com/courier-oss/courier/webhook"
@@ -41,12 +42,8 @@ const batchesAtOnce = 4
 // MQ messages on NATS, and as signed HTTP callbacks — and what they cost the engine per timer,
 // on SQLite and (when given) PostgreSQL.
 func RunTimersBucketed(ctx context.Context, stack Stack, cfg BucketedConfig) ([]TimerResult, error) {
-	if cfg.Timers <= 0 {
-		cfg.Timers = 100_000
-	}
-	if cfg.Window <= 0 {
-		cfg.Window = 10 * time.Second
-	}
+	defaults.UnlessPositive(&cfg.Timers, 100_000)
+	defaults.UnlessPositive(&cfg.Window, 10*time.Second)
 	if cfg.Out == nil {
 		cfg.Out = os.Stdout
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/internal/defaults"
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/tracing"
 	"github.com/courier-oss/courier/workflows"
@@ -165,33 +166,15 @@ const (
 )
 
 func (c Config) withDefaults() Config {
-	if c.TaskQueue == "" {
-		c.TaskQueue = DefaultTaskQueue
-	}
-	if c.BatchSize <= 0 {
-		c.BatchSize = DefaultBatchSize
-	}
-	if c.PollInterval <= 0 {
-		c.PollInterval = DefaultPollInterval
-	}
-	if c.StartWorkers <= 0 {
-		c.StartWorkers = DefaultStartWorkers
-	}
-	if c.Lease <= 0 {
-		c.Lease = DefaultLease
-	}
-	if c.OrphanCheck <= 0 {
-		c.OrphanCheck = DefaultOrphanCheck
-	}
-	if c.SentRetention == 0 {
-		c.SentRetention = DefaultSentRetention
-	}
-	if c.Batch.Max <= 0 {
-		c.Batch.Max = DefaultBatchMax
-	}
-	if c.Batch.Linger <= 0 {
-		c.Batch.Linger = DefaultBatchLinger
-	}
+	defaults.IfZero(&c.TaskQueue, DefaultTaskQueue)
+	defaults.UnlessPositive(&c.BatchSize, DefaultBatchSize)
+	defaults.UnlessPositive(&c.PollInterval, DefaultPollInterval)
+	defaults.UnlessPositive(&c.StartWorkers, DefaultStartWorkers)
+	defaults.UnlessPositive(&c.Lease, DefaultLease)
+	defaults.UnlessPositive(&c.OrphanCheck, DefaultOrphanCheck)
+	defaults.IfZero(&c.SentRetention, DefaultSentRetention)
+	defaults.UnlessPositive(&c.Batch.Max, DefaultBatchMax)
+	defaults.UnlessPositive(&c.Batch.Linger, DefaultBatchLinger)
 	if c.Ordered.Max <= 0 {
 		c.Ordered.Max = DefaultOrderedMax
 		if len(c.Batch.Sources)+len(c.Batch.Topics) > 0 {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/internal/defaults"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/mq"
 	"github.com/courier-oss/courier/pauses"
@@ -134,18 +135,10 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		d.Logger = slog.Default()
 	}
 	d.Publisher = mq.Traced(d.Publisher) // a span per publish; the message carries its traceparent
-	if cfg.ShutdownTimeout <= 0 {
-		cfg.ShutdownTimeout = DefaultShutdownTimeout
-	}
-	if cfg.MaxConcurrentActivities <= 0 {
-		cfg.MaxConcurrentActivities = DefaultMaxConcurrentActivities
-	}
-	if cfg.BizTypeRefresh <= 0 {
-		cfg.BizTypeRefresh = DefaultBizTypeRefresh
-	}
-	if cfg.Relay.TaskQueue == "" {
-		cfg.Relay.TaskQueue = relay.DefaultTaskQueue
-	}
+	defaults.UnlessPositive(&cfg.ShutdownTimeout, DefaultShutdownTimeout)
+	defaults.UnlessPositive(&cfg.MaxConcurrentActivities, DefaultMaxConcurrentActivities)
+	defaults.UnlessPositive(&cfg.BizTypeRefresh, DefaultBizTypeRefresh)
+	defaults.IfZero(&cfg.Relay.TaskQueue, relay.DefaultTaskQueue)
 	cfg.Tasks = cfg.Tasks.WithDefaults()
 	queue := cfg.Relay.TaskQueue // set once here: the relay, claimer, timers and sweeper all use it
 	w := &Worker{cfg: cfg, deps: d, tw: sdkworker.New(d.Temporal, queue, workflowsWorkerOptions(cfg))}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/courier-oss/courier/devstack/embeddednats"
+	"github.com/courier-oss/courier/internal/defaults"
 )
 
 // Defaults applied by Start to zero-valued Config fields.
@@ -95,24 +96,12 @@ func (cfg *Config) defaults() error {
 	if cfg.Binaries.TemporalServer == "" || cfg.Binaries.SQLTool == "" || cfg.Binaries.Courier == "" {
 		return errors.New("cluster: Binaries are required (cluster.Build)")
 	}
-	if cfg.Host == "" {
-		cfg.Host = DefaultHost
-	}
-	if cfg.HistoryShards == 0 {
-		cfg.HistoryShards = DefaultHistoryShards
-	}
-	if cfg.Namespace == "" {
-		cfg.Namespace = DefaultNamespace
-	}
-	if cfg.Retention == 0 {
-		cfg.Retention = DefaultRetention
-	}
-	if cfg.Workers == 0 {
-		cfg.Workers = DefaultWorkers
-	}
-	if cfg.Gateways == 0 {
-		cfg.Gateways = DefaultGateways
-	}
+	defaults.IfZero(&cfg.Host, DefaultHost)
+	defaults.IfZero(&cfg.HistoryShards, DefaultHistoryShards)
+	defaults.IfZero(&cfg.Namespace, DefaultNamespace)
+	defaults.IfZero(&cfg.Retention, DefaultRetention)
+	defaults.IfZero(&cfg.Workers, DefaultWorkers)
+	defaults.IfZero(&cfg.Gateways, DefaultGateways)
 	if cfg.Progress == nil {
 		cfg.Progress = func(string) {}
 	}
