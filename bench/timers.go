@@ -132,15 +132,20 @@ func RunTimers(ctx context.Context, stack Stack, cfg TimersConfig) ([]TimerResul
 		return nil, err
 	}
 	out := []TimerResult{base, res}
-	fmt.Fprintf(cfg.Out, "\ntimers: %d per scenario, due across %s starting %s after creation began\n\n", cfg.Timers, cfg.Window, cfg.Lead)
-	fmt.Fprintln(cfg.Out, "| scenario | n | created/s | lateness p50 | p99 | max | early | Go heap in use |")
-	fmt.Fprintln(cfg.Out, "|---|---:|---:|---:|---:|---:|---:|---:|")
+	printTimers(cfg.Out, fmt.Sprintf("timers: %d per scenario, due across %s starting %s after creation began", cfg.Timers, cfg.Window, cfg.Lead), out)
+	return out, nil
+}
+
+// printTimers prints the timer scenarios' table under its title, then what they cost the engine.
+func printTimers(w io.Writer, title string, out []TimerResult) {
+	fmt.Fprintf(w, "\n%s\n\n", title)
+	fmt.Fprintln(w, "| scenario | n | created/s | lateness p50 | p99 | max | early | Go heap in use |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, t := range out {
-		fmt.Fprintf(cfg.Out, "| %s | %d | %.0f | %s | %s | %s | %d | %.0f MB |\n", t.Scenario, t.N, t.CreatePerSec,
+		fmt.Fprintf(w, "| %s | %d | %.0f | %s | %s | %s | %d | %.0f MB |\n", t.Scenario, t.N, t.CreatePerSec,
 			t.P50.Round(time.Millisecond), t.P99.Round(time.Millisecond), t.Max.Round(time.Millisecond), t.Early, t.HeapMB)
 	}
-	printCost(cfg.Out, costRows(out, func(r TimerResult) (string, Cost) { return r.Scenario, r.Cost }))
-	return out, nil
+	printCost(w, costRows(out, func(r TimerResult) (string, Cost) { return r.Scenario, r.Cost }))
 }
 
 // lateness summarises arrival minus due time per id and counts early arrivals.

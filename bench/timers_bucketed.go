@@ -63,15 +63,8 @@ func RunTimersBucketed(ctx context.Context, stack Stack, cfg BucketedConfig) ([]
 	if err != nil {
 		return out, err
 	}
-	fmt.Fprintf(cfg.Out, "\nbucketed timers: %d per scenario, created through POST /v1/timers/batch (1,000 a request, %d at once), due across %s\n\n",
-		cfg.Timers, batchesAtOnce, cfg.Window)
-	fmt.Fprintln(cfg.Out, "| scenario | n | created/s | lateness p50 | p99 | max | early | Go heap in use |")
-	fmt.Fprintln(cfg.Out, "|---|---:|---:|---:|---:|---:|---:|---:|")
-	for _, t := range out {
-		fmt.Fprintf(cfg.Out, "| %s | %d | %.0f | %s | %s | %s | %d | %.0f MB |\n", t.Scenario, t.N, t.CreatePerSec,
-			t.P50.Round(time.Millisecond), t.P99.Round(time.Millisecond), t.Max.Round(time.Millisecond), t.Early, t.HeapMB)
-	}
-	printCost(cfg.Out, costRows(out, func(r TimerResult) (string, Cost) { return r.Scenario, r.Cost }))
+	printTimers(cfg.Out, fmt.Sprintf("bucketed timers: %d per scenario, created through POST /v1/timers/batch (1,000 a request, %d at once), due across %s",
+		cfg.Timers, batchesAtOnce, cfg.Window), out)
 	return out, nil
 }
 

@@ -99,10 +99,7 @@ func runMigrate(ctx context.Context, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *dbURL == "" {
-		return fmt.Errorf("DATABASE_URL (or --database-url) is required")
-	}
-	st, err := store.Open(ctx, *dbURL)
+	st, err := openDatabase(ctx, *dbURL)
 	if err != nil {
 		return err
 	}
@@ -135,6 +132,14 @@ func runMigrate(ctx context.Context, args []string) error {
 	return nil
 }
 
+// openDatabase opens the database of --database-url (DATABASE_URL), which the command requires.
+func openDatabase(ctx context.Context, url string) (*store.Store, error) {
+	if url == "" {
+		return nil, fmt.Errorf("DATABASE_URL (or --database-url) is required")
+	}
+	return store.Open(ctx, url)
+}
+
 // runAPIKey creates or revokes API keys, or sets a key's own request rate.
 func runAPIKey(ctx context.Context, args []string) error {
 	if _, err := pickSubcommand("apikey", "action", []subcommand{
@@ -158,10 +163,7 @@ func runAPIKey(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *dbURL == "" {
-		return fmt.Errorf("DATABASE_URL (or --database-url) is required")
-	}
-	st, err := store.Open(ctx, *dbURL)
+	st, err := openDatabase(ctx, *dbURL)
 	if err != nil {
 		return err
 	}
