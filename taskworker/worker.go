@@ -21,6 +21,7 @@ import (
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/client"
+	"github.com/courier-oss/courier/internal/defaults"
 	"github.com/courier-oss/courier/webhook"
 )
 
@@ -137,15 +138,9 @@ func New(cfg Config, h HandlerFunc) (*Worker, error) {
 	if cfg.ResultLinger == 0 {
 		cfg.ResultLinger = DefaultResultLinger
 	}
-	if cfg.RetryAfter <= 0 {
-		cfg.RetryAfter = DefaultRetryAfter
-	}
-	if cfg.HeartbeatFraction == 0 {
-		cfg.HeartbeatFraction = DefaultHeartbeatFraction
-	}
-	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = DefaultMaxBodyBytes
-	}
+	defaults.UnlessPositive(&cfg.RetryAfter, DefaultRetryAfter)
+	defaults.IfZero(&cfg.HeartbeatFraction, DefaultHeartbeatFraction)
+	defaults.UnlessPositive(&cfg.MaxBodyBytes, DefaultMaxBodyBytes)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}

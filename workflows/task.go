@@ -75,7 +75,7 @@ const StateStale = "stale"
 // connection, no answer within the push timeout, 429 or 5xx), after the worker's Retry-After
 // when it sent one; the push's schedule-to-close timeout keeps every try before the processing
 // deadline. A refused push (4xx, blocked address) or a stale attempt is not retried.
-var pushRetry = RetryPolicy{InitialInterval: contract.PushRetryInitial, BackoffCoef: 2, MaxInterval: contract.PushRetryMax, MaxAttempts: courier.PushTries}
+var pushRetry = courier.RetryPolicy{InitialInterval: contract.PushRetryInitial, BackoffCoef: 2, MaxInterval: contract.PushRetryMax, MaxAttempts: courier.PushTries}
 
 // pushNonRetryable are the push's error types that no retry can fix.
 var pushNonRetryable = []string{contract.ErrTypePushFailed, contract.ErrTypeTaskStale}
@@ -96,7 +96,7 @@ const defaultProcessingTimeout = 10 * time.Minute
 var finishOptions = workflow.LocalActivityOptions{
 	ScheduleToCloseTimeout: 10 * 365 * 24 * time.Hour,
 	StartToCloseTimeout:    30 * time.Second,
-	RetryPolicy:            untilDone.Temporal(),
+	RetryPolicy:            TemporalRetry(untilDone),
 }
 
 // Task runs one attempt of a task version (workflow id task/<task_id>/<version>; each attempt
@@ -179,7 +179,7 @@ func pushThenWait(ctx workflow.Context, p TaskParams) (r contract.AttemptResult,
 	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		ScheduleToCloseTimeout: push.ProcessingTimeout,
 		StartToCloseTimeout:    push.PushTimeout + pushTryMargin,
-		RetryPolicy:            pushRetry.Temporal(pushNonRetryable...),
+		RetryPolicy:            TemporalRetry(pushRetry, pushNonRetryable...),
 	})
 	pushErr := workflow.ExecuteLocalActivity(lctx, contract.SendPushName, push).Get(ctx, nil)
 	if results.got == nil && pushErr != nil {
@@ -276,7 +276,7 @@ func pushAndAwait(ctx workflow.Context, p TaskParams) (r contract.AttemptResult,
 		ScheduleToCloseTimeout: push.ProcessingTimeout,
 		StartToCloseTimeout:    push.ProcessingTimeout,
 		HeartbeatTimeout:       p.HeartbeatTimeout,
-		RetryPolicy:            once.Temporal(), // a failed or timed-out attempt goes back through the queue's retry policy
+		RetryPolicy:            TemporalRetry(once), // a failed or timed-out attempt goes back through the queue's retry policy
 	})
 	err := workflow.ExecuteActivity(actx, contract.PushAwaitName, push).Get(ctx, &r)
 	var app *temporal.ApplicationError
@@ -365,7 +365,7 @@ func attemptFinished(ctx workflow.Context, p TaskParams, out contract.AttemptOut
 
 // sweepRetry tries a failed sweep twice more, 5 s apart at first; the next scheduled sweep
 // picks up whatever is left after that.
-var sweepRetry = RetryPolicy{InitialInterval: 5 * time.Second, MaxAttempts: 3}
+var sweepRetry = courier.RetryPolicy{InitialInterval: 5 * time.Second, MaxAttempts: 3}
 
 // sweepsPerRun is how many sweeps one run of the sweeper makes before it continues as new:
 // an hour's worth at the default interval, a few hundred history events.
@@ -381,7 +381,7 @@ func TaskSweeper(ctx workflow.Context, p contract.SweepParams) (contract.SweepRe
 		TaskQueue:           courier.TaskFinishQueue(workflow.GetInfo(ctx).TaskQueueName),
 		StartToCloseTimeout: 10 * time.Minute,
 		HeartbeatTimeout:    time.Minute,
-		RetryPolicy:         sweepRetry.Temporal(),
+		RetryPolicy:         TemporalRetry(sweepRetry),
 	})
 	var res contract.SweepResult
 	if p.Every <= 0 {
