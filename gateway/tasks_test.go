@@ -239,6 +239,12 @@ func (f *cannedTasks) ListQueues(context.Context) ([]courier.Queue, error) {
 	return a.queues, a.err
 }
 
+func (f *cannedTasks) DeleteQueue(_ context.Context, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.record("DeleteQueue", name, 0).err
+}
+
 func (f *cannedTasks) Retry(_ context.Context, taskID string, version int64) (courier.Task, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -904,7 +910,12 @@ func jsonNames(v any) []string {
 	var out []string
 	rt := reflect.TypeOf(v)
 	for i := range rt.NumField() {
-		name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
+		fd := rt.Field(i)
+		if fd.Anonymous && fd.Tag.Get("json") == "" { // embedded: its fields are the struct's
+			out = append(out, jsonNames(reflect.New(fd.Type).Elem().Interface())...)
+			continue
+		}
+		name, _, _ := strings.Cut(fd.Tag.Get("json"), ",")
 		if name != "" && name != "-" {
 			out = append(out, name)
 		}
