@@ -239,13 +239,28 @@ func (s *Service) ListSchedulePage(ctx context.Context, q ScheduleQuery, token [
 	if q.Paused != nil {
 		conds = append(conds, fmt.Sprintf("TemporalSchedulePaused = %t", *q.Paused))
 	}
-	resp, err := s.tc.WorkflowService().ListSchedules(ctx, &workflowservice.ListSchedulesRequest{
+	req := &workflowservice.ListSchedulesRequest{
 		Namespace: s.namespace, MaximumPageSize: int32(q.Limit), NextPageToken: token, Query: strings.Join(conds, " AND "),
-	})
+	}
+	resp, err := s.tc.WorkflowService().ListSchedules(ctx, req)
+	// The raw service call has none of the SDK's retries: wait out the namespace's visibility
+	// rate limit (a burst of lists meets it) a few times, about 3 s in all, within ctx.
+	for wait := visibilityBackoff; isRateLimited(err) && wait <= 8*visibilityBackoff; wait *= 2 {
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		resp, err = s.tc.WorkflowService().ListSchedules(ctx, req)
+	}
 	if err != nil {
 		var inv *serviceerror.InvalidArgument
-		if errors.As(err, &inv) {
+		switch {
+		case errors.As(err, &inv):
 			return nil, nil, &courier.Error{Code: courier.CodeValidation, Message: inv.Message}
+		case isRateLimited(err):
+			return nil, nil, &courier.Error{Code: courier.CodeUnavailable, RetryAfter: time.Second,
+				Message: "Temporal's visibility is rate limited for the moment (too many lists at once); repeat in a second"}
 		}
 		return nil, nil, err
 	}
@@ -269,4 +284,15 @@ func (s *Service) ListSchedulePage(ctx context.Context, q ScheduleQuery, token [
 		out = append(out, sc)
 	}
 	return out, resp.GetNextPageToken(), nil
+}
+
+// visibilityBackoff is the first wait before a list that Temporal's visibility rate limit
+// refused is sent again; each next wait doubles.
+const visibilityBackoff = 200 * time.Millisecond
+
+// isRateLimited reports Temporal refusing a call for its rate limits (ResourceExhausted), which
+// a moment's wait lifts.
+func isRateLimited(err error) bool {
+	var re *serviceerror.ResourceExhausted
+	return errors.As(err, &re)
 }
