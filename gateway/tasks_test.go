@@ -882,15 +882,20 @@ type stubBizTypes struct{ gateway.BizTypeStore }
 var httpMethods = []string{"get", "put", "post", "delete", "patch", "head", "options", "trace"}
 
 func jsonNames(v any) []string {
+	return jsonNamesOf(reflect.TypeOf(v))
+}
+
+// jsonNamesOf names the JSON fields of a struct type, those of an embedded struct without a
+// name of its own among them (encoding/json flattens it).
+func jsonNamesOf(rt reflect.Type) []string {
 	var out []string
-	rt := reflect.TypeOf(v)
 	for i := range rt.NumField() {
-		fd := rt.Field(i)
-		if fd.Anonymous && fd.Tag.Get("json") == "" { // embedded: its fields are the struct's
-			out = append(out, jsonNames(reflect.New(fd.Type).Elem().Interface())...)
+		f := rt.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			out = append(out, jsonNamesOf(f.Type)...)
 			continue
 		}
-		name, _, _ := strings.Cut(fd.Tag.Get("json"), ",")
 		if name != "" && name != "-" {
 			out = append(out, name)
 		}
@@ -949,6 +954,12 @@ func TestOpenAPIDocumentsRoutes(t *testing.T) {
 		"ErrorDetail":          api.ErrorDetail{},
 		"Error":                api.ErrorBody{},
 		"PauseRequest":         api.PauseRequest{},
+		// POST /v1/tasks/results and the pushes (the document's webhooks).
+		"TaskPush":            api.TaskPush{},
+		"PushAnswer":          api.PushAnswer{},
+		"TaskPushBatch":       api.TaskPushBatch{},
+		"TaskPushBatchAnswer": api.TaskPushBatchAnswer{},
+		"TaskRefusal":         api.TaskRefusal{},
 	} {
 		ref := doc.Components.Schemas[schema]
 		require.NotNil(t, ref, "schema %s", schema)
