@@ -40,7 +40,7 @@ type claimTx struct {
 var _ dispatch.ClaimTx = (*claimTx)(nil)
 
 func (c *claimTx) Queue(ctx context.Context) (courier.Queue, error) {
-	return c.s.getQueue(ctx, c.tx, c.queue, true)
+	return c.s.getQueue(ctx, c.tx, c.queue, lockWrite)
 }
 
 func (c *claimTx) Paused(ctx context.Context) (bool, error) {

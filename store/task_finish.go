@@ -199,7 +199,7 @@ func (s *Store) finishLocked(ctx context.Context, tx bun.Tx, t courier.Task, att
 		q, ok := queues[t.Queue]
 		if !ok {
 			var err error
-			if q, err = s.getQueue(ctx, tx, t.Queue, false); err != nil { // its retry policy, read only when needed
+			if q, err = s.getQueue(ctx, tx, t.Queue, lockNone); err != nil { // its retry policy, read only when needed
 				return fr, err
 			}
 			if queues != nil {

@@ -33,7 +33,7 @@ func (s *Store) InsertTask(ctx context.Context, r courier.TaskRequest) (courier.
 		outcome courier.TaskInsertOutcome
 	)
 	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		q, err := s.getQueue(ctx, tx, r.Queue, false)
+		q, err := s.getQueue(ctx, tx, r.Queue, lockKeep)
 		if courier.ErrorCode(err) == courier.CodeNotFound {
 			return &courier.Error{Code: courier.CodeValidation, Message: fmt.Sprintf("queue %q does not exist", r.Queue),
 				Details: map[string]any{"field": "queue"}}
@@ -167,7 +167,7 @@ func (s *Store) RetryTask(ctx context.Context, taskID string, version int64) (co
 				Message: fmt.Sprintf("task %q version %d is %s; only failed and cancelled tasks can be retried", taskID, version, t.Status),
 				Details: map[string]any{"status": string(t.Status)}}
 		}
-		q, err := s.getQueue(ctx, tx, t.Queue, false)
+		q, err := s.getQueue(ctx, tx, t.Queue, lockKeep)
 		if err != nil {
 			return err
 		}
