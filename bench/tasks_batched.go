@@ -31,6 +31,7 @@ type BatchedConfig struct {
 	Rate          float64 // steady-load inserts per second; default 1,000
 	Limit         int     // the queue's concurrency limit; default 1,000 (the River run's MaxWorkers)
 	PushBatchSize int     // the queue's push_batch_size; default 100 (1: a push per task, results one by one)
+	SkipSQLite    bool    // run on PostgreSQL only
 }
 
 // withDefaults fills c's zero fields.
@@ -108,6 +109,9 @@ func RunBatched(ctx context.Context, stack Stack, cfg TasksConfig) ([]BatchedRes
 	defer os.RemoveAll(dir)
 	var out []BatchedResult
 	err = forEachDatabase(ctx, dir, cfg.PostgresURL, func(name, url string) error {
+		if name == "sqlite" && b.SkipSQLite && cfg.PostgresURL != "" {
+			return nil
+		}
 		loads := []string{LoadBurnDown}
 		if b.SteadyTasks > 0 {
 			loads = append(loads, LoadSteady)

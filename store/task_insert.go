@@ -103,13 +103,16 @@ func (s *Store) InsertTask(ctx context.Context, r courier.TaskRequest) (courier.
 			return err
 		}
 		if outcome != courier.TaskExisting {
-			if err := s.admitAndNotify(ctx, tx, q, r.TaskID); err != nil {
+			if err := s.admitPending(ctx, tx, q, r.TaskID); err != nil {
 				return err
 			}
 		}
 		out, err = s.getTask(ctx, tx, r.TaskID, r.Version, false)
 		return err
 	})
+	if err == nil && outcome != courier.TaskExisting {
+		s.notifyCommitted(r.Queue)
+	}
 	return out, outcome, err
 }
 
@@ -126,15 +129,6 @@ func (s *Store) replaceTask(ctx context.Context, tx bun.Tx, q courier.Queue, r c
 		Set("claimed_at = NULL, pushed_at = NULL, deadline_at = NULL, run_id = NULL, heartbeat_timeout_ms = 0, finished_at = NULL").Set("updated_at = "+s.nowSQL()).
 		Where("task_id = ? AND version = ?", r.TaskID, r.Version).Exec(ctx)
 	return err
-}
-
-// admitAndNotify checks the queue's backlog budget (store/admission.go) for a task made pending
-// and wakes the claimers at commit.
-func (s *Store) admitAndNotify(ctx context.Context, tx bun.Tx, q courier.Queue, taskID string) error {
-	if err := s.admitPending(ctx, tx, q, taskID); err != nil {
-		return err
-	}
-	return s.notifyTasks(ctx, tx, q.Name)
 }
 
 // RetryTask makes a failed or cancelled version pending again, due now, with a fresh retry
@@ -181,12 +175,15 @@ func (s *Store) RetryTask(ctx context.Context, taskID string, version int64) (co
 		if err := s.replaceTask(ctx, tx, q, r, string(overrides)); err != nil {
 			return err
 		}
-		if err := s.admitAndNotify(ctx, tx, q, taskID); err != nil {
+		if err := s.admitPending(ctx, tx, q, taskID); err != nil {
 			return err
 		}
 		out, err = s.getTask(ctx, tx, taskID, version, false)
 		return err
 	})
+	if err == nil {
+		s.notifyCommitted(out.Queue)
+	}
 	return out, err
 }
 

@@ -71,6 +71,7 @@ func runBench(ctx context.Context, args []string) error {
 		fs.Float64Var(&kcfg.Batched.Rate, "rate", 1000, "inserts per second of the batched steady scenarios (and River's steady run)")
 		fs.IntVar(&kcfg.Batched.Limit, "batched-limit", 1000, "the batched queue's concurrency limit (River runs with 1,000 workers)")
 		fs.IntVar(&kcfg.Batched.PushBatchSize, "push-batch-size", 100, "the batched queue's push_batch_size (1: one push per task, each result on its own)")
+		fs.BoolVar(&kcfg.Batched.SkipSQLite, "batched-postgres-only", false, "run the batched scenarios on --postgres-url only, not on SQLite too")
 		fs.StringVar(&kcfg.River.Dir, "river-dir", defaultRiverDir(), "the riverbench module, run with go run beside the batched scenarios on --postgres-url's server (its database river, created if missing); empty: no River run")
 	}
 	temporalAddr := fs.String("temporal-address", env("COURIER_BENCH_TEMPORAL_ADDRESS", ""), "run on this Temporal frontend (host:port; a cluster such as make cluster's) instead of an embedded server; the bare baseline runs there too (COURIER_BENCH_TEMPORAL_ADDRESS)")
