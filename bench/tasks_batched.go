@@ -31,6 +31,7 @@ type BatchedConfig struct {
 	Rate          float64 // steady-load inserts per second; default 1,000
 	Limit         int     // the queue's concurrency limit; default 1,000 (the River run's MaxWorkers)
 	PushBatchSize int     // the queue's push_batch_size; default 100 (1: a push per task, results one by one)
+	ClaimSize     int     // the worker's tasks.Config.BatchedClaimSize (the most one batch run pushes); 0: its default
 	SkipSQLite    bool    // run on PostgreSQL only
 }
 
@@ -158,7 +159,8 @@ func runBatched(ctx context.Context, stack Stack, dbName, dbURL string, cfg Batc
 		DisableRelay:           true,
 		AllowLoopbackCallbacks: true,
 		Relay:                  relay.Config{TaskQueue: taskQueue},
-		Tasks:                  tasks.Config{PublicURL: "http://" + gw.Listener.Addr().String(), SweepEvery: time.Hour},
+		Tasks: tasks.Config{PublicURL: "http://" + gw.Listener.Addr().String(), SweepEvery: time.Hour,
+			BatchedClaimSize: cfg.ClaimSize},
 	}, worker.Deps{Temporal: tc, Publisher: nopPublisher{}, Logger: quiet, Tasks: st,
 		Sources: []relay.Source{{Name: courier.DefaultSource, Store: st}}})
 	if err != nil {
@@ -300,8 +302,12 @@ func perTaskCost(ctx context.Context, tc client.Client, batches []string, n int)
 // rate beside them when measured.
 func PrintBatchedTable(w io.Writer, cfg TasksConfig, rs []BatchedResult, river *RiverResult, perAttempt []TaskResult) {
 	b := cfg.Batched.withDefaults()
-	fmt.Fprintf(w, "\nbatched dispatch mode: burn-down %d tasks, steady %d tasks at %.0f/s; limit %d, push_batch_size %d; the worker answers each push at once and reports every result\n\n",
-		b.Tasks, b.SteadyTasks, b.Rate, b.Limit, b.PushBatchSize)
+	claim := b.ClaimSize
+	if claim <= 0 {
+		claim = tasks.DefaultBatchedClaimSize
+	}
+	fmt.Fprintf(w, "\nbatched dispatch mode: burn-down %d tasks, steady %d tasks at %.0f/s; limit %d, up to %d tasks a batch run, push_batch_size %d; the worker answers each push at once and reports every result\n\n",
+		b.Tasks, b.SteadyTasks, b.Rate, b.Limit, claim, b.PushBatchSize)
 	fmt.Fprintln(w, "| scenario | n | tasks/s end to end | inserts/s | insert→push p50 | p99 | push→Success p50 | p99 | events/task | actions/task | batch runs | pushes | max held (limit) | lost | over limit |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rs {

@@ -112,12 +112,25 @@ func (c *Claimer) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-c.wake:
+			// Wakes come with every insert and every freed slot: under a steady stream of
+			// them, passes back to back would each claim a task or two (a claim, and in the
+			// batched mode a batch run, each). A short gather lets one pass take what came
+			// meanwhile; a worker's limit, never its latency, is what it waits for.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(claimGather):
+			}
 		case <-poll.C:
 		case <-expire.C:
 			c.expire(ctx)
 		}
 	}
 }
+
+// claimGather is how long a claimer woken by an insert or a freed slot waits before its pass,
+// so that what arrives meanwhile is claimed (and, in the batched mode, pushed) together.
+const claimGather = 5 * time.Millisecond
 
 // ExpireEvery is how often every claimer times out the batched attempts whose deadline or
 // heartbeat timeout has passed: an attempt is timed out within this of its moment, never

@@ -20,6 +20,7 @@ import (
 	"github.com/courier-oss/courier/devstack"
 	"github.com/courier-oss/courier/devstack/embeddednats"
 	"github.com/courier-oss/courier/relay"
+	"github.com/courier-oss/courier/tasks"
 	"github.com/courier-oss/courier/worker"
 )
 
@@ -71,6 +72,7 @@ func runBench(ctx context.Context, args []string) error {
 		fs.Float64Var(&kcfg.Batched.Rate, "rate", 1000, "inserts per second of the batched steady scenarios (and River's steady run)")
 		fs.IntVar(&kcfg.Batched.Limit, "batched-limit", 1000, "the batched queue's concurrency limit (River runs with 1,000 workers)")
 		fs.IntVar(&kcfg.Batched.PushBatchSize, "push-batch-size", 100, "the batched queue's push_batch_size (1: one push per task, each result on its own)")
+		fs.IntVar(&kcfg.Batched.ClaimSize, "claim-size", tasks.DefaultBatchedClaimSize, "the most tasks one claim of the batched queue takes, pushed by one batch run (the worker's tasks.Config.BatchedClaimSize)")
 		fs.BoolVar(&kcfg.Batched.SkipSQLite, "batched-postgres-only", false, "run the batched scenarios on --postgres-url only, not on SQLite too")
 		fs.StringVar(&kcfg.River.Dir, "river-dir", defaultRiverDir(), "the riverbench module, run with go run beside the batched scenarios on --postgres-url's server (its database river, created if missing); empty: no River run")
 	}
