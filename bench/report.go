@@ -22,9 +22,9 @@ type Report struct {
 }
 
 // ReportRow is one scenario. Scenario names are stable: bare, courier-sqlite,
-// courier-postgres (outbox, tasks), courier-batch-sqlite, courier-batch-postgres (outbox batch
-// mode), courier-batched-sqlite[-steady], courier-batched-postgres[-steady] and river (tasks'
-// batched mode) and bare, courier (timers).
+// courier-postgres (outbox, tasks), standalone (tasks --standalone), courier-batch-sqlite,
+// courier-batch-postgres (outbox batch mode), courier-batched-sqlite[-steady],
+// courier-batched-postgres[-steady] and river (tasks' batched mode) and bare, courier (timers).
 type ReportRow struct {
 	Scenario       string  `json:"scenario"`
 	N              int     `json:"n"`
@@ -88,7 +88,7 @@ func TasksReport(run TasksRun) Report {
 	out := reportOf("tasks", run.PerAttempt, func(r TaskResult) ReportRow {
 		row := rowOf(r.Key, r.N, r.PerSec, r.P50, r.P99, r.Max, r.Cost)
 		row.setCPU(r.CPU, r.N)
-		if r.Key == "bare" {
+		if r.Key == "bare" || r.Key == "standalone" {
 			row.StartCPUMsPerItem = ms(perItem(r.StartCPU, r.N))
 		}
 		return row

@@ -48,7 +48,10 @@ type TasksConfig struct {
 	Mode    string
 	Batched BatchedConfig // the batched mode's scenarios
 	River   RiverConfig   // River beside them (PostgreSQL only); Dir "" skips it
-	Out     io.Writer     // where the table goes; default stdout
+	// Standalone adds the engine's own job queue beside the baseline: one standalone activity
+	// per task (taskStandalone). The server must allow them (StandaloneDynamicConfig).
+	Standalone bool
+	Out        io.Writer // where the table goes; default stdout
 }
 
 // The modes of `courier bench tasks --mode`.
@@ -188,6 +191,13 @@ func RunTasks(ctx context.Context, stack Stack, cfg TasksConfig) ([]TaskResult, 
 		return nil, fmt.Errorf("baseline: %w", err)
 	}
 	results = append(results, base)
+	if cfg.Standalone {
+		sa, err := taskStandalone(ctx, stack.Temporal, cfg)
+		if err != nil {
+			return results, fmt.Errorf("standalone activities: %w", err)
+		}
+		results = append(results, sa)
+	}
 	err = forEachDatabase(ctx, dir, cfg.PostgresURL, func(name, url string) error {
 		r, err := runTasks(ctx, stack.Temporal, stack.namespace(), name, url, cfg, 0, quiet)
 		if err != nil {
