@@ -612,10 +612,12 @@ func (r *Relay) startOne(ctx context.Context, source string, rec store.ClaimedRe
 		// run that already exists, the SDK starts normally.
 		EnableEagerStart: true,
 		TypedSearchAttributes: workflows.StartAttributes(courier.KindOutbox, courier.RunAttributes{Topic: rec.Topic, Source: source,
-			RecordID: rec.ID, State: string(courier.OutboxDispatched)}),
+			RecordID: rec.ID}),
 	}
+	// QuietSuccess: a sent record's run writes no state (its Completed status says it);
+	// FinalState for a worker from before it during a rolling upgrade.
 	_, err = r.tc.ExecuteWorkflow(ctx, opts, courier.KindOutbox.Workflow, workflows.OutboxDeliveryParams{
-		Source: source, ID: rec.ID, Retry: r.cfg.Retry, FinalState: true,
+		Source: source, ID: rec.ID, Retry: r.cfg.Retry, FinalState: true, QuietSuccess: true,
 	})
 	return err
 }

@@ -60,6 +60,14 @@ type OutboxDeliveryParams struct {
 	// started before it existed (recorded histories) wrote none; the field keeps them replaying
 	// as they ran.
 	FinalState bool `json:",omitempty"`
+	// QuietSuccess makes the run write CourierState only when it ends other than sent (dead,
+	// or pending for a paused topic): a run that closes Completed without a state delivered
+	// its record, so a sent record costs no upsert (one event and one billable action less),
+	// and the starter sets no state at the start (ExecutionStatus Running says it). It
+	// overrides FinalState, which the relay still sets so that a worker from before
+	// QuietSuccess, running a run started by a newer relay during a rolling upgrade, writes
+	// "sent". Runs started before it (recorded histories) replay as they ran.
+	QuietSuccess bool `json:",omitempty"`
 }
 
 // OutboxDeliveryResult is the delivery workflow's outcome.
@@ -81,7 +89,8 @@ var markDeadOptions = workflow.ActivityOptions{
 }
 
 // OutboxDelivery publishes one outbox record with retries and backoff, then the record is
-// sent, "sent" is written to CourierState (FinalState) and the run completes.
+// sent and the run completes (without a CourierState: QuietSuccess; "sent" for a run started
+// with FinalState only).
 // The first attempt is a local activity (deliverLocalFirst). Once the budget is spent (or the
 // failure is permanent) it marks the record dead with its last error, writes "dead" to
 // CourierState, and the run fails with it (ErrTypeOutboxDead), so the Temporal UI lists it
@@ -91,13 +100,13 @@ func OutboxDelivery(ctx workflow.Context, p OutboxDeliveryParams) (OutboxDeliver
 	if err == nil && res.Paused {
 		// Only an activity that knows pauses answers Paused, so runs recorded before pauses
 		// never take this branch and replay as they ran.
-		if p.FinalState {
+		if p.FinalState || p.QuietSuccess {
 			_ = workflow.UpsertTypedSearchAttributes(ctx, saState.ValueSet(string(courier.OutboxPending)))
 		}
 		return OutboxDeliveryResult{Status: courier.OutboxPending, Paused: true}, nil
 	}
 	if err == nil {
-		if p.FinalState {
+		if p.FinalState && !p.QuietSuccess {
 			_ = workflow.UpsertTypedSearchAttributes(ctx, saState.ValueSet(string(courier.OutboxSent)))
 		}
 		return OutboxDeliveryResult{Status: courier.OutboxSent, AlreadySent: res.AlreadySent}, nil

@@ -251,19 +251,28 @@ func TestRetryPolicyDefaults(t *testing.T) {
 	require.Equal(t, time.Second, custom.InitialInterval)
 }
 
-// A run started with FinalState writes "sent" for a sent record, so CourierState never says
-// "dispatched" for it afterwards; a dead one's writes "dead". Runs started before FinalState
-// (recorded histories) wrote nothing for a sent record.
+// A run started as the relay starts them now (QuietSuccess, with FinalState for older workers)
+// writes no CourierState for a sent record, its Completed status says it (one event and one
+// billable action less per record), and writes "dead" for a dead one and "pending" for one
+// that met a paused topic. Runs started with FinalState only wrote "sent" for a sent record,
+// runs started before FinalState (recorded histories) nothing.
 func TestOutboxDeliveryStateUpserts(t *testing.T) {
 	for _, c := range []struct {
 		name       string
 		fail       bool
+		paused     bool
 		finalState bool
+		quiet      bool
 		want       []string
 	}{
-		{"sent", false, true, []string{string(courier.OutboxSent)}},
-		{"dead", true, true, []string{string(courier.OutboxDead)}},
-		{"sent, started before FinalState", false, false, nil},
+		{"sent", false, false, true, true, nil},
+		{"dead", true, false, true, true, []string{string(courier.OutboxDead)}},
+		{"paused", false, true, true, true, []string{string(courier.OutboxPending)}},
+		{"sent, QuietSuccess alone", false, false, false, true, nil},
+		{"paused, QuietSuccess alone", false, true, false, true, []string{string(courier.OutboxPending)}},
+		{"sent, started with FinalState only", false, false, true, false, []string{string(courier.OutboxSent)}},
+		{"dead, started with FinalState only", true, false, true, false, []string{string(courier.OutboxDead)}},
+		{"sent, started before FinalState", false, false, false, false, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			env := newEnv(t)
@@ -277,8 +286,9 @@ func TestOutboxDeliveryStateUpserts(t *testing.T) {
 			if c.fail {
 				err = temporal.NewNonRetryableApplicationError("x", contract.ErrTypeUnknownTopic, nil)
 			}
-			env.OnActivity(contract.DeliverOutboxName, mock.Anything, mock.Anything).Return(contract.DeliverResult{}, err)
-			env.ExecuteWorkflow(courier.KindOutbox.Workflow, workflows.OutboxDeliveryParams{ID: 3, Retry: budget, FinalState: c.finalState})
+			env.OnActivity(contract.DeliverOutboxName, mock.Anything, mock.Anything).Return(contract.DeliverResult{Paused: c.paused}, err)
+			env.ExecuteWorkflow(courier.KindOutbox.Workflow, workflows.OutboxDeliveryParams{ID: 3, Retry: budget,
+				FinalState: c.finalState, QuietSuccess: c.quiet})
 			require.True(t, env.IsWorkflowCompleted())
 			if c.fail {
 				require.Equal(t, courier.OutboxDead, deadResult(t, env).Status)

@@ -46,6 +46,15 @@ type TaskParams struct {
 	// the run closed. Runs started before it existed (recorded histories) wrote none for a
 	// success; the field keeps them replaying as they ran.
 	FinalState bool `json:",omitempty"`
+	// QuietSuccess makes the run write CourierState only when the attempt ends other than in
+	// the task's success: the status it left (pending for a retry, failed, cancelled), or stale
+	// when the task had moved on and the run changed nothing. A run that closes Completed
+	// without a state succeeded, so a success costs no upsert (one event and one billable
+	// action less), and the claimer sets no state at the start (ExecutionStatus Running says
+	// it). It overrides FinalState, which the claimer still sets so that a worker from before
+	// QuietSuccess, running a run started by a newer claimer during a rolling upgrade, writes
+	// "success". Runs started before it (recorded histories) replay as they ran.
+	QuietSuccess bool `json:",omitempty"`
 }
 
 // TaskRunResult is how one attempt's workflow ended.
@@ -57,7 +66,9 @@ type TaskRunResult struct {
 }
 
 // StateStale is the CourierState of a task attempt's run that found its task moved on before
-// its push (cancelled, superseded or finished meanwhile) and did nothing.
+// its push (cancelled, superseded or finished meanwhile) and did nothing, or (QuietSuccess) whose
+// outcome (other than its own cancel) the row did not take because the task had moved on
+// meanwhile.
 const StateStale = "stale"
 
 // pushRetry tries a push again within its attempt when a try failed on the way (no
@@ -124,7 +135,7 @@ func Task(ctx workflow.Context, p TaskParams) (TaskRunResult, error) {
 	}
 	switch {
 	case stale:
-		if p.FinalState {
+		if p.FinalState || p.QuietSuccess {
 			// The task had moved on (cancelled, superseded, finished by an earlier run): this
 			// run did nothing, and says so.
 			_ = workflow.UpsertTypedSearchAttributes(ctx, saState.ValueSet(StateStale))
@@ -323,11 +334,19 @@ func finishAttempt(ctx workflow.Context, p TaskParams, out contract.AttemptOutco
 	return attemptFinished(ctx, p, out, fin)
 }
 
-// attemptFinished ends the run once the row has the outcome: when the row took it, the task's
-// status is written to the run's CourierState (runs started before FinalState skipped it for a
-// success), and a task left Failed fails the run.
+// attemptFinished ends the run once the row has the outcome, and a task left Failed fails the
+// run. CourierState: with QuietSuccess, a success writes none, another status the row took is
+// written, and an outcome the row did not take because the task had moved on writes cancelled
+// for a cancelled run (the API cancelled the task first) and stale otherwise; before
+// QuietSuccess, the status the row took was written, a success only with FinalState.
 func attemptFinished(ctx workflow.Context, p TaskParams, out contract.AttemptOutcome, fin contract.FinishTaskResult) (TaskRunResult, error) {
-	if fin.Applied && (fin.Status != courier.TaskSuccess || p.FinalState) {
+	switch {
+	case p.QuietSuccess && !fin.Applied && out.Kind == courier.OutcomeCancelled:
+		_ = workflow.UpsertTypedSearchAttributes(ctx, saState.ValueSet(string(courier.TaskCancelled)))
+	case p.QuietSuccess && !fin.Applied:
+		_ = workflow.UpsertTypedSearchAttributes(ctx, saState.ValueSet(StateStale))
+	case p.QuietSuccess && fin.Status != courier.TaskSuccess,
+		!p.QuietSuccess && fin.Applied && (fin.Status != courier.TaskSuccess || p.FinalState):
 		_ = workflow.UpsertTypedSearchAttributes(ctx, saState.ValueSet(string(fin.Status)))
 	}
 	res := TaskRunResult{Applied: fin.Applied, Status: fin.Status, Outcome: out}
