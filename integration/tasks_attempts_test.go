@@ -338,11 +338,29 @@ func testSuccessRecordedWhenAccepted(t *testing.T, ts *taskStack, queue map[stri
 		taskOK       bool
 	}
 	after := make(chan seen, 1)
+	// The gateway is slow to write its answers, as under load, so the slot's hold can be seen
+	// while the 202 is on its way.
+	ts.resultAnswerDelay.Store(int64(300 * time.Millisecond))
 	w := startTaskWorker(t, func(_ *taskWorker, p api.TaskPush) {
+		// While the answer is on its way, the queue as the database has it once the row holds
+		// the success.
+		held := make(chan courier.Queue, 1)
+		go func() {
+			for range 250 {
+				if task, err := ts.store.GetTask(context.Background(), p.TaskID, p.TaskVersion); err == nil && task.Status == courier.TaskSuccess {
+					q, _ := ts.store.GetQueue(context.Background(), p.Queue)
+					held <- q
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+			held <- courier.Queue{InFlight: -1}
+		}()
 		code := report(t, ts.worker, p, "success", 200, "3 pages")
 		// Read at once, straight from the database: no waiting for the workflow.
 		task, err := ts.store.GetTask(context.Background(), p.TaskID, p.TaskVersion)
-		q, qerr := ts.store.GetQueue(context.Background(), p.Queue)
+		q, qerr := <-held, error(nil)
+		ts.resultAnswerDelay.Store(0)
 		// A worker that lost its 202 reports again.
 		repeat := report(t, ts.worker, p, "success", 200, "3 pages")
 		after <- seen{push: p, code: code, repeat: repeat, task: task, queue: q, taskOK: err == nil && qerr == nil}

@@ -226,10 +226,12 @@ func TestTasksCancelledOrSupersededNeverPushed(t *testing.T) {
 }
 
 // TestBatchedFailedPushLeavesItsBatch: in a batch of single pushes, the worker refuses one
-// attempt (422) and cannot take another (a 503 on every try): each ends as a failure at once,
-// without holding the batch, whose other attempts are pushed and succeed at their first
-// attempt, and whose run ends; both come back, in later batches, after the queue's backoff,
-// and succeed at their second attempt.
+// attempt (422) and cannot take another (a 503 on every try of its first attempt). The refused
+// one ends as a failure at once; the other's request leaves the batch after its first try for
+// a run of its own that makes its next tries (as many as one push makes, each after its
+// wait), so the batch's run ends without waiting for them; the batch's other attempts are
+// pushed once and succeed at their first attempt. Both come back in later batches, after the
+// queue's backoff, and succeed at their second attempt.
 func TestBatchedFailedPushLeavesItsBatch(t *testing.T) {
 	for _, d := range []string{"sqlite", "postgres"} {
 		t.Run(d, func(t *testing.T) {
@@ -294,10 +296,10 @@ func TestBatchedFailedPushLeavesItsBatch(t *testing.T) {
 			require.Equal(t, 1, tries["refused/1"], "a refused push is not tried again")
 			require.Equal(t, courier.PushTries, tries["down/1"], "a push that fails on the way is tried as one push is")
 			mu.Unlock()
-			require.Eventually(t, func() bool {
-				desc, err := ts.tc.DescribeWorkflowExecution(t.Context(), first, "")
-				return err == nil && desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
-			}, 30*time.Second, 50*time.Millisecond, "the first batch's run ended")
+			var res contract.PushBatchResult
+			require.NoError(t, ts.tc.GetWorkflow(t.Context(), first, "").Get(t.Context(), &res))
+			require.Equal(t, contract.PushBatchResult{Pushed: 8, Failed: 1, Handed: 1}, res,
+				"the batch's run ended the refused attempt and handed the one that failed on the way to a run of its tries")
 			require.Equal(t, 0, ts.inFlight("mixed"))
 		})
 	}
