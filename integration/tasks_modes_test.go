@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
@@ -18,7 +20,9 @@ import (
 	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/dispatch"
+	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/relay"
+	"github.com/courier-oss/courier/tasks"
 )
 
 // The guarantees of tasks whose mechanism differs between the dispatch modes, each tested in
@@ -303,4 +307,81 @@ func TestBatchedFailedPushLeavesItsBatch(t *testing.T) {
 			require.Equal(t, 0, ts.inFlight("mixed"))
 		})
 	}
+}
+
+// sampleCount is how many observations a histogram holds.
+func sampleCount(t *testing.T, m prometheus.Metric) uint64 {
+	var pb dto.Metric
+	require.NoError(t, m.Write(&pb))
+	return pb.GetHistogram().GetSampleCount()
+}
+
+// TestTaskMetrics: the task metrics count what happened, whichever mode ran it: one result per
+// finished attempt by its outcome (a success and a failure reported by the worker, a timeout
+// by the processing deadline), an insert→push per task's first push, and a push→result per
+// reported result.
+func TestTaskMetrics(t *testing.T) {
+	eachModeOn(t, func(t *testing.T, d string, mode courier.DispatchMode) {
+		m := metrics.NewTasks(prometheus.NewRegistry())
+		ts := taskStackWith(t, &taskStack{stack: newStack(t, d), recoverAfter: 5 * time.Second, mode: mode, metrics: m})
+		token := ts.worker
+		w := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) {
+			switch p.TaskID {
+			case "ok":
+				report(t, token, p, "success", 200, "done")
+			case "bad":
+				report(t, token, p, "failure", 422, "not a PDF")
+			} // "quiet" never reports
+		})
+		ts.putQueue("counted", map[string]any{"push_url": w.url, "processing_timeout": "2s", "retry": map[string]any{"max_attempts": 1}})
+		for _, id := range []string{"ok", "bad", "quiet"} {
+			require.Equal(t, http.StatusCreated, ts.insert(id, 1, 3, "counted"))
+		}
+		ts.waitStatus("ok", 1, courier.TaskSuccess, time.Minute)
+		ts.waitStatus("bad", 1, courier.TaskFailed, time.Minute)
+		ts.waitStatus("quiet", 1, courier.TaskFailed, time.Minute)
+		results := func(outcome courier.OutcomeKind) float64 {
+			return value(m.Results.WithLabelValues("counted", string(outcome)))
+		}
+		require.Eventually(t, func() bool {
+			return results(courier.OutcomeSuccess) == 1 && results(courier.OutcomeFailure) == 1 && results(courier.OutcomeTimeout) == 1
+		}, 10*time.Second, 20*time.Millisecond, "one result per outcome: success %v, failure %v, timeout %v",
+			results(courier.OutcomeSuccess), results(courier.OutcomeFailure), results(courier.OutcomeTimeout))
+		require.EqualValues(t, 3, sampleCount(t, m.InsertToPush), "insert→push, once per task")
+		require.EqualValues(t, 2, sampleCount(t, m.PushToResult.WithLabelValues("counted").(prometheus.Histogram)), "push→result, once per reported result")
+		require.EqualValues(t, 3, w.pushes.Load())
+	})
+}
+
+// TestTaskRetention: whichever mode ran them, successes kept past their queue's
+// success_retention become Stopped, and stopped rows past purge_age are deleted but for the
+// task's highest version, whose row stays, emptied, so a stale version can never come back.
+func TestTaskRetention(t *testing.T) {
+	eachModeOn(t, func(t *testing.T, d string, mode courier.DispatchMode) {
+		ts := newTaskStackIn(t, d, mode)
+		ctx := t.Context()
+		token := ts.worker
+		w := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) { report(t, token, p, "success", 200, "done") })
+		ts.putQueue("kept", map[string]any{"push_url": w.url, "success_retention": "1m", "purge_age": "1m"})
+		for v := int64(1); v <= 2; v++ {
+			require.Equal(t, http.StatusCreated, ts.insert("doc", v, 3, "kept"))
+			ts.waitStatus("doc", v, courier.TaskSuccess, time.Minute)
+		}
+		// As if the retention had passed.
+		_, err := ts.store.DB().NewRaw("UPDATE courier_tasks SET finished_at = '2000-01-01 00:00:00+00:00' WHERE task_id = 'doc'").Exec(ctx)
+		require.NoError(t, err)
+		require.NoError(t, tasks.EnsureSweeper(ctx, ts.tc, relay.DefaultTaskQueue, 200*time.Millisecond))
+		ts.waitStatus("doc", 1, courier.TaskStopped, time.Minute)
+		ts.waitStatus("doc", 2, courier.TaskStopped, time.Minute)
+		// As if the purge age had passed too.
+		_, err = ts.store.DB().NewRaw("UPDATE courier_tasks SET updated_at = '2000-01-01 00:00:00+00:00' WHERE task_id = 'doc'").Exec(ctx)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			return ts.call(http.MethodGet, "/v1/tasks/doc/versions/1", ts.producer, nil, nil) == http.StatusNotFound
+		}, time.Minute, 100*time.Millisecond, "the lower version is deleted")
+		require.Eventually(t, func() bool { return len(ts.get("doc", 2).Result) == 0 }, time.Minute, 100*time.Millisecond,
+			"the highest version's row stays, emptied")
+		require.Equal(t, courier.TaskStopped, ts.get("doc", 2).Status)
+		require.Equal(t, http.StatusConflict, ts.insert("doc", 1, 3, "kept"), "a stale version never comes back")
+	})
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/courier-oss/courier/dispatch"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
+	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/pauses"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/tasks"
@@ -175,6 +176,8 @@ type taskStack struct {
 	// mode is the dispatch mode putQueue gives a queue whose settings name none ("": the
 	// default, per-attempt).
 	mode courier.DispatchMode
+	// metrics counts the workers' and the gateway's task pushes and results (nil: none).
+	metrics *metrics.Tasks
 	// resultAnswerDelay slows the gateway's writing of its answers to task results (in
 	// nanoseconds; 0: none), as a loaded gateway is slow to write them.
 	resultAnswerDelay atomic.Int64
@@ -199,8 +202,15 @@ func newTaskStackTuned(t *testing.T, dialect string, recoverAfter time.Duration,
 // taskStackOn adds a task worker, the task gateway and keys of each scope to a stack.
 func taskStackOn(t *testing.T, s *stack, recoverAfter time.Duration, tune func(*worker.Config)) *taskStack {
 	t.Helper()
+	return taskStackWith(t, &taskStack{stack: s, recoverAfter: recoverAfter, tune: tune})
+}
+
+// taskStackWith adds a task worker, the task gateway and keys of each scope to ts's stack, as
+// ts's fields say.
+func taskStackWith(t *testing.T, ts *taskStack) *taskStack {
+	t.Helper()
 	ctx := t.Context()
-	ts := &taskStack{stack: s, recoverAfter: recoverAfter, tune: tune}
+	s := ts.stack
 	// The gateway's address goes into every push, so it listens before the worker starts.
 	var h http.Handler
 	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
@@ -212,7 +222,7 @@ func taskStackOn(t *testing.T, s *stack, recoverAfter time.Duration, tune func(*
 	t.Cleanup(srv.Close)
 	ts.gw = srv.URL
 	ts.w = ts.startTaskWorker()
-	ts.svc = tasks.NewService(s.store, s.tc, s.ts.GetDefaultNamespace(), ts.w.WakeTasks, nil, quiet)
+	ts.svc = tasks.NewService(s.store, s.tc, s.ts.GetDefaultNamespace(), ts.w.WakeTasks, ts.metrics, quiet)
 	h = gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store, Tasks: ts.svc, Logger: quiet,
 		Pauses: pauses.NewService(s.store, quiet)})
 	for _, k := range []struct {
@@ -265,7 +275,7 @@ func (ts *taskStack) startTaskWorker() *worker.Worker {
 	if ts.tune != nil {
 		ts.tune(&cfg)
 	}
-	w, err := worker.New(cfg, worker.Deps{Temporal: ts.tc, Publisher: ts.pub, Logger: quiet, Tasks: ts.store,
+	w, err := worker.New(cfg, worker.Deps{Temporal: ts.tc, Publisher: ts.pub, Logger: quiet, Tasks: ts.store, TaskMetrics: ts.metrics,
 		Sources: []relay.Source{{Name: courier.DefaultSource, Store: ts.store}}, Pauses: ts.paused})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(ts.t.Context()))
