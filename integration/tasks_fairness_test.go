@@ -29,7 +29,7 @@ func fairBound(limit, keys, n int) int { return limit + keys*n }
 func TestTasksFairKeys(t *testing.T) {
 	for _, d := range []string{"sqlite", "postgres"} {
 		t.Run(d, func(t *testing.T) {
-			eachMode(t, func(t *testing.T, mode courier.DispatchMode) {
+			eachModeSlow(t, d, func(t *testing.T, mode courier.DispatchMode) {
 				ts := newTaskStackIn(t, d, mode)
 				token := ts.worker
 				w := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) {
