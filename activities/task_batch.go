@@ -407,17 +407,16 @@ func (a *Tasks) handOff(ctx context.Context, p contract.PushBatchParams, idx int
 	if len(keys) < len(tasks) {
 		return false // an attempt the input does not name (never): keep its tries here
 	}
-	log := activity.GetLogger(ctx)
 	moved, err := a.store.MoveBatchedAttempts(ctx, p.Batch, to, keys, wait+try)
 	if err != nil {
-		log.Warn("hand a failed push to a run of its own (tried again in its batch)", "batch", p.Batch, "error", err)
+		activity.GetLogger(ctx).Warn("hand a failed push to a run of its own (tried again in its batch)", "batch", p.Batch, "error", err)
 		return false
 	}
 	if moved == 0 {
 		return true // every attempt moved on meanwhile (a result, a cancel): nothing to try again
 	}
 	if err := a.retryPush(ctx, rp, wait); err != nil {
-		log.Warn("start the run of a failed push's next try (tried again in its batch)", "batch", p.Batch, "run", to, "error", err)
+		activity.GetLogger(ctx).Warn("start the run of a failed push's next try (tried again in its batch)", "batch", p.Batch, "run", to, "error", err)
 		return false
 	}
 	return true
