@@ -35,6 +35,11 @@ type claimTx struct {
 	s     *Store
 	tx    bun.Tx
 	queue string
+	// tokensAt is when the claim took its tokens from the queue's dispatch bucket (zero: it
+	// took none): its tasks' claimed_at, so that the claims a second holds by their
+	// claimed_at are those the bucket allowed in it, however long the transaction took
+	// between the two.
+	tokensAt time.Time
 }
 
 var _ dispatch.ClaimTx = (*claimTx)(nil)
@@ -52,7 +57,11 @@ func (c *claimTx) ReadyBands(ctx context.Context, max int) (dispatch.BandCounts,
 }
 
 func (c *claimTx) TakeTokens(ctx context.Context, rate float64, burst, want int) (int, time.Duration, error) {
-	return c.s.takeTokens(ctx, c.tx, dispatchBucket(c.queue), rate, burst, want)
+	took, wait, at, err := c.s.takeTokens(ctx, c.tx, dispatchBucket(c.queue), rate, burst, want)
+	if took > 0 {
+		c.tokensAt = at
+	}
+	return took, wait, err
 }
 
 func (c *claimTx) GiveBackTokens(ctx context.Context, burst, n int) error {
@@ -68,11 +77,11 @@ func (c *claimTx) KeyCandidates(ctx context.Context, band, n int) ([]dispatch.Ke
 }
 
 func (c *claimTx) ClaimBand(ctx context.Context, band, n int, batch string) ([]courier.Task, error) {
-	return tasksOf(c.s.claimBand(ctx, c.tx, c.queue, band, n, batch))
+	return tasksOf(c.s.claimBand(ctx, c.tx, c.queue, band, n, batch, c.tokensAt))
 }
 
 func (c *claimTx) ClaimPicked(ctx context.Context, picked []dispatch.KeyCandidate, batch string) ([]courier.Task, error) {
-	return tasksOf(c.s.claimPicked(ctx, c.tx, picked, batch))
+	return tasksOf(c.s.claimPicked(ctx, c.tx, picked, batch, c.tokensAt))
 }
 
 func (c *claimTx) AddInFlight(ctx context.Context, n int) error {
@@ -99,23 +108,27 @@ func dispatchBucket(queue string) string { return "queue-dispatch:" + queue }
 
 // claimBand moves up to n ready tasks of one band to Processing: higher version first, then
 // oldest.
-func (s *Store) claimBand(ctx context.Context, tx bun.Tx, queue string, band, n int, batch string) ([]taskRow, error) {
+func (s *Store) claimBand(ctx context.Context, tx bun.Tx, queue string, band, n int, batch string, at time.Time) ([]taskRow, error) {
 	with, in := s.picked("SELECT task_id, version FROM courier_tasks WHERE queue = ? AND status = 'pending' " +
 		"AND priority = ? AND next_attempt_at <= " + s.nowSQL() + s.notExpiredSQL() +
 		" ORDER BY version DESC, created_at ASC, task_id ASC LIMIT ?")
-	return s.markClaimed(ctx, tx, batch, with, in, queue, band, n)
+	return s.markClaimed(ctx, tx, batch, at, with, in, queue, band, n)
 }
 
 // markClaimed moves the pending rows the condition in names to Processing, on their next
-// attempt pushed by batch ("": a run of its own), and returns them.
-func (s *Store) markClaimed(ctx context.Context, tx bun.Tx, batch, with, in string, args ...any) ([]taskRow, error) {
+// attempt pushed by batch ("": a run of its own), claimed at at (zero: now), and returns them.
+func (s *Store) markClaimed(ctx context.Context, tx bun.Tx, batch string, at time.Time, with, in string, args ...any) ([]taskRow, error) {
 	// The batch is a literal: with and in hold the placeholders, in the dialect's own order.
 	batchSQL := "NULL"
 	if batch != "" {
 		batchSQL = string(s.db.Dialect().AppendString(nil, batch))
 	}
+	claimedAt := s.nowSQL()
+	if !at.IsZero() {
+		claimedAt = s.timeSQL(at)
+	}
 	var rows []taskRow
-	err := tx.NewRaw(with+"UPDATE courier_tasks SET status = 'processing', attempt = attempt + 1, claimed_at = "+s.nowSQL()+
+	err := tx.NewRaw(with+"UPDATE courier_tasks SET status = 'processing', attempt = attempt + 1, claimed_at = "+claimedAt+
 		", pushed_at = NULL, deadline_at = NULL, timeout_at = NULL, run_id = NULL, batch_id = "+batchSQL+", heartbeat_timeout_ms = 0, updated_at = "+s.nowSQL()+
 		" WHERE "+in+" AND status = 'pending' RETURNING *", args...).Scan(ctx, &rows)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
