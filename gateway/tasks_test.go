@@ -721,7 +721,7 @@ func TestQueuesAPI(t *testing.T) {
 	emails := courier.Queue{Name: "emails", PushURL: "https://worker.example/tasks", Secrets: []string{"whsec_c2VjcmV0c2VjcmV0c2VjcmV0"},
 		AllowPrivate: true, ConcurrencyLimit: 4, Weights: courier.BandWeights{50, 20, 15, 10, 5}, PendingTimeout: time.Hour,
 		ProcessingTimeout: 5 * time.Minute, PushTimeout: 45 * time.Second, HeartbeatTimeout: 30 * time.Second,
-		Retry:            courier.TaskRetry{MaxAttempts: 7, InitialInterval: 2 * time.Second, Backoff: 1.5, MaxInterval: time.Minute},
+		Retry:            courier.RetryPolicy{MaxAttempts: 7, InitialInterval: 2 * time.Second, BackoffCoef: 1.5, MaxInterval: time.Minute},
 		SuccessRetention: 2 * time.Hour, PurgeAge: 72 * time.Hour}
 
 	f.svc.answer(answer{queue: storedQueue(emails), created: true})

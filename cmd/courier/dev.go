@@ -138,11 +138,8 @@ func runDev(ctx context.Context, args []string) error {
 	if a.cfg.Tasks.PublicURL == "" {
 		a.cfg.Tasks.PublicURL = "http://" + gwLn.Addr().String()
 	}
-	w, err := a.newWorker(ctx)
+	w, err := a.startWorker(ctx)
 	if err != nil {
-		return err
-	}
-	if err := w.Start(ctx); err != nil {
 		return err
 	}
 	done := serve(ctx, gwLn, a.newGateway(w.Relay().Wake, w.WakeTasks), cfg.RequestTimeout, cfg.ShutdownTimeout, log)

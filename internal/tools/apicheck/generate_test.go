@@ -55,6 +55,8 @@ func TestGeneratedGoClientCompiles(t *testing.T) {
 	for _, want := range []string{
 		"func (c *Client) PostV1Outbox", "func (c *Client) PostV1Timers", "func (c *Client) PostV1Tasks",
 		"type OutboxRecord struct", "type Timer struct", "type Task struct", "type JSONValue = json.RawMessage",
+		// The pushes to workers (webhooks) and their answers, for a worker written from the document.
+		"type TaskPush struct", "type TaskPushBatch struct", "type TaskPushBatchAnswer struct", "func NewTaskPushBatchWebhookRequest",
 	} {
 		if !strings.Contains(string(src), want) {
 			t.Errorf("the generated client has no %q", want)
