@@ -124,7 +124,7 @@ func TestBatchedHeartbeatsAndHandOff(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
 		_, _, err := s.PutQueue(ctx, courier.Queue{Name: "bh", ConcurrencyLimit: 10, DispatchMode: courier.DispatchBatched,
-			Retry: courier.TaskRetry{MaxAttempts: 3}})
+			Retry: courier.RetryPolicy{MaxAttempts: 3}})
 		require.NoError(t, err)
 		for _, id := range []string{"beat", "moved", "plain"} {
 			r := taskReq(id, 1, 3, `{}`)
