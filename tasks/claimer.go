@@ -297,6 +297,21 @@ func (c *Claimer) startBatch(ctx context.Context, queue string, pushBatchSize in
 	return err
 }
 
+// StartPushRetry starts, after delay, the run that makes the next try of a batched request
+// that failed on the way (p.Try; activities.TasksDeps.RetryPush), or finds it started: its id
+// (p.Batch) is written on its attempts' rows by the batch they left.
+func (c *Claimer) StartPushRetry(ctx context.Context, p contract.PushBatchParams, delay time.Duration) error {
+	_, err := c.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       p.Batch,
+		TaskQueue:                courier.KindTaskBatch.TaskQueue(c.queue),
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		StartDelay:               delay,
+		TypedSearchAttributes:    workflows.StartAttributes(courier.KindTaskBatch, courier.RunAttributes{TaskQueue: p.Queue}),
+	}, courier.KindTaskBatch.Workflow, p)
+	return err
+}
+
 // claimRetry is how soon a claim pass that failed (the database busy or away) is tried
 // again, whatever the poll interval.
 const claimRetry = time.Second

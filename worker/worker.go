@@ -158,7 +158,7 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		w.claim.SetMetrics(d.TaskMetrics)
 		w.taskWorkers = newTaskWorkers(d.Temporal, w.tw, queue, cfg, activities.TasksDeps{Store: d.Tasks,
 			PublicURL: cfg.Tasks.PublicURL, AllowLoopback: cfg.AllowLoopbackCallbacks, Workflows: d.Temporal,
-			Metrics: d.TaskMetrics, Wake: w.claim.Wake})
+			RetryPush: w.claim.StartPushRetry, Metrics: d.TaskMetrics, Wake: w.claim.Wake})
 		if d.Pauses != nil {
 			// The claim reads the pauses itself; a resume read here wakes this claimer at once
 			// (on SQLite there is no notification of it), even the resume of a pause the
