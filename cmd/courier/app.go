@@ -22,6 +22,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/gateway"
+	"github.com/courier-oss/courier/health"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/mq"
 	"github.com/courier-oss/courier/mq/brokers"
@@ -52,6 +53,9 @@ type app struct {
 	// watcher keeps the pauses in force for this process's worker (pauseWatcher); the pause
 	// service kicks it on a change made here.
 	watcher *pauses.Watcher
+	// workerChecks are the readiness checks of a worker in this process (workerHealth), which
+	// a gateway in the same process adds to its own.
+	workerChecks []health.Check
 }
 
 // pauseWatcher returns the process's pause watcher, started on first use: it has read the
@@ -286,6 +290,9 @@ func (a *app) newGateway(wake, wakeTasks func()) http.Handler {
 		defer cancel()
 		return a.store.ListPauses(ctx)
 	}))
+	// A worker in this process (courier dev): its pollers and loops are the process's readiness too.
+	checks := append(a.dependencyChecks(), a.workerChecks...)
+	a.gatewayHealth(checks)
 	console := gateway.ConsoleConfig{Disabled: !a.cfg.Console, TemporalUIURL: a.cfg.TemporalUIURL, Namespace: a.cfg.Temporal.Namespace}
 	return gateway.New(gateway.Config{MaxBodyBytes: a.cfg.MaxBodyBytes, RequestTimeout: a.cfg.RequestTimeout, KeyRate: a.cfg.KeyRate, Console: console}, gateway.Deps{
 		Tasks:     tasks.NewService(a.store, a.temporal, a.cfg.Temporal.Namespace, wakeTasks, a.tasksMetrics(), a.log),
@@ -297,13 +304,7 @@ func (a *app) newGateway(wake, wakeTasks func()) http.Handler {
 		Secrets:   a.store,
 		Timers:    svc,
 		Schedules: svc,
-		Checks: append([]gateway.Check{
-			{Name: "database", Probe: a.store.Ping},
-			{Name: "temporal", Probe: func(ctx context.Context) error {
-				_, err := a.temporal.CheckHealth(ctx, &client.CheckHealthRequest{})
-				return err
-			}},
-		}, a.brokerChecks()...),
+		Checks:    checks,
 		Gatherer:  a.reg,
 		Admission: metrics.NewAdmission(a.reg),
 		Wake:      wake,

@@ -145,6 +145,7 @@ func runDev(ctx context.Context, args []string) error {
 	if err := w.Start(ctx); err != nil {
 		return err
 	}
+	a.workerHealth(w) // its metrics beside the gateway's, and its checks in the gateway's /readyz
 	done := serve(ctx, gwLn, a.newGateway(w.Relay().Wake, w.WakeTasks), cfg.RequestTimeout, cfg.ShutdownTimeout, log)
 
 	gw := "http://" + gwLn.Addr().String()
