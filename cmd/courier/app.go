@@ -157,14 +157,19 @@ func (a *app) dialTemporal(ctx context.Context) error {
 	a.closers = append(a.closers, closer)
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	c, err := client.DialContext(dctx, client.Options{
+	opts := client.Options{
 		HostPort:          a.cfg.Temporal.Address,
 		Namespace:         a.cfg.Temporal.Namespace,
 		Logger:            sdklog.NewStructuredLogger(a.log.With("component", "temporal-sdk")),
 		MetricsHandler:    sdktally.NewMetricsHandler(scope),
 		ConnectionOptions: client.ConnectionOptions{TLS: tlsCfg},
 		Interceptors:      a.interceptors,
-	})
+	}
+	if a.cfg.Temporal.APIKey != "" {
+		// "authorization: Bearer <key>" on every call; a new key takes a restart (docs/deployment.md).
+		opts.Credentials = client.NewAPIKeyStaticCredentials(string(a.cfg.Temporal.APIKey))
+	}
+	c, err := client.DialContext(dctx, opts)
 	if err != nil {
 		return fmt.Errorf("connect to Temporal at %s: %w", a.cfg.Temporal.Address, err)
 	}
