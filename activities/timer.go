@@ -83,7 +83,7 @@ func (a *Timers) LoadBizType(ctx context.Context, name string) (contract.BizType
 func (a *Timers) Deliver(ctx context.Context, p contract.DeliverTimerParams) (n int, err error) {
 	attempt := activity.GetInfo(ctx).Attempt
 	if attempt == 1 && a.metrics != nil && !p.FireAt.IsZero() {
-		a.metrics.Lateness.Observe(time.Since(p.FireAt).Seconds())
+		a.metrics.ObserveLateness(p.BizType, time.Since(p.FireAt).Seconds())
 	}
 	defer func() { a.record(p.BizType, err) }()
 	b, err := a.bizType(ctx, p.BizType)

@@ -136,7 +136,7 @@ func (a *TimerBuckets) deliver(ctx context.Context, b courier.BizType, recs []co
 	bodies := make([][]byte, len(recs))
 	for i, r := range recs {
 		if a.metrics != nil && r.Attempts == 1 {
-			a.metrics.Lateness.Observe(time.Since(r.FireAt).Seconds())
+			a.metrics.ObserveLateness(b.Name, time.Since(r.FireAt).Seconds())
 		}
 		payload := json.RawMessage(r.Payload)
 		if len(payload) == 0 {
