@@ -21,6 +21,7 @@ import (
 	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/callback"
 	"github.com/courier-oss/courier/dispatch"
+	"github.com/courier-oss/courier/internal/defaults"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/tracing"
@@ -232,12 +233,8 @@ func (a *Tasks) Finish(ctx context.Context, p contract.FinishTaskParams) (contra
 // Sweep runs the lifecycle steps in bounded batches, then checks every queue's limiter count
 // against its rows and repairs any mismatch.
 func (a *Tasks) Sweep(ctx context.Context, p contract.SweepParams) (contract.SweepResult, error) {
-	if p.BatchSize <= 0 {
-		p.BatchSize = 500
-	}
-	if p.MaxBatches <= 0 {
-		p.MaxBatches = 20
-	}
+	defaults.UnlessPositive(&p.BatchSize, 500)
+	defaults.UnlessPositive(&p.MaxBatches, 20)
 	var res contract.SweepResult
 	batches := func(step func() (int64, error)) (int64, error) {
 		var total int64

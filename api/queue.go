@@ -55,8 +55,8 @@ func (c QueueConfig) Domain(name string) (courier.Queue, error) {
 	q := courier.Queue{Name: name, PushURL: c.PushURL, Secrets: c.Secrets, AllowPrivate: c.AllowPrivate,
 		ConcurrencyLimit: c.ConcurrencyLimit, PendingTimeout: c.PendingTimeout.Std(), ProcessingTimeout: c.ProcessingTimeout.Std(),
 		PushTimeout: c.PushTimeout.Std(), HeartbeatTimeout: c.HeartbeatTimeout.Std(),
-		Retry: courier.TaskRetry{MaxAttempts: c.Retry.MaxAttempts, InitialInterval: c.Retry.InitialInterval.Std(),
-			Backoff: c.Retry.Backoff, MaxInterval: c.Retry.MaxInterval.Std()},
+		Retry: courier.RetryPolicy{MaxAttempts: c.Retry.MaxAttempts, InitialInterval: c.Retry.InitialInterval.Std(),
+			BackoffCoef: c.Retry.Backoff, MaxInterval: c.Retry.MaxInterval.Std()},
 		SuccessRetention: c.SuccessRetention.Std(), PurgeAge: c.PurgeAge.Std(),
 		InsertRate: c.InsertRate, InsertBurst: c.InsertBurst, MaxPending: c.MaxPending,
 		PerKeyLimit: c.PerKeyLimit, FairKeys: c.FairKeys, KeyWeights: c.KeyWeights, DispatchRate: c.DispatchRate, DispatchBurst: c.DispatchBurst,
@@ -113,7 +113,7 @@ func QueueOf(q courier.Queue) Queue {
 		ConcurrencyLimit: q.ConcurrencyLimit, InFlight: q.InFlight, Weights: q.Weights,
 		PendingTimeout: Duration(q.PendingTimeout), ProcessingTimeout: Duration(q.ProcessingTimeout),
 		PushTimeout: Duration(q.PushTimeout), HeartbeatTimeout: Duration(q.HeartbeatTimeout),
-		Retry: Retry{InitialInterval: PositiveDuration(q.Retry.InitialInterval), Backoff: q.Retry.Backoff,
+		Retry: Retry{InitialInterval: PositiveDuration(q.Retry.InitialInterval), Backoff: q.Retry.BackoffCoef,
 			MaxInterval: PositiveDuration(q.Retry.MaxInterval), MaxAttempts: q.Retry.MaxAttempts},
 		SuccessRetention: Duration(q.SuccessRetention), PurgeAge: Duration(q.PurgeAge),
 		CreatedAt: q.CreatedAt, UpdatedAt: q.UpdatedAt,
@@ -125,4 +125,24 @@ func QueueOf(q courier.Queue) Queue {
 		out.DispatchBurst = q.DispatchBucket()
 	}
 	return out
+}
+
+// Config is the configuration that keeps q as it is when PUT back (secrets left out: a PUT
+// without them keeps the stored ones), for a read-modify-write of one setting. Values that
+// follow from others stay implied: fair_keys when a per-key limit or key weights imply it, the
+// dispatch burst when it is the rate rounded up.
+func (q Queue) Config() QueueConfig {
+	c := QueueConfig{PushURL: q.PushURL, AllowPrivate: q.AllowPrivate, ConcurrencyLimit: q.ConcurrencyLimit,
+		Weights:        q.Weights[:],
+		PendingTimeout: PositiveDuration(q.PendingTimeout), ProcessingTimeout: PositiveDuration(q.ProcessingTimeout),
+		PushTimeout: PositiveDuration(q.PushTimeout), HeartbeatTimeout: q.HeartbeatTimeout, Retry: q.Retry,
+		SuccessRetention: PositiveDuration(q.SuccessRetention), PurgeAge: PositiveDuration(q.PurgeAge),
+		InsertRate: q.InsertRate, InsertBurst: q.InsertBurst, MaxPending: q.MaxPending,
+		PerKeyLimit: q.PerKeyLimit, KeyWeights: q.KeyWeights, DispatchRate: q.DispatchRate,
+		DispatchMode: q.DispatchMode, PushBatchSize: q.PushBatchSize}
+	c.FairKeys = q.FairKeys && q.PerKeyLimit == 0 && len(q.KeyWeights) == 0
+	if q.DispatchRate > 0 && q.DispatchBurst != (courier.Queue{DispatchRate: q.DispatchRate}).DispatchBucket() {
+		c.DispatchBurst = q.DispatchBurst
+	}
+	return c
 }

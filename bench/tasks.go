@@ -25,9 +25,8 @@ import (
 	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/gateway"
+	"github.com/courier-oss/courier/internal/defaults"
 	"github.com/courier-oss/courier/relay"
-	"github.com/courier-oss/courier/schema"
-	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/tasks"
 	"github.com/courier-oss/courier/worker"
 )
@@ -43,7 +42,10 @@ type TasksConfig struct {
 	// turns (fair_keys), the tasks spread round robin over this many concurrency keys: the
 	// cost of fairness per task next to the unkeyed run, in the same process. 0: off.
 	Keys int
-	Out  io.Writer // where the table goes; default stdout
+	// Standalone adds the engine's own job queue beside the baseline: one standalone activity
+	// per task (taskStandalone). The server must allow them (StandaloneDynamicConfig).
+	Standalone bool
+	Out        io.Writer // where the table goes; default stdout
 }
 
 // TaskResult is one row of the task table.
@@ -98,27 +100,14 @@ const taskStartParallelism = 8
 // slots and whether the limit holds; on SQLite, on PostgreSQL when given, and next to a
 // bare-Temporal baseline doing the same HTTP work in one activity per workflow.
 func RunTasks(ctx context.Context, stack Stack, cfg TasksConfig) ([]TaskResult, error) {
-	if cfg.Tasks <= 0 {
-		cfg.Tasks = 2000
-	}
-	if cfg.Limit <= 0 {
-		cfg.Limit = 20
-	}
-	if cfg.Work <= 0 {
-		cfg.Work = 20 * time.Millisecond
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 10 * time.Minute
-	}
+	defaults.UnlessPositive(&cfg.Tasks, 2000)
+	defaults.UnlessPositive(&cfg.Limit, 20)
+	defaults.UnlessPositive(&cfg.Work, 20*time.Millisecond)
+	defaults.UnlessPositive(&cfg.Timeout, 10*time.Minute)
 	if cfg.Out == nil {
 		cfg.Out = os.Stdout
 	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	dir, err := os.MkdirTemp("", "courier-bench-tasks-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
+	quiet := quietLogger()
 
 	var results []TaskResult
 	base, err := taskBaseline(ctx, stack.Temporal, cfg)
@@ -126,7 +115,14 @@ func RunTasks(ctx context.Context, stack Stack, cfg TasksConfig) ([]TaskResult, 
 		return nil, fmt.Errorf("baseline: %w", err)
 	}
 	results = append(results, base)
-	err = forEachDatabase(ctx, dir, cfg.PostgresURL, func(name, url string) error {
+	if cfg.Standalone {
+		sa, err := taskStandalone(ctx, stack.Temporal, cfg)
+		if err != nil {
+			return results, fmt.Errorf("standalone activities: %w", err)
+		}
+		results = append(results, sa)
+	}
+	err = forEachDatabase(ctx, "courier-bench-tasks-", cfg.PostgresURL, func(name, url string) error {
 		r, err := runTasks(ctx, stack.Temporal, stack.namespace(), name, url, cfg, 0, quiet)
 		if err != nil {
 			return fmt.Errorf("tasks on %s: %w", name, err)
@@ -159,14 +155,11 @@ func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL st
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	st, err := store.Open(ctx, dbURL)
+	st, err := openDB(ctx, dbURL)
 	if err != nil {
 		return TaskResult{}, err
 	}
 	defer st.Close()
-	if err := schema.Up(ctx, st.DB(), schema.AllSets...); err != nil {
-		return TaskResult{}, err
-	}
 	_, token, err := st.CreateAPIKey(ctx, "bench-task-worker", []apikey.Scope{apikey.ScopeWorker})
 	if err != nil {
 		return TaskResult{}, err
@@ -176,7 +169,7 @@ func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL st
 	// it serves once the task service (which wakes the worker's claimer) exists.
 	gw := httptest.NewUnstartedServer(nil)
 	defer gw.Close()
-	w, err := worker.New(worker.Config{
+	w, err := worker.Start(ctx, worker.Config{
 		DisableRelay:           true,
 		AllowLoopbackCallbacks: true,
 		Relay:                  relay.Config{TaskQueue: taskQueue},
@@ -185,11 +178,8 @@ func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL st
 			SweepEvery: time.Hour,
 		},
 	}, worker.Deps{Temporal: tc, Publisher: nopPublisher{}, Logger: log, Tasks: st,
-		Sources: []relay.Source{{Name: courier.DefaultSource, Store: st}}})
+		Sources: worker.DefaultSources(st)})
 	if err != nil {
-		return TaskResult{}, err
-	}
-	if err := w.Start(ctx); err != nil {
 		return TaskResult{}, err
 	}
 	defer func() {

@@ -15,6 +15,7 @@ import (
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/health"
+	"github.com/courier-oss/courier/internal/defaults"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/outbox"
 )
@@ -87,12 +88,8 @@ const (
 
 // New builds the HTTP handler.
 func New(cfg Config, d Deps) *echo.Echo {
-	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if cfg.RequestTimeout <= 0 {
-		cfg.RequestTimeout = DefaultRequestTimeout
-	}
+	defaults.UnlessPositive(&cfg.MaxBodyBytes, DefaultMaxBodyBytes)
+	defaults.UnlessPositive(&cfg.RequestTimeout, DefaultRequestTimeout)
 	if d.Logger == nil {
 		d.Logger = slog.Default()
 	}

@@ -371,12 +371,12 @@ func testSuccessRecordedWhenAccepted(t *testing.T, ts *taskStack, queue map[stri
 	require.Equal(t, "3 pages", ts.get("done-at-once", 1).Message)
 
 	// The run ends on the recorded success without a finish of its own (no marker for one),
-	// writing its final CourierState before it closes (one upsert).
+	// and writes no CourierState: it started without one and its Completed status says the
+	// success (docs/operations.md), so a success costs no upsert event or billable action.
 	// Without a heartbeat timeout: started, a workflow task with the local push's marker, the
-	// deadline's timer, a workflow task with the result's update accepted and completed, the
-	// upsert, completed (13 events). With one: started, a workflow task, the push-and-wait
-	// scheduled, started and completed by the gateway, a workflow task, the upsert, completed
-	// (12 events).
+	// deadline's timer, a workflow task with the result's update accepted and completed,
+	// completed (12 events). With one: started, a workflow task, the push-and-wait scheduled,
+	// started and completed by the gateway, a workflow task, completed (11 events).
 	var (
 		p       workflows.TaskParams
 		events  int
@@ -397,12 +397,18 @@ func testSuccessRecordedWhenAccepted(t *testing.T, ts *taskStack, queue map[stri
 			upserts++
 		}
 	}
-	require.Equal(t, 1, upserts, "the final CourierState, once")
+	require.True(t, p.QuietSuccess, "the claimer starts runs that write no state for a success")
+	require.Zero(t, upserts, "a success writes no CourierState")
+	d, err := ts.tc.DescribeWorkflowExecution(t.Context(), courier.TaskWorkflowID("done-at-once", 1), "")
+	require.NoError(t, err)
+	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, d.GetWorkflowExecutionInfo().GetStatus())
+	_, hasState := d.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()[courier.SAState]
+	require.False(t, hasState, "Completed without a CourierState: a success")
 	if p.HeartbeatTimeout > 0 {
 		require.Zero(t, markers, "no finish for a recorded success")
-		require.Equal(t, 12, events)
+		require.Equal(t, 11, events)
 	} else {
 		require.Equal(t, 1, markers, "the push's local activity, and no finish")
-		require.Equal(t, 13, events)
+		require.Equal(t, 12, events)
 	}
 }

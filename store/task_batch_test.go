@@ -22,7 +22,7 @@ func TestBatchedStatements(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
 		_, _, err := s.PutQueue(ctx, courier.Queue{Name: "bq", ConcurrencyLimit: 10, DispatchMode: courier.DispatchBatched,
-			Retry: courier.TaskRetry{MaxAttempts: 3, InitialInterval: time.Second}})
+			Retry: courier.RetryPolicy{MaxAttempts: 3, InitialInterval: time.Second}})
 		require.NoError(t, err)
 		for i := range 6 {
 			r := taskReq(fmt.Sprintf("bt%d", i), 1, 3, `{"n":1}`)

@@ -363,10 +363,12 @@ func (c *Claimer) startRun(ctx context.Context, t dispatch.Attempt) (err error) 
 		// claimer runs beside it on the same client), saving a round trip through matching.
 		EnableEagerStart: true,
 		TypedSearchAttributes: workflows.StartAttributes(courier.KindTask, courier.RunAttributes{TaskID: t.TaskID, TaskVersion: t.Version,
-			TaskPriority: t.Priority, TaskQueue: t.Queue, State: string(courier.TaskProcessing)}),
+			TaskPriority: t.Priority, TaskQueue: t.Queue}),
+		// QuietSuccess: a success writes no state (its Completed status says it); FinalState
+		// for a worker from before it during a rolling upgrade.
 	}, courier.KindTask.Workflow, workflows.TaskParams{TaskID: t.TaskID, Version: t.Version, Attempt: t.Attempt, Queue: t.Queue,
 		Priority: t.Priority, ProcessingTimeout: t.ProcessingTimeout, HeartbeatTimeout: t.HeartbeatTimeout, PushTimeout: t.PushTimeout,
-		FinalState: true})
+		FinalState: true, QuietSuccess: true})
 	return err
 }
 

@@ -17,10 +17,12 @@ import (
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities"
 	"github.com/courier-oss/courier/health"
+	"github.com/courier-oss/courier/internal/defaults"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/mq"
 	"github.com/courier-oss/courier/pauses"
 	"github.com/courier-oss/courier/relay"
+	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/tasks"
 	"github.com/courier-oss/courier/timers"
 )
@@ -138,18 +140,10 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		d.Logger = slog.Default()
 	}
 	d.Publisher = mq.Traced(d.Publisher) // a span per publish; the message carries its traceparent
-	if cfg.ShutdownTimeout <= 0 {
-		cfg.ShutdownTimeout = DefaultShutdownTimeout
-	}
-	if cfg.MaxConcurrentActivities <= 0 {
-		cfg.MaxConcurrentActivities = DefaultMaxConcurrentActivities
-	}
-	if cfg.BizTypeRefresh <= 0 {
-		cfg.BizTypeRefresh = DefaultBizTypeRefresh
-	}
-	if cfg.Relay.TaskQueue == "" {
-		cfg.Relay.TaskQueue = relay.DefaultTaskQueue
-	}
+	defaults.UnlessPositive(&cfg.ShutdownTimeout, DefaultShutdownTimeout)
+	defaults.UnlessPositive(&cfg.MaxConcurrentActivities, DefaultMaxConcurrentActivities)
+	defaults.UnlessPositive(&cfg.BizTypeRefresh, DefaultBizTypeRefresh)
+	defaults.IfZero(&cfg.Relay.TaskQueue, relay.DefaultTaskQueue)
 	cfg.Tasks = cfg.Tasks.WithDefaults()
 	queue := cfg.Relay.TaskQueue // set once here: the relay, claimer, timers and sweeper all use it
 	w := &Worker{cfg: cfg, deps: d}
@@ -235,6 +229,26 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		d.Pauses.OnChange(func(before, after courier.Pauses) { w.relay.Wake() })
 	}
 	return w, nil
+}
+
+// Start builds a worker from its configuration and collaborators and starts it (New, then
+// (*Worker).Start): the one assembly that `courier worker`, `courier dev`, the bench and the
+// tests share, so that they differ only in cfg and d. Stop it with Stop.
+func Start(ctx context.Context, cfg Config, d Deps) (*Worker, error) {
+	w, err := New(cfg, d)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Start(ctx); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// DefaultSources is courier's own database as a worker's outbox sources: the one named
+// courier.DefaultSource.
+func DefaultSources(st *store.Store) []relay.Source {
+	return []relay.Source{{Name: courier.DefaultSource, Store: st}}
 }
 
 // workflowsWorkerOptions are those of the worker on the workflows' own queue.

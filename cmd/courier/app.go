@@ -102,7 +102,7 @@ func (a *app) openDB(ctx context.Context, migrate bool) error {
 			return fmt.Errorf("migrate: %w", err)
 		}
 	}
-	a.sources = []relay.Source{{Name: courier.DefaultSource, Store: st}}
+	a.sources = worker.DefaultSources(st)
 	for _, spec := range a.cfg.Outbox.Sources {
 		src, err := store.Open(ctx, spec.URL)
 		if err != nil {
@@ -224,7 +224,8 @@ func (a *app) brokerChecks() []gateway.Check {
 	return out
 }
 
-func (a *app) newWorker(ctx context.Context) (*worker.Worker, error) {
+// startWorker builds and starts the worker from the configuration, on courier's own database.
+func (a *app) startWorker(ctx context.Context) (*worker.Worker, error) {
 	paused, err := a.pauseWatcher(ctx)
 	if err != nil {
 		return nil, err
@@ -232,7 +233,7 @@ func (a *app) newWorker(ctx context.Context) (*worker.Worker, error) {
 	// Timers read their business type at every fire and delivery: from memory, dropped on change.
 	bizTypes := a.store.NewBizTypeCache(0, a.log)
 	a.closers = append(a.closers, bizTypes)
-	return worker.New(worker.Config{
+	return worker.Start(ctx, worker.Config{
 		Relay: relay.Config{
 			BatchSize:     a.cfg.Outbox.BatchSize,
 			PollInterval:  a.cfg.Outbox.PollInterval,

@@ -66,7 +66,7 @@ type OutboxConfig struct {
 	Retention    time.Duration // COURIER_OUTBOX_RETENTION: how long sent rows are kept; default relay.DefaultSentRetention
 	// Retry is COURIER_OUTBOX_ATTEMPT_TIMEOUT, COURIER_OUTBOX_RETRY_* and
 	// COURIER_OUTBOX_MAX_ATTEMPTS; default workflows.DefaultOutboxRetry.
-	Retry workflows.RetryPolicy
+	Retry courier.RetryPolicy
 	Batch relay.BatchConfig // COURIER_OUTBOX_BATCH_*: outbox_batch.go
 	// Ordered is the ordered mode (COURIER_OUTBOX_ORDERED_*: outbox_ordered.go).
 	Ordered relay.OrderedConfig
@@ -239,13 +239,13 @@ func (c *Config) bindRuntime(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Outbox.Retry.MaxInterval, "outbox-retry-max-interval", c.env.duration("COURIER_OUTBOX_RETRY_MAX_INTERVAL", d.MaxInterval), "longest retry wait (COURIER_OUTBOX_RETRY_MAX_INTERVAL)")
 	fs.Float64Var(&c.Outbox.Retry.BackoffCoef, "outbox-retry-backoff", c.env.float("COURIER_OUTBOX_RETRY_BACKOFF", d.BackoffCoef), "retry wait growth factor (COURIER_OUTBOX_RETRY_BACKOFF)")
 	attempts := c.env.integer("COURIER_OUTBOX_MAX_ATTEMPTS", int(d.MaxAttempts))
-	c.Outbox.Retry.MaxAttempts = int32(attempts)
+	c.Outbox.Retry.MaxAttempts = attempts
 	fs.Func("outbox-max-attempts", fmt.Sprintf("attempts before a record is dead (COURIER_OUTBOX_MAX_ATTEMPTS; default %d)", attempts), func(s string) error {
 		v, err := strconv.Atoi(s)
 		if err != nil || v < 1 {
 			return errors.New("want a positive integer")
 		}
-		c.Outbox.Retry.MaxAttempts = int32(v)
+		c.Outbox.Retry.MaxAttempts = v
 		return nil
 	})
 	fs.StringVar(&c.Tasks.PublicURL, "public-url", env("COURIER_PUBLIC_URL", ""), "the gateway's base URL as task workers reach it, for the result and heartbeat links in each push (COURIER_PUBLIC_URL; dev: the gateway's address)")

@@ -140,11 +140,8 @@ func runDev(ctx context.Context, args []string) error {
 	if a.cfg.Tasks.PublicURL == "" {
 		a.cfg.Tasks.PublicURL = "http://" + gwLn.Addr().String()
 	}
-	w, err := a.newWorker(ctx)
+	w, err := a.startWorker(ctx)
 	if err != nil {
-		return err
-	}
-	if err := w.Start(ctx); err != nil {
 		return err
 	}
 	a.workerHealth(w) // its metrics beside the gateway's, and its checks in the gateway's /readyz
