@@ -107,6 +107,9 @@ const (
 	DispatchBatched DispatchMode = "batched"
 )
 
+// MaxConcurrencyLimit bounds a queue's concurrency_limit.
+const MaxConcurrencyLimit = 10000
+
 // MaxPushBatchSize bounds a queue's push_batch_size.
 const MaxPushBatchSize = 1000
 
@@ -227,8 +230,8 @@ func (q Queue) Validate() error {
 		return err
 	}
 	switch {
-	case q.ConcurrencyLimit < 1 || q.ConcurrencyLimit > 10000:
-		return badField("concurrency_limit", "concurrency_limit must be from 1 to 10000")
+	case q.ConcurrencyLimit < 1 || q.ConcurrencyLimit > MaxConcurrencyLimit:
+		return badField("concurrency_limit", fmt.Sprintf("concurrency_limit must be from 1 to %d", MaxConcurrencyLimit))
 	case q.PendingTimeout < time.Second || q.PendingTimeout > 365*24*time.Hour:
 		return badField("pending_timeout", "pending_timeout must be from 1s to 8760h")
 	case q.ProcessingTimeout < time.Second || q.ProcessingTimeout > 7*24*time.Hour:

@@ -42,10 +42,72 @@ type TasksConfig struct {
 	// turns (fair_keys), the tasks spread round robin over this many concurrency keys: the
 	// cost of fairness per task next to the unkeyed run, in the same process. 0: off.
 	Keys int
+	// Mode picks the scenarios: ModePerAttempt (the default: bare Temporal and courier's
+	// per-attempt mode), ModeBatched (the batched mode's and River's) or ModeAll.
+	Mode    string
+	Batched BatchedConfig // the batched mode's scenarios
+	River   RiverConfig   // River beside them (PostgreSQL only); Dir "" skips it
 	// Standalone adds the engine's own job queue beside the baseline: one standalone activity
 	// per task (taskStandalone). The server must allow them (StandaloneDynamicConfig).
 	Standalone bool
 	Out        io.Writer // where the table goes; default stdout
+}
+
+// The modes of `courier bench tasks --mode`.
+const (
+	ModePerAttempt = "per-attempt"
+	ModeBatched    = "batched"
+	ModeAll        = "all"
+)
+
+// TasksRun is what one `courier bench tasks` run measured.
+type TasksRun struct {
+	PerAttempt []TaskResult    // bare Temporal and the per-attempt mode (ModePerAttempt, ModeAll)
+	Batched    []BatchedResult // the batched mode (ModeBatched, ModeAll)
+	River      *RiverResult    // River's run beside the batched mode; nil: not asked for
+}
+
+// RunTaskModes runs the scenarios cfg.Mode picks: the per-attempt ones first, then River's
+// (so both queues meet the same machine, one after the other), then the batched mode's.
+func RunTaskModes(ctx context.Context, stack Stack, cfg TasksConfig) (TasksRun, error) {
+	var run TasksRun
+	if cfg.Out == nil {
+		cfg.Out = os.Stdout
+	}
+	switch cfg.Mode {
+	case "", ModePerAttempt, ModeBatched, ModeAll:
+	default:
+		return run, fmt.Errorf("mode must be %s, %s or %s; got %q", ModePerAttempt, ModeBatched, ModeAll, cfg.Mode)
+	}
+	if cfg.Mode != ModeBatched {
+		rs, err := RunTasks(ctx, stack, cfg)
+		run.PerAttempt = rs
+		if err != nil || cfg.Mode == "" || cfg.Mode == ModePerAttempt {
+			return run, err
+		}
+	}
+	if cfg.River.Dir != "" {
+		rc := cfg.River
+		b := cfg.Batched.withDefaults()
+		if rc.Jobs <= 0 {
+			rc.Jobs = b.Tasks
+		}
+		if rc.SteadyRate == 0 && b.SteadyTasks > 0 {
+			rc.SteadyRate = b.Rate
+		}
+		timeout := cfg.Timeout
+		if timeout <= 0 {
+			timeout = 10 * time.Minute
+		}
+		run.River = RunRiver(ctx, cfg.PostgresURL, rc, timeout)
+	}
+	rs, err := RunBatched(ctx, stack, cfg)
+	run.Batched = rs
+	if err != nil {
+		return run, err
+	}
+	PrintBatchedTable(cfg.Out, cfg, run.Batched, run.River, run.PerAttempt)
+	return run, nil
 }
 
 // TaskResult is one row of the task table.

@@ -162,6 +162,7 @@ func New(cfg Config, d Deps) *echo.Echo {
 		v1.GET("/queues", h.listQueues, admin)
 		v1.GET("/queues/:name", h.getQueue, admin)
 		v1.PUT("/queues/:name", h.putQueue, admin)
+		v1.DELETE("/queues/:name", h.deleteQueue, admin)
 	}
 	if d.Pauses != nil {
 		v1.GET("/pauses", h.listPauses, admin)
@@ -170,9 +171,13 @@ func New(cfg Config, d Deps) *echo.Echo {
 	}
 	if d.Schedules != nil {
 		sc := d.Schedules
-		v1.POST("/schedules/:id", h.createSchedule, producer)
+		v1.GET("/schedules", h.listSchedules, producer)
+		v1.PUT("/schedules/:id", h.putSchedule, producer)
 		v1.GET("/schedules/:id", h.getSchedule, producer)
-		v1.PATCH("/schedules/:id", h.updateSchedule, producer)
+		// Deprecated (docs/api.md, "Verbs"): PUT creates and replaces; these go in the next
+		// minor version.
+		v1.POST("/schedules/:id", h.createSchedule, producer, deprecated)
+		v1.PATCH("/schedules/:id", h.updateSchedule, producer, deprecated)
 		v1.DELETE("/schedules/:id", h.deleteSchedule, producer)
 		v1.POST("/schedules/:id/pause", h.scheduleAction(sc.PauseSchedule), producer)
 		v1.POST("/schedules/:id/unpause", h.scheduleAction(sc.UnpauseSchedule), producer)

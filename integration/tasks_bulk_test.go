@@ -55,7 +55,7 @@ func TestBulkCancelFreesSlots(t *testing.T) {
 			require.Equal(t, 2, ts.inFlight("bulk"))
 
 			res := ts.bulkCancel(map[string]any{"queue": "bulk"})
-			require.Equal(t, api.TaskCancelResult{Cancelled: 6}, res)
+			require.Equal(t, api.NewTaskCancelResult(6, 0, false), res)
 			require.Equal(t, 0, ts.inFlight("bulk"), "the processing tasks' slots are free")
 			for i := range 6 {
 				require.Equal(t, courier.TaskCancelled, ts.get(fmt.Sprintf("b-%d", i), 1).Status)
@@ -69,7 +69,7 @@ func TestBulkCancelFreesSlots(t *testing.T) {
 					return desc.WorkflowExecutionInfo.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 				}, 10*time.Second, 50*time.Millisecond, "the attempt's run of %s ends", p.TaskID)
 			}
-			require.Equal(t, api.TaskCancelResult{}, ts.bulkCancel(map[string]any{"queue": "bulk"}), "a repeat finds nothing")
+			require.Equal(t, api.NewTaskCancelResult(0, 0, false), ts.bulkCancel(map[string]any{"queue": "bulk"}), "a repeat finds nothing")
 
 			require.Equal(t, http.StatusCreated, ts.insert("after", 1, 3, "bulk"))
 			next := <-held
@@ -112,14 +112,14 @@ func TestBulkRetryRunsFailedTasksAgain(t *testing.T) {
 			}
 			failing.Store(false)
 
-			require.Equal(t, api.TaskRetryResult{Retried: 3, More: true}, ts.bulkRetry(map[string]any{"queue": "flaky", "status": "failed", "max": 3}))
-			require.Equal(t, api.TaskRetryResult{Retried: 1}, ts.bulkRetry(map[string]any{"queue": "flaky", "status": "failed", "max": 3}))
+			require.Equal(t, api.NewTaskRetryResult(3, 0, true), ts.bulkRetry(map[string]any{"queue": "flaky", "status": "failed", "max": 3}))
+			require.Equal(t, api.NewTaskRetryResult(1, 0, false), ts.bulkRetry(map[string]any{"queue": "flaky", "status": "failed", "max": 3}))
 			for _, id := range ids {
 				got := ts.waitStatus(id, 1, courier.TaskSuccess, 20*time.Second)
 				require.Equal(t, 2, got.Attempt, "the second attempt")
 				require.Equal(t, 1, got.Attempts, "counted in a fresh budget")
 			}
-			require.Equal(t, api.TaskRetryResult{}, ts.bulkRetry(map[string]any{"queue": "flaky"}), "nothing failed remains")
+			require.Equal(t, api.NewTaskRetryResult(0, 0, false), ts.bulkRetry(map[string]any{"queue": "flaky"}), "nothing failed remains")
 			require.EqualValues(t, 8, w.pushes.Load(), "each task pushed once per life")
 			require.Equal(t, 0, ts.inFlight("flaky"))
 		})
@@ -173,15 +173,15 @@ func TestBulkFilters(t *testing.T) {
 			}
 
 			res := ts.bulkCancel(map[string]any{"queue": "held", "priority": 1, "created_before": cut.Format(time.RFC3339Nano)})
-			require.Equal(t, api.TaskCancelResult{Cancelled: 3}, res)
+			require.Equal(t, api.NewTaskCancelResult(3, 0, false), res)
 			require.Equal(t, want("old-p1-0", "old-p1-1", "old-p1-2"), statuses(), "priority 1 created before the cut")
 
 			res = ts.bulkCancel(map[string]any{"queue": "held", "priority": 5, "max": 2})
-			require.Equal(t, api.TaskCancelResult{Cancelled: 2, More: true}, res)
+			require.Equal(t, api.NewTaskCancelResult(2, 0, true), res)
 			require.Equal(t, want("old-p1-0", "old-p1-1", "old-p1-2", "new-p5-2", "new-p5-1"), statuses(), "the newest two of priority 5")
 
 			rr := ts.bulkRetry(map[string]any{"queue": "held", "created_before": cut.Format(time.RFC3339Nano)})
-			require.Equal(t, api.TaskRetryResult{Retried: 3}, rr, "failed and cancelled tasks are retried by default")
+			require.Equal(t, api.NewTaskRetryResult(3, 0, false), rr, "failed and cancelled tasks are retried by default")
 			require.Equal(t, want("new-p5-2", "new-p5-1"), statuses(), "only the older group's cancelled tasks came back")
 
 			var eb api.ErrorBody
@@ -204,11 +204,11 @@ func TestBulkByConcurrencyKey(t *testing.T) {
 				require.Equal(t, http.StatusCreated, ts.call(http.MethodPost, "/v1/tasks", ts.producer, map[string]any{
 					"task_id": fmt.Sprintf("k-%d", i), "task_version": 1, "queue": "held", "concurrency_key": key}, nil))
 			}
-			require.Equal(t, api.TaskCancelResult{Cancelled: 3}, ts.bulkCancel(map[string]any{"queue": "held", "concurrency_key": "a"}))
+			require.Equal(t, api.NewTaskCancelResult(3, 0, false), ts.bulkCancel(map[string]any{"queue": "held", "concurrency_key": "a"}))
 			for i, want := range []courier.TaskStatus{courier.TaskCancelled, courier.TaskCancelled, courier.TaskCancelled, courier.TaskPending, courier.TaskPending} {
 				require.Equal(t, want, ts.get(fmt.Sprintf("k-%d", i), 1).Status, "k-%d", i)
 			}
-			require.Equal(t, api.TaskRetryResult{Retried: 3}, ts.bulkRetry(map[string]any{"concurrency_key": "a"}))
+			require.Equal(t, api.NewTaskRetryResult(3, 0, false), ts.bulkRetry(map[string]any{"concurrency_key": "a"}))
 			for i := range 3 {
 				got := ts.get(fmt.Sprintf("k-%d", i), 1)
 				require.Equal(t, courier.TaskPending, got.Status)

@@ -28,6 +28,8 @@ type Store struct {
 	// bizTypeWatchers are told after every committed change of a business type (BizTypeCache).
 	bizTypeWatchers map[int]func()
 	nextWatcher     int
+
+	notifier tasksNotifier // TasksChannel's notifications after commit (task_notify.go)
 }
 
 // PostgresMaxConns bounds a Store's PostgreSQL connections, busy and idle (the listeners of

@@ -51,7 +51,13 @@ type Claimer struct {
 
 	timer   *time.Timer // a wake when a rate-held queue's next token comes (wakeAfter; Run's goroutine only)
 	timerAt time.Time
+
+	starting sync.WaitGroup // batch runs being started (startBatchAsync)
+	starts   chan struct{}  // bounds them
 }
+
+// batchStartsAtOnce bounds the batch runs one claimer starts at once while it claims on.
+const batchStartsAtOnce = 8
 
 // NewClaimer builds a claimer whose attempts run beside the workflows' task queue
 // workflowQueue (on courier.TaskPushQueue).
@@ -60,7 +66,7 @@ func NewClaimer(s ClaimStore, tc client.Client, workflowQueue string, cfg Config
 		log = slog.Default()
 	}
 	return &Claimer{store: s, tc: tc, queue: workflowQueue, cfg: cfg.WithDefaults(), log: log,
-		wake: make(chan struct{}, 1), dispatch: dispatch.New(), turned: func(bool) {}}
+		wake: make(chan struct{}, 1), dispatch: dispatch.New(), starts: make(chan struct{}, batchStartsAtOnce), turned: func(bool) {}}
 }
 
 // OnTurn makes the claimer tell f at the end of each pass whether it completed: every queue
@@ -95,6 +101,7 @@ func (c *Claimer) wakeAfter(d time.Duration) {
 func (c *Claimer) Run(ctx context.Context) error {
 	stop := c.store.Listen(ctx, store.TasksChannel, c.Wake, c.log)
 	defer stop()
+	defer c.starting.Wait()
 	poll := time.NewTicker(c.cfg.PollInterval)
 	defer poll.Stop()
 	expire := time.NewTicker(ExpireEvery)
@@ -110,12 +117,25 @@ func (c *Claimer) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-c.wake:
+			// Wakes come with every insert and every freed slot: under a steady stream of
+			// them, passes back to back would each claim a task or two (a claim, and in the
+			// batched mode a batch run, each). A short gather lets one pass take what came
+			// meanwhile; a worker's limit, never its latency, is what it waits for.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(claimGather):
+			}
 		case <-poll.C:
 		case <-expire.C:
 			c.expire(ctx)
 		}
 	}
 }
+
+// claimGather is how long a claimer woken by an insert or a freed slot waits before its pass,
+// so that what arrives meanwhile is claimed (and, in the batched mode, pushed) together.
+const claimGather = 5 * time.Millisecond
 
 // ExpireEvery is how often every claimer times out the batched attempts whose deadline or
 // heartbeat timeout has passed: an attempt is timed out within this of its moment, never
@@ -178,13 +198,7 @@ func (c *Claimer) pass(ctx context.Context) bool {
 				break
 			}
 			if claim.Batch != "" {
-				if err := c.startBatch(ctx, q.Name, max(q.PushBatchSize, 1), claim.Batch, claim.Attempts); err != nil && ctx.Err() == nil {
-					// The rows wait in Processing without a push: recover starts the batch
-					// again once they are RecoverAfter old.
-					c.log.Warn("task claimer: start batch", "queue", q.Name, "batch", claim.Batch, "attempts", len(claim.Attempts), "error", err)
-					c.wakeAfter(c.cfg.RecoverAfter)
-					completed = false
-				}
+				c.startBatchAsync(ctx, q.Name, max(q.PushBatchSize, 1), claim.Batch, claim.Attempts)
 			} else if failed := c.start(ctx, claim.Attempts); failed > 0 {
 				// Their rows wait in Processing without a push: recover starts them again
 				// once they are RecoverAfter old, so come back then, whatever the poll.
@@ -249,6 +263,26 @@ func (c *Claimer) recover(ctx context.Context) {
 	if failed {
 		c.wakeAfter(c.cfg.RecoverAfter)
 	}
+}
+
+// startBatchAsync starts a claim's batch run while the claimer claims on (a start is a round
+// trip to the engine, and the next claim need not wait for it), at most batchStartsAtOnce at
+// once. A start that fails leaves the rows in Processing without a push: recover starts the
+// batch again once they are RecoverAfter old, and the claimer comes back then.
+func (c *Claimer) startBatchAsync(ctx context.Context, queue string, pushBatchSize int, batch string, attempts []dispatch.Attempt) {
+	select {
+	case c.starts <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	c.starting.Add(1)
+	go func() {
+		defer func() { <-c.starts; c.starting.Done() }()
+		if err := c.startBatch(ctx, queue, pushBatchSize, batch, attempts); err != nil && ctx.Err() == nil {
+			c.log.Warn("task claimer: start batch", "queue", queue, "batch", batch, "attempts", len(attempts), "error", err)
+			time.AfterFunc(c.cfg.RecoverAfter, c.Wake)
+		}
+	}()
 }
 
 // startBatch starts the run that pushes a batched claim's attempts (workflows.TaskBatch), or
