@@ -171,7 +171,7 @@ func (a *Tasks) client(q courier.Queue, timeout time.Duration) *callback.Client 
 
 func (a *Tasks) observePushed(t courier.Task, attempt int) {
 	if a.metrics != nil && attempt == 1 { // the task version's first push ever
-		a.metrics.InsertToPush.Observe(time.Since(t.CreatedAt).Seconds())
+		a.metrics.ObserveInsertToPush(t.Queue, time.Since(t.CreatedAt).Seconds())
 	}
 }
 
