@@ -347,7 +347,7 @@ func TestTaskMetrics(t *testing.T) {
 			return results(courier.OutcomeSuccess) == 1 && results(courier.OutcomeFailure) == 1 && results(courier.OutcomeTimeout) == 1
 		}, 10*time.Second, 20*time.Millisecond, "one result per outcome: success %v, failure %v, timeout %v",
 			results(courier.OutcomeSuccess), results(courier.OutcomeFailure), results(courier.OutcomeTimeout))
-		require.EqualValues(t, 3, sampleCount(t, m.InsertToPush), "insert→push, once per task")
+		require.EqualValues(t, 3, sampleCount(t, m.InsertToPush.WithLabelValues("counted").(prometheus.Histogram)), "insert→push, once per task")
 		require.EqualValues(t, 2, sampleCount(t, m.PushToResult.WithLabelValues("counted").(prometheus.Histogram)), "push→result, once per reported result")
 		require.EqualValues(t, 3, w.pushes.Load())
 	})
