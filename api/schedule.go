@@ -30,6 +30,9 @@ type Schedule struct {
 	Runs           int          `json:"runs"`
 	MissedCatchup  int          `json:"missed_catchup_window"`
 	SkippedOverlap int          `json:"skipped_overlap"`
+	// Mode is where the schedule fires: "workflow" (a Temporal Schedule, each run a workflow)
+	// or "bucketed" (on the timer wheel: its business type was bucketed when it was created).
+	Mode string `json:"mode"`
 	// BizTypePaused is set while the schedule's business type is paused: runs that fall due
 	// wait, and are delivered on resume (Paused is the schedule's own pause, which skips runs).
 	BizTypePaused *Pause `json:"biz_type_paused,omitempty"`
@@ -38,4 +41,11 @@ type Schedule struct {
 // ScheduleNote is the optional body of POST /v1/schedules/{id}/pause and /unpause.
 type ScheduleNote struct {
 	Note string `json:"note,omitempty"`
+}
+
+// SchedulePage is one page of schedules (GET /v1/schedules) by id; NextPageToken is empty on
+// the last.
+type SchedulePage struct {
+	Items         []Schedule `json:"items"`
+	NextPageToken string     `json:"next_page_token,omitempty"`
 }

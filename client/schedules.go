@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"net/http"
+	"net/url"
+	"strconv"
 
 	"github.com/courier-oss/courier/api"
 )
@@ -69,6 +71,41 @@ func (c *Client) scheduleAction(ctx context.Context, id, action string, body any
 	var out Schedule
 	cl := call{method: http.MethodPost, path: schedulePath(id) + "/" + action, body: body, idempotent: idempotent, out: &out}
 	if _, err := c.do(ctx, cl); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// SchedulePage is one page of schedules.
+type SchedulePage = api.SchedulePage
+
+// ScheduleQuery selects schedules for ListSchedules: by business type, paused (nil: both),
+// PageSize (default 100, at most 1,000) and PageToken (the previous page's NextPageToken).
+type ScheduleQuery struct {
+	BizType   string
+	Paused    *bool
+	PageSize  int
+	PageToken string
+}
+
+// ListSchedules reads one page of the schedules on the timer wheel (those of bucketed business
+// types), by id.
+func (c *Client) ListSchedules(ctx context.Context, q ScheduleQuery) (*SchedulePage, error) {
+	v := url.Values{}
+	if q.BizType != "" {
+		v.Set("biz_type", q.BizType)
+	}
+	if q.Paused != nil {
+		v.Set("paused", strconv.FormatBool(*q.Paused))
+	}
+	if q.PageSize != 0 {
+		v.Set("page_size", strconv.Itoa(q.PageSize))
+	}
+	if q.PageToken != "" {
+		v.Set("page_token", q.PageToken)
+	}
+	var out SchedulePage
+	if _, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/schedules", query: v, idempotent: true, out: &out}); err != nil {
 		return nil, err
 	}
 	return &out, nil

@@ -178,6 +178,7 @@ func New(cfg Config, d Deps) *echo.Echo {
 	}
 	if d.Schedules != nil {
 		sc := d.Schedules
+		v1.GET("/schedules", h.listSchedules, producer)
 		v1.POST("/schedules/:id", h.createSchedule, producer)
 		v1.GET("/schedules/:id", h.getSchedule, producer)
 		v1.PATCH("/schedules/:id", h.updateSchedule, producer)

@@ -3,10 +3,12 @@ package gateway
 import (
 	"context"
 	"net/http"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/timers"
 )
 
 // ScheduleService is what the schedule endpoints need.
@@ -18,6 +20,48 @@ type ScheduleService interface {
 	PauseSchedule(ctx context.Context, id, note string) error
 	UnpauseSchedule(ctx context.Context, id, note string) error
 	TriggerSchedule(ctx context.Context, id string) error
+	ListSchedulePage(ctx context.Context, q timers.ScheduleListQuery, cursor []byte) ([]api.Schedule, []byte, error)
+}
+
+// listSchedules answers GET /v1/schedules: one page of the schedules on the timer wheel, by
+// id, filtered by biz_type and paused (true or false).
+func (h *handlers) listSchedules(c echo.Context) error {
+	var q timers.ScheduleListQuery
+	var err error
+	if q.PageSize, err = queryInt(c, "page_size", 100, 1, 1000); err != nil {
+		return err
+	}
+	q.BizType = c.QueryParam("biz_type")
+	if c.QueryParam("paused") != "" {
+		p, err := queryBool(c, "paused")
+		if err != nil {
+			return err
+		}
+		q.Paused = &p
+	}
+	query := strings.Join([]string{"schedules", q.BizType, c.QueryParam("paused")}, "\x00")
+	ctx := c.Request().Context()
+	token, err := h.pages.open(ctx, query, c.QueryParam("page_token"))
+	if err != nil {
+		return err
+	}
+	items, next, err := h.d.Schedules.ListSchedulePage(ctx, q, token)
+	if err != nil {
+		return err
+	}
+	if items == nil {
+		items = []api.Schedule{}
+	}
+	for i := range items {
+		if items[i], err = h.scheduleShown(ctx, items[i]); err != nil {
+			return err
+		}
+	}
+	nextToken, err := h.pages.seal(ctx, query, next)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, api.SchedulePage{Items: items, NextPageToken: nextToken})
 }
 
 func (h *handlers) createSchedule(c echo.Context) error {
