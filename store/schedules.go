@@ -439,3 +439,52 @@ func (s *Store) followSchedules(ctx context.Context, tx bun.Tx, rows []timerRow)
 	refs, err := s.insertTriggers(ctx, tx, next)
 	return kept, refs, err
 }
+
+// CreateScheduleRecords stores many wheel schedules at once, each with its first trigger (the
+// first fire time after now), in transactions of up to 500: for loading schedules in bulk
+// (`courier bench schedules`). An id already stored is a conflict and nothing of its
+// transaction is written. It returns the buckets the triggers wait in, for the caller to arm.
+func (s *Store) CreateScheduleRecords(ctx context.Context, recs []courier.ScheduleRecord, now time.Time) ([]courier.TimerBucketRef, error) {
+	seen := map[courier.TimerBucketRef]bool{}
+	var refs []courier.TimerBucketRef
+	for chunk := range slices.Chunk(recs, 500) {
+		err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+			values := make([]string, 0, len(chunk))
+			args := make([]any, 0, len(chunk)*11)
+			var ts []trigger
+			for _, rec := range chunk {
+				timing, err := rec.Timing.Compile()
+				if err != nil {
+					return fmt.Errorf("schedule %q: %w", rec.ID, err)
+				}
+				values = append(values, "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '', 1, "+s.nowSQL()+", "+s.nowSQL()+")")
+				args = append(args, rec.ID, rec.BizType, rec.Timing.Cron, rec.Timing.Interval.Milliseconds(), rec.Timing.TimeZone,
+					rec.Timing.Jitter.Milliseconds(), rec.CatchupWindow.Milliseconds(), string(rec.Payload), string(rec.Spec), rec.Paused)
+				if nominal := timing.Next(now); !rec.Paused && !nominal.IsZero() {
+					rec.Version = 1
+					ts = append(ts, trigger{sch: rec, bizID: courier.ScheduleTriggerID(rec.ID, nominal), fireAt: timing.FireAt(rec.ID, nominal), version: 1})
+				}
+			}
+			res, err := tx.NewRaw("INSERT INTO courier_schedules (id, biz_type, cron, interval_ms, time_zone, jitter_ms, catchup_ms, payload, spec, "+
+				"paused, note, version, created_at, updated_at) VALUES "+strings.Join(values, ", ")+" ON CONFLICT (id) DO NOTHING", args...).Exec(ctx)
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); int(n) != len(chunk) {
+				return courier.Errorf(courier.CodeConflict, "%d of %d schedules already exist", len(chunk)-int(n), len(chunk))
+			}
+			rs, err := s.insertTriggers(ctx, tx, ts)
+			for _, r := range rs {
+				if !seen[r] {
+					seen[r] = true
+					refs = append(refs, r)
+				}
+			}
+			return err
+		})
+		if err != nil {
+			return refs, err
+		}
+	}
+	return refs, nil
+}
