@@ -12,7 +12,7 @@ WORKFLOWCHECK_VERSION := v0.6.0
 GOBIN_DIR             := $(CURDIR)/bin/tools
 TEST_TIMEOUT          ?= 45m
 
-.PHONY: help run cluster build test test-short lint bench record-histories clean
+.PHONY: help run cluster build test test-short lint api-check bench record-histories clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -41,6 +41,9 @@ lint: ## gofmt, go vet, staticcheck, workflowcheck
 	GOBIN=$(GOBIN_DIR) go install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION)
 	$(GOBIN_DIR)/staticcheck ./...
 	$(GOBIN_DIR)/workflowcheck ./workflows/...
+
+api-check: ## lint gateway/openapi.yaml with @redocly/cli (no warnings) and type-check a TypeScript producer against openapi-typescript's types (Node + npm)
+	cd internal/tools/apicheck && npm ci --no-audit --no-fund --loglevel=error && npm run --silent lint && npm run --silent types && npm run --silent check
 
 bench: ## courier bench outbox, timers and tasks on the embedded stack (add BENCH_ARGS="--postgres-url …")
 	go build -o bin/courier ./cmd/courier

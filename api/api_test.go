@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
 )
 
@@ -95,4 +96,31 @@ func TestWhenResolve(t *testing.T) {
 		_, _, err := w.Resolve(now)
 		require.Error(t, err)
 	}
+}
+
+// A queue as the API shows it, put back through Config, is the same queue: every setting kept
+// (secrets apart, which a PUT without them keeps), implied ones left implied.
+func TestQueueConfigRoundTrip(t *testing.T) {
+	t.Parallel()
+	full := courier.Queue{Name: "docs", PushURL: "https://w.example/push", AllowPrivate: true, ConcurrencyLimit: 40,
+		Weights: courier.BandWeights{50, 30, 10, 6, 4}, PendingTimeout: 2 * time.Hour, ProcessingTimeout: 10 * time.Minute,
+		PushTimeout: 20 * time.Second, HeartbeatTimeout: time.Minute,
+		Retry:            courier.TaskRetry{MaxAttempts: 7, InitialInterval: 3 * time.Second, Backoff: 1.5, MaxInterval: time.Hour},
+		SuccessRetention: 48 * time.Hour, PurgeAge: 96 * time.Hour, InsertRate: 12.5, InsertBurst: 30, MaxPending: 5000,
+		PerKeyLimit: 8, KeyWeights: map[string]int{"t-1": 3}, DispatchRate: 7.5, DispatchBurst: 20,
+		DispatchMode: courier.DispatchBatched, PushBatchSize: 25}.WithDefaults()
+	for _, q := range []courier.Queue{
+		full,
+		courier.Queue{Name: "plain"}.WithDefaults(),
+		courier.Queue{Name: "fair", FairKeys: true, DispatchRate: 2.5}.WithDefaults(), // burst implied by the rate
+	} {
+		shown := api.QueueOf(q)
+		back, err := shown.Config().Domain(q.Name)
+		require.NoError(t, err, q.Name)
+		back = back.WithDefaults()
+		q.Secrets, back.Secrets = nil, nil
+		require.Equal(t, q, back, q.Name)
+	}
+	require.Zero(t, api.QueueOf(courier.Queue{Name: "fair", DispatchRate: 2.5}.WithDefaults()).Config().DispatchBurst, "an implied burst stays implied")
+	require.False(t, api.QueueOf(full).Config().FairKeys, "fair keys implied by the per-key limit stay implied")
 }

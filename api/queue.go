@@ -126,3 +126,23 @@ func QueueOf(q courier.Queue) Queue {
 	}
 	return out
 }
+
+// Config is the configuration that keeps q as it is when PUT back (secrets left out: a PUT
+// without them keeps the stored ones), for a read-modify-write of one setting. Values that
+// follow from others stay implied: fair_keys when a per-key limit or key weights imply it, the
+// dispatch burst when it is the rate rounded up.
+func (q Queue) Config() QueueConfig {
+	c := QueueConfig{PushURL: q.PushURL, AllowPrivate: q.AllowPrivate, ConcurrencyLimit: q.ConcurrencyLimit,
+		Weights:        q.Weights[:],
+		PendingTimeout: PositiveDuration(q.PendingTimeout), ProcessingTimeout: PositiveDuration(q.ProcessingTimeout),
+		PushTimeout: PositiveDuration(q.PushTimeout), HeartbeatTimeout: q.HeartbeatTimeout, Retry: q.Retry,
+		SuccessRetention: PositiveDuration(q.SuccessRetention), PurgeAge: PositiveDuration(q.PurgeAge),
+		InsertRate: q.InsertRate, InsertBurst: q.InsertBurst, MaxPending: q.MaxPending,
+		PerKeyLimit: q.PerKeyLimit, KeyWeights: q.KeyWeights, DispatchRate: q.DispatchRate,
+		DispatchMode: q.DispatchMode, PushBatchSize: q.PushBatchSize}
+	c.FairKeys = q.FairKeys && q.PerKeyLimit == 0 && len(q.KeyWeights) == 0
+	if q.DispatchRate > 0 && q.DispatchBurst != (courier.Queue{DispatchRate: q.DispatchRate}).DispatchBucket() {
+		c.DispatchBurst = q.DispatchBurst
+	}
+	return c
+}

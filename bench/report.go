@@ -15,7 +15,7 @@ type Report struct {
 }
 
 // ReportRow is one scenario. Scenario names are stable: bare, courier-sqlite,
-// courier-postgres (outbox, tasks), courier-batch-sqlite, courier-batch-postgres (outbox batch
+// courier-postgres (outbox, tasks), standalone (tasks --standalone), courier-batch-sqlite, courier-batch-postgres (outbox batch
 // mode) and bare, courier (timers).
 type ReportRow struct {
 	Scenario       string  `json:"scenario"`
@@ -70,7 +70,7 @@ func TasksReport(rs []TaskResult) Report {
 	return reportOf("tasks", rs, func(r TaskResult) ReportRow {
 		row := rowOf(r.Key, r.N, r.PerSec, r.P50, r.P99, r.Max, r.Cost)
 		row.setCPU(r.CPU, r.N)
-		if r.Key == "bare" {
+		if r.Key == "bare" || r.Key == "standalone" {
 			row.StartCPUMsPerItem = ms(perItem(r.StartCPU, r.N))
 		}
 		return row

@@ -43,7 +43,10 @@ type TasksConfig struct {
 	// turns (fair_keys), the tasks spread round robin over this many concurrency keys: the
 	// cost of fairness per task next to the unkeyed run, in the same process. 0: off.
 	Keys int
-	Out  io.Writer // where the table goes; default stdout
+	// Standalone adds the engine's own job queue beside the baseline: one standalone activity
+	// per task (taskStandalone). The server must allow them (StandaloneDynamicConfig).
+	Standalone bool
+	Out        io.Writer // where the table goes; default stdout
 }
 
 // TaskResult is one row of the task table.
@@ -126,6 +129,13 @@ func RunTasks(ctx context.Context, stack Stack, cfg TasksConfig) ([]TaskResult, 
 		return nil, fmt.Errorf("baseline: %w", err)
 	}
 	results = append(results, base)
+	if cfg.Standalone {
+		sa, err := taskStandalone(ctx, stack.Temporal, cfg)
+		if err != nil {
+			return results, fmt.Errorf("standalone activities: %w", err)
+		}
+		results = append(results, sa)
+	}
 	err = forEachDatabase(ctx, dir, cfg.PostgresURL, func(name, url string) error {
 		r, err := runTasks(ctx, stack.Temporal, stack.namespace(), name, url, cfg, 0, quiet)
 		if err != nil {

@@ -99,6 +99,40 @@ func TestNonIdempotentCallsAreRetriedOnlyOn429(t *testing.T) {
 	require.EqualValues(t, 2, n.Load())
 }
 
+// ReportResults is not repeated after a 503 (a repeat of a recorded result would be its 409);
+// each answer reads as the error ReportResult would have returned; an answer that does not
+// answer every result is an error, not a silent gap.
+func TestReportResultsAnswersEachResult(t *testing.T) {
+	t.Parallel()
+	c, n := scripted(t, func(_ int, w http.ResponseWriter) { status(w, http.StatusServiceUnavailable, "") })
+	items := []TaskResultItem{{TaskID: "a", TaskVersion: 1}, {TaskID: "b", TaskVersion: 2}}
+	_, err := c.ReportResults(t.Context(), items)
+	require.ErrorIs(t, err, ErrUnavailable)
+	require.EqualValues(t, 1, n.Load())
+
+	c, _ = scripted(t, func(_ int, w http.ResponseWriter) {
+		_, _ = io.WriteString(w, `{"results":[{"task_id":"a","task_version":1,"attempt":1,"status":202},`+
+			`{"task_id":"b","task_version":2,"attempt":3,"status":409,"error":{"code":"conflict","message":"over","details":{"status":"success"}}}]}`)
+	})
+	ans, err := c.ReportResults(t.Context(), items)
+	require.NoError(t, err)
+	require.NoError(t, ResultError(ans.Results[0]))
+	e := ResultError(ans.Results[1])
+	require.ErrorIs(t, e, ErrConflict)
+	var ce *Error
+	require.ErrorAs(t, e, &ce)
+	require.Equal(t, http.StatusConflict, ce.StatusCode)
+	require.Equal(t, "success", ce.Details["status"])
+	require.Contains(t, ce.Error(), "/v1/tasks/b/versions/2/result")
+	require.ErrorIs(t, ResultError(TaskResultAnswer{Status: http.StatusServiceUnavailable}), ErrUnavailable, "a code from the status alone")
+
+	c, _ = scripted(t, func(_ int, w http.ResponseWriter) {
+		_, _ = io.WriteString(w, `{"results":[{"task_id":"a","task_version":1,"attempt":1,"status":202}]}`)
+	})
+	_, err = c.ReportResults(t.Context(), items)
+	require.ErrorContains(t, err, "1 answers to 2 results")
+}
+
 // Publish sends an Idempotency-Key, the same on every try, so it retries what may have
 // happened (a 503, a lost answer) safely: the gateway answers the repeat with the record the
 // first try wrote. Two publishes have two keys.

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"iter"
 	"net/http"
 	"net/url"
@@ -180,6 +181,57 @@ func (c *Client) ReportResult(ctx context.Context, taskID string, version int64,
 		return nil, err
 	}
 	return &out, nil
+}
+
+// TaskResultItem is one attempt's result in ReportResults: the task version it belongs to and
+// the result as ReportResult takes it.
+type TaskResultItem = api.TaskResultItem
+
+// TaskResultsAnswer answers ReportResults: one answer per result, in the request's order.
+type TaskResultsAnswer = api.TaskResultsAnswer
+
+// TaskResultAnswer is the answer to one result of ReportResults; ResultError reads it as an
+// error.
+type TaskResultAnswer = api.TaskResultAnswer
+
+// MaxTaskResults is the most results one ReportResults may carry.
+const MaxTaskResults = api.MaxTaskResults
+
+// ReportResults reports how many attempts ended, in one request (POST /v1/tasks/results, scope
+// worker; 1 to MaxTaskResults results, for the attempts of any queues). Each result is checked
+// and recorded on its own: the answer holds one TaskResultAnswer per result, in order, and
+// ResultError reads each as ReportResult would have returned it (nil when accepted, ErrConflict
+// when the attempt is not running or already has its outcome, ErrNotFound, ErrValidation). An
+// error means nothing was recorded (ErrUnavailable: send them all again). Retried like
+// ReportResult, only on a 429 or a connection never opened: a repeat of an accepted result is a
+// 409 for that result.
+func (c *Client) ReportResults(ctx context.Context, results []TaskResultItem) (*TaskResultsAnswer, error) {
+	var out TaskResultsAnswer
+	if _, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/tasks/results", body: api.TaskResults{Results: results}, out: &out}); err != nil {
+		return nil, err
+	}
+	if len(out.Results) != len(results) {
+		return nil, fmt.Errorf("courier: POST /v1/tasks/results: %d answers to %d results", len(out.Results), len(results))
+	}
+	return &out, nil
+}
+
+// ResultError is one answer of ReportResults as an error: nil for an accepted result (202),
+// otherwise an *Error with the status and code POST …/result would have answered, which
+// matches the sentinels (errors.Is(err, ErrConflict): the attempt is over).
+func ResultError(a TaskResultAnswer) error {
+	if a.Status == http.StatusAccepted {
+		return nil
+	}
+	e := &Error{StatusCode: a.Status, Code: codeOfStatus(a.Status), Method: http.MethodPost,
+		Path: taskVersionPath(a.TaskID, a.TaskVersion) + "/result"}
+	if a.Error != nil {
+		if a.Error.Code != "" {
+			e.Code = a.Error.Code
+		}
+		e.Message, e.Details = a.Error.Message, a.Error.Details
+	}
+	return e
 }
 
 // Heartbeat tells courier that attempt is alive (scope worker), extending its heartbeat

@@ -65,6 +65,10 @@ type queueLine struct {
 	Succeeded       int64
 	Failed          int64
 	Paused          bool
+	// Mode is the queue's dispatch mode and PushBatch how many attempts one push carries
+	// (docs/tasks.md, "Dispatch modes"); Mode is "" when the queue's configuration is unknown.
+	Mode      courier.DispatchMode
+	PushBatch int
 }
 
 type outboxLine struct {
@@ -226,7 +230,8 @@ func (cs *console) queues(ctx context.Context, d *overviewData, paused courier.P
 		q := limits[b.Queue]
 		d.Queues = append(d.Queues, queueLine{Name: b.Queue, Pending: b.Pending, Total: b.PendingTotal(),
 			InFlight: q.InFlight, Limit: q.ConcurrencyLimit, Oldest: b.OldestPending,
-			Succeeded: b.Succeeded, Failed: b.Failed, Paused: isPaused(paused.Queue(b.Queue))})
+			Succeeded: b.Succeeded, Failed: b.Failed, Paused: isPaused(paused.Queue(b.Queue)),
+			Mode: q.DispatchMode, PushBatch: q.PushBatchSize})
 	}
 	return nil
 }

@@ -266,6 +266,28 @@ func TestConsoleShowsBacklogAndEscapesWhatProducersWrote(t *testing.T) {
 	require.Contains(t, list.body, `href="http://127.0.0.1:8233/namespaces/courier/workflows/outbox%2F`+idString(rec.ID)+`"`, "each item links to its workflow")
 }
 
+// The queue lines show each queue's dispatch mode, and a batched push's size.
+func TestConsoleShowsTheDispatchMode(t *testing.T) {
+	t.Parallel()
+	f := newConsoleFixture(t, false)
+	ctx := t.Context()
+	_, _, err := f.st.PutQueue(ctx, courier.Queue{Name: "bulk", ConcurrencyLimit: 50, DispatchMode: courier.DispatchBatched, PushBatchSize: 25}.WithDefaults())
+	require.NoError(t, err)
+	_, _, err = f.st.PutQueue(ctx, courier.Queue{Name: "bulk1", ConcurrencyLimit: 50, DispatchMode: courier.DispatchBatched}.WithDefaults())
+	require.NoError(t, err)
+	for _, q := range []string{"docs", "bulk", "bulk1"} {
+		_, _, err := f.st.InsertTask(ctx, courier.TaskRequest{TaskID: "t-" + q, Version: 1, Priority: 3, Queue: q, Payload: json.RawMessage(`{}`)})
+		require.NoError(t, err)
+	}
+	b := f.browser(t)
+	b.signIn(f.producer)
+	home := b.get("/console")
+	require.Equal(t, http.StatusOK, home.status)
+	require.Regexp(t, `data-queue="docs">[^\n]*\n[^\n]*\n\s*<td class="mode" data-mode="per-attempt">per-attempt</td>`, home.body)
+	require.Regexp(t, `data-queue="bulk">[^\n]*\n[^\n]*\n\s*<td class="mode" data-mode="batched">batched<span class="muted">, 25 per push</span></td>`, home.body)
+	require.Regexp(t, `data-queue="bulk1">[^\n]*\n[^\n]*\n\s*<td class="mode" data-mode="batched">batched</td>`, home.body, "one attempt per push: no size")
+}
+
 func TestConsoleActions(t *testing.T) {
 	t.Parallel()
 	f := newConsoleFixture(t, false)

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -23,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/version"
 )
@@ -182,6 +184,63 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 	slices.Sort(served)
 	served = slices.Compact(served)
 	require.ElementsMatch(t, documented, served, "served routes (right) and documented operations (left) differ")
+}
+
+// The pushes courier sends to workers are the document's webhooks (taskPush, taskPushBatch),
+// with typed bodies and answers: the JSON of the very types courier sends and reads matches
+// them, and a body missing what a worker relies on does not.
+func TestOpenAPIDescribesThePushes(t *testing.T) {
+	t.Parallel()
+	doc, _ := openAPISpec(t)
+	deadline := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	push := api.TaskPush{TaskID: "doc-42", TaskVersion: 3, Attempt: 1, Priority: 2, Queue: "docparse", ConcurrencyKey: "tenant-7",
+		Payload: json.RawMessage(`{"file":"a.pdf"}`), Deadline: deadline, HeartbeatTimeout: api.PositiveDuration(30 * time.Second),
+		ResultURL: "https://courier.example/v1/tasks/doc-42/versions/3/result", HeartbeatURL: "https://courier.example/v1/tasks/doc-42/versions/3/heartbeat",
+		DeliveryID: "task/doc-42/3/1", ResultsURL: "https://courier.example/v1/tasks/results"}
+	bodyOf := func(name string) *openapi3.Schema {
+		t.Helper()
+		item := doc.Webhooks[name]
+		require.NotNil(t, item, "webhook %s", name)
+		require.NotNil(t, item.Post, "webhook %s is a POST", name)
+		return item.Post.RequestBody.Value.Content.Get("application/json").Schema.Value
+	}
+	answerOf := func(name string) *openapi3.Schema {
+		t.Helper()
+		r := doc.Webhooks[name].Post.Responses.Value("2XX")
+		require.NotNil(t, r, "webhook %s documents its 2xx", name)
+		return r.Value.Content.Get("application/json").Schema.Value
+	}
+	visit := func(s *openapi3.Schema, v any) error {
+		raw, err := json.Marshal(v)
+		require.NoError(t, err)
+		var doc any
+		require.NoError(t, json.Unmarshal(raw, &doc))
+		return s.VisitJSON(doc)
+	}
+	require.NoError(t, visit(bodyOf("taskPush"), push))
+	require.NoError(t, visit(answerOf("taskPush"), api.PushAnswer{TaskID: "doc-42", TaskVersion: 3, Attempt: 1, Accepted: true}))
+	batch := api.TaskPushBatch{Tasks: []api.TaskPush{push, push}, ResultsURL: push.ResultsURL}
+	require.NoError(t, visit(bodyOf("taskPushBatch"), batch))
+	require.NoError(t, visit(answerOf("taskPushBatch"), api.TaskPushBatchAnswer{Refused: []api.TaskRefusal{
+		{TaskID: "doc-42", TaskVersion: 3, Attempt: 1, StatusCode: 429, Message: "busy"}}}))
+	require.NoError(t, visit(answerOf("taskPushBatch"), api.TaskPushBatchAnswer{}), "no refusal")
+
+	require.Error(t, visit(bodyOf("taskPushBatch"), api.TaskPushBatch{ResultsURL: push.ResultsURL}), "a batch carries tasks")
+	var m map[string]any
+	raw, err := json.Marshal(push)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(raw, &m))
+	delete(m, "deadline")
+	require.Error(t, bodyOf("taskPush").VisitJSON(m), "a push names its deadline")
+	for _, name := range []string{"taskPush", "taskPushBatch"} {
+		var headers []string
+		for _, p := range doc.Webhooks[name].Post.Parameters {
+			if p.Value.In == "header" {
+				headers = append(headers, p.Value.Name)
+			}
+		}
+		require.Subset(t, headers, []string{"webhook-id", "webhook-timestamp", "webhook-signature"}, "%s is signed with Standard Webhooks", name)
+	}
 }
 
 // stubPauses stands for the pause service where only the routes matter.

@@ -901,10 +901,20 @@ func openAPISchemaProps(doc string) map[string][]string {
 }
 
 func jsonNames(v any) []string {
+	return jsonNamesOf(reflect.TypeOf(v))
+}
+
+// jsonNamesOf names the JSON fields of a struct type, those of an embedded struct without a
+// name of its own among them (encoding/json flattens it).
+func jsonNamesOf(rt reflect.Type) []string {
 	var out []string
-	rt := reflect.TypeOf(v)
 	for i := range rt.NumField() {
-		name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
+		f := rt.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			out = append(out, jsonNamesOf(f.Type)...)
+			continue
+		}
 		if name != "" && name != "-" {
 			out = append(out, name)
 		}
@@ -934,6 +944,16 @@ func TestOpenAPIDocumentsRoutes(t *testing.T) {
 		"TaskBulkFilter":   api.TaskBulkFilter{},
 		"TaskCancelResult": api.TaskCancelResult{},
 		"TaskRetryResult":  api.TaskRetryResult{},
+		// POST /v1/tasks/results and the pushes (the document's webhooks).
+		"TaskResults":         api.TaskResults{},
+		"TaskResultItem":      api.TaskResultItem{},
+		"TaskResultsAnswer":   api.TaskResultsAnswer{},
+		"TaskResultAnswer":    api.TaskResultAnswer{},
+		"TaskPush":            api.TaskPush{},
+		"PushAnswer":          api.PushAnswer{},
+		"TaskPushBatch":       api.TaskPushBatch{},
+		"TaskPushBatchAnswer": api.TaskPushBatchAnswer{},
+		"TaskRefusal":         api.TaskRefusal{},
 	} {
 		require.Contains(t, props, schema)
 		require.ElementsMatch(t, jsonNames(v), props[schema], "schema %s", schema)

@@ -490,6 +490,124 @@ func TestClientEveryCall(t *testing.T) {
 	})
 }
 
+// The queue settings of the batched dispatch mode through the client (put, get, list, and the
+// 422s naming the field), and ReportResults: many results in one call, each answered on its
+// own and read by ResultError as ReportResult would have returned it.
+func TestClientBatchedQueueAndResults(t *testing.T) {
+	cs := newClientStack(t)
+	ctx := t.Context()
+	admin, producer, wk := cs.adminC, cs.producerC, cs.workC
+	batches := make(chan api.TaskPushBatch, 8)
+	pushURL := startHTTP(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		var b api.TaskPushBatch
+		if err := json.NewDecoder(r.Body).Decode(&b); err != nil || len(b.Tasks) == 0 {
+			http.Error(rw, "not a batched push", http.StatusBadRequest)
+			return
+		}
+		batches <- b
+		rw.WriteHeader(http.StatusAccepted)
+	}))
+
+	def, err := admin.GetQueue(ctx, courier.DefaultQueueName)
+	require.NoError(t, err)
+	require.Equal(t, courier.DispatchPerAttempt, def.DispatchMode, "the default mode")
+	require.Equal(t, 1, def.PushBatchSize)
+	_, err = admin.PutQueue(ctx, "cb", cc.QueueConfig{PushBatchSize: 3})
+	requireField(t, err, cc.ErrValidation, "push_batch_size")
+	_, err = admin.PutQueue(ctx, "cb", cc.QueueConfig{DispatchMode: "sideways"})
+	requireField(t, err, cc.ErrValidation, "dispatch_mode")
+	_, err = admin.GetQueue(ctx, "cb")
+	require.ErrorIs(t, err, cc.ErrNotFound, "a refused PUT writes nothing")
+
+	cfg := cc.QueueConfig{ConcurrencyLimit: 10, DispatchMode: courier.DispatchBatched, PushBatchSize: 3, Retry: cc.Retry{MaxAttempts: 1}}
+	q, err := admin.PutQueue(ctx, "cb", cfg)
+	require.NoError(t, err)
+	require.True(t, q.Created)
+	require.Equal(t, courier.DispatchBatched, q.DispatchMode)
+	require.Equal(t, 3, q.PushBatchSize)
+	for i := range 3 {
+		_, err := producer.InsertTask(ctx, cc.TaskRequest{TaskID: fmt.Sprintf("cb-%d", i), TaskVersion: 1, Queue: "cb",
+			Payload: json.RawMessage(`{"n":` + fmt.Sprint(i) + `}`)})
+		require.NoError(t, err)
+	}
+	cfg.PushURL = pushURL
+	q, err = admin.PutQueue(ctx, "cb", cfg)
+	require.NoError(t, err)
+	require.False(t, q.Created)
+	got, err := admin.GetQueue(ctx, "cb")
+	require.NoError(t, err)
+	require.Equal(t, courier.DispatchBatched, got.DispatchMode)
+	require.Equal(t, 3, got.PushBatchSize)
+	require.Equal(t, pushURL, got.PushURL)
+	qs, err := admin.ListQueues(ctx)
+	require.NoError(t, err)
+	modes := map[string]courier.DispatchMode{}
+	for _, q := range qs {
+		modes[q.Name] = q.DispatchMode
+	}
+	require.Equal(t, courier.DispatchBatched, modes["cb"])
+	require.Equal(t, courier.DispatchPerAttempt, modes[courier.DefaultQueueName])
+
+	var pushes []api.TaskPush
+	for len(pushes) < 3 {
+		select {
+		case b := <-batches:
+			require.NotEmpty(t, b.ResultsURL)
+			pushes = append(pushes, b.Tasks...)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("only %d of 3 tasks pushed", len(pushes))
+		}
+	}
+
+	var items []cc.TaskResultItem
+	for _, p := range pushes {
+		items = append(items, cc.TaskResultItem{TaskID: p.TaskID, TaskVersion: p.TaskVersion, TaskResult: api.TaskResult{Attempt: p.Attempt,
+			Status: courier.OutcomeSuccess, StatusCode: 200, Message: "parsed", Result: json.RawMessage(`{"of":"` + p.TaskID + `"}`)}})
+	}
+	items = append(items,
+		cc.TaskResultItem{TaskID: "cb-none", TaskVersion: 1, TaskResult: api.TaskResult{Attempt: 1, Status: courier.OutcomeSuccess}},
+		cc.TaskResultItem{TaskID: pushes[0].TaskID, TaskVersion: 1, TaskResult: api.TaskResult{Attempt: pushes[0].Attempt, Status: "maybe"}})
+
+	_, err = producer.ReportResults(ctx, items)
+	require.ErrorIs(t, err, cc.ErrPermissionDenied, "results need the worker scope")
+	_, err = wk.ReportResults(ctx, nil)
+	requireField(t, err, cc.ErrValidation, "results")
+
+	ans, err := wk.ReportResults(ctx, items)
+	require.NoError(t, err)
+	require.Len(t, ans.Results, len(items))
+	for i, p := range pushes {
+		a := ans.Results[i]
+		require.Equal(t, http.StatusAccepted, a.Status, "%+v", a.Error)
+		require.Equal(t, p.TaskID, a.TaskID, "answers in the request's order")
+		require.NoError(t, cc.ResultError(a))
+	}
+	require.Equal(t, http.StatusNotFound, ans.Results[3].Status)
+	require.ErrorIs(t, cc.ResultError(ans.Results[3]), cc.ErrNotFound)
+	require.Equal(t, http.StatusUnprocessableEntity, ans.Results[4].Status)
+	bad := cc.ResultError(ans.Results[4])
+	require.ErrorIs(t, bad, cc.ErrValidation)
+	var ae *cc.Error
+	require.ErrorAs(t, bad, &ae)
+	require.Equal(t, "status", ae.Field(), ae.Error())
+
+	for _, p := range pushes {
+		task, err := producer.GetTaskVersion(ctx, p.TaskID, 1)
+		require.NoError(t, err)
+		require.Equal(t, courier.TaskSuccess, task.Status, "recorded before the answer")
+		require.JSONEq(t, `{"of":"`+p.TaskID+`"}`, string(task.Result))
+		require.Equal(t, "parsed", task.Message)
+	}
+	again, err := wk.ReportResults(ctx, items[:1])
+	require.NoError(t, err)
+	require.Equal(t, http.StatusConflict, again.Results[0].Status)
+	require.ErrorIs(t, cc.ResultError(again.Results[0]), cc.ErrConflict, "the attempt has its outcome")
+	waitFor(t, "the slots are free", func() bool {
+		q, err := admin.GetQueue(ctx, "cb")
+		return err == nil && q.InFlight == 0
+	})
+}
+
 // requireField checks err is sentinel and names field (when field is not empty).
 func requireField(t *testing.T, err error, sentinel *cc.Error, field string) {
 	t.Helper()

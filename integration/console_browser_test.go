@@ -183,6 +183,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.ID("queues")))
 	require.Contains(t, b.text("header .who"), "admin")
 	require.Equal(t, "0", b.text(`tr[data-queue="docs"] td.total`), "no backlog yet")
+	require.Equal(t, "per-attempt", b.text(`tr[data-queue="docs"] td.mode`), "the queue's dispatch mode")
 
 	// A backlog appears: tasks wait in the docs queue (nothing pushes them), by band.
 	for i, prio := range []int{1, 1, 2, 5, 5} {

@@ -1,10 +1,12 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,7 +18,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 	cc "github.com/courier-oss/courier/client"
+	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/taskworker"
 	"github.com/courier-oss/courier/webhook"
 )
@@ -26,9 +30,15 @@ import (
 type reportLog struct {
 	mu  sync.Mutex
 	got map[string][]int // "heartbeat task-id" / "result task-id" → statuses
+	// batches holds, per POST /v1/tasks/results answered 200, how many results it carried.
+	batches  []int
+	accepted int // results answered 202 in them
 }
 
 func (l *reportLog) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Path == "/v1/tasks/results" {
+		return l.results(r)
+	}
 	resp, err := http.DefaultTransport.RoundTrip(r)
 	// /v1/tasks/{id}/versions/{v}/{kind}
 	parts := strings.Split(r.URL.Path, "/")
@@ -39,6 +49,54 @@ func (l *reportLog) RoundTrip(r *http.Request) (*http.Response, error) {
 		l.mu.Unlock()
 	}
 	return resp, err
+}
+
+// results sends a POST /v1/tasks/results and records how many results it carried.
+func (l *reportLog) results(r *http.Request) (*http.Response, error) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return nil, err
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var req api.TaskResults
+	_ = json.Unmarshal(body, &req)
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return resp, err
+	}
+	raw, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(raw))
+	var ans api.TaskResultsAnswer
+	_ = json.Unmarshal(raw, &ans)
+	accepted := 0
+	for _, a := range ans.Results {
+		if a.Status == http.StatusAccepted {
+			accepted++
+		}
+	}
+	l.mu.Lock()
+	l.batches = append(l.batches, len(req.Results))
+	l.accepted += accepted
+	l.mu.Unlock()
+	return resp, nil
+}
+
+// acceptedResults is how many results courier accepted (202) in POST /v1/tasks/results.
+func (l *reportLog) acceptedResults() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.accepted
+}
+
+// resultBatches are the sizes of the POST /v1/tasks/results courier answered.
+func (l *reportLog) resultBatches() []int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]int(nil), l.batches...)
 }
 
 func (l *reportLog) count(kind, taskID string, status int) int {
@@ -64,8 +122,15 @@ type twRig struct {
 
 // answerLog counts the Worker's answers to pushes by status.
 type answerLog struct {
-	mu sync.Mutex
-	n  map[int]int
+	mu      sync.Mutex
+	n       map[int]int
+	refused int // attempts refused in the answers to batched pushes
+}
+
+func (a *answerLog) refusals() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.refused
 }
 
 func (a *answerLog) of(status int) int {
@@ -85,19 +150,32 @@ func (s *statusRecorder) WriteHeader(code int) {
 }
 
 func newTWRig(t *testing.T, ts *taskStack, secrets []string, maxConcurrent int, h taskworker.HandlerFunc) *twRig {
+	return newTWRigTuned(t, ts, secrets, maxConcurrent, h, nil)
+}
+
+// newTWRigTuned lets tune change the Worker's configuration.
+func newTWRigTuned(t *testing.T, ts *taskStack, secrets []string, maxConcurrent int, h taskworker.HandlerFunc, tune func(*taskworker.Config)) *twRig {
 	t.Helper()
 	log := &reportLog{got: map[string][]int{}}
 	c, err := cc.New(ts.gw, cc.WithAPIKey(ts.worker), cc.WithHTTPClient(&http.Client{Transport: log, Timeout: 30 * time.Second}))
 	require.NoError(t, err)
-	w, err := taskworker.New(taskworker.Config{Client: c, Secrets: secrets, AllowUnsigned: len(secrets) == 0,
-		MaxConcurrent: maxConcurrent, RetryAfter: time.Second, Logger: quiet}, h)
+	cfg := taskworker.Config{Client: c, Secrets: secrets, AllowUnsigned: len(secrets) == 0,
+		MaxConcurrent: maxConcurrent, RetryAfter: time.Second, Logger: quiet}
+	if tune != nil {
+		tune(&cfg)
+	}
+	w, err := taskworker.New(cfg, h)
 	require.NoError(t, err)
 	r := &twRig{ts: ts, w: w, log: log, answers: &answerLog{n: map[int]int{}}}
 	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
-		rec := &statusRecorder{ResponseWriter: rw}
+		cnt := &refusalCounter{ResponseWriter: rw}
+		rec := &statusRecorder{ResponseWriter: cnt}
 		w.ServeHTTP(rec, req)
+		var ans api.TaskPushBatchAnswer
+		_ = json.Unmarshal(cnt.body.Bytes(), &ans)
 		r.answers.mu.Lock()
 		r.answers.n[rec.status]++
+		r.answers.refused += len(ans.Refused)
 		r.answers.mu.Unlock()
 	}))
 	t.Cleanup(func() {
@@ -108,6 +186,17 @@ func newTWRig(t *testing.T, ts *taskStack, secrets []string, maxConcurrent int, 
 	})
 	r.url = srv.URL + "/push"
 	return r
+}
+
+// refusalCounter counts the attempts the Worker refused in its answers to batched pushes.
+type refusalCounter struct {
+	http.ResponseWriter
+	body bytes.Buffer
+}
+
+func (c *refusalCounter) Write(b []byte) (int, error) {
+	c.body.Write(b)
+	return c.ResponseWriter.Write(b)
 }
 
 // mode is what a test task asks the handler to do.
@@ -324,4 +413,101 @@ func TestTaskWorkerMaxConcurrent(t *testing.T) {
 		})
 	}
 	require.EqualValues(t, 1, most.Load(), "never two handlers at once")
+}
+
+// The task-worker library on a queue in the batched dispatch mode with batched pushes: it
+// verifies each signed batch, takes what fits its MaxConcurrent and refuses the rest one by one
+// (courier ends each refused attempt and retries it per the queue), heartbeats each attempt
+// past its heartbeat timeout, and reports the results in batches through POST
+// /v1/tasks/results. Every task ends Success; the handler never runs more than MaxConcurrent
+// at once; no result goes to a task's own result route.
+func TestTaskWorkerBatched(t *testing.T) {
+	for _, d := range testenv.Dialects {
+		t.Run(d, func(t *testing.T) {
+			ts := newTaskStack(t, d)
+			ctx := t.Context()
+			secret, err := webhook.GenerateSecret()
+			require.NoError(t, err)
+			const n, maxConcurrent = 40, 4
+			gate := make(chan struct{})
+			var running, most atomic.Int32
+			var badTask atomic.Value
+			rig := newTWRigTuned(t, ts, []string{secret}, maxConcurrent, func(ctx context.Context, task *taskworker.Task) (json.RawMessage, error) {
+				if task.ResultsURL == "" || task.DeliveryID != fmt.Sprintf("task/%s/%d/%d", task.ID, task.Version, task.Attempt) {
+					badTask.Store(fmt.Sprintf("%s: results url %q, delivery id %q", task.ID, task.ResultsURL, task.DeliveryID))
+				}
+				k := running.Add(1)
+				defer running.Add(-1)
+				for m := most.Load(); k > m && !most.CompareAndSwap(m, k); m = most.Load() {
+				}
+				select {
+				case <-gate:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+				task.SetMessage("batched")
+				return json.RawMessage(fmt.Sprintf(`{"task":%q}`, task.ID)), nil
+			}, func(c *taskworker.Config) { c.ResultLinger = 200 * time.Millisecond })
+			admin, err := cc.New(ts.gw, cc.WithAPIKey(ts.admin))
+			require.NoError(t, err)
+			producer, err := cc.New(ts.gw, cc.WithAPIKey(ts.producer))
+			require.NoError(t, err)
+			cfg := cc.QueueConfig{Secrets: []string{secret}, ConcurrencyLimit: 10,
+				DispatchMode: courier.DispatchBatched, PushBatchSize: 10, HeartbeatTimeout: cc.Duration(time.Second),
+				Retry: cc.Retry{InitialInterval: cc.PositiveDuration(time.Second), MaxAttempts: 30}}
+			_, err = admin.PutQueue(ctx, "twb", cfg)
+			require.NoError(t, err)
+			for i := range n {
+				_, err := producer.InsertTask(ctx, cc.TaskRequest{TaskID: fmt.Sprintf("twb-%d", i), TaskVersion: 1, Queue: "twb"})
+				require.NoError(t, err)
+			}
+			cfg.PushURL = rig.url
+			_, err = admin.PutQueue(ctx, "twb", cfg)
+			require.NoError(t, err)
+
+			// The worker holds MaxConcurrent attempts and refuses what the limit of 10 pushes
+			// beyond them, while heartbeats keep the held ones alive past their 1 s timeout.
+			waitFor(t, "attempts beyond MaxConcurrent are refused", func() bool { return rig.answers.refusals() > 0 })
+			waitFor(t, "heartbeats keep the held attempts alive", func() bool {
+				for i := range n {
+					if rig.log.count("heartbeat", fmt.Sprintf("twb-%d", i), http.StatusOK) >= 4 {
+						return true
+					}
+				}
+				return false
+			})
+			close(gate)
+			require.Eventually(t, func() bool {
+				st, err := ts.store.TaskStats(ctx)
+				require.NoError(t, err)
+				return st.ByQueueStatus["twb"][courier.TaskSuccess] == n
+			}, 2*time.Minute, 100*time.Millisecond, "every task succeeds")
+
+			require.Nil(t, badTask.Load(), "each task carries its delivery id and the results url")
+			require.LessOrEqual(t, int(most.Load()), maxConcurrent, "never more handlers than MaxConcurrent")
+			retried := 0
+			for i := range n {
+				id := fmt.Sprintf("twb-%d", i)
+				task := ts.get(id, 1)
+				require.JSONEq(t, fmt.Sprintf(`{"task":%q}`, id), string(task.Result))
+				require.Equal(t, "batched", task.Message)
+				if task.Attempts > 1 {
+					retried++
+				}
+				require.Zero(t, rig.log.count("result", id, 0), "no result through the task's own route")
+			}
+			require.Positive(t, retried, "refused attempts came back and succeeded")
+			batches := rig.log.resultBatches()
+			biggest := 0
+			for _, b := range batches {
+				biggest = max(biggest, b)
+			}
+			require.Equal(t, n, rig.log.acceptedResults(), "one accepted result per task, all through POST /v1/tasks/results")
+			require.Greater(t, biggest, 1, "results share requests")
+			require.Zero(t, rig.answers.of(http.StatusUnauthorized), "every batched push verified")
+			require.Eventually(t, func() bool { return ts.inFlight("twb") == 0 }, 10*time.Second, 50*time.Millisecond)
+			t.Logf("%s: %d tasks, %d refused attempts, %d retried tasks, results in %d requests (largest %d), most handlers at once %d",
+				d, n, rig.answers.refusals(), retried, len(batches), biggest, most.Load())
+		})
+	}
 }

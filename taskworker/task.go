@@ -26,9 +26,13 @@ type Task struct {
 	Payload          json.RawMessage
 	Deadline         time.Time     // the attempt's processing timeout runs out; the handler's context ends here
 	HeartbeatTimeout time.Duration // 0: the queue wants no heartbeats (the Worker then sends none)
-	DeliveryID       string        // the push's webhook-id (task/<id>/<version>/<attempt>); "" if unsigned
+	DeliveryID       string        // the attempt's delivery id (task/<id>/<version>/<attempt>): a single push's webhook-id, a batched push's delivery_id; "" if neither
 	ResultURL        string        // where the result goes, as the push named it (informational)
 	HeartbeatURL     string        // where heartbeats go, as the push named it (informational)
+	// ResultsURL is set when the queue takes results in batches (the batched dispatch mode):
+	// the Worker then reports this attempt's result with others in one POST /v1/tasks/results
+	// through Config.Client (never to the URL the push names).
+	ResultsURL string
 	// Traceparent and Tracestate are the push's W3C trace context: the handler's context
 	// carries it as the remote parent, so spans the handler starts (and the result call, with
 	// an OpenTelemetry-instrumented http.Client) join the task's trace.
@@ -98,6 +102,11 @@ func decodePush(body []byte) (*Task, error) {
 	if err := json.Unmarshal(body, &p); err != nil {
 		return nil, fmt.Errorf("not a task push: %v", err)
 	}
+	return taskOf(p)
+}
+
+// taskOf checks a push and makes it a task.
+func taskOf(p Push) (*Task, error) {
 	if err := courier.CheckID("task_id", p.TaskID); err != nil {
 		return nil, err
 	}
@@ -111,5 +120,6 @@ func decodePush(body []byte) (*Task, error) {
 	}
 	hb := p.HeartbeatTimeout.Std()
 	return &Task{ID: p.TaskID, Version: p.TaskVersion, Attempt: p.Attempt, Priority: p.Priority, Queue: p.Queue,
-		Payload: p.Payload, Deadline: p.Deadline, HeartbeatTimeout: hb, ResultURL: p.ResultURL, HeartbeatURL: p.HeartbeatURL}, nil
+		Payload: p.Payload, Deadline: p.Deadline, HeartbeatTimeout: hb, ResultURL: p.ResultURL, HeartbeatURL: p.HeartbeatURL,
+		ResultsURL: p.ResultsURL, DeliveryID: p.DeliveryID}, nil
 }

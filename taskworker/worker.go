@@ -38,7 +38,10 @@ type Config struct {
 	// results for, any task.
 	AllowUnsigned bool
 	// MaxConcurrent bounds the attempts run at once; a push beyond it is answered 429 with
-	// Retry-After, and courier tries the push again after it. Default 0: unbounded (the queue's
+	// Retry-After, and courier tries the push again after it. In a batched push each attempt
+	// beyond it is refused on its own (status code 429), and courier ends it as a failed
+	// attempt that its queue's retry policy retries: give a batched queue a concurrency_limit
+	// no higher than the MaxConcurrent its workers add up to. Default 0: unbounded (the queue's
 	// concurrency_limit still bounds what courier pushes).
 	MaxConcurrent int
 	// RetryAfter is the wait a 429 asks courier for; default 2 s.
@@ -46,8 +49,15 @@ type Config struct {
 	// HeartbeatFraction of the push's heartbeat_timeout is the heartbeat interval; default 1/3,
 	// so one lost heartbeat is not yet a timeout. Must be in (0, 1).
 	HeartbeatFraction float64
-	// MaxBodyBytes bounds a push body; default 2 MiB (a task payload is at most 512 KiB).
+	// MaxBodyBytes bounds a push body; default 2 MiB (a task payload is at most 512 KiB). A
+	// batched push carries up to the queue's push_batch_size payloads: raise it to fit.
 	MaxBodyBytes int64
+	// ResultBatchSize bounds the results sent in one POST /v1/tasks/results, for attempts
+	// pushed with a results_url (a queue in the batched dispatch mode); default 100, at most
+	// client.MaxTaskResults; 1 sends each result alone to its task's result route.
+	ResultBatchSize int
+	// ResultLinger is how long a result waits for others to share its request; default 20 ms.
+	ResultLinger time.Duration
 	// Logger receives one line per attempt's outcome and every problem; default slog.Default().
 	Logger *slog.Logger
 }
@@ -57,6 +67,8 @@ const (
 	DefaultRetryAfter        = 2 * time.Second
 	DefaultHeartbeatFraction = 1.0 / 3
 	DefaultMaxBodyBytes      = 2 << 20
+	DefaultResultBatchSize   = 100
+	DefaultResultLinger      = 20 * time.Millisecond
 )
 
 // Bounds of result reporting.
@@ -77,6 +89,7 @@ type Worker struct {
 	handler  HandlerFunc
 	client   *client.Client
 	verifier *webhook.Verifier // nil: pushes are not verified
+	results  *resultBatcher    // nil: every result goes alone
 	log      *slog.Logger
 	base     context.Context // parent of every attempt; cancelled when Shutdown gives up waiting
 	stop     context.CancelCauseFunc
@@ -112,6 +125,16 @@ func New(cfg Config, h HandlerFunc) (*Worker, error) {
 		return nil, errors.New("taskworker: MaxConcurrent must not be negative")
 	case cfg.HeartbeatFraction < 0 || cfg.HeartbeatFraction >= 1:
 		return nil, errors.New("taskworker: HeartbeatFraction must be in (0, 1)")
+	case cfg.ResultBatchSize < 0 || cfg.ResultBatchSize > client.MaxTaskResults:
+		return nil, fmt.Errorf("taskworker: ResultBatchSize must be from 0 (the default) to %d", client.MaxTaskResults)
+	case cfg.ResultLinger < 0:
+		return nil, errors.New("taskworker: ResultLinger must not be negative")
+	}
+	if cfg.ResultBatchSize == 0 {
+		cfg.ResultBatchSize = DefaultResultBatchSize
+	}
+	if cfg.ResultLinger == 0 {
+		cfg.ResultLinger = DefaultResultLinger
 	}
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = DefaultRetryAfter
@@ -133,6 +156,9 @@ func New(cfg Config, h HandlerFunc) (*Worker, error) {
 		}
 		w.verifier = v
 	}
+	if cfg.ResultBatchSize > 1 {
+		w.results = newResultBatcher(cfg.Client, cfg.ResultBatchSize, cfg.ResultLinger)
+	}
 	w.base, w.stop = context.WithCancelCause(context.Background())
 	return w, nil
 }
@@ -142,7 +168,9 @@ func New(cfg Config, h HandlerFunc) (*Worker, error) {
 // Shutdown, 429 with Retry-After at MaxConcurrent, and otherwise 202 before any work is done. A
 // push of an attempt already running here (or an authentic copy of a push seen before) is 202
 // and starts nothing; a newer attempt of a task version running here ends the older one's
-// context (ErrSuperseded).
+// context (ErrSuperseded). A batched push (PushBatch) is verified the same way and answered
+// 202 with an api.TaskPushBatchAnswer naming the attempts refused on their own: a malformed
+// one (400), one beyond MaxConcurrent (429), one arriving during Shutdown (503).
 func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		rw.Header().Set("Allow", http.MethodPost)
@@ -165,12 +193,18 @@ func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if b, ok := batchOf(body); ok {
+		w.serveBatch(rw, r, b, replay)
+		return
+	}
 	t, err := decodePush(body)
 	if err != nil {
 		writeError(rw, http.StatusBadRequest, courier.CodeInvalid, err.Error())
 		return
 	}
-	t.DeliveryID = r.Header.Get(webhook.HeaderID)
+	if id := r.Header.Get(webhook.HeaderID); id != "" {
+		t.DeliveryID = id
+	}
 	t.Traceparent, t.Tracestate = r.Header.Get("traceparent"), r.Header.Get("tracestate")
 	dup := replay
 	if !replay {
@@ -365,12 +399,20 @@ func (w *Worker) heartbeat(ctx context.Context, over context.CancelCauseFunc, t 
 	}
 }
 
-// report posts the result, retrying 429, 5xx and connection errors with a doubling wait (or
+// report posts the result (with others in one POST /v1/tasks/results when the push named a
+// results_url), retrying 429, 5xx and connection errors with a doubling wait (or
 // the answer's Retry-After) until ctx ends. A 409 or 404 means courier no longer wants it.
 func (w *Worker) report(ctx context.Context, t *Task, r api.TaskResult, log *slog.Logger) {
+	send := func() error {
+		_, err := w.client.ReportResult(ctx, t.ID, t.Version, r)
+		return err
+	}
+	if t.ResultsURL != "" && w.results != nil {
+		send = func() error { return w.results.report(ctx, t, r) }
+	}
 	wait := firstResultWait
 	for try := 1; ; try++ {
-		_, err := w.client.ReportResult(ctx, t.ID, t.Version, r)
+		err := send()
 		var ae *client.Error
 		switch {
 		case err == nil:

@@ -48,6 +48,11 @@ type fakeCourier struct {
 	mu     sync.Mutex
 	got    []report
 	answer func(kind string, n int) int
+	// batches are the requests to POST /v1/tasks/results, each a list of results; every result
+	// is also recorded in got as a "result" report. answerItem answers the n-th result of a
+	// task (nil: 202).
+	batches    [][]api.TaskResultItem
+	answerItem func(taskID string, n int) int
 }
 
 func newFakeCourier(t *testing.T) *fakeCourier {
@@ -82,9 +87,53 @@ func newFakeCourier(t *testing.T) *fakeCourier {
 			_, _ = io.WriteString(w, `{"accepted":true}`)
 		})
 	}
+	mux.HandleFunc("POST /v1/tasks/results", func(w http.ResponseWriter, r *http.Request) {
+		var req api.TaskResults
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Results) == 0 {
+			http.Error(w, "bad results", http.StatusBadRequest)
+			return
+		}
+		ans := api.TaskResultsAnswer{}
+		f.mu.Lock()
+		f.batches = append(f.batches, req.Results)
+		for _, it := range req.Results {
+			f.got = append(f.got, report{Kind: "result", TaskID: it.TaskID, Version: strconv.FormatInt(it.TaskVersion, 10),
+				Auth: r.Header.Get("Authorization"), Attempt: it.Attempt, Result: it.TaskResult})
+			n := 0
+			for _, g := range f.got {
+				if g.Kind == "result" && g.TaskID == it.TaskID {
+					n++
+				}
+			}
+			a := api.TaskResultAnswer{TaskID: it.TaskID, TaskVersion: it.TaskVersion, Attempt: it.Attempt, Status: http.StatusAccepted}
+			if f.answerItem != nil {
+				a.Status = f.answerItem(it.TaskID, n)
+			}
+			if a.Status != http.StatusAccepted {
+				a.Error = &api.ErrorDetail{Code: map[int]courier.Code{409: courier.CodeConflict, 503: courier.CodeUnavailable}[a.Status], Message: "scripted"}
+			}
+			ans.Results = append(ans.Results, a)
+		}
+		f.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(ans)
+	})
 	f.srv = httptest.NewServer(mux)
 	t.Cleanup(f.srv.Close)
 	return f
+}
+
+func (f *fakeCourier) setAnswerItem(a func(taskID string, n int) int) {
+	f.mu.Lock()
+	f.answerItem = a
+	f.mu.Unlock()
+}
+
+// resultBatches are the requests to POST /v1/tasks/results so far.
+func (f *fakeCourier) resultBatches() [][]api.TaskResultItem {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([][]api.TaskResultItem(nil), f.batches...)
 }
 
 func (f *fakeCourier) reports(kind string) []report {

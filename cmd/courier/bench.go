@@ -73,6 +73,7 @@ func runBench(ctx context.Context, args []string) error {
 		fs.DurationVar(&kcfg.Work, "work", 20*time.Millisecond, "how long the HTTP task worker works on each task")
 		fs.StringVar(&kcfg.PostgresURL, "postgres-url", env("COURIER_BENCH_POSTGRES_URL", ""), postgresUsage)
 		fs.DurationVar(&kcfg.Timeout, "timeout", 10*time.Minute, "give up on a scenario after this long")
+		fs.BoolVar(&kcfg.Standalone, "standalone", false, "also run the engine's own job queue: one standalone activity per task (Temporal 1.32's public preview), beside the bare baseline")
 		fs.IntVar(&kcfg.Keys, "keys", 0, "also run each courier scenario on a queue whose concurrency keys take turns, the tasks spread over this many keys, to compare fairness's cost per task with the unkeyed run (0: off)")
 	}
 	temporalAddr := fs.String("temporal-address", env("COURIER_BENCH_TEMPORAL_ADDRESS", ""), "run on this Temporal frontend (host:port; a cluster such as make cluster's) instead of an embedded server; the bare baseline runs there too (COURIER_BENCH_TEMPORAL_ADDRESS)")
@@ -158,7 +159,8 @@ func benchEngine(ctx context.Context, dir, addr, namespace string, quiet *slog.L
 	for name, typ := range courier.SearchAttributes {
 		sas[name] = worker.IndexedValueType(typ)
 	}
-	tmp, err := devstack.StartTemporal(ctx, devstack.Config{DataDir: dir, TemporalPort: -1, DisableUI: true, SearchAttributes: sas, Logger: quiet})
+	tmp, err := devstack.StartTemporal(ctx, devstack.Config{DataDir: dir, TemporalPort: -1, DisableUI: true, SearchAttributes: sas, Logger: quiet,
+		DynamicConfig: bench.StandaloneDynamicConfig})
 	if err != nil {
 		return nil, "", nil, err
 	}

@@ -41,7 +41,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(?m)^  courier ([a-z-]+) `).FindAllStringSubmatch(top, -1) {
 		commands = append(commands, m[1])
 	}
-	require.ElementsMatch(t, []string{"dev", "migrate", "worker", "gateway", "apikey", "pause", "resume", "pauses", "bench", "version"}, commands)
+	require.ElementsMatch(t, []string{"dev", "migrate", "worker", "gateway", "apikey", "pause", "resume", "pauses", "queue", "bench", "version"}, commands)
 
 	cases := [][]string{{"help"}, {"--help"}}
 	for _, c := range commands {
@@ -53,6 +53,9 @@ func TestEveryCommandHasHelp(t *testing.T) {
 	for _, sub := range []string{"outbox", "timers", "tasks"} {
 		cases = append(cases, []string{"bench", sub, "-h"})
 	}
+	for _, sub := range []string{"list", "show", "set"} {
+		cases = append(cases, []string{"queue", sub, "-h"})
+	}
 	for _, args := range cases {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			t.Parallel()
@@ -61,7 +64,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 			require.Empty(t, stderr)
 			require.Contains(t, stdout, "Usage:")
 			require.Equal(t, 1, strings.Count(stdout, "Usage:"), stdout)
-			if len(args) == 3 || (len(args) == 2 && args[0] != "apikey" && args[0] != "bench") {
+			if len(args) == 3 || (len(args) == 2 && args[0] != "apikey" && args[0] != "bench" && args[0] != "queue") {
 				require.Contains(t, stdout, "Flags:")
 			}
 		})
@@ -100,6 +103,9 @@ func TestUsageMistakes(t *testing.T) {
 		{[]string{"bench"}, "courier bench: no benchmark given\n\nUsage: courier bench <benchmark>"},
 		{[]string{"bench", "nope"}, `courier bench: unknown benchmark "nope"`},
 		{[]string{"apikey"}, "courier apikey: no action given\n\nUsage: courier apikey <action>"},
+		{[]string{"queue"}, "courier queue: no action given\n\nUsage: courier queue <action>"},
+		{[]string{"queue", "show"}, "courier queue: --name is required\n\nUsage: courier queue show [flags]"},
+		{[]string{"queue", "set", "--name", "docs"}, "courier queue: nothing to set: give --dispatch-mode, --push-batch-size or --concurrency-limit"},
 		{[]string{"migrate", "--nope"}, "courier migrate: flag provided but not defined: -nope\n\nUsage: courier migrate [flags]"},
 		{[]string{"bench", "outbox", "extra"}, `courier bench: unexpected argument "extra"`},
 		{[]string{"nope"}, `courier: unknown command "nope"`},

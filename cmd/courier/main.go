@@ -21,6 +21,7 @@ Usage:
   courier pause     pause a task queue, a business type or an outbox topic pattern
   courier resume    resume it
   courier pauses    list what is paused
+  courier queue     list task queues, show one, or switch its dispatch mode
   courier bench     run a benchmark (courier bench -h lists them)
   courier version   print the build's version and commit
 
@@ -54,6 +55,8 @@ func main() {
 		err = runResume(ctx, args, os.Stdout)
 	case "pauses":
 		err = runPauses(ctx, args, os.Stdout)
+	case "queue":
+		err = runQueue(ctx, args, os.Stdout)
 	case "bench":
 		err = runBench(ctx, args)
 	case "version":
