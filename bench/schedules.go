@@ -40,6 +40,7 @@ type SchedulesConfig struct {
 	// default 100, 0 skips it.
 	TemporalSchedules int
 	PostgresURL       string // also run on this PostgreSQL database, in a throwaway schema
+	SkipSQLite        bool   // run the wheel scenarios on PostgreSQL only
 	// Zsetcron is the path of a built zsetcron binary (../shared/peers/zsetcron) run beside,
 	// in both claim styles, with the same schedules and interval; empty skips it.
 	Zsetcron string
@@ -85,8 +86,12 @@ func RunSchedules(ctx context.Context, stack Stack, cfg SchedulesConfig) ([]Sche
 	defer os.RemoveAll(dir)
 	var out []ScheduleResult
 	i := 0
+	baseline := cfg.TemporalSchedules > 0
 	err = forEachDatabase(ctx, dir, cfg.PostgresURL, func(name, url string) error {
 		for _, delivery := range []string{courier.DeliveryMQ, courier.DeliveryHTTP} {
+			if cfg.SkipSQLite && name == "sqlite" {
+				break
+			}
 			r, err := runWheelSchedules(ctx, stack, cfg, name, url, delivery, i)
 			if err != nil {
 				return fmt.Errorf("wheel schedules (%s) on %s: %w", delivery, name, err)
@@ -95,7 +100,8 @@ func RunSchedules(ctx context.Context, stack Stack, cfg SchedulesConfig) ([]Sche
 			out = append(out, r)
 			fmt.Fprintf(cfg.Out, "%s: %d of %d triggers, %.0f/s, p99 %s\n", r.Scenario, r.Triggers, r.Expected, r.PerSec, r.P99.Round(time.Millisecond))
 		}
-		if cfg.TemporalSchedules > 0 && name == "sqlite" {
+		if baseline {
+			baseline = false
 			r, err := runTemporalSchedules(ctx, stack, cfg, url)
 			if err != nil {
 				return fmt.Errorf("temporal schedules: %w", err)
@@ -335,6 +341,9 @@ func runTemporalSchedules(ctx context.Context, stack Stack, cfg SchedulesConfig,
 		return ScheduleResult{}, err
 	}
 	defer st.Close()
+	if err := schema.Up(ctx, st.DB(), schema.AllSets...); err != nil {
+		return ScheduleResult{}, err
+	}
 	bizType := "bench.cron.temporal"
 	var mu sync.Mutex
 	arrivals := map[string]map[int64]int{} // schedule → interval index → arrivals

@@ -67,6 +67,7 @@ func runBench(ctx context.Context, args []string) error {
 		fs.IntVar(&scfg.TemporalSchedules, "temporal-schedules", 100, "Temporal Schedules in the baseline (today's mode, each run a workflow); 0 skips it")
 		fs.StringVar(&scfg.Zsetcron, "zsetcron", "", "a built zsetcron binary (../shared/peers/zsetcron, Redis on 127.0.0.1:6379) to run beside in both claim styles; empty skips it")
 		fs.StringVar(&scfg.PostgresURL, "postgres-url", env("COURIER_BENCH_POSTGRES_URL", ""), postgresUsage)
+		fs.BoolVar(&scfg.SkipSQLite, "skip-sqlite", false, "run the wheel scenarios on PostgreSQL only (the baseline still runs, on SQLite)")
 	case "tasks":
 		fs.IntVar(&kcfg.Tasks, "tasks", 2000, "tasks per scenario, spread evenly over priorities 1-5")
 		fs.IntVar(&kcfg.Limit, "limit", 20, "the queue's concurrency limit (and the baseline's concurrent activities)")
