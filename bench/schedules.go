@@ -251,6 +251,13 @@ func runWheelSchedules(ctx context.Context, stack Stack, cfg SchedulesConfig, db
 	if err != nil {
 		return ScheduleResult{}, err
 	}
+	// The scenario's schedules stop with it: the next scenario on the same database must not
+	// carry their triggers too.
+	defer func() {
+		stop := context.Background()
+		_, _ = st.DB().NewRaw("DELETE FROM courier_schedules WHERE biz_type = ?", bizType).Exec(stop)
+		_, _ = st.DB().NewRaw("UPDATE courier_timers SET state = 'cancelled' WHERE biz_type = ? AND state = 'scheduled'", bizType).Exec(stop)
+	}()
 	for _, ref := range refs {
 		if err := svc.ArmBucket(ctx, ref.BizType, ref.Bucket); err != nil {
 			return ScheduleResult{}, err
