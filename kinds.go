@@ -45,9 +45,11 @@ type Kind struct {
 
 // The kinds of workflow courier starts.
 var (
-	// KindOutbox is an outbox record's delivery (OutboxWorkflowID).
+	// KindOutbox is an outbox record's delivery (OutboxWorkflowID). Its runs start without a
+	// CourierState and write one only when they end other than sent (dead, or pending for a
+	// paused topic): Completed without a state is a sent record.
 	KindOutbox = Kind{Name: "outbox", Workflow: "outbox-delivery", ID: "outbox/<id> or outbox/<source>/<id>",
-		Attributes: []string{SAKind, SATopic, SASource, SARecord, SAState}, Updates: []string{SAState}}
+		Attributes: []string{SAKind, SATopic, SASource, SARecord}, Updates: []string{SAState}}
 	// KindOutboxBatch is a batch of outbox records in batch mode (OutboxBatchWorkflowID);
 	// CourierRecordID is the batch's first id.
 	KindOutboxBatch = Kind{Name: "outbox-batch", Workflow: "outbox-batch", ID: "outbox-batch/<source>/<first id>-<last id>",
@@ -82,8 +84,10 @@ var (
 	KindScheduleRun = Kind{Name: "schedule-run", Workflow: "timer", ID: "schedule/<id>-<nominal time>",
 		Attributes: []string{SAKind, SABizType, SABizID}, Updates: []string{SAState, SAFireAt}}
 	// KindTask is a task attempt (TaskWorkflowID): each attempt a new run under the version's id.
+	// Its runs start without a CourierState and write one only when the attempt ends other than
+	// in the task's success: Completed without a state is a success.
 	KindTask = Kind{Name: "task", Workflow: "task", ID: "task/<task_id>/<version>", Queue: TaskPushQueue,
-		Attributes: []string{SAKind, SATaskID, SATaskVersion, SATaskPriority, SATaskQueue, SAState}, Updates: []string{SAState}}
+		Attributes: []string{SAKind, SATaskID, SATaskVersion, SATaskPriority, SATaskQueue}, Updates: []string{SAState}}
 	// KindTaskBatch is a batch of task attempts, one run per claim of a queue in the batched
 	// dispatch mode (TaskBatchWorkflowID): it pushes them and ends; their deadlines are kept in
 	// the database.
@@ -238,7 +242,7 @@ const (
 	SARecord  = "CourierRecordID" // outbox record id (in its source)
 	SABizType = "CourierBizType"  // timer business type
 	SABizID   = "CourierBizID"    // timer business id
-	SAState   = "CourierState"    // outbox record status (dispatched, dead), timer state (scheduled, firing, delivered, failed, cancelled) or task status
+	SAState   = "CourierState"    // outbox record status (dead, pending), timer state (scheduled, firing, delivered, failed, cancelled) or task status other than success; none: see the kind
 	SAFireAt  = "CourierFireAt"   // timer fire time
 
 	SATaskID       = "CourierTaskID"       // task id

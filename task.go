@@ -36,26 +36,6 @@ const (
 // never reach a newer one.
 func TaskAttemptActivityID(attempt int) string { return fmt.Sprintf("attempt-%d", attempt) }
 
-// TaskRetry is a queue's retry policy for failed or timed-out attempts.
-type TaskRetry struct {
-	MaxAttempts     int           // attempts in all; default 3
-	InitialInterval time.Duration // wait before the second attempt; default 10 s
-	Backoff         float64       // growth per attempt; default 2
-	MaxInterval     time.Duration // cap on one wait; default 10 min
-}
-
-// Delay is the wait before the attempt after attempt n (n ≥ 1) failed.
-func (r TaskRetry) Delay(n int) time.Duration {
-	d := float64(r.InitialInterval)
-	for i := 1; i < n && d < float64(r.MaxInterval); i++ {
-		d *= r.Backoff
-	}
-	if d > float64(r.MaxInterval) {
-		d = float64(r.MaxInterval)
-	}
-	return time.Duration(d)
-}
-
 // Queue is a task queue's configuration: where its tasks are pushed, how many may be in
 // Processing at once, how bands share the slots, and the lifecycle timings. The store keeps it
 // in its own shape (store/task_config.go); the API shows it as api.Queue.
@@ -77,7 +57,7 @@ type Queue struct {
 	// HeartbeatTimeout, when set, fails an attempt whose worker has not called the heartbeat
 	// endpoint for that long; default 0 (off).
 	HeartbeatTimeout time.Duration
-	Retry            TaskRetry
+	Retry            RetryPolicy   // InitialInterval, BackoffCoef, MaxInterval and MaxAttempts; no AttemptTimeout
 	SuccessRetention time.Duration // Success → Stopped after; default 24 h
 	PurgeAge         time.Duration // finished rows deleted after; default 7 days
 	InFlight         int           // slots in use (read only)
@@ -126,6 +106,9 @@ const (
 	// event and an action per task, no run per attempt in the Temporal UI.
 	DispatchBatched DispatchMode = "batched"
 )
+
+// MaxConcurrencyLimit bounds a queue's concurrency_limit.
+const MaxConcurrencyLimit = 10000
 
 // MaxPushBatchSize bounds a queue's push_batch_size.
 const MaxPushBatchSize = 1000
@@ -213,8 +196,8 @@ func (q Queue) WithDefaults() Queue {
 	if q.Retry.InitialInterval == 0 {
 		q.Retry.InitialInterval = 10 * time.Second
 	}
-	if q.Retry.Backoff == 0 {
-		q.Retry.Backoff = 2
+	if q.Retry.BackoffCoef == 0 {
+		q.Retry.BackoffCoef = 2
 	}
 	if q.Retry.MaxInterval == 0 {
 		q.Retry.MaxInterval = 10 * time.Minute
@@ -247,8 +230,8 @@ func (q Queue) Validate() error {
 		return err
 	}
 	switch {
-	case q.ConcurrencyLimit < 1 || q.ConcurrencyLimit > 10000:
-		return badField("concurrency_limit", "concurrency_limit must be from 1 to 10000")
+	case q.ConcurrencyLimit < 1 || q.ConcurrencyLimit > MaxConcurrencyLimit:
+		return badField("concurrency_limit", fmt.Sprintf("concurrency_limit must be from 1 to %d", MaxConcurrencyLimit))
 	case q.PendingTimeout < time.Second || q.PendingTimeout > 365*24*time.Hour:
 		return badField("pending_timeout", "pending_timeout must be from 1s to 8760h")
 	case q.ProcessingTimeout < time.Second || q.ProcessingTimeout > 7*24*time.Hour:
@@ -261,7 +244,7 @@ func (q Queue) Validate() error {
 		return badField("retry.max_attempts", "retry max_attempts must be from 1 to 100")
 	case q.Retry.InitialInterval < time.Second || q.Retry.InitialInterval > 24*time.Hour:
 		return badField("retry.initial_interval", "retry initial_interval must be from 1s to 24h")
-	case q.Retry.Backoff < 1 || q.Retry.Backoff > 10:
+	case q.Retry.BackoffCoef < 1 || q.Retry.BackoffCoef > 10:
 		return badField("retry.backoff", "retry backoff must be from 1 to 10")
 	case q.Retry.MaxInterval < q.Retry.InitialInterval || q.Retry.MaxInterval > 7*24*time.Hour:
 		return badField("retry.max_interval", "retry max_interval must be at least the initial interval and at most 168h")

@@ -2,10 +2,7 @@ package activities
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -13,12 +10,9 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities/contract"
-	"github.com/courier-oss/courier/api"
-	"github.com/courier-oss/courier/callback"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/mq"
 	"github.com/courier-oss/courier/store"
-	"github.com/courier-oss/courier/webhook"
 )
 
 // TimerRowStore is what the bucket deliveries need from courier's database.
@@ -40,26 +34,14 @@ type TimerHandOver interface {
 
 // TimerBuckets delivers the batches of bucketed timers.
 type TimerBuckets struct {
-	store         TimerRowStore
-	pub           mq.Publisher
-	handOver      TimerHandOver
-	metrics       *metrics.Timers
-	allowLoopback bool
-	clients       callback.Pool
+	timerDelivery
+	store    TimerRowStore
+	handOver TimerHandOver
 }
 
 // NewTimerBuckets builds the bucket deliveries; m may be nil. allowLoopback is for dev mode.
 func NewTimerBuckets(st TimerRowStore, pub mq.Publisher, handOver TimerHandOver, allowLoopback bool, m *metrics.Timers) *TimerBuckets {
-	return &TimerBuckets{store: st, pub: pub, handOver: handOver, allowLoopback: allowLoopback, metrics: m}
-}
-
-// bucketCallbacksAtOnce bounds the HTTP callbacks one batch has in flight.
-const bucketCallbacksAtOnce = 64
-
-// deliveryOutcome is how one timer's delivery in a batch ended.
-type deliveryOutcome struct {
-	err       error
-	permanent bool // no retry can change it
+	return &TimerBuckets{store: st, handOver: handOver, timerDelivery: timerDelivery{pub: pub, allowLoopback: allowLoopback, metrics: m}}
 }
 
 // DeliverBatch claims up to p.Limit due timers of the bucket (or the ones p.Claim took before,
@@ -83,7 +65,13 @@ func (a *TimerBuckets) DeliverBatch(ctx context.Context, p contract.DeliverTimer
 	}
 	res.Claimed = len(recs)
 	if len(recs) > 0 {
-		outs := a.deliver(ctx, b, recs)
+		ts := make([]firedTimer, len(recs))
+		for i, r := range recs {
+			ts[i] = firedTimer{BizType: r.BizType, BizID: r.BizID, DeliveryID: r.DeliveryID, FireAt: r.FireAt,
+				Attempt: int32(r.Attempts), Payload: r.Payload}
+			a.observeLateness(ts[i])
+		}
+		outs := a.deliver(ctx, b, ts, deliveryPace{takeTokens: a.store.TakeTokens, heartbeat: activity.RecordHeartbeat})
 		results := make([]store.TimerOutcome, len(recs))
 		for i, r := range recs {
 			results[i] = store.TimerOutcome{BizID: r.BizID, Delivered: outs[i].err == nil}
@@ -113,133 +101,6 @@ func (a *TimerBuckets) DeliverBatch(ctx context.Context, p contract.DeliverTimer
 	}
 	return res, nil
 }
-
-// count records one delivery's outcome and, for a first attempt, how late it went out.
-func (a *TimerBuckets) count(bizType string, o deliveryOutcome) {
-	if a.metrics == nil {
-		return
-	}
-	outcome := "delivered"
-	switch {
-	case o.err == nil:
-	case o.permanent:
-		outcome = "failed"
-	default:
-		outcome = "retry"
-	}
-	a.metrics.Deliveries.WithLabelValues(bizType, outcome).Inc()
-}
-
-// deliver sends each record as its type says and returns one outcome per record, in order.
-func (a *TimerBuckets) deliver(ctx context.Context, b courier.BizType, recs []courier.TimerRecord) []deliveryOutcome {
-	outs := make([]deliveryOutcome, len(recs))
-	bodies := make([][]byte, len(recs))
-	for i, r := range recs {
-		if a.metrics != nil && r.Attempts == 1 {
-			a.metrics.Lateness.Observe(time.Since(r.FireAt).Seconds())
-		}
-		payload := json.RawMessage(r.Payload)
-		if len(payload) == 0 {
-			payload = json.RawMessage("null")
-		}
-		body, err := json.Marshal(api.TimerCallback{DeliveryID: r.DeliveryID, BizType: r.BizType, BizID: r.BizID,
-			FireAt: r.FireAt.UTC(), Attempt: int32(r.Attempts), Payload: payload})
-		if err != nil {
-			outs[i] = deliveryOutcome{err: err, permanent: true}
-		}
-		bodies[i] = body
-	}
-	switch b.Delivery {
-	case courier.DeliveryMQ:
-		a.publish(ctx, b, recs, bodies, outs)
-	case courier.DeliveryHTTP:
-		a.callBack(ctx, b, recs, bodies, outs)
-	default:
-		for i := range outs {
-			outs[i] = deliveryOutcome{err: fmt.Errorf("unknown delivery %q", b.Delivery), permanent: true}
-		}
-	}
-	return outs
-}
-
-// publish sends the batch's messages through the router at once.
-func (a *TimerBuckets) publish(ctx context.Context, b courier.BizType, recs []courier.TimerRecord, bodies [][]byte, outs []deliveryOutcome) {
-	var msgs []mq.Message
-	var idx []int
-	for i, r := range recs {
-		if outs[i].err != nil {
-			continue
-		}
-		msgs = append(msgs, mq.Message{ID: courier.TimerWorkflowID(r.BizType, r.BizID) + "/" + r.DeliveryID,
-			Topic: b.Topic, Key: r.BizID, Payload: bodies[i]})
-		idx = append(idx, i)
-	}
-	activity.RecordHeartbeat(ctx, len(msgs))
-	for j, err := range mq.PublishAll(ctx, a.pub, msgs) {
-		if err != nil {
-			outs[idx[j]] = deliveryOutcome{err: err, permanent: errors.Is(err, mq.ErrUnknownTopic) || errors.Is(err, mq.ErrRefused)}
-		}
-	}
-}
-
-// callBack sends the batch's callbacks, up to bucketCallbacksAtOnce at once and within the
-// type's rate limit (tokens taken from the database before each group), heartbeating as it
-// goes.
-func (a *TimerBuckets) callBack(ctx context.Context, b courier.BizType, recs []courier.TimerRecord, bodies [][]byte, outs []deliveryOutcome) {
-	signer, err := webhook.NewSigner(b.Secrets...)
-	if err != nil {
-		for i := range outs {
-			outs[i] = deliveryOutcome{err: err, permanent: true}
-		}
-		return
-	}
-	client := a.clients.Client(callback.Options{AllowPrivate: b.AllowPrivate, AllowLoopback: a.allowLoopback, Timeout: b.RequestTimeout})
-	sem := make(chan struct{}, bucketCallbacksAtOnce)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for i := 0; i < len(recs); {
-		n := len(recs) - i
-		if b.RateLimit > 0 {
-			got, wait, err := a.store.TakeTokens(ctx, "biz-type:"+b.Name, b.RateLimit, rateBurst(b.RateLimit), min(n, bucketCallbacksAtOnce))
-			if err != nil {
-				for j := i; j < len(recs); j++ {
-					outs[j] = deliveryOutcome{err: fmt.Errorf("rate limit: %w", err)}
-				}
-				return
-			}
-			if got == 0 {
-				activity.RecordHeartbeat(ctx, i)
-				select {
-				case <-ctx.Done():
-					for j := i; j < len(recs); j++ {
-						outs[j] = deliveryOutcome{err: ctx.Err()}
-					}
-					return
-				case <-time.After(wait):
-				}
-				continue
-			}
-			n = got
-		}
-		for j := i; j < i+n; j++ {
-			if outs[j].err != nil {
-				continue
-			}
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				err := client.Send(ctx, callback.Request{URL: b.CallbackURL, DeliveryID: recs[j].DeliveryID, Body: bodies[j], Signer: signer})
-				var ce *callback.Error
-				outs[j] = deliveryOutcome{err: err, permanent: errors.As(err, &ce) && !ce.Retryable}
-			})
-		}
-		i += n
-		activity.RecordHeartbeat(ctx, i)
-	}
-}
-
-// rateBurst is the burst of a business type's delivery rate: a second's worth, at least 1.
-func rateBurst(rate float64) int { return max(1, int(rate)) }
 
 // RecordResult writes how a bucketed timer's own run ended into its row (a repeat changes
 // nothing).

@@ -105,7 +105,7 @@ func TestQueueConfigRoundTrip(t *testing.T) {
 	full := courier.Queue{Name: "docs", PushURL: "https://w.example/push", AllowPrivate: true, ConcurrencyLimit: 40,
 		Weights: courier.BandWeights{50, 30, 10, 6, 4}, PendingTimeout: 2 * time.Hour, ProcessingTimeout: 10 * time.Minute,
 		PushTimeout: 20 * time.Second, HeartbeatTimeout: time.Minute,
-		Retry:            courier.TaskRetry{MaxAttempts: 7, InitialInterval: 3 * time.Second, Backoff: 1.5, MaxInterval: time.Hour},
+		Retry:            courier.RetryPolicy{MaxAttempts: 7, InitialInterval: 3 * time.Second, BackoffCoef: 1.5, MaxInterval: time.Hour},
 		SuccessRetention: 48 * time.Hour, PurgeAge: 96 * time.Hour, InsertRate: 12.5, InsertBurst: 30, MaxPending: 5000,
 		PerKeyLimit: 8, KeyWeights: map[string]int{"t-1": 3}, DispatchRate: 7.5, DispatchBurst: 20,
 		DispatchMode: courier.DispatchBatched, PushBatchSize: 25}.WithDefaults()

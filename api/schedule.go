@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// ScheduleSpec is a cron schedule (POST /v1/schedules/{id}, scope producer): give Cron or
+// ScheduleSpec is a cron schedule (PUT /v1/schedules/{id}, scope producer): give Cron or
 // Interval. At each run courier delivers Payload the way BizType is configured, like a timer.
 type ScheduleSpec struct {
 	BizType       string           `json:"biz_type"`
@@ -32,20 +32,25 @@ type Schedule struct {
 	SkippedOverlap int          `json:"skipped_overlap"`
 	// Mode is where the schedule fires: "workflow" (a Temporal Schedule, each run a workflow)
 	// or "bucketed" (on the timer wheel: its business type was bucketed when it was created).
-	Mode string `json:"mode"`
+	Mode string `json:"mode,omitempty"`
 	// BizTypePaused is set while the schedule's business type is paused: runs that fall due
 	// wait, and are delivered on resume (Paused is the schedule's own pause, which skips runs).
 	BizTypePaused *Pause `json:"biz_type_paused,omitempty"`
+
+	// Created is set by the Go client's PutSchedule: this request created the schedule (201)
+	// rather than replaced it. It is never in the JSON.
+	Created bool `json:"-"`
+}
+
+// SchedulePage is one page of GET /v1/schedules; NextPageToken is empty on the last. An item
+// carries the id, spec.biz_type, the schedule's own pause and note and its next runs; GET
+// /v1/schedules/{id} has the whole spec and the recent runs.
+type SchedulePage struct {
+	Items         []Schedule `json:"items"`
+	NextPageToken string     `json:"next_page_token,omitempty"`
 }
 
 // ScheduleNote is the optional body of POST /v1/schedules/{id}/pause and /unpause.
 type ScheduleNote struct {
 	Note string `json:"note,omitempty"`
-}
-
-// SchedulePage is one page of schedules (GET /v1/schedules) by id; NextPageToken is empty on
-// the last.
-type SchedulePage struct {
-	Items         []Schedule `json:"items"`
-	NextPageToken string     `json:"next_page_token,omitempty"`
 }

@@ -202,18 +202,22 @@ func (f TaskBulkFilter) Filter() courier.TaskFilter {
 	return out
 }
 
-// TaskCancelResult says what a bulk cancel (POST /v1/tasks/bulk/cancel) did.
+// TaskCancelResult says what a bulk cancel (POST /v1/tasks/bulk/cancel) did: Done tasks
+// cancelled (a processing one's slot freed), Skipped finished or changed before the cancel
+// reached them.
 type TaskCancelResult struct {
-	Cancelled int  `json:"cancelled"` // tasks cancelled (a processing one's slot freed)
-	Skipped   int  `json:"skipped"`   // matched, but finished or changed before the cancel reached them; left as they were
-	More      bool `json:"more"`      // matching tasks remain beyond max; call again for the next ones
+	BulkResult
+	// Deprecated: Cancelled is Done under its old name; it goes in the next minor version.
+	Cancelled int `json:"cancelled"`
 }
 
-// TaskRetryResult says what a bulk retry (POST /v1/tasks/bulk/retry) did.
+// TaskRetryResult says what a bulk retry (POST /v1/tasks/bulk/retry) did: Done tasks made
+// pending again with a fresh retry budget, Skipped changed before the retry reached them
+// (re-submitted, a newer version, purged).
 type TaskRetryResult struct {
-	Retried int  `json:"retried"` // tasks made pending again with a fresh retry budget
-	Skipped int  `json:"skipped"` // matched, but changed before the retry reached them (re-submitted, a newer version, purged); left as they were
-	More    bool `json:"more"`    // matching tasks remain beyond max; call again for the next ones
+	BulkResult
+	// Deprecated: Retried is Done under its old name; it goes in the next minor version.
+	Retried int `json:"retried"`
 }
 
 // TaskPushBatch is the body courier POSTs to a queue's push_url for several attempts at once,

@@ -154,8 +154,10 @@ type TimerRedeliverFilter struct {
 	Max          *int       `json:"max,omitempty"`           // timers at most, 1 to 1,000; left out: 100
 }
 
-// TimerRedeliverResult says what a bulk redelivery did.
+// TimerRedeliverResult says what a bulk redelivery did: Done timers delivered again, Skipped
+// redelivered meanwhile by someone else.
 type TimerRedeliverResult struct {
-	Redelivered int  `json:"redelivered"`
-	More        bool `json:"more"` // failed timers matching the filter remain beyond max
+	BulkResult
+	// Deprecated: Redelivered is Done under its old name; it goes in the next minor version.
+	Redelivered int `json:"redelivered"`
 }

@@ -10,7 +10,6 @@ import (
 	"math"
 	"net/url"
 	"os"
-	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -23,12 +22,11 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/internal/defaults"
 	"github.com/courier-oss/courier/mq"
 	"github.com/courier-oss/courier/mq/natsmq"
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/relay"
-	"github.com/courier-oss/courier/schema"
-	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/worker"
 )
 
@@ -94,24 +92,13 @@ func (s Stack) namespace() string {
 
 // RunOutbox runs the outbox scenarios and the bare-Temporal baseline on one stack.
 func RunOutbox(ctx context.Context, stack Stack, cfg OutboxConfig) ([]Result, error) {
-	if cfg.Rows <= 0 {
-		cfg.Rows = 2000
-	}
-	if cfg.Rate <= 0 {
-		cfg.Rate = 200
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 10 * time.Minute
-	}
+	defaults.UnlessPositive(&cfg.Rows, 2000)
+	defaults.UnlessPositive(&cfg.Rate, 200)
+	defaults.UnlessPositive(&cfg.Timeout, 10*time.Minute)
 	if cfg.Out == nil {
 		cfg.Out = os.Stdout
 	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	dir, err := os.MkdirTemp("", "courier-bench-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
+	quiet := quietLogger()
 	tc := stack.Temporal
 
 	var results []Result
@@ -121,14 +108,10 @@ func RunOutbox(ctx context.Context, stack Stack, cfg OutboxConfig) ([]Result, er
 	}
 	results = append(results, base)
 
-	if cfg.BatchRate <= 0 {
-		cfg.BatchRate = 1000
-	}
-	if cfg.OrderedKeys <= 0 {
-		cfg.OrderedKeys = 20
-	}
+	defaults.UnlessPositive(&cfg.BatchRate, 1000)
+	defaults.UnlessPositive(&cfg.OrderedKeys, 20)
 	i := 0
-	err = forEachDatabase(ctx, dir, cfg.PostgresURL, func(name, url string) error {
+	err = forEachDatabase(ctx, "courier-bench-", cfg.PostgresURL, func(name, url string) error {
 		r, err := runOutbox(ctx, stack, name, url, fmt.Sprintf("BENCH%d", i), cfg, modeRecord, quiet)
 		if err != nil {
 			return fmt.Errorf("outbox on %s: %w", name, err)
@@ -171,20 +154,6 @@ func RunOutbox(ctx context.Context, stack Stack, cfg OutboxConfig) ([]Result, er
 	return results, nil
 }
 
-// forEachDatabase runs fn on a fresh SQLite file under dir and then, when pgURL is set, on a
-// scratch schema of that PostgreSQL database (dropped afterwards).
-func forEachDatabase(ctx context.Context, dir, pgURL string, fn func(name, url string) error) error {
-	if err := fn("sqlite", "sqlite:"+filepath.Join(dir, "bench.db")); err != nil || pgURL == "" {
-		return err
-	}
-	u, drop, err := scratchSchema(ctx, pgURL)
-	if err != nil {
-		return err
-	}
-	defer drop()
-	return fn("postgres", u)
-}
-
 // runOutbox commits rows at the target rate and times each from its commit to its arrival at
 // a JetStream consumer. Per record, the scenario's time ends when the last row has arrived and
 // the last delivery run has closed; in batch mode, when the last row has arrived; in ordered
@@ -199,14 +168,11 @@ func runOutbox(ctx context.Context, stack Stack, dbName, dbURL, streamName strin
 	case modeOrdered:
 		key, scenario = "courier-ordered-"+dbName, fmt.Sprintf("courier outbox ordered mode (%d keys), %s", cfg.OrderedKeys, dbName)
 	}
-	st, err := store.Open(ctx, dbURL)
+	st, err := openDB(ctx, dbURL)
 	if err != nil {
 		return Result{}, err
 	}
 	defer st.Close()
-	if err := schema.Up(ctx, st.DB(), schema.AllSets...); err != nil {
-		return Result{}, err
-	}
 	nc, err := nats.Connect(natsURL)
 	if err != nil {
 		return Result{}, err
@@ -234,16 +200,13 @@ func runOutbox(ctx context.Context, stack Stack, dbName, dbURL, streamName strin
 	case modeOrdered:
 		rcfg.Ordered = relay.OrderedConfig{Sources: []string{source}}
 	}
-	w, err := worker.New(worker.Config{Relay: rcfg}, worker.Deps{
+	w, err := worker.Start(ctx, worker.Config{Relay: rcfg}, worker.Deps{
 		Temporal: tc, Publisher: pub, Logger: log,
 		// A source name per scenario keeps workflow ids apart from earlier scenarios on the
 		// same server (outbox/<source>/<id>).
 		Sources: []relay.Source{{Name: source, Store: st}},
 	})
 	if err != nil {
-		return Result{}, err
-	}
-	if err := w.Start(ctx); err != nil {
 		return Result{}, err
 	}
 	defer w.Stop()

@@ -2,7 +2,9 @@ package bench
 
 import (
 	"encoding/json"
+
 	"fmt"
+	"github.com/courier-oss/courier"
 	"io"
 	"time"
 )
@@ -12,11 +14,17 @@ import (
 type Report struct {
 	Kind string      `json:"kind"` // outbox, tasks or timers
 	Rows []ReportRow `json:"rows"`
+	// Ratios compare scenarios of the run (tasks: each batched burn-down's rate over River's
+	// and over the per-attempt mode's on the same database).
+	Ratios []Ratio `json:"ratios,omitempty"`
+	// Notes say what could not be measured, and why (tasks: River not run).
+	Notes []string `json:"notes,omitempty"`
 }
 
 // ReportRow is one scenario. Scenario names are stable: bare, courier-sqlite,
-// courier-postgres (outbox, tasks), standalone (tasks --standalone), courier-batch-sqlite, courier-batch-postgres (outbox batch
-// mode) and bare, courier (timers).
+// courier-postgres (outbox, tasks), standalone (tasks --standalone), courier-batch-sqlite,
+// courier-batch-postgres (outbox batch mode), courier-batched-sqlite[-steady],
+// courier-batched-postgres[-steady] and river (tasks' batched mode) and bare, courier (timers).
 type ReportRow struct {
 	Scenario       string  `json:"scenario"`
 	N              int     `json:"n"`
@@ -47,6 +55,24 @@ type ReportRow struct {
 	// EngineCPUMsPerItem is the Temporal server's processes' CPU per item, when the bench runs
 	// against a Temporal cluster on this machine (courier bench --temporal-address).
 	EngineCPUMsPerItem float64 `json:"engine_cpu_ms_per_item,omitempty"`
+
+	// Tasks' batched mode and River only. Load is burn-down (the backlog inserted before the
+	// work starts) or steady (inserted at InsertPerS while it runs); throughput_per_s is then
+	// end to end, insert → push → result → Success; p50/p99 are insert → push, and the
+	// push_to_success ones from the push's arrival at the worker to its result's answer.
+	Mode               string  `json:"mode,omitempty"` // per-attempt, batched or river
+	Load               string  `json:"load,omitempty"`
+	InsertPerS         float64 `json:"insert_per_s,omitempty"`
+	PushToSuccessP50Ms float64 `json:"push_to_success_p50_ms,omitempty"`
+	PushToSuccessP99Ms float64 `json:"push_to_success_p99_ms,omitempty"`
+	Limit              int     `json:"limit,omitempty"`
+	// MaxHeld is the most tasks the worker held at once; Lost the tasks not Success at the
+	// end; OverLimit how far MaxHeld went past the limit. Set (0 included) where measured.
+	MaxHeld   *int `json:"max_held,omitempty"`
+	Lost      *int `json:"lost,omitempty"`
+	OverLimit *int `json:"over_limit,omitempty"`
+	Batches   int  `json:"batch_runs,omitempty"` // batch runs that pushed the scenario's tasks
+	Pushes    int  `json:"pushes,omitempty"`     // push requests the worker took
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -65,9 +91,9 @@ func OutboxReport(rs []Result) Report {
 	})
 }
 
-// TasksReport converts task results.
-func TasksReport(rs []TaskResult) Report {
-	return reportOf("tasks", rs, func(r TaskResult) ReportRow {
+// TasksReport converts a task run: the per-attempt scenarios, the batched ones and River's.
+func TasksReport(run TasksRun) Report {
+	out := reportOf("tasks", run.PerAttempt, func(r TaskResult) ReportRow {
 		row := rowOf(r.Key, r.N, r.PerSec, r.P50, r.P99, r.Max, r.Cost)
 		row.setCPU(r.CPU, r.N)
 		if r.Key == "bare" || r.Key == "standalone" {
@@ -75,6 +101,29 @@ func TasksReport(rs []TaskResult) Report {
 		}
 		return row
 	})
+	for _, r := range run.Batched {
+		row := rowOf(r.Key, r.N, r.PerSec, r.InsertToPush.P50, r.InsertToPush.P99, r.InsertToPush.Max, r.Cost)
+		row.setCPU(r.CPU, r.N)
+		row.Mode, row.Load, row.InsertPerS, row.Limit = string(courier.DispatchBatched), r.Load, r.InsertPerSec, r.Limit
+		row.PushToSuccessP50Ms, row.PushToSuccessP99Ms = ms(r.PushToSuccess.P50), ms(r.PushToSuccess.P99)
+		row.MaxHeld, row.Lost, row.OverLimit = &r.MaxHeld, &r.Lost, &r.OverLimit
+		row.Batches, row.Pushes = r.Batches, r.Pushes
+		out.Rows = append(out.Rows, row)
+	}
+	if rv := run.River; rv != nil {
+		if rv.Err != "" {
+			out.Notes = append(out.Notes, "river not run: "+rv.Err)
+		} else {
+			out.Rows = append(out.Rows, ReportRow{Scenario: "river", Mode: "river", Load: LoadBurnDown, N: rv.N, ThroughputPerS: rv.PerSec,
+				InsertPerS: rv.InsertPerSec})
+			if rv.SteadyRate > 0 {
+				out.Rows = append(out.Rows, ReportRow{Scenario: "river-steady", Mode: "river", Load: LoadSteady, N: rv.SteadyRate * 10,
+					InsertPerS: float64(rv.SteadyRate), P50Ms: ms(rv.SteadyP50), P99Ms: ms(rv.SteadyP99)})
+			}
+		}
+	}
+	out.Ratios = Ratios(run.Batched, run.River, run.PerAttempt)
+	return out
 }
 
 // setCPU fills the row's CPU per item from what n items spent.

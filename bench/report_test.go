@@ -30,11 +30,11 @@ func TestReports(t *testing.T) {
 		r.CPUMsPerItem, r.GCCPUMsPerItem, r.PostgresCPUMsPerItem, r.StartCPUMsPerItem = cpu, gc, pg, start
 		return r
 	}
-	require.Equal(t, Report{Kind: "tasks", Rows: []ReportRow{tasks("bare", 12, 1, 0, 3), tasks("courier-postgres", 15, 0, 2.5, 0)}}, TasksReport([]TaskResult{
+	require.Equal(t, Report{Kind: "tasks", Rows: []ReportRow{tasks("bare", 12, 1, 0, 3), tasks("courier-postgres", 15, 0, 2.5, 0)}}, TasksReport(TasksRun{PerAttempt: []TaskResult{
 		{Key: "bare", N: 30, PerSec: 40, P50: 1500 * time.Microsecond, P99: lat(20), Max: lat(300), Cost: cost,
 			CPU: cpuSpent{Self: 30 * lat(12), GC: 30 * lat(1)}, StartCPU: 30 * lat(3)},
 		{Key: "courier-postgres", N: 30, PerSec: 40, P50: 1500 * time.Microsecond, P99: lat(20), Max: lat(300), Cost: cost,
-			CPU: cpuSpent{Self: 30 * lat(15), Postgres: 30 * 2500 * time.Microsecond}, StartCPU: 30 * lat(1)}}),
+			CPU: cpuSpent{Self: 30 * lat(15), Postgres: 30 * 2500 * time.Microsecond}, StartCPU: 30 * lat(1)}}}),
 		"CPU per task; the start's only for bare, whose starts courier makes inside its run")
 	require.Equal(t, Report{Kind: "timers", Rows: []ReportRow{want("courier", 10, 2)}}, TimersReport([]TimerResult{
 		{Key: "courier", N: 30, CreatePerSec: 10, P50: 1500 * time.Microsecond, P99: lat(20), Max: lat(300), Early: 2, Cost: cost}}))

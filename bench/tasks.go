@@ -25,9 +25,8 @@ import (
 	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/gateway"
+	"github.com/courier-oss/courier/internal/defaults"
 	"github.com/courier-oss/courier/relay"
-	"github.com/courier-oss/courier/schema"
-	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/tasks"
 	"github.com/courier-oss/courier/worker"
 )
@@ -43,10 +42,72 @@ type TasksConfig struct {
 	// turns (fair_keys), the tasks spread round robin over this many concurrency keys: the
 	// cost of fairness per task next to the unkeyed run, in the same process. 0: off.
 	Keys int
+	// Mode picks the scenarios: ModePerAttempt (the default: bare Temporal and courier's
+	// per-attempt mode), ModeBatched (the batched mode's and River's) or ModeAll.
+	Mode    string
+	Batched BatchedConfig // the batched mode's scenarios
+	River   RiverConfig   // River beside them (PostgreSQL only); Dir "" skips it
 	// Standalone adds the engine's own job queue beside the baseline: one standalone activity
 	// per task (taskStandalone). The server must allow them (StandaloneDynamicConfig).
 	Standalone bool
 	Out        io.Writer // where the table goes; default stdout
+}
+
+// The modes of `courier bench tasks --mode`.
+const (
+	ModePerAttempt = "per-attempt"
+	ModeBatched    = "batched"
+	ModeAll        = "all"
+)
+
+// TasksRun is what one `courier bench tasks` run measured.
+type TasksRun struct {
+	PerAttempt []TaskResult    // bare Temporal and the per-attempt mode (ModePerAttempt, ModeAll)
+	Batched    []BatchedResult // the batched mode (ModeBatched, ModeAll)
+	River      *RiverResult    // River's run beside the batched mode; nil: not asked for
+}
+
+// RunTaskModes runs the scenarios cfg.Mode picks: the per-attempt ones first, then River's
+// (so both queues meet the same machine, one after the other), then the batched mode's.
+func RunTaskModes(ctx context.Context, stack Stack, cfg TasksConfig) (TasksRun, error) {
+	var run TasksRun
+	if cfg.Out == nil {
+		cfg.Out = os.Stdout
+	}
+	switch cfg.Mode {
+	case "", ModePerAttempt, ModeBatched, ModeAll:
+	default:
+		return run, fmt.Errorf("mode must be %s, %s or %s; got %q", ModePerAttempt, ModeBatched, ModeAll, cfg.Mode)
+	}
+	if cfg.Mode != ModeBatched {
+		rs, err := RunTasks(ctx, stack, cfg)
+		run.PerAttempt = rs
+		if err != nil || cfg.Mode == "" || cfg.Mode == ModePerAttempt {
+			return run, err
+		}
+	}
+	if cfg.River.Dir != "" {
+		rc := cfg.River
+		b := cfg.Batched.withDefaults()
+		if rc.Jobs <= 0 {
+			rc.Jobs = b.Tasks
+		}
+		if rc.SteadyRate == 0 && b.SteadyTasks > 0 {
+			rc.SteadyRate = b.Rate
+		}
+		timeout := cfg.Timeout
+		if timeout <= 0 {
+			timeout = 10 * time.Minute
+		}
+		run.River = RunRiver(ctx, cfg.PostgresURL, rc, timeout)
+	}
+	rs, err := RunBatched(ctx, stack, cfg)
+	run.Batched = rs
+	if err != nil {
+		return run, err
+	}
+	PrintBatchedTable(cfg.Out, cfg, run.Batched, run.River, run.PerAttempt)
+	return run, nil
 }
 
 // TaskResult is one row of the task table.
@@ -101,27 +162,14 @@ const taskStartParallelism = 8
 // slots and whether the limit holds; on SQLite, on PostgreSQL when given, and next to a
 // bare-Temporal baseline doing the same HTTP work in one activity per workflow.
 func RunTasks(ctx context.Context, stack Stack, cfg TasksConfig) ([]TaskResult, error) {
-	if cfg.Tasks <= 0 {
-		cfg.Tasks = 2000
-	}
-	if cfg.Limit <= 0 {
-		cfg.Limit = 20
-	}
-	if cfg.Work <= 0 {
-		cfg.Work = 20 * time.Millisecond
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 10 * time.Minute
-	}
+	defaults.UnlessPositive(&cfg.Tasks, 2000)
+	defaults.UnlessPositive(&cfg.Limit, 20)
+	defaults.UnlessPositive(&cfg.Work, 20*time.Millisecond)
+	defaults.UnlessPositive(&cfg.Timeout, 10*time.Minute)
 	if cfg.Out == nil {
 		cfg.Out = os.Stdout
 	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	dir, err := os.MkdirTemp("", "courier-bench-tasks-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
+	quiet := quietLogger()
 
 	var results []TaskResult
 	base, err := taskBaseline(ctx, stack.Temporal, cfg)
@@ -136,7 +184,7 @@ func RunTasks(ctx context.Context, stack Stack, cfg TasksConfig) ([]TaskResult, 
 		}
 		results = append(results, sa)
 	}
-	err = forEachDatabase(ctx, dir, cfg.PostgresURL, func(name, url string) error {
+	err = forEachDatabase(ctx, "courier-bench-tasks-", cfg.PostgresURL, func(name, url string) error {
 		r, err := runTasks(ctx, stack.Temporal, stack.namespace(), name, url, cfg, 0, quiet)
 		if err != nil {
 			return fmt.Errorf("tasks on %s: %w", name, err)
@@ -169,14 +217,11 @@ func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL st
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	st, err := store.Open(ctx, dbURL)
+	st, err := openDB(ctx, dbURL)
 	if err != nil {
 		return TaskResult{}, err
 	}
 	defer st.Close()
-	if err := schema.Up(ctx, st.DB(), schema.AllSets...); err != nil {
-		return TaskResult{}, err
-	}
 	_, token, err := st.CreateAPIKey(ctx, "bench-task-worker", []apikey.Scope{apikey.ScopeWorker})
 	if err != nil {
 		return TaskResult{}, err
@@ -186,7 +231,7 @@ func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL st
 	// it serves once the task service (which wakes the worker's claimer) exists.
 	gw := httptest.NewUnstartedServer(nil)
 	defer gw.Close()
-	w, err := worker.New(worker.Config{
+	w, err := worker.Start(ctx, worker.Config{
 		DisableRelay:           true,
 		AllowLoopbackCallbacks: true,
 		Relay:                  relay.Config{TaskQueue: taskQueue},
@@ -195,11 +240,8 @@ func runTasks(ctx context.Context, tc client.Client, namespace, dbName, dbURL st
 			SweepEvery: time.Hour,
 		},
 	}, worker.Deps{Temporal: tc, Publisher: nopPublisher{}, Logger: log, Tasks: st,
-		Sources: []relay.Source{{Name: courier.DefaultSource, Store: st}}})
+		Sources: worker.DefaultSources(st)})
 	if err != nil {
-		return TaskResult{}, err
-	}
-	if err := w.Start(ctx); err != nil {
 		return TaskResult{}, err
 	}
 	defer func() {

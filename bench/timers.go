@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"runtime"
 	"sort"
 	"sync"
@@ -22,13 +20,10 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/internal/defaults"
 	"github.com/courier-oss/courier/mq"
-	"github.com/courier-oss/courier/relay"
-	"github.com/courier-oss/courier/schema"
-	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/timers"
 	"github.com/courier-oss/courier/webhook"
-	"github.com/courier-oss/courier/worker"
 )
 
 // TimersConfig sets up `courier bench timers`.
@@ -55,36 +50,26 @@ type TimerResult struct {
 // arrive, next to a bare-Temporal baseline: workflows that sleep until the same times and run
 // one no-op activity.
 func RunTimers(ctx context.Context, stack Stack, cfg TimersConfig) ([]TimerResult, error) {
-	if cfg.Timers <= 0 {
-		cfg.Timers = 1000
-	}
-	if cfg.Window <= 0 {
-		cfg.Window = 10 * time.Second
-	}
-	if cfg.Lead <= 0 {
-		cfg.Lead = 15 * time.Second
-	}
+	defaults.UnlessPositive(&cfg.Timers, 1000)
+	defaults.UnlessPositive(&cfg.Window, 10*time.Second)
+	defaults.UnlessPositive(&cfg.Lead, 15*time.Second)
 	if cfg.Out == nil {
 		cfg.Out = os.Stdout
 	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	dir, err := os.MkdirTemp("", "courier-bench-timers-")
+	sqlite, remove, err := scratchSQLite("courier-bench-timers-")
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	defer remove()
 	base, err := timerBaseline(ctx, stack.Temporal, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("baseline: %w", err)
 	}
-	st, err := store.Open(ctx, "sqlite:"+filepath.Join(dir, "bench.db"))
+	st, err := openDB(ctx, sqlite)
 	if err != nil {
 		return nil, err
 	}
 	defer st.Close()
-	if err := schema.Up(ctx, st.DB(), schema.AllSets...); err != nil {
-		return nil, err
-	}
 	secret, _ := webhook.GenerateSecret()
 	var (
 		mu      sync.Mutex
@@ -108,19 +93,11 @@ func RunTimers(ctx context.Context, stack Stack, cfg TimersConfig) ([]TimerResul
 	if _, _, err := st.PutBizType(ctx, courier.BizType{Name: "bench.timer", Delivery: courier.DeliveryHTTP, CallbackURL: rcv.URL, Secrets: []string{secret}}); err != nil {
 		return nil, err
 	}
-	bizTypes := st.NewBizTypeCache(0, quiet) // as courier's worker reads them
-	defer bizTypes.Close()
-	w, err := worker.New(worker.Config{DisableRelay: true, AllowLoopbackCallbacks: true, BizTypeRefresh: 200 * time.Millisecond,
-		Relay: relay.Config{TaskQueue: "bench-timers"}},
-		worker.Deps{Temporal: stack.Temporal, Publisher: nopPublisher{}, Logger: quiet, BizTypes: bizTypes, TimerRows: st,
-			Sources: []relay.Source{{Name: courier.DefaultSource, Store: st}}})
+	stop, err := startTimerWorker(ctx, stack, st, nopPublisher{}, "bench-timers")
 	if err != nil {
 		return nil, err
 	}
-	if err := w.Start(ctx); err != nil {
-		return nil, err
-	}
-	defer w.Stop()
+	defer stop()
 	svc := timers.New(stack.Temporal, "", st, st, "bench-timers")
 
 	start := time.Now()
@@ -155,15 +132,20 @@ func RunTimers(ctx context.Context, stack Stack, cfg TimersConfig) ([]TimerResul
 		return nil, err
 	}
 	out := []TimerResult{base, res}
-	fmt.Fprintf(cfg.Out, "\ntimers: %d per scenario, due across %s starting %s after creation began\n\n", cfg.Timers, cfg.Window, cfg.Lead)
-	fmt.Fprintln(cfg.Out, "| scenario | n | created/s | lateness p50 | p99 | max | early | Go heap in use |")
-	fmt.Fprintln(cfg.Out, "|---|---:|---:|---:|---:|---:|---:|---:|")
+	printTimers(cfg.Out, fmt.Sprintf("timers: %d per scenario, due across %s starting %s after creation began", cfg.Timers, cfg.Window, cfg.Lead), out)
+	return out, nil
+}
+
+// printTimers prints the timer scenarios' table under its title, then what they cost the engine.
+func printTimers(w io.Writer, title string, out []TimerResult) {
+	fmt.Fprintf(w, "\n%s\n\n", title)
+	fmt.Fprintln(w, "| scenario | n | created/s | lateness p50 | p99 | max | early | Go heap in use |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, t := range out {
-		fmt.Fprintf(cfg.Out, "| %s | %d | %.0f | %s | %s | %s | %d | %.0f MB |\n", t.Scenario, t.N, t.CreatePerSec,
+		fmt.Fprintf(w, "| %s | %d | %.0f | %s | %s | %s | %d | %.0f MB |\n", t.Scenario, t.N, t.CreatePerSec,
 			t.P50.Round(time.Millisecond), t.P99.Round(time.Millisecond), t.Max.Round(time.Millisecond), t.Early, t.HeapMB)
 	}
-	printCost(cfg.Out, costRows(out, func(r TimerResult) (string, Cost) { return r.Scenario, r.Cost }))
-	return out, nil
+	printCost(w, costRows(out, func(r TimerResult) (string, Cost) { return r.Scenario, r.Cost }))
 }
 
 // lateness summarises arrival minus due time per id and counts early arrivals.

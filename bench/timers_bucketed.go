@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,13 +20,10 @@ import (
 	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/apikey"
 	"github.com/courier-oss/courier/gateway"
+	"github.com/courier-oss/courier/internal/defaults"
 	"github.com/courier-oss/courier/mq/natsmq"
-	"github.com/courier-oss/courier/relay"
-	"github.com/courier-oss/courier/schema"
-	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/timers"
 	"github.com/courier-oss/courier/webhook"
-	"github.com/courier-oss/courier/worker"
 )
 
 // BucketedConfig sets up the bucketed scenarios of `courier bench timers --mode bucketed`.
@@ -46,23 +42,14 @@ const batchesAtOnce = 4
 // MQ messages on NATS, and as signed HTTP callbacks — and what they cost the engine per timer,
 // on SQLite and (when given) PostgreSQL.
 func RunTimersBucketed(ctx context.Context, stack Stack, cfg BucketedConfig) ([]TimerResult, error) {
-	if cfg.Timers <= 0 {
-		cfg.Timers = 100_000
-	}
-	if cfg.Window <= 0 {
-		cfg.Window = 10 * time.Second
-	}
+	defaults.UnlessPositive(&cfg.Timers, 100_000)
+	defaults.UnlessPositive(&cfg.Window, 10*time.Second)
 	if cfg.Out == nil {
 		cfg.Out = os.Stdout
 	}
-	dir, err := os.MkdirTemp("", "courier-bench-buckets-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
 	var out []TimerResult
 	i := 0
-	err = forEachDatabase(ctx, dir, cfg.PostgresURL, func(name, url string) error {
+	err := forEachDatabase(ctx, "courier-bench-buckets-", cfg.PostgresURL, func(name, url string) error {
 		for _, delivery := range []string{courier.DeliveryMQ, courier.DeliveryHTTP} {
 			r, err := runBucketed(ctx, stack, cfg, name, url, delivery, i)
 			if err != nil {
@@ -76,15 +63,8 @@ func RunTimersBucketed(ctx context.Context, stack Stack, cfg BucketedConfig) ([]
 	if err != nil {
 		return out, err
 	}
-	fmt.Fprintf(cfg.Out, "\nbucketed timers: %d per scenario, created through POST /v1/timers/batch (1,000 a request, %d at once), due across %s\n\n",
-		cfg.Timers, batchesAtOnce, cfg.Window)
-	fmt.Fprintln(cfg.Out, "| scenario | n | created/s | lateness p50 | p99 | max | early | Go heap in use |")
-	fmt.Fprintln(cfg.Out, "|---|---:|---:|---:|---:|---:|---:|---:|")
-	for _, t := range out {
-		fmt.Fprintf(cfg.Out, "| %s | %d | %.0f | %s | %s | %s | %d | %.0f MB |\n", t.Scenario, t.N, t.CreatePerSec,
-			t.P50.Round(time.Millisecond), t.P99.Round(time.Millisecond), t.Max.Round(time.Millisecond), t.Early, t.HeapMB)
-	}
-	printCost(cfg.Out, costRows(out, func(r TimerResult) (string, Cost) { return r.Scenario, r.Cost }))
+	printTimers(cfg.Out, fmt.Sprintf("bucketed timers: %d per scenario, created through POST /v1/timers/batch (1,000 a request, %d at once), due across %s",
+		cfg.Timers, batchesAtOnce, cfg.Window), out)
 	return out, nil
 }
 
@@ -119,15 +99,12 @@ func (a *arrivals) record(body []byte, now time.Time) {
 
 // runBucketed is one scenario: a bucketed business type delivering by delivery on one database.
 func runBucketed(ctx context.Context, stack Stack, cfg BucketedConfig, dbName, dbURL, delivery string, n int) (TimerResult, error) {
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := store.Open(ctx, dbURL)
+	quiet := quietLogger()
+	st, err := openDB(ctx, dbURL)
 	if err != nil {
 		return TimerResult{}, err
 	}
 	defer st.Close()
-	if err := schema.Up(ctx, st.DB(), schema.AllSets...); err != nil {
-		return TimerResult{}, err
-	}
 	bizType := fmt.Sprintf("bench.bucketed.%s.%d", delivery, n)
 	got := newArrivals(cfg.Timers)
 	b := courier.BizType{Name: bizType, Delivery: delivery, TimerMode: courier.TimerModeBucketed}
@@ -171,19 +148,11 @@ func runBucketed(ctx context.Context, stack Stack, cfg BucketedConfig, dbName, d
 	}
 	defer pub.Close()
 	queue := fmt.Sprintf("bench-buckets-%d", n)
-	bizTypes := st.NewBizTypeCache(0, quiet) // as courier's worker reads them
-	defer bizTypes.Close()
-	w, err := worker.New(worker.Config{DisableRelay: true, AllowLoopbackCallbacks: true, BizTypeRefresh: 200 * time.Millisecond,
-		Namespace: stack.namespace(), Relay: relay.Config{TaskQueue: queue}},
-		worker.Deps{Temporal: stack.Temporal, Publisher: pub, Logger: quiet, BizTypes: bizTypes, TimerRows: st,
-			Sources: []relay.Source{{Name: courier.DefaultSource, Store: st}}})
+	stop, err := startTimerWorker(ctx, stack, st, pub, queue)
 	if err != nil {
 		return TimerResult{}, err
 	}
-	if err := w.Start(ctx); err != nil {
-		return TimerResult{}, err
-	}
-	defer w.Stop()
+	defer stop()
 
 	svc := timers.New(stack.Temporal, stack.namespace(), st, st, queue)
 	svc.Logger = quiet

@@ -14,6 +14,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/courier-oss/courier/internal/defaults"
 )
 
 // Client calls courier's gateway. It is safe for concurrent use; build one per gateway and
@@ -70,18 +72,10 @@ var DefaultRetryPolicy = RetryPolicy{MaxAttempts: 4, InitialBackoff: 200 * time.
 
 func (p RetryPolicy) withDefaults() RetryPolicy {
 	d := DefaultRetryPolicy
-	if p.MaxAttempts <= 0 {
-		p.MaxAttempts = d.MaxAttempts
-	}
-	if p.InitialBackoff <= 0 {
-		p.InitialBackoff = d.InitialBackoff
-	}
-	if p.MaxBackoff <= 0 {
-		p.MaxBackoff = d.MaxBackoff
-	}
-	if p.MaxElapsed <= 0 {
-		p.MaxElapsed = d.MaxElapsed
-	}
+	defaults.UnlessPositive(&p.MaxAttempts, d.MaxAttempts)
+	defaults.UnlessPositive(&p.InitialBackoff, d.InitialBackoff)
+	defaults.UnlessPositive(&p.MaxBackoff, d.MaxBackoff)
+	defaults.UnlessPositive(&p.MaxElapsed, d.MaxElapsed)
 	return p
 }
 

@@ -278,3 +278,51 @@ func TestNewRefusesBadBaseURLs(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "http://127.0.0.1:8080/courier", c.BaseURL())
 }
+
+// The client speaks the conventions of docs/api.md: a schedule is created with PUT and
+// If-None-Match: * (never replacing one) and put with PUT, schedules and timers page with
+// limit, and a queue is deleted with DELETE.
+func TestClientUsesTheCurrentVerbsAndNames(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Method+" "+r.URL.RequestURI()+" "+r.Header.Get("If-None-Match"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		switch r.Method {
+		case http.MethodDelete:
+			w.WriteHeader(http.StatusNoContent)
+		case http.MethodPut:
+			w.WriteHeader(http.StatusCreated)
+			_, _ = io.WriteString(w, `{"id":"nightly"}`)
+		default:
+			_, _ = io.WriteString(w, `{"items":[]}`)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	c, err := New(srv.URL, WithAPIKey("k"), WithRetry(fastRetry))
+	require.NoError(t, err)
+	ctx := t.Context()
+	_, err = c.CreateSchedule(ctx, "nightly", ScheduleSpec{BizType: "report", Cron: "0 2 * * *"})
+	require.NoError(t, err)
+	put, err := c.PutSchedule(ctx, "nightly", ScheduleSpec{BizType: "report", Cron: "0 2 * * *"})
+	require.NoError(t, err)
+	require.True(t, put.Created)
+	paused := true
+	_, err = c.ListSchedules(ctx, ScheduleQuery{BizType: "report", Paused: &paused, Limit: 5})
+	require.NoError(t, err)
+	_, err = c.ListTimers(ctx, TimerQuery{BizType: "report", Limit: 5})
+	require.NoError(t, err)
+	_, err = c.ListTimers(ctx, TimerQuery{PageSize: 6})
+	require.NoError(t, err)
+	require.NoError(t, c.DeleteQueue(ctx, "old"))
+	require.Equal(t, []string{
+		"PUT /v1/schedules/nightly *",
+		"PUT /v1/schedules/nightly ",
+		"GET /v1/schedules?biz_type=report&limit=5&paused=true ",
+		"GET /v1/timers?biz_type=report&limit=5 ",
+		"GET /v1/timers?limit=6 ",
+		"DELETE /v1/queues/old ",
+	}, got)
+}

@@ -283,3 +283,11 @@ func (c *Client) ListQueues(ctx context.Context) ([]Queue, error) {
 	}
 	return out.Items, nil
 }
+
+// DeleteQueue deletes a queue and its finished tasks (scope admin). A queue that still has
+// pending or processing tasks is ErrConflict (the error's Details count them); a queue that
+// does not exist is ErrNotFound, also when a retried call finds it already deleted.
+func (c *Client) DeleteQueue(ctx context.Context, name string) error {
+	_, err := c.do(ctx, call{method: http.MethodDelete, path: "/v1/queues/" + seg(name), idempotent: true})
+	return err
+}

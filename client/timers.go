@@ -31,8 +31,12 @@ type TimerQuery struct {
 	// FinishedAfter and FinishedBefore select timers by when they were delivered, failed or
 	// cancelled.
 	FinishedAfter, FinishedBefore time.Time
-	PageSize                      int    // 1–1000; 0: the gateway's default (100)
+	Limit                         int    // timers per page, 1–1000; 0: the gateway's default (100)
 	PageToken                     string // TimerPage.NextPageToken of the previous page
+	// PageSize is Limit's old name, still sent when Limit is 0.
+	//
+	// Deprecated: use Limit.
+	PageSize int
 }
 
 // TimerPage is one page of timers; NextPageToken is empty on the last.
@@ -88,8 +92,11 @@ func (c *Client) ListTimers(ctx context.Context, q TimerQuery) (*TimerPage, erro
 			v.Set(k, s)
 		}
 	}
-	if q.PageSize != 0 {
-		v.Set("page_size", strconv.Itoa(q.PageSize))
+	if q.Limit == 0 {
+		q.Limit = q.PageSize
+	}
+	if q.Limit != 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
 	}
 	for k, t := range map[string]time.Time{"finished_after": q.FinishedAfter, "finished_before": q.FinishedBefore} {
 		if !t.IsZero() {

@@ -34,6 +34,8 @@ import (
 	sqliteschema "go.temporal.io/server/schema/sqlite"
 	"go.temporal.io/server/temporal"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/courier-oss/courier/internal/defaults"
 )
 
 // Defaults applied by StartTemporal to zero-valued Config fields.
@@ -258,15 +260,9 @@ func withDefaults(cfg Config) (Config, error) {
 		// The path becomes part of a SQLite URI.
 		return cfg, fmt.Errorf("temporal: DataDir %q must not contain '?' or '#'", cfg.DataDir)
 	}
-	if cfg.Host == "" {
-		cfg.Host = DefaultHost
-	}
-	if cfg.TemporalPort == 0 {
-		cfg.TemporalPort = DefaultTemporalPort
-	}
-	if cfg.UIPort == 0 {
-		cfg.UIPort = DefaultUIPort
-	}
+	defaults.IfZero(&cfg.Host, DefaultHost)
+	defaults.IfZero(&cfg.TemporalPort, DefaultTemporalPort)
+	defaults.IfZero(&cfg.UIPort, DefaultUIPort)
 	for _, p := range []struct {
 		name string
 		port int
@@ -278,12 +274,8 @@ func withDefaults(cfg Config) (Config, error) {
 	if !cfg.DisableUI && cfg.TemporalPort > 0 && cfg.TemporalPort == cfg.UIPort {
 		return cfg, fmt.Errorf("temporal: TemporalPort and UIPort are both %d", cfg.TemporalPort)
 	}
-	if cfg.Namespace == "" {
-		cfg.Namespace = DefaultNamespace
-	}
-	if cfg.Retention == 0 {
-		cfg.Retention = DefaultRetention
-	}
+	defaults.IfZero(&cfg.Namespace, DefaultNamespace)
+	defaults.IfZero(&cfg.Retention, DefaultRetention)
 	if cfg.Retention < MinRetention {
 		return cfg, fmt.Errorf("temporal: retention %s is below the minimum of %s", cfg.Retention, MinRetention)
 	}

@@ -19,14 +19,12 @@ type BandCounts [courier.PriorityBands]int
 // claim, finish or cancel of the queue's slots runs meanwhile. The store implements it; every
 // method runs SQL and decides nothing.
 type ClaimTx interface {
-	// Queue reads the queue's settings and its slots in use (InFlight), locking its limiter row
-	// until the transaction ends.
-	Queue(ctx context.Context) (courier.Queue, error)
-	// Paused reports whether an operator paused the queue.
-	Paused(ctx context.Context) (bool, error)
-	// ReadyBands counts the queue's ready tasks per band (pending, due, within their pending
-	// timeout), each count capped at max.
-	ReadyBands(ctx context.Context, max int) (BandCounts, error)
+	// Open reads the queue's settings and its slots in use (InFlight), locking its limiter row
+	// until the transaction ends, whether an operator paused it and, when it has a free slot and
+	// is not paused, its ready tasks per band (pending, due, within their pending timeout), each
+	// count capped at max (the most one claim takes); in one round trip where the database
+	// allows.
+	Open(ctx context.Context, max int) (Opened, error)
 	// TakeTokens takes up to want tokens from the queue's dispatch bucket (rate per second, at
 	// most burst held); when it takes fewer, wait is how long until the next token.
 	TakeTokens(ctx context.Context, rate float64, burst, want int) (took int, wait time.Duration, err error)
@@ -41,11 +39,23 @@ type ClaimTx interface {
 	// order, recording the batch run that will push them (batch; "" for attempts with runs of
 	// their own), and returns them as they are afterwards.
 	ClaimBand(ctx context.Context, band, n int, batch string) ([]courier.Task, error)
+	// ClaimBands does what ClaimBand does for every band, up to take[band-1] tasks of each,
+	// and counts the tasks it claimed in the queue's slots in use (AddInFlight), in one
+	// statement where the database allows. It returns them by band, each band's in claim
+	// order.
+	ClaimBands(ctx context.Context, take BandCounts, batch string) ([]courier.Task, error)
 	// ClaimPicked moves the picked tasks that are still ready to Processing on their next
 	// attempt, as ClaimBand does, and returns them as they are afterwards.
 	ClaimPicked(ctx context.Context, picked []KeyCandidate, batch string) ([]courier.Task, error)
 	// AddInFlight counts n more slots in use on the queue's limiter row.
 	AddInFlight(ctx context.Context, n int) error
+}
+
+// Opened is what a claim reads first (ClaimTx.Open).
+type Opened struct {
+	Queue  courier.Queue
+	Paused bool
+	Ready  BandCounts // zero when the queue has no free slot or is paused
 }
 
 // ClaimStore runs a claim: fn in one transaction on the queue, committed when fn returns nil.
@@ -139,24 +149,19 @@ func (d *Dispatcher) Claim(ctx context.Context, s ClaimStore, queue string, max 
 
 func (d *Dispatcher) claim(ctx context.Context, tx ClaimTx, max int) (Claim, error) {
 	var out Claim
-	q, err := tx.Queue(ctx)
+	if max <= 0 {
+		max = courier.MaxConcurrencyLimit
+	}
+	open, err := tx.Open(ctx, max)
+	q := open.Queue
 	if err != nil || q.PushURL == "" {
 		return out, err // no push URL: its tasks wait
 	}
-	slots := q.ConcurrencyLimit - q.InFlight
-	if max > 0 && slots > max {
-		slots = max
-	}
-	if slots <= 0 {
+	slots := min(q.ConcurrencyLimit-q.InFlight, max)
+	if slots <= 0 || open.Paused {
 		return out, nil
 	}
-	if paused, err := tx.Paused(ctx); err != nil || paused {
-		return out, err
-	}
-	ready, err := tx.ReadyBands(ctx, slots)
-	if err != nil {
-		return out, err
-	}
+	ready := open.Ready
 	total := 0
 	for _, n := range ready {
 		total += n
@@ -176,18 +181,44 @@ func (d *Dispatcher) claim(ctx context.Context, tx ClaimTx, max int) (Claim, err
 			return out, nil
 		}
 	}
-	var inFlightByKey map[string]int
-	if q.Keyed() {
-		if inFlightByKey, err = tx.KeysInFlight(ctx); err != nil {
-			return out, err
-		}
-	}
 	if q.Batched() {
 		out.Batch = courier.TaskBatchWorkflowID(q.Name, d.batchID())
 	}
 	ch := d.chooser(q)
-	// A band whose share its keys could not fill is left out of the next round, and what is
-	// left of the slots is split again among the others.
+	if q.Keyed() {
+		err = d.claimKeys(ctx, tx, q, ch, ready, slots, &out)
+	} else {
+		// Every band's share in one statement, counted in the slots in use by it.
+		var claimed []courier.Task
+		if claimed, err = tx.ClaimBands(ctx, d.split(ch, ready, slots), out.Batch); err == nil {
+			for _, t := range claimed {
+				out.Attempts = append(out.Attempts, AttemptOf(t, q))
+			}
+		}
+	}
+	if err != nil {
+		return out, err
+	}
+	if q.DispatchRate > 0 {
+		if err := tx.GiveBackTokens(ctx, q.DispatchBucket(), slots-len(out.Attempts)); err != nil {
+			return out, err
+		}
+	}
+	if len(out.Attempts) == 0 {
+		out.Batch = ""
+	}
+	return out, nil
+}
+
+// claimKeys claims up to slots of a keyed queue's ready tasks into out, band by band as the
+// chooser splits them and key by key within a band, and counts them in the slots in use. A
+// band whose share its keys could not fill is left out of the next round, and what is left of
+// the slots is split again among the others.
+func (d *Dispatcher) claimKeys(ctx context.Context, tx ClaimTx, q courier.Queue, ch *Chooser, ready BandCounts, slots int, out *Claim) error {
+	inFlightByKey, err := tx.KeysInFlight(ctx)
+	if err != nil {
+		return err
+	}
 	for round := 0; slots > len(out.Attempts) && round < courier.PriorityBands; round++ {
 		take := d.split(ch, ready, slots-len(out.Attempts))
 		progress := false
@@ -195,14 +226,9 @@ func (d *Dispatcher) claim(ctx context.Context, tx ClaimTx, max int) (Claim, err
 			if take[b-1] <= 0 {
 				continue
 			}
-			var claimed []courier.Task
-			if inFlightByKey != nil {
-				claimed, err = claimKeyed(ctx, tx, q, b, take[b-1], inFlightByKey, out.Batch)
-			} else {
-				claimed, err = tx.ClaimBand(ctx, b, take[b-1], out.Batch)
-			}
+			claimed, err := claimKeyed(ctx, tx, q, b, take[b-1], inFlightByKey, out.Batch)
 			if err != nil {
-				return out, err
+				return err
 			}
 			if len(claimed) < take[b-1] {
 				ready[b-1] = 0
@@ -214,20 +240,14 @@ func (d *Dispatcher) claim(ctx context.Context, tx ClaimTx, max int) (Claim, err
 				out.Attempts = append(out.Attempts, AttemptOf(t, q))
 			}
 		}
-		if !progress || inFlightByKey == nil {
+		if !progress {
 			break
 		}
 	}
-	if q.DispatchRate > 0 {
-		if err := tx.GiveBackTokens(ctx, q.DispatchBucket(), slots-len(out.Attempts)); err != nil {
-			return out, err
-		}
-	}
 	if len(out.Attempts) == 0 {
-		out.Batch = ""
-		return out, nil
+		return nil
 	}
-	return out, tx.AddInFlight(ctx, len(out.Attempts))
+	return tx.AddInFlight(ctx, len(out.Attempts))
 }
 
 // chooser is the queue's band chooser, made anew when its weights change.

@@ -440,7 +440,7 @@ func (cs *console) timerList(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	d := timerListData{Page: page, BizType: c.QueryParam("biz_type"), State: c.QueryParam("state"), Size: c.QueryParam("page_size"),
+	d := timerListData{Page: page, BizType: c.QueryParam("biz_type"), State: c.QueryParam("state"), Size: c.QueryParam("limit"),
 		States: courier.TimerStates, Next: page.NextPageToken, Redeliver: cs.h.d.Timers != nil}
 	return cs.view.render(c, http.StatusOK, "timers", consolePage{Title: "Timers", Flash: flashOf(c), Data: d})
 }

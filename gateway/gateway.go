@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -15,6 +14,8 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/apikey"
+	"github.com/courier-oss/courier/health"
+	"github.com/courier-oss/courier/internal/defaults"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/outbox"
 )
@@ -39,14 +40,9 @@ type RunWaiter interface {
 	WaitClosed(ctx context.Context, workflowID string) error
 }
 
-// Check is one readiness dependency: a name and a probe.
-type Check struct {
-	Name  string
-	Probe func(ctx context.Context) error
-	// Optional checks are reported ("down") without making the gateway unready: one message
-	// broker that is down delays only its own records.
-	Optional bool
-}
+// Check is one readiness dependency: a name and a probe (health.Check, shared with the
+// worker's /readyz).
+type Check = health.Check
 
 // Deps are the gateway's collaborators.
 type Deps struct {
@@ -92,12 +88,8 @@ const (
 
 // New builds the HTTP handler.
 func New(cfg Config, d Deps) *echo.Echo {
-	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if cfg.RequestTimeout <= 0 {
-		cfg.RequestTimeout = DefaultRequestTimeout
-	}
+	defaults.UnlessPositive(&cfg.MaxBodyBytes, DefaultMaxBodyBytes)
+	defaults.UnlessPositive(&cfg.RequestTimeout, DefaultRequestTimeout)
 	if d.Logger == nil {
 		d.Logger = slog.Default()
 	}
@@ -170,6 +162,7 @@ func New(cfg Config, d Deps) *echo.Echo {
 		v1.GET("/queues", h.listQueues, admin)
 		v1.GET("/queues/:name", h.getQueue, admin)
 		v1.PUT("/queues/:name", h.putQueue, admin)
+		v1.DELETE("/queues/:name", h.deleteQueue, admin)
 	}
 	if d.Pauses != nil {
 		v1.GET("/pauses", h.listPauses, admin)
@@ -179,9 +172,12 @@ func New(cfg Config, d Deps) *echo.Echo {
 	if d.Schedules != nil {
 		sc := d.Schedules
 		v1.GET("/schedules", h.listSchedules, producer)
-		v1.POST("/schedules/:id", h.createSchedule, producer)
+		v1.PUT("/schedules/:id", h.putSchedule, producer)
 		v1.GET("/schedules/:id", h.getSchedule, producer)
-		v1.PATCH("/schedules/:id", h.updateSchedule, producer)
+		// Deprecated (docs/api.md, "Verbs"): PUT creates and replaces; these go in the next
+		// minor version.
+		v1.POST("/schedules/:id", h.createSchedule, producer, deprecated)
+		v1.PATCH("/schedules/:id", h.updateSchedule, producer, deprecated)
 		v1.DELETE("/schedules/:id", h.deleteSchedule, producer)
 		v1.POST("/schedules/:id/pause", h.scheduleAction(sc.PauseSchedule), producer)
 		v1.POST("/schedules/:id/unpause", h.scheduleAction(sc.UnpauseSchedule), producer)
@@ -244,37 +240,21 @@ func (h *handlers) healthz(c echo.Context) error {
 }
 
 func (h *handlers) readyz(c echo.Context) error {
-	ctx, cancel := context.WithTimeout(c.Request().Context(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(c.Request().Context(), health.ProbeTimeout)
 	defer cancel()
-	out := map[string]string{}
-	ready := true
-	// All at once: one dependency that hangs must not spend the others' time.
-	errs := make([]error, len(h.d.Checks))
-	var wg sync.WaitGroup
-	for i, chk := range h.d.Checks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = chk.Probe(ctx)
-		}()
-	}
-	wg.Wait()
-	for i, chk := range h.d.Checks {
-		if err := errs[i]; err != nil {
+	rep := health.Evaluate(ctx, h.d.Checks)
+	for _, chk := range h.d.Checks {
+		if err := rep.Errors[chk.Name]; err != nil {
 			// Anyone may call /readyz: say which dependency is down, keep the error (which
 			// may name hosts and users) for the log.
 			h.d.Logger.Warn("readiness check failed", "dependency", chk.Name, "error", err)
-			out[chk.Name] = "down"
-			ready = ready && chk.Optional
-			continue
 		}
-		out[chk.Name] = "ok"
 	}
 	status := http.StatusOK
-	if !ready {
+	if !rep.Ready {
 		status = http.StatusServiceUnavailable
 	}
-	body := map[string]any{"ready": ready, "checks": out}
+	body := map[string]any{"ready": rep.Ready, "checks": rep.Checks}
 	// What an operator paused is not a fault (the service is ready), but whoever reads this to
 	// see why work is not flowing should find it here.
 	if h.d.Pauses != nil {

@@ -21,6 +21,14 @@ func TestOpenAPISchemasMatchTheWireTypes(t *testing.T) {
 		"OutboxRecord": reflect.TypeOf(api.OutboxRecord{}),
 		"Timer":        reflect.TypeOf(api.Timer{}),
 		"Task":         reflect.TypeOf(api.Task{}),
+		// POST /v1/tasks/results's answer, and the pushes (webhooks) and their answers.
+		"TaskResultsAnswer":   reflect.TypeOf(api.TaskResultsAnswer{}),
+		"TaskResultAnswer":    reflect.TypeOf(api.TaskResultAnswer{}),
+		"TaskPush":            reflect.TypeOf(api.TaskPush{}),
+		"PushAnswer":          reflect.TypeOf(api.PushAnswer{}),
+		"TaskPushBatch":       reflect.TypeOf(api.TaskPushBatch{}),
+		"TaskPushBatchAnswer": reflect.TypeOf(api.TaskPushBatchAnswer{}),
+		"TaskRefusal":         reflect.TypeOf(api.TaskRefusal{}),
 	} {
 		t.Run(name, func(t *testing.T) {
 			ref, ok := doc.Components.Schemas[name]

@@ -87,6 +87,10 @@ func newServer(t *testing.T, h http.Handler) *httptest.Server {
 	return srv
 }
 
+// jsonSchema2020 validates bodies by the document's own dialect (OpenAPI 3.1 is JSON Schema
+// 2020-12): a schema without a type is any JSON value, null included.
+var jsonSchema2020 = []openapi3.SchemaValidationOption{openapi3.EnableJSONSchema2020()}
+
 // errNoBearer marks a request without the bearer credentials the document asks for.
 var errNoBearer = errors.New("no bearer token")
 
@@ -108,6 +112,7 @@ func checkExchange(doc *openapi3.T, router routers.Router, r *http.Request, body
 	in := &openapi3filter.RequestValidationInput{
 		Request: req, PathParams: params, Route: route,
 		Options: &openapi3filter.Options{
+			SchemaValidationOptions: jsonSchema2020,
 			AuthenticationFunc: func(_ context.Context, ai *openapi3filter.AuthenticationInput) error {
 				if !strings.HasPrefix(ai.RequestValidationInput.Request.Header.Get("Authorization"), "Bearer ") {
 					return errNoBearer
@@ -128,7 +133,7 @@ func checkExchange(doc *openapi3.T, router routers.Router, r *http.Request, body
 	}
 	out := &openapi3filter.ResponseValidationInput{
 		RequestValidationInput: in, Status: rec.Code, Header: rec.Header(),
-		Options: &openapi3filter.Options{IncludeResponseStatus: true},
+		Options: &openapi3filter.Options{IncludeResponseStatus: true, SchemaValidationOptions: jsonSchema2020},
 	}
 	out.SetBodyBytes(rec.Body.Bytes())
 	return openapi3filter.ValidateResponse(ctx, out)
@@ -147,7 +152,7 @@ func checkErrorShape(doc *openapi3.T, rec *httptest.ResponseRecorder) error {
 		return fmt.Errorf("error body is not JSON: %w", err)
 	}
 	schema := doc.Components.Responses["Error"].Value.Content.Get("application/json").Schema.Value
-	return schema.VisitJSON(v)
+	return schema.VisitJSON(v, jsonSchema2020...)
 }
 
 // The document is valid OpenAPI 3 (kin-openapi's validation, with examples checked).
@@ -262,4 +267,117 @@ func TestOpenAPIStatesTheBuildsVersion(t *testing.T) {
 	tagged, err := openapi3.NewLoader().LoadFromData(gateway.WithVersion(gateway.OpenAPISource, "1.2.3"))
 	require.NoError(t, err)
 	require.Equal(t, "1.2.3", tagged.Info.Version)
+}
+
+// noDefaults fails on a default in a request body's schema: generators (openapi-typescript)
+// read a property with a default as always present, so a caller would have to send it. A
+// request field's default is written in its description.
+func noDefaults(t *testing.T, where string, s *openapi3.Schema, seen map[*openapi3.Schema]bool) {
+	t.Helper()
+	if s == nil || seen[s] {
+		return
+	}
+	seen[s] = true
+	require.Nil(t, s.Default, "%s: a default in a request body (write it in the description)", where)
+	for name, p := range s.Properties {
+		noDefaults(t, where+"."+name, p.Value, seen)
+	}
+	if s.Items != nil {
+		noDefaults(t, where+"[]", s.Items.Value, seen)
+	}
+}
+
+// The document is typed enough for generators (docs/api.md, "The OpenAPI document"): a licence;
+// every operation has a unique operationId and at least one 4xx answer; every answer but a 204
+// has a body schema, and every JSON body, sent or answered, is a named schema
+// (components/schemas), so a generated client gets a type per body; every PUT and PATCH, and a
+// schedule's pause and unpause, declare what they read; and arbitrary JSON (a payload, a
+// result, heartbeat details) is any JSON value, its object an open one (additionalProperties),
+// never an object that generators read as empty; request bodies carry no defaults
+// (noDefaults).
+func TestOpenAPIIsTyped(t *testing.T) {
+	t.Parallel()
+	doc, _ := openAPISpec(t)
+	require.NotNil(t, doc.Info.License, "info.license")
+	require.Equal(t, "MIT", doc.Info.License.Name)
+	require.Equal(t, "MIT", doc.Info.License.Identifier, "info.license.identifier (SPDX)")
+
+	named := func(where string, ref *openapi3.SchemaRef) {
+		require.NotNil(t, ref, "%s: no schema", where)
+		require.True(t, strings.HasPrefix(ref.Ref, "#/components/schemas/"), "%s: the body's schema is not a named one (components/schemas)", where)
+	}
+	ids := map[string]string{}
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			where := method + " " + path
+			require.NotEmpty(t, op.OperationID, "%s has no operationId", where)
+			require.NotContains(t, ids, op.OperationID, "%s: operationId %s is also %s's", where, op.OperationID, ids[op.OperationID])
+			ids[op.OperationID] = where
+			has4xx := false
+			for code, resp := range op.Responses.Map() {
+				has4xx = has4xx || (len(code) == 3 && code[0] == '4')
+				if code == "204" {
+					require.Empty(t, resp.Value.Content, "%s %s: a 204 has no body", where, code)
+					continue
+				}
+				require.NotEmpty(t, resp.Value.Content, "%s %s has no body schema", where, code)
+				for mt, media := range resp.Value.Content {
+					require.NotNil(t, media.Schema, "%s %s %s has no schema", where, code, mt)
+					if mt == "application/json" {
+						named(where+" "+code, media.Schema)
+					}
+				}
+			}
+			require.True(t, has4xx, "%s has no 4xx answer", where)
+			if rb := op.RequestBody; rb != nil {
+				body := rb.Value.Content.Get("application/json").Schema
+				named(where+" request", body)
+				noDefaults(t, where+" request", body.Value, map[*openapi3.Schema]bool{})
+			}
+			if method == http.MethodPut || method == http.MethodPatch || op.OperationID == "pauseSchedule" || op.OperationID == "unpauseSchedule" {
+				require.NotNil(t, op.RequestBody, "%s reads a body the document does not declare", where)
+			}
+		}
+	}
+
+	// The webhooks (the pushes to workers) are operations too: their ids are unique among all.
+	for name, item := range doc.Webhooks {
+		for method, op := range item.Operations() {
+			where := "webhook " + name + " " + method
+			require.NotEmpty(t, op.OperationID, "%s has no operationId", where)
+			require.NotContains(t, ids, op.OperationID, "%s: operationId %s is also %s's", where, op.OperationID, ids[op.OperationID])
+			ids[op.OperationID] = where
+		}
+	}
+
+	anyJSON := map[string]bool{"payload": true, "result": true, "Heartbeat.details": true}
+	var walk func(where string, s *openapi3.Schema, seen map[*openapi3.Schema]bool)
+	walk = func(where string, s *openapi3.Schema, seen map[*openapi3.Schema]bool) {
+		if s == nil || seen[s] {
+			return
+		}
+		seen[s] = true
+		if s.Type != nil && s.Type.Includes("object") && len(s.Properties) == 0 && len(s.AllOf) == 0 {
+			ap := s.AdditionalProperties
+			require.True(t, ap.Schema != nil || (ap.Has != nil && *ap.Has),
+				"%s: an object without properties must allow additionalProperties, or generators type it as an empty object", where)
+		}
+		for name, p := range s.Properties {
+			if anyJSON[name] || anyJSON[where+"."+name] {
+				for _, typ := range []string{"object", "array", "string", "number", "boolean", "null"} {
+					require.True(t, p.Value.Type.Includes(typ), "%s.%s is any JSON value, %s included", where, name, typ)
+				}
+			}
+			walk(where+"."+name, p.Value, seen)
+		}
+		if s.Items != nil {
+			walk(where+"[]", s.Items.Value, seen)
+		}
+		for _, part := range s.AllOf {
+			walk(where, part.Value, seen)
+		}
+	}
+	for name, ref := range doc.Components.Schemas {
+		walk(name, ref.Value, map[*openapi3.Schema]bool{})
+	}
 }

@@ -110,7 +110,7 @@ func (h *handlers) outboxPage(c echo.Context) (api.OutboxPage, error) {
 			return api.OutboxPage{}, err
 		}
 	}
-	if f.Limit, err = queryInt(c, "limit", 100, 1, 1000); err != nil {
+	if f.Limit, err = queryLimit(c, ""); err != nil {
 		return api.OutboxPage{}, err
 	}
 	if f.WithPayload, err = queryBool(c, "include_payload"); err != nil {
@@ -292,6 +292,9 @@ func (h *handlers) redriveDeadOutbox(c echo.Context) error {
 	if err := bindJSON(c, &req); err != nil {
 		return err
 	}
+	if req.DeadSince != nil {
+		markDeprecated(c)
+	}
 	res, err := h.redriveDead(c.Request().Context(), req)
 	if err != nil {
 		return err
@@ -320,15 +323,19 @@ func (h *handlers) redriveDead(ctx context.Context, req api.RedriveFilter) (api.
 			return api.RedriveResult{}, err
 		}
 	}
-	if req.DeadSince != nil {
-		f.DeadSince = *req.DeadSince
+	after, err := deprecatedAlias("dead_after", req.DeadAfter, "dead_since", req.DeadSince)
+	if err != nil {
+		return api.RedriveResult{}, err
+	}
+	if after != nil {
+		f.DeadSince = *after
 	}
 	if req.DeadBefore != nil {
 		f.DeadBefore = *req.DeadBefore
 	}
 	if !f.DeadSince.IsZero() && !f.DeadBefore.IsZero() && !f.DeadSince.Before(f.DeadBefore) {
-		return api.RedriveResult{}, &courier.Error{Code: courier.CodeValidation, Message: "dead_since must be before dead_before",
-			Details: map[string]any{"field": "dead_since"}}
+		return api.RedriveResult{}, &courier.Error{Code: courier.CodeValidation, Message: "dead_after must be before dead_before",
+			Details: map[string]any{"field": "dead_after"}}
 	}
 	left := defaultRedriveMax
 	if req.Max != nil {
@@ -338,7 +345,8 @@ func (h *handlers) redriveDead(ctx context.Context, req api.RedriveFilter) (api.
 				Details: map[string]any{"field": "max"}}
 		}
 	}
-	var res api.RedriveResult
+	var done, busy int
+	var more bool
 	for left > 0 {
 		refs, err := st.DeadOutbox(ctx, f, min(left, redriveBatch))
 		if err != nil {
@@ -353,24 +361,24 @@ func (h *handlers) redriveDead(ctx context.Context, req api.RedriveFilter) (api.
 		if err != nil {
 			return api.RedriveResult{}, err
 		}
-		res.Busy += len(refs) - len(ids)
+		busy += len(refs) - len(ids)
 		n, err := st.RedriveDeadOutbox(ctx, ids)
 		if err != nil {
 			return api.RedriveResult{}, err
 		}
-		res.Redriven += n
+		done += int(n)
 		if left == 0 {
 			rest, err := st.DeadOutbox(ctx, f, 1)
 			if err != nil {
 				return api.RedriveResult{}, err
 			}
-			res.More = len(rest) > 0
+			more = len(rest) > 0
 		}
 	}
-	if res.Redriven > 0 && h.d.Wake != nil {
+	if done > 0 && h.d.Wake != nil {
 		h.d.Wake()
 	}
-	return res, nil
+	return api.NewRedriveResult(done, busy, more), nil
 }
 
 // closedRuns returns the ids of refs whose last delivery run is closed (all of them without

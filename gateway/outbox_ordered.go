@@ -28,7 +28,7 @@ func (h *handlers) listBlockedKeys(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	limit, err := queryInt(c, "limit", 100, 1, 1000)
+	limit, err := queryLimit(c, "")
 	if err != nil {
 		return err
 	}

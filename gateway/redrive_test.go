@@ -82,27 +82,40 @@ func TestBulkRedriveAPI(t *testing.T) {
 
 	code, res, eb := redrive(`{"topic":"orders.*","max":1}`)
 	require.Equal(t, 200, code, "%+v", eb)
-	require.Equal(t, api.RedriveResult{Redriven: 1, More: true}, res)
+	require.Equal(t, api.NewRedriveResult(1, 0, true), res)
 	require.Equal(t, courier.OutboxPending, status(ids[0]))
 	require.Equal(t, int32(1), wakes.Load())
 
 	code, res, _ = redrive(`{"topic":"orders.*","dead_before":"` + time.Now().Add(time.Hour).Format(time.RFC3339) + `"}`)
 	require.Equal(t, 200, code)
-	require.Equal(t, api.RedriveResult{Redriven: 2, Busy: 1}, res, "ids 1 and 4 redriven; 5's run is open")
+	require.Equal(t, api.NewRedriveResult(2, 1, false), res, "ids 1 and 4 redriven; 5's run is open")
+	require.Equal(t, api.BulkResult{Matched: 3, Done: 2, Skipped: 1}, res.BulkResult, "the answer every bulk action gives")
 	require.Equal(t, courier.OutboxDead, status(ids[5]))
 	require.Equal(t, courier.OutboxDead, status(ids[2]), "orders.created.eu is not orders.*")
 	require.Equal(t, courier.OutboxDead, status(ids[3]))
 
-	code, res, _ = redrive(`{"dead_since":"` + time.Now().Add(time.Hour).Format(time.RFC3339) + `"}`)
+	code, res, _ = redrive(`{"dead_after":"` + time.Now().Add(time.Hour).Format(time.RFC3339) + `"}`)
 	require.Equal(t, 200, code)
-	require.Equal(t, api.RedriveResult{}, res, "nothing died in the future")
+	require.Equal(t, api.NewRedriveResult(0, 0, false), res, "nothing died in the future")
+	// dead_since, dead_after's deprecated name, is still read, and the answer says so.
+	resp, eb := f.do(t, "POST", "/v1/outbox/redrive", admin, "application/json",
+		strings.NewReader(`{"dead_since":"`+time.Now().Add(time.Hour).Format(time.RFC3339)+`"}`))
+	require.Equal(t, 200, resp.StatusCode, "%+v", eb)
+	require.NotEmpty(t, resp.Header.Get("Deprecation"))
+	var wire map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&wire))
+	require.Equal(t, map[string]any{"matched": 0.0, "done": 0.0, "skipped": 0.0, "more": false, "redriven": 0.0, "busy": 0.0}, wire,
+		"the uniform fields, and the old names for one more version")
+	code, _, eb = redrive(`{"dead_since":"2026-01-01T00:00:00Z","dead_after":"2026-01-01T00:00:00Z"}`)
+	require.Equal(t, 422, code)
+	require.Equal(t, "dead_since", eb.Error.Details["field"], "both names at once is refused")
 
 	runs.mu.Lock()
 	runs.open = map[string]bool{}
 	runs.mu.Unlock()
 	code, res, _ = redrive(`{}`)
 	require.Equal(t, 200, code)
-	require.Equal(t, api.RedriveResult{Redriven: 3}, res)
+	require.Equal(t, api.NewRedriveResult(3, 0, false), res)
 	for _, id := range ids {
 		require.Equal(t, courier.OutboxPending, status(id))
 	}
@@ -116,7 +129,7 @@ func TestBulkRedriveAPI(t *testing.T) {
 		{`{"topic":"$JS.API"}`, 400, "topic"},
 		{`{"max":0}`, 422, "max"},
 		{`{"max":10001}`, 422, "max"},
-		{`{"dead_since":"2026-01-02T00:00:00Z","dead_before":"2026-01-01T00:00:00Z"}`, 422, "dead_since"},
+		{`{"dead_after":"2026-01-02T00:00:00Z","dead_before":"2026-01-01T00:00:00Z"}`, 422, "dead_after"},
 		{`{"source":"nope"}`, 404, "source"},
 		{`{"source":"Bad Name"}`, 400, "source"},
 	} {
@@ -124,6 +137,6 @@ func TestBulkRedriveAPI(t *testing.T) {
 		require.Equal(t, tc.code, code, "%s: %+v", tc.body, eb)
 		require.Equal(t, tc.field, eb.Error.Details["field"], tc.body)
 	}
-	resp, eb := f.do(t, "POST", "/v1/outbox/redrive", producer, "application/json", strings.NewReader(`{}`))
+	resp, eb = f.do(t, "POST", "/v1/outbox/redrive", producer, "application/json", strings.NewReader(`{}`))
 	require.Equal(t, 403, resp.StatusCode, "%+v", eb)
 }

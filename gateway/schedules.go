@@ -7,6 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/timers"
 )
@@ -20,19 +21,61 @@ type ScheduleService interface {
 	PauseSchedule(ctx context.Context, id, note string) error
 	UnpauseSchedule(ctx context.Context, id, note string) error
 	TriggerSchedule(ctx context.Context, id string) error
-	ListSchedulePage(ctx context.Context, q timers.ScheduleListQuery, cursor []byte) ([]api.Schedule, []byte, error)
+	// ListSchedulePage reads one page of schedules and the next page's token (nil: the last).
+	ListSchedulePage(ctx context.Context, q timers.ScheduleQuery, token []byte) ([]api.Schedule, []byte, error)
 }
 
-// listSchedules answers GET /v1/schedules: one page of the schedules on the timer wheel, by
-// id, filtered by biz_type and paused (true or false).
-func (h *handlers) listSchedules(c echo.Context) error {
-	var q timers.ScheduleListQuery
-	var err error
-	if q.PageSize, err = queryInt(c, "page_size", 100, 1, 1000); err != nil {
+// putSchedule creates (201) or replaces (200) a schedule, as PUT does for every named
+// resource (docs/api.md, "Verbs"). With If-None-Match: * it only creates: an existing id is
+// 409, as the deprecated POST /v1/schedules/{id} answers.
+func (h *handlers) putSchedule(c echo.Context) error {
+	id, err := pathID(c, "id")
+	if err != nil {
 		return err
 	}
-	q.BizType = c.QueryParam("biz_type")
-	if c.QueryParam("paused") != "" {
+	createOnly := false
+	switch inm := strings.TrimSpace(c.Request().Header.Get("If-None-Match")); inm {
+	case "":
+	case "*":
+		createOnly = true
+	default:
+		return &courier.Error{Code: courier.CodeInvalid, Message: `If-None-Match takes only "*" (create, never replace)`,
+			Details: map[string]any{"field": "If-None-Match"}}
+	}
+	var sp api.ScheduleSpec
+	if err := bindJSON(c, &sp); err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	status := http.StatusCreated
+	out, err := h.d.Schedules.CreateSchedule(ctx, id, sp)
+	if courier.ErrorCode(err) == courier.CodeConflict && !createOnly {
+		status = http.StatusOK
+		out, err = h.d.Schedules.UpdateSchedule(ctx, id, sp)
+	}
+	if err != nil {
+		return err
+	}
+	if out, err = h.scheduleShown(ctx, out); err != nil {
+		return err
+	}
+	return c.JSON(status, out)
+}
+
+// listSchedules pages through the schedules (biz_type, paused, limit, page_token), with a
+// page token sealed to the query like a timer list's.
+func (h *handlers) listSchedules(c echo.Context) error {
+	var q timers.ScheduleQuery
+	var err error
+	if q.Limit, err = queryLimit(c, ""); err != nil {
+		return err
+	}
+	if q.BizType = c.QueryParam("biz_type"); q.BizType != "" {
+		if err := courier.CheckName("biz_type", q.BizType); err != nil {
+			return err
+		}
+	}
+	if raw := c.QueryParam("paused"); raw != "" {
 		p, err := queryBool(c, "paused")
 		if err != nil {
 			return err

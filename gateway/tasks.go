@@ -41,6 +41,9 @@ type TaskService interface {
 	PutQueue(ctx context.Context, q courier.Queue) (courier.Queue, bool, error)
 	GetQueue(ctx context.Context, name string) (courier.Queue, error)
 	ListQueues(ctx context.Context) ([]courier.Queue, error)
+	// DeleteQueue deletes a queue and its finished tasks; pending or processing tasks make it
+	// a conflict.
+	DeleteQueue(ctx context.Context, name string) error
 }
 
 // taskPath reads :task_id and, withVersion, :version from the path.
@@ -121,7 +124,7 @@ func (h *handlers) taskPage(c echo.Context) (api.TaskPage, error) {
 	if f.CreatedBefore, err = queryTime(c, "created_before"); err != nil {
 		return api.TaskPage{}, err
 	}
-	if f.Limit, err = queryInt(c, "limit", 100, 1, 1000); err != nil {
+	if f.Limit, err = queryLimit(c, ""); err != nil {
 		return api.TaskPage{}, err
 	}
 	query := strings.Join([]string{"tasks", f.Queue, string(f.Status), c.QueryParam("priority"),
@@ -263,7 +266,7 @@ func (h *handlers) cancelTasks(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, api.TaskCancelResult{Cancelled: res.Affected, Skipped: res.Skipped, More: res.More})
+	return c.JSON(http.StatusOK, api.NewTaskCancelResult(res.Affected, res.Skipped, res.More))
 }
 
 // retryTasks makes the failed and cancelled tasks a filter matches pending again with a fresh
@@ -277,7 +280,7 @@ func (h *handlers) retryTasks(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, api.TaskRetryResult{Retried: res.Affected, Skipped: res.Skipped, More: res.More})
+	return c.JSON(http.StatusOK, api.NewTaskRetryResult(res.Affected, res.Skipped, res.More))
 }
 
 // bindTaskBulk reads and checks a bulk action's filter.
@@ -461,6 +464,18 @@ func (h *handlers) getQueue(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, out)
+}
+
+// deleteQueue deletes a queue that has no unfinished tasks (409 while it has).
+func (h *handlers) deleteQueue(c echo.Context) error {
+	name, err := pathName(c, "name")
+	if err != nil {
+		return err
+	}
+	if err := h.d.Tasks.DeleteQueue(c.Request().Context(), name); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
 }
 
 func (h *handlers) listQueues(c echo.Context) error {

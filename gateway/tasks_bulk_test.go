@@ -23,7 +23,9 @@ func TestBulkTaskActionsAPI(t *testing.T) {
 	st, eb := f.call(t, "POST", "/v1/tasks/bulk/cancel", f.admin,
 		`{"queue":"parse","status":"pending","priority":2,"created_after":"2026-01-01T00:00:00Z","created_before":"2026-02-01T00:00:00Z","max":50}`, &cancelled)
 	require.Equal(t, http.StatusOK, st, "%+v", eb)
-	require.Equal(t, api.TaskCancelResult{Cancelled: 3, Skipped: 1, More: true}, cancelled)
+	require.Equal(t, api.NewTaskCancelResult(3, 1, true), cancelled)
+	require.Equal(t, api.BulkResult{Matched: 4, Done: 3, Skipped: 1, More: true}, cancelled.BulkResult)
+	require.Equal(t, 3, cancelled.Cancelled, "the deprecated name, for one more version")
 	require.Equal(t, "CancelMatching", f.svc.lastCall().method)
 	got := f.svc.bulks[len(f.svc.bulks)-1]
 	require.Equal(t, 50, got.max)
@@ -33,7 +35,8 @@ func TestBulkTaskActionsAPI(t *testing.T) {
 	var retried api.TaskRetryResult
 	st, eb = f.call(t, "POST", "/v1/tasks/bulk/retry", f.admin, `{}`, &retried)
 	require.Equal(t, http.StatusOK, st, "%+v", eb)
-	require.Equal(t, api.TaskRetryResult{Retried: 3, Skipped: 1, More: true}, retried)
+	require.Equal(t, api.NewTaskRetryResult(3, 1, true), retried)
+	require.Equal(t, api.BulkResult{Matched: 4, Done: 3, Skipped: 1, More: true}, retried.BulkResult)
 	require.Equal(t, "RetryMatching", f.svc.lastCall().method)
 	got = f.svc.bulks[len(f.svc.bulks)-1]
 	require.Equal(t, 1000, got.max, "the default cap")

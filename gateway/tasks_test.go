@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"reflect"
 	"strings"
 	"sync"
@@ -237,6 +236,12 @@ func (f *cannedTasks) ListQueues(context.Context) ([]courier.Queue, error) {
 	defer f.mu.Unlock()
 	a := f.record("ListQueues", "", 0)
 	return a.queues, a.err
+}
+
+func (f *cannedTasks) DeleteQueue(_ context.Context, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.record("DeleteQueue", name, 0).err
 }
 
 func (f *cannedTasks) Retry(_ context.Context, taskID string, version int64) (courier.Task, error) {
@@ -721,7 +726,7 @@ func TestQueuesAPI(t *testing.T) {
 	emails := courier.Queue{Name: "emails", PushURL: "https://worker.example/tasks", Secrets: []string{"whsec_c2VjcmV0c2VjcmV0c2VjcmV0"},
 		AllowPrivate: true, ConcurrencyLimit: 4, Weights: courier.BandWeights{50, 20, 15, 10, 5}, PendingTimeout: time.Hour,
 		ProcessingTimeout: 5 * time.Minute, PushTimeout: 45 * time.Second, HeartbeatTimeout: 30 * time.Second,
-		Retry:            courier.TaskRetry{MaxAttempts: 7, InitialInterval: 2 * time.Second, Backoff: 1.5, MaxInterval: time.Minute},
+		Retry:            courier.RetryPolicy{MaxAttempts: 7, InitialInterval: 2 * time.Second, BackoffCoef: 1.5, MaxInterval: time.Minute},
 		SuccessRetention: 2 * time.Hour, PurgeAge: 72 * time.Hour}
 
 	f.svc.answer(answer{queue: storedQueue(emails), created: true})
@@ -876,30 +881,6 @@ type stubBizTypes struct{ gateway.BizTypeStore }
 
 var httpMethods = []string{"get", "put", "post", "delete", "patch", "head", "options", "trace"}
 
-// openAPISchemaProps reads each components schema's property names; it leans on the layout:
-// schemas at four spaces of indent, "properties:" at six, property names at eight.
-func openAPISchemaProps(doc string) map[string][]string {
-	out := map[string][]string{}
-	inSchemas, inProps, schema := false, false, ""
-	for line := range strings.SplitSeq(doc, "\n") {
-		indent := len(line) - len(strings.TrimLeft(line, " "))
-		key, _, _ := strings.Cut(strings.TrimSpace(line), ":")
-		switch {
-		case strings.TrimSpace(line) == "" || strings.HasPrefix(strings.TrimSpace(line), "#"):
-		case indent <= 2:
-			inSchemas = indent == 2 && key == "schemas"
-		case inSchemas && indent == 4:
-			schema, inProps = key, false
-			out[schema] = []string{}
-		case inSchemas && indent == 6:
-			inProps = key == "properties"
-		case inSchemas && inProps && indent == 8:
-			out[schema] = append(out[schema], key)
-		}
-	}
-	return out
-}
-
 func jsonNames(v any) []string {
 	return jsonNamesOf(reflect.TypeOf(v))
 }
@@ -922,41 +903,72 @@ func jsonNamesOf(rt reflect.Type) []string {
 	return out
 }
 
-// The task and queue schemas name exactly the fields of the JSON types (routes:
-// TestOpenAPICoversEveryRoute; bodies: every test's exchanges, checked by newServer).
+// The document's named schemas name exactly the fields of the JSON types the gateway reads and
+// writes (routes: TestOpenAPICoversEveryRoute; bodies: every test's exchanges, checked by
+// newServer).
 func TestOpenAPIDocumentsRoutes(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("openapi.yaml")
-	require.NoError(t, err)
-	doc := string(raw)
-
-	props := openAPISchemaProps(doc)
+	doc, _ := openAPISpec(t)
 	for schema, v := range map[string]any{
-		"TaskRequest":      api.TaskRequest{},
-		"TaskOverrides":    api.TaskOverrides{},
-		"Task":             api.Task{},
-		"TaskResult":       api.TaskResult{},
-		"Heartbeat":        api.Heartbeat{},
-		"ReportAccepted":   api.ReportAccepted{},
-		"QueueRequest":     api.QueueConfig{},
-		"Queue":            api.Queue{},
-		"Retry":            api.Retry{},
-		"TaskBulkFilter":   api.TaskBulkFilter{},
-		"TaskCancelResult": api.TaskCancelResult{},
-		"TaskRetryResult":  api.TaskRetryResult{},
+		"TaskRequest":          api.TaskRequest{},
+		"TaskOverrides":        api.TaskOverrides{},
+		"Task":                 api.Task{},
+		"TaskResult":           api.TaskResult{},
+		"Heartbeat":            api.Heartbeat{},
+		"ReportAccepted":       api.ReportAccepted{},
+		"QueueRequest":         api.QueueConfig{},
+		"Queue":                api.Queue{},
+		"Retry":                api.Retry{},
+		"TaskBulkFilter":       api.TaskBulkFilter{},
+		"BulkResult":           api.BulkResult{},
+		"TaskCancelResult":     api.TaskCancelResult{},
+		"TaskRetryResult":      api.TaskRetryResult{},
+		"RedriveResult":        api.RedriveResult{},
+		"TimerRedeliverResult": api.TimerRedeliverResult{},
+		"OutboxRecord":         api.OutboxRecord{},
+		"BlockedKey":           api.BlockedKey{},
+		"Timer":                api.Timer{},
+		"TimerRequest":         api.TimerRequest{},
+		"Reschedule":           api.Reschedule{},
+		"BizTypeRequest":       api.BizTypeConfig{},
+		"BizType":              api.BizType{},
+		"ScheduleSpec":         api.ScheduleSpec{},
+		"Schedule":             api.Schedule{},
+		"SchedulePage":         api.SchedulePage{},
+		"ScheduleNote":         api.ScheduleNote{},
+		"Pause":                api.Pause{},
+		"PublishRequest":       api.PublishRequest{},
+		"OutboxPage":           api.OutboxPage{},
+		"BlockedKeyPage":       api.BlockedKeyPage{},
+		"RedriveFilter":        api.RedriveFilter{},
+		"TimerPage":            api.TimerPage{},
+		"TimerBatch":           api.TimerBatch{},
+		"TimerBatchItem":       api.TimerBatchItem{},
+		"TimerBatchResult":     api.TimerBatchResult{},
+		"TimerRedeliverFilter": api.TimerRedeliverFilter{},
+		"TaskPage":             api.TaskPage{},
+		"TaskResults":          api.TaskResults{},
+		"TaskResultItem":       api.TaskResultItem{},
+		"TaskResultsAnswer":    api.TaskResultsAnswer{},
+		"TaskResultAnswer":     api.TaskResultAnswer{},
+		"ErrorDetail":          api.ErrorDetail{},
+		"Error":                api.ErrorBody{},
+		"PauseRequest":         api.PauseRequest{},
 		// POST /v1/tasks/results and the pushes (the document's webhooks).
-		"TaskResults":         api.TaskResults{},
-		"TaskResultItem":      api.TaskResultItem{},
-		"TaskResultsAnswer":   api.TaskResultsAnswer{},
-		"TaskResultAnswer":    api.TaskResultAnswer{},
 		"TaskPush":            api.TaskPush{},
 		"PushAnswer":          api.PushAnswer{},
 		"TaskPushBatch":       api.TaskPushBatch{},
 		"TaskPushBatchAnswer": api.TaskPushBatchAnswer{},
 		"TaskRefusal":         api.TaskRefusal{},
 	} {
-		require.Contains(t, props, schema)
-		require.ElementsMatch(t, jsonNames(v), props[schema], "schema %s", schema)
+		ref := doc.Components.Schemas[schema]
+		require.NotNil(t, ref, "schema %s", schema)
+		props, _ := flatSchema(ref.Value)
+		names := make([]string, 0, len(props))
+		for name := range props {
+			names = append(names, name)
+		}
+		require.ElementsMatch(t, jsonNames(v), names, "schema %s", schema)
 	}
 }
 

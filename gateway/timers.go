@@ -122,11 +122,12 @@ func (h *handlers) listTimers(c echo.Context) error {
 }
 
 // timerPage reads the page of timers the request's query asks for (biz_type, state,
-// finished_after, finished_before, page_size, page_token): the API's list and the console's.
+// finished_after, finished_before, limit, page_token; page_size is limit's deprecated name):
+// the API's list and the console's.
 func (h *handlers) timerPage(c echo.Context) (api.TimerPage, error) {
 	var q timers.ListQuery
 	var err error
-	if q.PageSize, err = queryInt(c, "page_size", 100, 1, 1000); err != nil {
+	if q.PageSize, err = queryLimit(c, "page_size"); err != nil {
 		return api.TimerPage{}, err
 	}
 	q.BizType, q.State = c.QueryParam("biz_type"), courier.TimerState(c.QueryParam("state"))
@@ -257,5 +258,5 @@ func (h *handlers) redeliverTimers(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, api.TimerRedeliverResult{Redelivered: res.Redelivered, More: res.More})
+	return c.JSON(http.StatusOK, api.NewTimerRedeliverResult(res.Redelivered, res.Skipped, res.More))
 }

@@ -36,7 +36,6 @@ import (
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/timers"
 	"github.com/courier-oss/courier/worker"
-	"github.com/courier-oss/courier/workflows"
 )
 
 // natsCluster is one embedded NATS JetStream server that a test stops and starts again on the
@@ -122,7 +121,7 @@ type routedStack struct {
 // brokerRetry retries a record for as long as a test's outage lasts; an attempt may take ten
 // minutes, so a publish that hangs on a stopped broker holds its activity slot for the whole
 // test unless courier gives it back.
-var brokerRetry = workflows.RetryPolicy{
+var brokerRetry = courier.RetryPolicy{
 	InitialInterval: 100 * time.Millisecond,
 	BackoffCoef:     2,
 	MaxInterval:     time.Second,

@@ -186,7 +186,7 @@ func TestClientEveryCall(t *testing.T) {
 			res, err := admin.RedriveDead(ctx, cc.RedriveFilter{Topic: "gone.*", Max: new(10)})
 			require.NoError(t, err)
 			require.False(t, res.More)
-			return res.Redriven == 1
+			return res.Done == 1
 		})
 
 		// Pages: one record per page, then every record through the iterator.
@@ -463,13 +463,13 @@ func TestClientEveryCall(t *testing.T) {
 		require.ErrorIs(t, err, cc.ErrPermissionDenied)
 		retried, err := admin.RetryTasks(ctx, cc.TaskBulkFilter{Queue: courier.DefaultQueueName, Max: new(10)})
 		require.NoError(t, err)
-		require.Equal(t, cc.TaskRetryResult{Retried: 1}, *retried)
+		require.Equal(t, api.NewTaskRetryResult(1, 0, false), *retried)
 		again2, err := producer.GetTaskVersion(ctx, "doc 2", 5)
 		require.NoError(t, err)
 		require.Equal(t, courier.TaskPending, again2.Status)
 		bulkCancelled, err := admin.CancelTasks(ctx, cc.TaskBulkFilter{Queue: courier.DefaultQueueName, Status: courier.TaskPending})
 		require.NoError(t, err)
-		require.Equal(t, cc.TaskCancelResult{Cancelled: 1}, *bulkCancelled)
+		require.Equal(t, api.NewTaskCancelResult(1, 0, false), *bulkCancelled)
 		one, err := producer.RetryTask(ctx, "doc 2", 5)
 		require.NoError(t, err, "one version is retried alone too")
 		require.Equal(t, courier.TaskPending, one.Status)

@@ -78,11 +78,14 @@ var routeScope = map[string]apikey.Scope{
 	"GET /v1/queues":                                      apikey.ScopeAdmin,
 	"GET /v1/queues/:name":                                apikey.ScopeAdmin,
 	"PUT /v1/queues/:name":                                apikey.ScopeAdmin,
+	"DELETE /v1/queues/:name":                             apikey.ScopeAdmin,
 
 	"GET /v1/pauses":                apikey.ScopeAdmin,
 	"POST /v1/pauses":               apikey.ScopeAdmin,
 	"DELETE /v1/pauses/:kind/:name": apikey.ScopeAdmin,
 
+	"GET /v1/schedules":              apikey.ScopeProducer,
+	"PUT /v1/schedules/:id":          apikey.ScopeProducer,
 	"POST /v1/schedules/:id":         apikey.ScopeProducer,
 	"GET /v1/schedules/:id":          apikey.ScopeProducer,
 	"PATCH /v1/schedules/:id":        apikey.ScopeProducer,
@@ -95,8 +98,9 @@ var routeScope = map[string]apikey.Scope{
 // validBodies are well-formed bodies of each route that takes one; the hostile test mutates
 // them one field at a time.
 var validBodies = map[string][]string{
-	"POST /v1/outbox":         {`{"topic":"orders.created","key":"k-1","headers":{"X-Trace":"abc"},"payload":{"n":1}}`},
-	"POST /v1/outbox/redrive": {`{"topic":"orders.>","dead_since":"2020-01-01T00:00:00Z","dead_before":"2099-01-01T00:00:00Z","max":10}`},
+	"POST /v1/outbox": {`{"topic":"orders.created","key":"k-1","headers":{"X-Trace":"abc"},"payload":{"n":1}}`},
+	"POST /v1/outbox/redrive": {`{"topic":"orders.>","dead_after":"2020-01-01T00:00:00Z","dead_before":"2099-01-01T00:00:00Z","max":10}`,
+		`{"topic":"orders.>","dead_since":"2020-01-01T00:00:00Z","max":10}`},
 	"PUT /v1/biz-types/:name": {`{"delivery":"http","callback_url":"https://hooks.example.com/courier","request_timeout":"5s",` +
 		`"retry":{"initial_interval":"1s","backoff":2,"max_interval":"1m","max_attempts":3},"rate_limit_per_second":10}`,
 		`{"delivery":"mq","topic":"orders.due"}`},
@@ -129,6 +133,8 @@ var validBodies = map[string][]string{
 		`{"concurrency_limit":10,"per_key_limit":6,"fair_keys":true,"key_weights":{"tenant-42":2},"dispatch_rate_per_second":5.5,"dispatch_burst":10}`},
 	"POST /v1/schedules/:id": {`{"biz_type":"orders","cron":"0 9 * * *","time_zone":"Europe/Berlin","overlap":"skip",` +
 		`"catchup_window":"1m","jitter":"10s","payload":{"n":1}}`, `{"biz_type":"orders","interval":"15m"}`},
+	"PUT /v1/schedules/:id": {`{"biz_type":"orders","cron":"0 9 * * *","time_zone":"Europe/Berlin","overlap":"skip",` +
+		`"catchup_window":"1m","jitter":"10s","payload":{"n":1}}`, `{"biz_type":"orders","interval":"15m","paused":true}`},
 	"PATCH /v1/schedules/:id":        {`{"biz_type":"orders","cron":"0 10 * * *","time_zone":"UTC"}`},
 	"POST /v1/schedules/:id/pause":   {`{"note":"maintenance"}`},
 	"POST /v1/pauses":                {`{"kind":"queue","name":"hq2","reason":"maintenance"}`, `{"kind":"topic","name":"orders.>"}`},
@@ -167,7 +173,7 @@ var hostileQueries = []string{
 	"page_token=garbage", "page_token=%ZZ", "page_token=" + url.QueryEscape(base64.RawURLEncoding.EncodeToString([]byte(`{"after":-1,"source":"x"}`))),
 	"page_token=" + strings.Repeat("A", 5000), "status=%00", "status=bogus", "state=bogus", "biz_type=..", "biz_type=%00",
 	"source=..%2F..", "source=%00", "include_payload=maybe", "topic=%24JS.API.%3E", "%=1", "a=%", "queue=%00",
-	"priority=0", "priority=%00", "concurrency_key=%00", "concurrency_key=a%2Fb", "created_after=yesterday", "created_before=%00", "created_after=2026-01-01T00:00:00Z&created_before=1970-01-01T00:00:00Z",
+	"paused=maybe", "paused=%00", "limit=5&page_size=5", "priority=0", "priority=%00", "concurrency_key=%00", "concurrency_key=a%2Fb", "created_after=yesterday", "created_before=%00", "created_after=2026-01-01T00:00:00Z&created_before=1970-01-01T00:00:00Z",
 }
 
 // hostileAPI is a gateway with every service on one stack, seeded with one of each resource.

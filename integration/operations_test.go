@@ -36,9 +36,11 @@ import (
 // (topic orders.created has no stream), a dead ordered record blocking its key (orders.> is
 // ordered; key o-43), a failed task (queue docparse allows one attempt and the worker fails
 // it), a failed timer (order.close's callback answers 410) and a scheduled one due in half an
-// hour.
+// hour; and, beside them, work that succeeded: a sent record (shipments.created has a stream)
+// and a successful task (queue thumbs).
 type opsStack struct {
 	*taskStack
+	sentID      int64
 	deadID      int64
 	deadKeyedID int64
 	blockedKey  string // the key's delivery workflow
@@ -90,12 +92,19 @@ func newOpsStack(t *testing.T) *opsStack {
 	})
 	ts.putQueue("docparse", map[string]any{"push_url": w.url, "retry": map[string]any{"max_attempts": 1}})
 	require.Equal(t, http.StatusCreated, ts.insert("doc-42", 1, 2, "docparse"))
+	ok := startTaskWorker(t, func(_ *taskWorker, p api.TaskPush) {
+		report(t, ts.worker, p, "success", 200, "thumbnail made")
+	})
+	ts.putQueue("thumbs", map[string]any{"push_url": ok.url})
+	require.Equal(t, http.StatusCreated, ts.insert("thumb-7", 1, 2, "thumbs"))
+	ts.createStream("SHIPMENTS", "shipments.>")
 
 	var ids []int64
 	require.NoError(t, ts.store.DB().RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		var err error
 		ids, err = outbox.Enqueue(ctx, tx, outbox.Message{Topic: "orders.created", Payload: []byte(`{"order":"o-42"}`)},
-			outbox.Message{Topic: "orders.created", Key: "o-43", Payload: []byte(`{"order":"o-43"}`)})
+			outbox.Message{Topic: "orders.created", Key: "o-43", Payload: []byte(`{"order":"o-43"}`)},
+			outbox.Message{Topic: "shipments.created", Payload: []byte(`{"order":"o-40"}`)})
 		return err
 	}))
 
@@ -108,7 +117,7 @@ func newOpsStack(t *testing.T) *opsStack {
 	require.NoError(t, err)
 	_, _, err = svc.Create(ctx, api.TimerRequest{BizType: "order.close", BizID: "o-42", When: api.At(time.Now().Add(30 * time.Minute))})
 	require.NoError(t, err)
-	return &opsStack{taskStack: ts, deadID: ids[0], deadKeyedID: ids[1], blockedKey: courier.OutboxKeyWorkflowID("", "o-43"), timers: svc,
+	return &opsStack{taskStack: ts, sentID: ids[2], deadID: ids[0], deadKeyedID: ids[1], blockedKey: courier.OutboxKeyWorkflowID("", "o-43"), timers: svc,
 		failedTimer: courier.TimerWorkflowID("order.close", "o-41"), soonTimer: courier.TimerWorkflowID("order.close", "o-42")}
 }
 
@@ -146,6 +155,7 @@ func TestFailedWorkToFailedWorkflows(t *testing.T) {
 	require.NotEmpty(t, rec.LastError)
 	require.Equal(t, rec.LastError, msg)
 	require.Contains(t, msg, "orders.created")
+	require.Equal(t, `"dead"`, s.stateOf(courier.OutboxWorkflowID(courier.DefaultSource, s.deadID)), "a dead record's run says so")
 
 	// The dead ordered record: its key's run failed naming it, with its error, and shows it as
 	// a dead record of its topic; the API names that run as the record's.
@@ -166,6 +176,11 @@ func TestFailedWorkToFailedWorkflows(t *testing.T) {
 	task := s.waitStatus("doc-42", 1, courier.TaskFailed, time.Minute)
 	require.Equal(t, "unparseable pdf", task.Message)
 	require.Equal(t, "unparseable pdf", s.failedWith(courier.TaskWorkflowID("doc-42", 1), workflows.ErrTypeTaskFailed))
+	require.Equal(t, `"failed"`, s.stateOf(courier.TaskWorkflowID("doc-42", 1)), "a failed task's run says so")
+
+	// The work that succeeded: Completed without a state, no upsert in its history.
+	s.completedWithoutState(courier.OutboxWorkflowID(courier.DefaultSource, s.sentID))
+	s.completedWithoutState(courier.TaskWorkflowID("thumb-7", 1))
 
 	// The failed timer: Get reads the state from the failed run, the list finds it as failed.
 	msg = s.failedWith(s.failedTimer, workflows.ErrTypeTimerFailed)
@@ -208,16 +223,31 @@ func TestOperationsQueries(t *testing.T) {
 	s.failedWith(s.blockedKey, workflows.ErrTypeOutboxKeyBlocked)
 	s.failedWith(failedTask, workflows.ErrTypeTaskFailed)
 	s.failedWith(s.failedTimer, workflows.ErrTypeTimerFailed)
+	sent := courier.OutboxWorkflowID(courier.DefaultSource, s.sentID)
+	okTask := courier.TaskWorkflowID("thumb-7", 1)
+	for _, id := range []string{sent, okTask} {
+		s.completedWithoutState(id)
+	}
 
-	// What each documented query must find, in the order of the document; the example instants
-	// of "timers firing in the next hour" become now and now + 1 h.
+	// What each documented query must find, in the order of the document, and what it must not;
+	// the example instants of "timers firing in the next hour" become now and now + 1 h.
 	want := [][]string{
 		{dead, s.blockedKey},
 		{failedTask},
 		{failedTask},
 		{s.soonTimer},
 		{s.failedTimer},
+		{sent, okTask},
 		{dead, s.blockedKey, failedTask, s.failedTimer},
+	}
+	notWant := [][]string{
+		{sent},
+		{okTask},
+		{okTask},
+		{s.failedTimer},
+		{s.soonTimer},
+		{dead, s.blockedKey, failedTask, s.failedTimer},
+		{sent, okTask, s.soonTimer},
 	}
 	require.Len(t, queries, len(want), "docs/operations.md has another number of queries; keep this test in step")
 	now := time.Now().UTC()
@@ -249,8 +279,52 @@ func TestOperationsQueries(t *testing.T) {
 			return true
 		}, 15*time.Second, 100*time.Millisecond, "query %d: %s must find %v", i+1, q, want[i])
 		require.NoError(t, refused, "query %d does not parse: %s", i+1, q)
-		if i == 3 {
-			require.False(t, found[s.failedTimer], "a failed timer is not firing in the next hour")
+		for _, id := range notWant[i] {
+			require.False(t, found[id], "query %d: %s must not find %s", i+1, q, id)
 		}
 	}
+}
+
+// stateOf is the CourierState of the workflow's latest run, as its JSON payload ("" if none),
+// and requires one upsert of it in the run's history: the final state, written once.
+func (s *opsStack) stateOf(id string) string {
+	t := s.t
+	t.Helper()
+	d, err := s.tc.DescribeWorkflowExecution(t.Context(), id, "")
+	require.NoError(t, err)
+	upserts := 0
+	for _, ev := range history(t, s.stack, id, "").GetEvents() {
+		if a := ev.GetUpsertWorkflowSearchAttributesEventAttributes(); a != nil {
+			_, ok := a.GetSearchAttributes().GetIndexedFields()[courier.SAState]
+			require.True(t, ok, "%s: an upsert of its state", id)
+			upserts++
+		}
+	}
+	require.Equal(t, 1, upserts, "%s: its final state, written once", id)
+	return string(d.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()[courier.SAState].GetData())
+}
+
+// completedWithoutState waits for the workflow's latest run to close and requires it Completed
+// without a CourierState: how a sent record's delivery and a successful task attempt end, so
+// that a success costs no upsert (docs/operations.md, CourierState).
+func (s *opsStack) completedWithoutState(id string) {
+	t := s.t
+	t.Helper()
+	ctx := t.Context()
+	require.Eventually(t, func() bool {
+		d, err := s.tc.DescribeWorkflowExecution(ctx, id, "")
+		return err == nil && d.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+	}, time.Minute, 50*time.Millisecond, id)
+	d, err := s.tc.DescribeWorkflowExecution(ctx, id, "")
+	require.NoError(t, err)
+	require.Equal(t, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED, d.GetWorkflowExecutionInfo().GetStatus(), id)
+	_, has := d.GetWorkflowExecutionInfo().GetSearchAttributes().GetIndexedFields()[courier.SAState]
+	require.False(t, has, "%s: a success writes no CourierState", id)
+	upserts := 0
+	for _, ev := range history(t, s.stack, id, "").GetEvents() {
+		if ev.GetEventType() == enumspb.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES {
+			upserts++
+		}
+	}
+	require.Zero(t, upserts, "%s: no upsert in a success's history", id)
 }

@@ -20,11 +20,10 @@ import (
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/worker"
-	"github.com/courier-oss/courier/workflows"
 )
 
 // orderedRetry outlasts a broker cut of a few seconds: no key of the stream gives up during it.
-var orderedRetry = workflows.RetryPolicy{
+var orderedRetry = courier.RetryPolicy{
 	InitialInterval: 100 * time.Millisecond,
 	BackoffCoef:     2,
 	MaxInterval:     500 * time.Millisecond,

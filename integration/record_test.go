@@ -67,6 +67,11 @@ func TestRecordHistories(t *testing.T) {
 	}{
 		{"sent", "orders.created", 0},
 		{"sent-final-state", "orders.created", 0}, // "sent" was recorded before FinalState and is kept
+		// Recorded from runs started as the relay starts them with QuietSuccess (no state at the
+		// start, none written for a sent record, "dead" for a dead one); the cases above were
+		// recorded before it and are kept.
+		{"sent-quiet-success", "orders.created", 0},
+		{"dead-unknown-topic-quiet-success", "nowhere.created", 0},
 		{"retried-then-sent", "orders.created", 2},
 		{"dead-unknown-topic", "nowhere.created", 0},
 		{"dead-after-budget", "orders.created", -1},
@@ -451,7 +456,7 @@ func TestRecordOrderedHistories(t *testing.T) {
 		defer w.Stop()
 		wid := courier.OutboxWorkflowID("", ids[0])
 		_, err = s.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: wid, TaskQueue: relay.DefaultTaskQueue},
-			courier.KindOutbox.Workflow, workflows.OutboxDeliveryParams{ID: ids[0], Retry: testRetry, FinalState: true})
+			courier.KindOutbox.Workflow, workflows.OutboxDeliveryParams{ID: ids[0], Retry: testRetry, FinalState: true, QuietSuccess: true})
 		require.NoError(t, err)
 		require.Eventually(t, func() bool {
 			d, err := s.tc.DescribeWorkflowExecution(ctx, wid, "")
@@ -461,6 +466,7 @@ func TestRecordOrderedHistories(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, courier.OutboxPending, rec.Status)
 		require.Zero(t, rec.Attempts)
-		writeNew(t, filepath.Join(dir, courier.KindOutbox.Workflow, "paused.json"), history(t, s, wid, ""))
+		// paused.json was recorded before QuietSuccess (FinalState only) and is kept.
+		writeNew(t, filepath.Join(dir, courier.KindOutbox.Workflow, "paused-quiet-success.json"), history(t, s, wid, ""))
 	})
 }

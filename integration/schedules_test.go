@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"testing"
 	"time"
 
@@ -12,12 +13,14 @@ import (
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/apikey"
+	cc "github.com/courier-oss/courier/client"
 	"github.com/courier-oss/courier/gateway"
 )
 
-// Cron schedules on Temporal Schedules: runs deliver like timers; pause stops them; trigger
-// runs once now; PATCH changes the spec (cron with a time zone); bad specs are 422; delete
-// removes it.
+// Cron schedules on Temporal Schedules: PUT with If-None-Match: * creates (409 on an existing
+// id); runs deliver like timers; the list finds schedules by business type and paused state;
+// pause stops them; trigger runs once now; PUT replaces the spec (cron with a time zone); bad
+// specs are 422; delete removes it.
 func TestSchedulesEndToEnd(t *testing.T) {
 	s := newStack(t, "sqlite")
 	rcv := s.bizType("marketing.digest", 0)
@@ -46,20 +49,47 @@ func TestSchedulesEndToEnd(t *testing.T) {
 		"catchup":  {"biz_type": "marketing.digest", "interval": "1h", "catchup_window": "1s"},
 		"overlap":  {"biz_type": "marketing.digest", "interval": "1h", "overlap": "sometimes"},
 	} {
-		status, _ := call("POST", "/v1/schedules/bad", body)
+		status, _ := call("PUT", "/v1/schedules/bad", body)
 		require.Equal(t, http.StatusUnprocessableEntity, status, name)
 	}
 
-	status, sc := call("POST", "/v1/schedules/digest", map[string]any{"biz_type": "marketing.digest", "interval": "1s", "payload": map[string]int{"v": 1}})
+	producer, err := cc.New(gw.URL, cc.WithAPIKey(token))
+	require.NoError(t, err)
+	created, err := producer.CreateSchedule(ctx, "digest", cc.ScheduleSpec{BizType: "marketing.digest", Interval: api.PositiveDuration(time.Second),
+		Payload: json.RawMessage(`{"v":1}`)})
+	require.NoError(t, err)
+	require.Equal(t, api.PositiveDuration(time.Second), created.Spec.Interval)
+	require.NotEmpty(t, created.NextRuns)
+	_, err = producer.CreateSchedule(ctx, "digest", cc.ScheduleSpec{BizType: "marketing.digest", Interval: api.PositiveDuration(time.Second)})
+	require.ErrorIs(t, err, cc.ErrConflict, "If-None-Match: * never replaces")
+	status, _ := call("PUT", "/v1/schedules/quiet", map[string]any{"biz_type": "marketing.digest", "interval": "1h", "paused": true})
 	require.Equal(t, http.StatusCreated, status)
-	require.Equal(t, api.PositiveDuration(time.Second), sc.Spec.Interval)
-	require.NotEmpty(t, sc.NextRuns)
-	status, _ = call("POST", "/v1/schedules/digest", map[string]any{"biz_type": "marketing.digest", "interval": "1s"})
-	require.Equal(t, http.StatusConflict, status)
+
+	// The list, from Temporal's visibility (a moment behind): by business type, by paused
+	// state, a page at a time.
+	ids := func(q cc.ScheduleQuery) []string {
+		var out []string
+		for sc, err := range producer.AllSchedules(ctx, q) {
+			require.NoError(t, err)
+			out = append(out, sc.ID+"/"+sc.Spec.BizType)
+		}
+		slices.Sort(out)
+		return out
+	}
+	yes, no := true, false
+	require.Eventually(t, func() bool {
+		return slices.Equal(ids(cc.ScheduleQuery{BizType: "marketing.digest", Limit: 1}), []string{"digest/marketing.digest", "quiet/marketing.digest"})
+	}, 30*time.Second, 200*time.Millisecond, "both schedules of the type, one page at a time")
+	require.Eventually(t, func() bool {
+		return slices.Equal(ids(cc.ScheduleQuery{Paused: &yes}), []string{"quiet/marketing.digest"}) &&
+			slices.Equal(ids(cc.ScheduleQuery{Paused: &no}), []string{"digest/marketing.digest"})
+	}, 30*time.Second, 200*time.Millisecond, "paused and running schedules apart")
+	require.Empty(t, ids(cc.ScheduleQuery{BizType: "other.type"}))
+	require.NoError(t, producer.DeleteSchedule(ctx, "quiet"))
 
 	require.Eventually(t, func() bool { return rcv.count("digest") >= 2 }, time.Minute, 50*time.Millisecond, "runs are delivered")
 
-	status, sc = call("POST", "/v1/schedules/digest/pause", map[string]string{"note": "holiday"})
+	status, sc := call("POST", "/v1/schedules/digest/pause", map[string]string{"note": "holiday"})
 	require.Equal(t, http.StatusOK, status)
 	require.True(t, sc.Paused)
 	require.Equal(t, "holiday", sc.Note)
@@ -75,7 +105,7 @@ func TestSchedulesEndToEnd(t *testing.T) {
 	require.Equal(t, http.StatusOK, status)
 	require.Eventually(t, func() bool { return rcv.count("digest") == paused+1 }, 30*time.Second, 50*time.Millisecond, "trigger runs once now")
 
-	status, sc = call("PATCH", "/v1/schedules/digest", map[string]any{"biz_type": "marketing.digest", "cron": "0 9 * * *", "time_zone": "Asia/Shanghai", "paused": true})
+	status, sc = call("PUT", "/v1/schedules/digest", map[string]any{"biz_type": "marketing.digest", "cron": "0 9 * * *", "time_zone": "Asia/Shanghai", "paused": true})
 	require.Equal(t, http.StatusOK, status)
 	require.Equal(t, "0 9 * * *", sc.Spec.Cron)
 	require.NotEmpty(t, sc.NextRuns)

@@ -30,7 +30,6 @@ import (
 	"github.com/courier-oss/courier/timers"
 	"github.com/courier-oss/courier/webhook"
 	"github.com/courier-oss/courier/worker"
-	"github.com/courier-oss/courier/workflows"
 )
 
 func TestMain(m *testing.M) {
@@ -44,7 +43,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // testRetry keeps the tests quick: short waits, a small budget, short attempts (so a crashed
 // worker's attempts are retried elsewhere within seconds).
-var testRetry = workflows.RetryPolicy{
+var testRetry = courier.RetryPolicy{
 	InitialInterval: 100 * time.Millisecond,
 	BackoffCoef:     2,
 	MaxInterval:     time.Second,

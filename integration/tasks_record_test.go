@@ -55,16 +55,16 @@ func TestRecordTaskHistories(t *testing.T) {
 	w := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) {
 		noteRun(p)
 		switch p.TaskID {
-		case "success", "success-final-state":
+		case "success", "success-final-state", "quiet-success":
 			report(t, token, p, "success", 200, "parsed")
-		case "heartbeat-success":
+		case "heartbeat-success", "quiet-heartbeat-success":
 			heartbeat(t, token, p)
 			report(t, token, p, "success", 200, "parsed")
 		case "retried", "heartbeat-retried":
 			report(t, token, p, "failure", 503, "try later")
-		case "failed":
+		case "failed", "quiet-failed":
 			report(t, token, p, "failure", 422, "unparseable pdf")
-		case "heartbeat-timeout", "cancelled", "processing-timeout":
+		case "heartbeat-timeout", "cancelled", "quiet-cancelled", "processing-timeout":
 			// silent
 		}
 	})
@@ -99,11 +99,14 @@ func TestRecordTaskHistories(t *testing.T) {
 	}))
 	defer odd.Close()
 	ts.putQueue("odd", map[string]any{"push_url": odd.URL})
-	// Every case is recorded from runs started as the claimer starts them now (FinalState);
-	// "success" was recorded before FinalState existed and is kept as it was.
+	// Every case is recorded from runs started as the claimer starts them now (QuietSuccess);
+	// a recorded history is kept, so "success" shows the runs from before FinalState, the others
+	// without "quiet-" those from before QuietSuccess (FinalState only), and the "quiet-" cases
+	// the runs that write no state for a success.
 	queues := map[string]string{"success": "plain", "success-final-state": "plain", "retried": "plain", "failed": "once", "cancelled": "hold",
 		"processing-timeout": "quick", "push-retried": "odd", "result-before-push-answered": "odd",
-		"heartbeat-success": "beat", "heartbeat-retried": "beat", "heartbeat-timeout": "beat"}
+		"heartbeat-success": "beat", "heartbeat-retried": "beat", "heartbeat-timeout": "beat",
+		"quiet-success": "plain", "quiet-heartbeat-success": "beat", "quiet-failed": "once", "quiet-cancelled": "hold"}
 	for id, q := range queues {
 		require.Equal(t, http.StatusCreated, ts.insert(id, 1, 2, q))
 	}
@@ -117,8 +120,13 @@ func TestRecordTaskHistories(t *testing.T) {
 	ts.waitStatus("heartbeat-success", 1, courier.TaskSuccess, time.Minute)
 	ts.waitStatus("heartbeat-retried", 1, courier.TaskPending, time.Minute)
 	ts.waitStatus("heartbeat-timeout", 1, courier.TaskPending, time.Minute)
-	require.Eventually(t, func() bool { return ts.get("cancelled", 1).PushedAt != nil }, time.Minute, 20*time.Millisecond)
-	require.Equal(t, http.StatusOK, ts.call(http.MethodDelete, "/v1/tasks/cancelled/versions/1", ts.producer, nil, nil))
+	ts.waitStatus("quiet-success", 1, courier.TaskSuccess, time.Minute)
+	ts.waitStatus("quiet-heartbeat-success", 1, courier.TaskSuccess, time.Minute)
+	ts.waitStatus("quiet-failed", 1, courier.TaskFailed, time.Minute)
+	for _, c := range []string{"cancelled", "quiet-cancelled"} {
+		require.Eventually(t, func() bool { return ts.get(c, 1).PushedAt != nil }, time.Minute, 20*time.Millisecond)
+		require.Equal(t, http.StatusOK, ts.call(http.MethodDelete, "/v1/tasks/"+c+"/versions/1", ts.producer, nil, nil))
+	}
 
 	closed := func(id, run string) bool {
 		d, err := ts.tc.DescribeWorkflowExecution(ctx, id, run)

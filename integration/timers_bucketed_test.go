@@ -453,11 +453,11 @@ func TestTimerFailureNotifyAndRedeliver(t *testing.T) {
 	}
 	res, err := admin.RedeliverTimers(ctx, cc.TimerRedeliverFilter{BizType: "pay.bucketed", Max: new(2)})
 	require.NoError(t, err)
-	require.Equal(t, 2, res.Redelivered)
+	require.Equal(t, 2, res.Done)
 	require.True(t, res.More)
 	res, err = admin.RedeliverTimers(ctx, cc.TimerRedeliverFilter{BizType: "pay.bucketed"})
 	require.NoError(t, err)
-	require.Equal(t, 1, res.Redelivered)
+	require.Equal(t, 1, res.Done)
 	require.False(t, res.More)
 	require.Eventually(t, func() bool {
 		for i := range 3 {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
-	"github.com/courier-oss/courier/outbox"
+	"github.com/courier-oss/courier/internal/defaults"
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/tracing"
 	"github.com/courier-oss/courier/workflows"
@@ -38,7 +38,7 @@ type Config struct {
 	// Lease is how long a claimed row stays with its relay before another relay re-ensures its
 	// delivery workflow exists (covers a relay that crashed between claim and start); default 30 s.
 	Lease time.Duration
-	Retry workflows.RetryPolicy // delivery budget; default workflows.DefaultOutboxRetry
+	Retry courier.RetryPolicy // delivery budget; default workflows.DefaultOutboxRetry
 	// OrphanCheck is how long after its delivery started a row is looked at again, to re-ensure
 	// its workflow still exists (an idempotent start); default 1 h.
 	OrphanCheck time.Duration
@@ -166,40 +166,22 @@ const (
 )
 
 func (c Config) withDefaults() Config {
-	if c.TaskQueue == "" {
-		c.TaskQueue = DefaultTaskQueue
-	}
-	if c.BatchSize <= 0 {
-		c.BatchSize = DefaultBatchSize
-	}
-	if c.PollInterval <= 0 {
-		c.PollInterval = DefaultPollInterval
-	}
-	if c.StartWorkers <= 0 {
-		c.StartWorkers = DefaultStartWorkers
-	}
-	if c.Lease <= 0 {
-		c.Lease = DefaultLease
-	}
-	if c.OrphanCheck <= 0 {
-		c.OrphanCheck = DefaultOrphanCheck
-	}
-	if c.SentRetention == 0 {
-		c.SentRetention = DefaultSentRetention
-	}
-	if c.Batch.Max <= 0 {
-		c.Batch.Max = DefaultBatchMax
-	}
-	if c.Batch.Linger <= 0 {
-		c.Batch.Linger = DefaultBatchLinger
-	}
+	defaults.IfZero(&c.TaskQueue, DefaultTaskQueue)
+	defaults.UnlessPositive(&c.BatchSize, DefaultBatchSize)
+	defaults.UnlessPositive(&c.PollInterval, DefaultPollInterval)
+	defaults.UnlessPositive(&c.StartWorkers, DefaultStartWorkers)
+	defaults.UnlessPositive(&c.Lease, DefaultLease)
+	defaults.UnlessPositive(&c.OrphanCheck, DefaultOrphanCheck)
+	defaults.IfZero(&c.SentRetention, DefaultSentRetention)
+	defaults.UnlessPositive(&c.Batch.Max, DefaultBatchMax)
+	defaults.UnlessPositive(&c.Batch.Linger, DefaultBatchLinger)
 	if c.Ordered.Max <= 0 {
 		c.Ordered.Max = DefaultOrderedMax
 		if len(c.Batch.Sources)+len(c.Batch.Topics) > 0 {
 			c.Ordered.Max = max(c.Ordered.Max, c.Batch.Max)
 		}
 	}
-	c.Retry = c.Retry.WithDefaults()
+	c.Retry = workflows.OutboxRetry(c.Retry)
 	return c
 }
 
@@ -222,6 +204,9 @@ type Deps struct {
 	// Paused is the pauses in force (pauses.Watcher.Current): records of a paused topic
 	// pattern are not claimed; nil: nothing is ever paused.
 	Paused func() courier.Pauses
+	// Turned hears each source loop's turns: completed says its claim reached the database and
+	// Temporal (health.Loop.Turned); nil: no one listens.
+	Turned func(source string, completed bool)
 	Logger *slog.Logger // nil: slog.Default()
 }
 
@@ -231,6 +216,7 @@ type Relay struct {
 	tasks     TaskInserter
 	wakeTasks func()
 	paused    func() courier.Pauses
+	turned    func(source string, completed bool)
 	tc        client.Client
 	cfg       Config
 	sources   []Source
@@ -256,7 +242,10 @@ func New(tc client.Client, cfg Config, d Deps) *Relay {
 	if d.Paused == nil {
 		d.Paused = func() courier.Pauses { return courier.NewPauses(nil) }
 	}
-	return &Relay{timers: d.Timers, tasks: d.Tasks, wakeTasks: d.WakeTasks, paused: d.Paused, tc: tc, cfg: cfg.withDefaults(),
+	if d.Turned == nil {
+		d.Turned = func(string, bool) {}
+	}
+	return &Relay{timers: d.Timers, tasks: d.Tasks, wakeTasks: d.WakeTasks, paused: d.Paused, turned: d.Turned, tc: tc, cfg: cfg.withDefaults(),
 		sources: d.Sources, log: d.Logger, wakes: wakes, after: time.After}
 }
 
@@ -341,6 +330,7 @@ func (r *Relay) runSource(ctx context.Context, src Source, wake <-chan struct{})
 		if err != nil && ctx.Err() == nil {
 			r.log.Warn("outbox claim failed", "source", src.Name, "error", err)
 		}
+		r.turned(src.Name, err == nil)
 		if err == nil && c.Rows == r.claimLimit(src) {
 			continue // more may be waiting
 		}
@@ -406,16 +396,12 @@ func (r *Relay) ClaimOnce(ctx context.Context, src Source) (Claim, error) {
 	}
 	recs, batch := claimed[:0:0], claimed[:0:0]
 	for _, rec := range claimed {
-		if r.cfg.Batch.batches(src.Name, rec) && rec.Topic != outbox.TimerTopic && rec.Topic != outbox.TaskTopic {
+		if k, ok := apiRows[rec.Topic]; ok {
+			r.applyRow(ctx, src, rec.ID, k)
+			continue
+		}
+		if r.cfg.Batch.batches(src.Name, rec) {
 			batch = append(batch, rec)
-			continue
-		}
-		if rec.Topic == outbox.TimerTopic {
-			r.armTimer(ctx, src, rec.ID)
-			continue
-		}
-		if rec.Topic == outbox.TaskTopic {
-			r.insertTask(ctx, src, rec.ID)
 			continue
 		}
 		recs = append(recs, rec)
@@ -522,30 +508,19 @@ func (r *Relay) startBatch(ctx context.Context, src Source, recs []store.Claimed
 	return err
 }
 
-// armTimer turns a committed timer row into its timer. Creating is idempotent, so a row that
-// is armed again after a crash finds the same timer. A request the timer API refuses (unknown
-// business type, a different timer under the same id) leaves the row dead with the reason; a
-// transient failure leaves it to its lease.
-func (r *Relay) armTimer(ctx context.Context, src Source, id int64) {
-	fail := func(msg string) {
-		if _, err := src.Store.MarkOutboxDead(ctx, id, msg); err != nil {
-			r.log.Warn("marking a timer row dead failed", "source", src.Name, "id", id, "error", err)
-		}
-	}
-	if r.timers == nil {
-		fail("timers are not enabled on this worker")
-		return
-	}
-	rec, err := src.Store.GetOutbox(ctx, id)
-	if err != nil {
-		return
-	}
-	ctx, span := traceRow(ctx, src.Name, id, rec.Topic, tracing.FromHeaders(rec.Headers))
-	defer span.End()
+// timerRows arm the timers of rows on outbox.TimerTopic. Creating is idempotent, so a row
+// that is armed again after a crash finds the same timer. A request the timer API refuses
+// (unknown business type, a different timer under the same id) leaves the row dead.
+var timerRows = rowKind{name: "timer", verb: "arming a timer",
+	enabled: func(r *Relay) bool { return r.timers != nil },
+	refused: []courier.Code{courier.CodeValidation, courier.CodeConflict, courier.CodeTooLarge, courier.CodeInvalid},
+	apply:   (*Relay).armTimer}
+
+// armTimer creates the timer of a timer row.
+func (r *Relay) armTimer(ctx context.Context, _ Source, rec courier.OutboxRecord) error {
 	var row api.TimerRequest
 	if err := json.Unmarshal(rec.Payload, &row); err != nil {
-		fail("timer row payload is not valid: " + err.Error())
-		return
+		return badRow{"timer row payload is not valid: " + err.Error()}
 	}
 	// A row arms at its fire time only (outbox.ArmTimer): a delay would be counted from
 	// whenever the relay got to the row.
@@ -553,19 +528,8 @@ func (r *Relay) armTimer(ctx context.Context, src Source, id int64) {
 	if row.FireAt != nil {
 		req.When = api.At(*row.FireAt)
 	}
-	_, _, err = r.timers.Create(ctx, req)
-	switch courier.ErrorCode(err) {
-	case courier.CodeValidation, courier.CodeConflict, courier.CodeTooLarge, courier.CodeInvalid:
-		fail(err.Error())
-		return
-	}
-	if err != nil {
-		r.log.WarnContext(ctx, "arming a timer failed; retrying after the lease", "source", src.Name, "id", id, "error", err)
-		return
-	}
-	if _, err := src.Store.MarkOutboxSent(ctx, id); err != nil {
-		r.log.WarnContext(ctx, "marking a timer row sent failed", "source", src.Name, "id", id, "error", err)
-	}
+	_, _, err := r.timers.Create(ctx, req)
+	return err
 }
 
 // start starts one delivery per record, concurrently, and returns the ids it could not start.
@@ -612,10 +576,12 @@ func (r *Relay) startOne(ctx context.Context, source string, rec store.ClaimedRe
 		// run that already exists, the SDK starts normally.
 		EnableEagerStart: true,
 		TypedSearchAttributes: workflows.StartAttributes(courier.KindOutbox, courier.RunAttributes{Topic: rec.Topic, Source: source,
-			RecordID: rec.ID, State: string(courier.OutboxDispatched)}),
+			RecordID: rec.ID}),
 	}
+	// QuietSuccess: a sent record's run writes no state (its Completed status says it);
+	// FinalState for a worker from before it during a rolling upgrade.
 	_, err = r.tc.ExecuteWorkflow(ctx, opts, courier.KindOutbox.Workflow, workflows.OutboxDeliveryParams{
-		Source: source, ID: rec.ID, Retry: r.cfg.Retry, FinalState: true,
+		Source: source, ID: rec.ID, Retry: r.cfg.Retry, FinalState: true, QuietSuccess: true,
 	})
 	return err
 }

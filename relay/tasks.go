@@ -17,63 +17,37 @@ type TaskInserter interface {
 	GetTask(ctx context.Context, taskID string, version int64) (courier.Task, error)
 }
 
-// insertTask turns a committed task row into its task. A row is applied once: before the insert
-// the row counts an attempt, so a row seen again (the relay died before marking it sent, and its
-// lease ran out) whose task version already exists with the row's content is marked sent without
-// inserting again; a plain re-insert would otherwise replace a version that had meanwhile failed
-// and run it again. A refused insert (stale version, unknown queue, bad request) leaves the row
-// dead with the reason; a transient failure leaves it to its lease.
-func (r *Relay) insertTask(ctx context.Context, src Source, id int64) {
-	fail := func(msg string) {
-		if _, err := src.Store.MarkOutboxDead(ctx, id, msg); err != nil {
-			r.log.WarnContext(ctx, "marking a task row dead failed", "source", src.Name, "id", id, "error", err)
-		}
-	}
-	if r.tasks == nil {
-		fail("tasks are not enabled on this worker")
-		return
-	}
-	rec, err := src.Store.GetOutbox(ctx, id)
-	if err != nil {
-		return
-	}
-	ctx, span := traceRow(ctx, src.Name, id, rec.Topic, tracing.FromHeaders(rec.Headers))
-	defer span.End()
+// taskRows insert the tasks of rows on outbox.TaskTopic. A refused insert (stale version,
+// unknown queue, bad request) leaves the row dead.
+var taskRows = rowKind{name: "task", verb: "inserting a task",
+	enabled: func(r *Relay) bool { return r.tasks != nil },
+	refused: []courier.Code{courier.CodeValidation, courier.CodeConflict, courier.CodeTooLarge, courier.CodeInvalid, courier.CodeNotFound},
+	apply:   (*Relay).insertTask}
+
+// insertTask turns a task row into its task. A row is applied once: before the insert the row
+// counts an attempt, so a row seen again (the relay died before marking it sent, and its lease
+// ran out) whose task version already exists with the row's content is marked sent without
+// inserting again; a plain re-insert would otherwise replace a version that had meanwhile
+// failed and run it again.
+func (r *Relay) insertTask(ctx context.Context, src Source, rec courier.OutboxRecord) error {
 	req, err := outbox.ParseTaskRow(rec.Payload)
 	if err != nil {
-		fail(err.Error())
-		return
+		return badRow{err.Error()}
 	}
 	req.Trace = tracing.FromHeaders(rec.Headers) // the task's attempts join the producer's trace
 	if rec.Attempts > 0 {
 		if t, err := r.tasks.GetTask(ctx, req.TaskID, req.Version); err == nil && sameTask(t, req) {
-			r.markSent(ctx, src, id)
-			return
+			return nil
 		}
 	}
-	if err := src.Store.RecordOutboxAttempt(ctx, id, rec.LastError, r.cfg.Lease); err != nil {
-		return // the row is applied later, after its lease
+	if err := src.Store.RecordOutboxAttempt(ctx, rec.ID, rec.LastError, r.cfg.Lease); err != nil {
+		return errRowLater
 	}
 	_, outcome, err := r.tasks.InsertTask(ctx, req)
-	switch courier.ErrorCode(err) {
-	case courier.CodeValidation, courier.CodeConflict, courier.CodeTooLarge, courier.CodeInvalid, courier.CodeNotFound:
-		fail(err.Error())
-		return
-	}
-	if err != nil {
-		r.log.WarnContext(ctx, "inserting a task failed; retrying after the lease", "source", src.Name, "id", id, "error", err)
-		return
-	}
-	if outcome != courier.TaskExisting {
+	if err == nil && outcome != courier.TaskExisting {
 		r.wakeTasks()
 	}
-	r.markSent(ctx, src, id)
-}
-
-func (r *Relay) markSent(ctx context.Context, src Source, id int64) {
-	if _, err := src.Store.MarkOutboxSent(ctx, id); err != nil {
-		r.log.WarnContext(ctx, "marking a task row sent failed", "source", src.Name, "id", id, "error", err)
-	}
+	return err
 }
 
 // sameTask reports whether a stored version has the content the request asks for (its queue,

@@ -28,6 +28,8 @@ type Store struct {
 	// bizTypeWatchers are told after every committed change of a business type (BizTypeCache).
 	bizTypeWatchers map[int]func()
 	nextWatcher     int
+
+	notifier tasksNotifier // TasksChannel's notifications after commit (task_notify.go)
 }
 
 // PostgresMaxConns bounds a Store's PostgreSQL connections, busy and idle (the listeners of
@@ -139,6 +141,14 @@ func (s *Store) timeArg(t time.Time) any {
 		return t.UTC()
 	}
 	return t.UTC().Format(sqliteTimeLayout)
+}
+
+// timeSQL is t as an SQL literal in the column layout of the dialect.
+func (s *Store) timeSQL(t time.Time) string {
+	if s.pg {
+		return string(s.db.Dialect().AppendTime(nil, t.UTC()))
+	}
+	return "'" + t.UTC().Format(sqliteTimeLayout) + "'"
 }
 
 // nowPlusSQL is the database's current time plus d, in the column layout of the dialect.

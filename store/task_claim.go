@@ -35,24 +35,29 @@ type claimTx struct {
 	s     *Store
 	tx    bun.Tx
 	queue string
+	// tokensAt is when the claim took its tokens from the queue's dispatch bucket (zero: it
+	// took none): its tasks' claimed_at, so that the claims a second holds by their
+	// claimed_at are those the bucket allowed in it, however long the transaction took
+	// between the two.
+	tokensAt time.Time
 }
 
 var _ dispatch.ClaimTx = (*claimTx)(nil)
 
-func (c *claimTx) Queue(ctx context.Context) (courier.Queue, error) {
-	return c.s.getQueue(ctx, c.tx, c.queue, true)
+func (c *claimTx) Open(ctx context.Context, max int) (dispatch.Opened, error) {
+	return c.s.openClaim(ctx, c.tx, c.queue, max)
 }
 
-func (c *claimTx) Paused(ctx context.Context) (bool, error) {
-	return c.s.queuePaused(ctx, c.tx, c.queue)
-}
-
-func (c *claimTx) ReadyBands(ctx context.Context, max int) (dispatch.BandCounts, error) {
-	return c.s.readyBands(ctx, c.tx, c.queue, max)
+func (c *claimTx) ClaimBands(ctx context.Context, take dispatch.BandCounts, batch string) ([]courier.Task, error) {
+	return tasksOf(c.s.claimBands(ctx, c.tx, c.queue, take, batch, c.tokensAt))
 }
 
 func (c *claimTx) TakeTokens(ctx context.Context, rate float64, burst, want int) (int, time.Duration, error) {
-	return c.s.takeTokens(ctx, c.tx, dispatchBucket(c.queue), rate, burst, want)
+	took, wait, at, err := c.s.takeTokens(ctx, c.tx, dispatchBucket(c.queue), rate, burst, want)
+	if took > 0 {
+		c.tokensAt = at
+	}
+	return took, wait, err
 }
 
 func (c *claimTx) GiveBackTokens(ctx context.Context, burst, n int) error {
@@ -68,11 +73,11 @@ func (c *claimTx) KeyCandidates(ctx context.Context, band, n int) ([]dispatch.Ke
 }
 
 func (c *claimTx) ClaimBand(ctx context.Context, band, n int, batch string) ([]courier.Task, error) {
-	return tasksOf(c.s.claimBand(ctx, c.tx, c.queue, band, n, batch))
+	return tasksOf(c.s.claimBand(ctx, c.tx, c.queue, band, n, batch, c.tokensAt))
 }
 
 func (c *claimTx) ClaimPicked(ctx context.Context, picked []dispatch.KeyCandidate, batch string) ([]courier.Task, error) {
-	return tasksOf(c.s.claimPicked(ctx, c.tx, picked, batch))
+	return tasksOf(c.s.claimPicked(ctx, c.tx, picked, batch, c.tokensAt))
 }
 
 func (c *claimTx) AddInFlight(ctx context.Context, n int) error {
@@ -99,29 +104,93 @@ func dispatchBucket(queue string) string { return "queue-dispatch:" + queue }
 
 // claimBand moves up to n ready tasks of one band to Processing: higher version first, then
 // oldest.
-func (s *Store) claimBand(ctx context.Context, tx bun.Tx, queue string, band, n int, batch string) ([]taskRow, error) {
+func (s *Store) claimBand(ctx context.Context, tx bun.Tx, queue string, band, n int, batch string, at time.Time) ([]taskRow, error) {
 	with, in := s.picked("SELECT task_id, version FROM courier_tasks WHERE queue = ? AND status = 'pending' " +
 		"AND priority = ? AND next_attempt_at <= " + s.nowSQL() + s.notExpiredSQL() +
 		" ORDER BY version DESC, created_at ASC, task_id ASC LIMIT ?")
-	return s.markClaimed(ctx, tx, batch, with, in, queue, band, n)
+	return s.markClaimed(ctx, tx, batch, at, with, in, queue, band, n)
 }
 
-// markClaimed moves the pending rows the condition in names to Processing, on their next
-// attempt pushed by batch ("": a run of its own), and returns them.
-func (s *Store) markClaimed(ctx context.Context, tx bun.Tx, batch, with, in string, args ...any) ([]taskRow, error) {
-	// The batch is a literal: with and in hold the placeholders, in the dialect's own order.
-	batchSQL := "NULL"
-	if batch != "" {
-		batchSQL = string(s.db.Dialect().AppendString(nil, batch))
+// claimBands is ClaimTx.ClaimBands. On PostgreSQL one statement picks every band's share (each
+// band's first by claim order, skipping rows another transaction holds), moves them to
+// Processing and counts them on the queue's limiter row; SQLite claims band by band.
+func (s *Store) claimBands(ctx context.Context, tx bun.Tx, queue string, take dispatch.BandCounts, batch string, at time.Time) ([]taskRow, error) {
+	if !s.pg {
+		var rows []taskRow
+		for b := 1; b <= courier.PriorityBands; b++ {
+			if take[b-1] <= 0 {
+				continue
+			}
+			claimed, err := s.claimBand(ctx, tx, queue, b, take[b-1], batch, at)
+			if err != nil {
+				return nil, err
+			}
+			rows = append(rows, claimed...)
+		}
+		if len(rows) == 0 {
+			return nil, nil
+		}
+		_, err := tx.ExecContext(ctx, "UPDATE courier_task_queues SET in_flight = in_flight + ? WHERE name = ?", len(rows), queue)
+		return rows, err
 	}
+	var (
+		picks, union []string
+		args         []any
+	)
+	for b := 1; b <= courier.PriorityBands; b++ {
+		if take[b-1] <= 0 {
+			continue
+		}
+		picks = append(picks, fmt.Sprintf("p%d AS MATERIALIZED (SELECT ctid FROM courier_tasks WHERE queue = ? AND status = 'pending' AND priority = %d "+
+			"AND next_attempt_at <= %s%s ORDER BY version DESC, created_at ASC, task_id ASC LIMIT ? FOR UPDATE SKIP LOCKED)", b, b, s.nowSQL(), s.notExpiredSQL()))
+		union = append(union, fmt.Sprintf("SELECT ctid FROM p%d", b))
+		args = append(args, queue, take[b-1])
+	}
+	if len(picks) == 0 {
+		return nil, nil
+	}
+	// Each band's pick is a MATERIALIZED CTE, evaluated exactly once (see picked), that locks
+	// its rows; they are updated by their row ids (a TID scan: the rows stay locked, so the ids
+	// hold, and the plan never turns to a scan of the table), and counted on the limiter row
+	// (already locked by openClaim) by a second data-modifying CTE.
 	var rows []taskRow
-	err := tx.NewRaw(with+"UPDATE courier_tasks SET status = 'processing', attempt = attempt + 1, claimed_at = "+s.nowSQL()+
-		", pushed_at = NULL, deadline_at = NULL, timeout_at = NULL, run_id = NULL, batch_id = "+batchSQL+", heartbeat_timeout_ms = 0, updated_at = "+s.nowSQL()+
-		" WHERE "+in+" AND status = 'pending' RETURNING *", args...).Scan(ctx, &rows)
+	err := tx.NewRaw("WITH "+strings.Join(picks, ", ")+", "+
+		"claimed AS (UPDATE courier_tasks "+s.claimSetSQL(batch, at)+" WHERE ctid = ANY(ARRAY("+strings.Join(union, " UNION ALL ")+")) AND status = 'pending' RETURNING *), "+
+		"counted AS (UPDATE courier_task_queues SET in_flight = in_flight + (SELECT count(*) FROM claimed) WHERE name = ? AND EXISTS (SELECT 1 FROM claimed)) "+
+		"SELECT * FROM claimed ORDER BY priority, version DESC, created_at, task_id", append(args, queue)...).Scan(ctx, &rows)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, err
 	}
 	return rows, nil
+}
+
+// markClaimed moves the pending rows the condition in names to Processing, on their next
+// attempt pushed by batch ("": a run of its own), claimed at at (zero: now), and returns them.
+func (s *Store) markClaimed(ctx context.Context, tx bun.Tx, batch string, at time.Time, with, in string, args ...any) ([]taskRow, error) {
+	var rows []taskRow
+	err := tx.NewRaw(with+"UPDATE courier_tasks "+s.claimSetSQL(batch, at)+" WHERE "+in+" AND status = 'pending' RETURNING *", args...).Scan(ctx, &rows)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, err
+	}
+	return rows, nil
+}
+
+// claimSetSQL is the SET clause that moves a pending row to Processing on its next attempt,
+// pushed by batch ("": a run of its own), claimed at at (zero: now; a rate-limited claim passes
+// the time it took its tokens). The batch and the time are literals, so the statement's
+// placeholders stay in the caller's order.
+func (s *Store) claimSetSQL(batch string, at time.Time) string {
+	batchSQL := "NULL"
+	if batch != "" {
+		batchSQL = string(s.db.Dialect().AppendString(nil, batch))
+	}
+	claimedAt := s.nowSQL()
+	if !at.IsZero() {
+		claimedAt = s.timeSQL(at)
+	}
+	return "SET status = 'processing', attempt = attempt + 1, claimed_at = " + claimedAt +
+		", pushed_at = NULL, deadline_at = NULL, timeout_at = NULL, run_id = NULL, batch_id = " + batchSQL +
+		", heartbeat_timeout_ms = 0, updated_at = " + s.nowSQL()
 }
 
 // queuePaused reports whether an operator paused the queue (docs/flow-control.md).
@@ -130,24 +199,61 @@ func (s *Store) queuePaused(ctx context.Context, tx bun.Tx, queue string) (bool,
 	return n > 0, err
 }
 
-// readyBands counts a queue's ready tasks per band, each count capped at max, in one
-// statement: the claim holds the queue's limiter row meanwhile, so every round trip saved is
-// time the finishes of that queue do not wait.
-func (s *Store) readyBands(ctx context.Context, tx bun.Tx, queue string, max int) (dispatch.BandCounts, error) {
-	var (
-		cols []string
-		args []any
-	)
+// readySQL selects up to a bound (the last placeholder) of a queue's ready tasks of one band:
+// pending, due and within their pending timeout.
+func (s *Store) readySQL(band int) string {
+	return fmt.Sprintf("SELECT 1 FROM courier_tasks WHERE queue = ? AND status = 'pending' AND priority = %d AND next_attempt_at <= %s%s LIMIT ?",
+		band, s.nowSQL(), s.notExpiredSQL())
+}
+
+// openClaim is ClaimTx.Open. On PostgreSQL one statement locks the queue's limiter row and
+// reads the pause and the ready bands beside it (counted only when a slot is free and the queue
+// runs): the claim holds the limiter row from here to its commit, so every round trip saved is
+// time the queue's finishes and other claims do not wait. SQLite, in process and with its
+// writers already serialised, reads them one after the other.
+func (s *Store) openClaim(ctx context.Context, tx bun.Tx, queue string, max int) (dispatch.Opened, error) {
+	var out dispatch.Opened
+	if !s.pg {
+		q, err := s.getQueue(ctx, tx, queue, lockWrite)
+		out.Queue = q
+		if err != nil || q.InFlight >= q.ConcurrencyLimit {
+			return out, err
+		}
+		if out.Paused, err = s.queuePaused(ctx, tx, queue); err != nil || out.Paused {
+			return out, err
+		}
+		var (
+			cols []string
+			args []any
+		)
+		for b := 1; b <= courier.PriorityBands; b++ {
+			cols = append(cols, fmt.Sprintf("(SELECT count(*) FROM (%s) AS r%d)", s.readySQL(b), b))
+			args = append(args, queue, max)
+		}
+		c := &out.Ready
+		err = tx.NewRaw("SELECT "+strings.Join(cols, ", "), args...).Scan(ctx, &c[0], &c[1], &c[2], &c[3], &c[4])
+		return out, err
+	}
+	paused := "EXISTS (SELECT 1 FROM courier_pauses p WHERE p.kind = '" + string(courier.PauseQueue) + "' AND p.name = q.name)"
+	cols := []string{"q.name", "q.config", "q.concurrency_limit", "q.in_flight", "q.created_at", "q.updated_at", paused + " AS paused"}
+	var args []any
 	for b := 1; b <= courier.PriorityBands; b++ {
-		cols = append(cols, fmt.Sprintf("(SELECT count(*) FROM (SELECT 1 FROM courier_tasks WHERE queue = ? AND status = 'pending' "+
-			"AND priority = %d AND next_attempt_at <= %s%s LIMIT ?) AS r%d)", b, s.nowSQL(), s.notExpiredSQL(), b))
+		cols = append(cols, fmt.Sprintf("CASE WHEN q.in_flight < q.concurrency_limit AND NOT %s THEN (SELECT count(*) FROM (%s) AS r%d) ELSE 0 END",
+			paused, s.readySQL(b), b))
 		args = append(args, queue, max)
 	}
-	var c dispatch.BandCounts
-	if err := tx.NewRaw("SELECT "+strings.Join(cols, ", "), args...).Scan(ctx, &c[0], &c[1], &c[2], &c[3], &c[4]); err != nil {
-		return dispatch.BandCounts{}, err
+	var row queueRow
+	err := tx.NewRaw("SELECT "+strings.Join(cols, ", ")+" FROM courier_task_queues q WHERE q.name = ? FOR "+lockWrite+" OF q", append(args, queue)...).
+		Scan(ctx, &row.Name, &row.Config, &row.ConcurrencyLimit, &row.InFlight, &row.CreatedAt, &row.UpdatedAt, &out.Paused,
+			&out.Ready[0], &out.Ready[1], &out.Ready[2], &out.Ready[3], &out.Ready[4])
+	if errors.Is(err, sql.ErrNoRows) {
+		return out, courier.Errorf(courier.CodeNotFound, "queue %q not found", queue)
 	}
-	return c, nil
+	if err != nil {
+		return out, err
+	}
+	out.Queue, err = row.queue()
+	return out, err
 }
 
 // UnpushedTasks returns the attempts of tasks in Processing that have not reached their push

@@ -18,7 +18,7 @@ func TestStoredConfigShapes(t *testing.T) {
 	q := courier.Queue{Name: "docparse", PushURL: "https://w.example/push", Secrets: []string{"whsec_a", "whsec_b"}, AllowPrivate: true,
 		ConcurrencyLimit: 7, Weights: courier.BandWeights{5, 4, 3, 2, 1}, PendingTimeout: time.Hour, ProcessingTimeout: 2 * time.Minute,
 		PushTimeout: 3 * time.Second, HeartbeatTimeout: 4 * time.Second,
-		Retry:            courier.TaskRetry{MaxAttempts: 5, InitialInterval: 6 * time.Second, Backoff: 1.5, MaxInterval: 7 * time.Minute},
+		Retry:            courier.RetryPolicy{MaxAttempts: 5, InitialInterval: 6 * time.Second, BackoffCoef: 1.5, MaxInterval: 7 * time.Minute},
 		SuccessRetention: 8 * time.Hour, PurgeAge: 9 * time.Hour,
 		InsertRate: 2.5, InsertBurst: 10, MaxPending: 100, PerKeyLimit: 3, FairKeys: true, KeyWeights: map[string]int{"a": 2, "b": 3},
 		DispatchRate: 0.5, DispatchBurst: 4}

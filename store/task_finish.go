@@ -98,9 +98,9 @@ func holdsSuccess(status courier.TaskStatus, rowAttempt, attempt int) bool {
 }
 
 // finishSuccess records a success in one autocommitted statement (PostgreSQL): the guarded
-// update of the task, the slot's release and the claimers' notification together, so the
-// queue's limiter row is locked only through this statement's commit (or, with hold, the
-// slot's hold, which leaves the limiter row alone). The same statement reads
+// update of the task and the slot's release together, so the queue's limiter row is locked
+// only through this statement's commit (or, with hold, the slot's hold, which leaves the
+// limiter row alone); a released slot's claimers are notified after the commit. The same statement reads
 // the row as it was before, which says where a task that was not in Processing on this
 // attempt is; only when another writer changed it meanwhile is it read again.
 func (s *Store) finishSuccess(ctx context.Context, taskID string, version int64, attempt int, o contract.AttemptOutcome, hold string) (FinishResult, error) {
@@ -108,8 +108,7 @@ func (s *Store) finishSuccess(ctx context.Context, taskID string, version int64,
 	if len(o.Result) > 0 {
 		result = string(o.Result)
 	}
-	free := "released AS (UPDATE courier_task_queues SET in_flight = in_flight - 1 FROM done WHERE name = done.queue " +
-		"RETURNING name, pg_notify('courier_tasks', name)) "
+	free := "released AS (UPDATE courier_task_queues SET in_flight = in_flight - 1 FROM done WHERE name = done.queue RETURNING name) "
 	args := []any{result, o.StatusCode, o.Message, taskID, version, attempt}
 	if hold != "" {
 		free = "released AS (INSERT INTO courier_task_slot_holds (hold_id, queue, slots) SELECT ?, done.queue, 1 FROM done " +
@@ -135,6 +134,9 @@ func (s *Store) finishSuccess(ctx context.Context, taskID string, version int64,
 	}
 	r := rows[0]
 	if r.Applied {
+		if hold == "" {
+			s.notifyCommitted(r.Queue) // the slot is free now
+		}
 		return FinishResult{Applied: true, Recorded: true, Status: courier.TaskSuccess, Queue: r.Queue}, nil
 	}
 	status := courier.TaskStatus(r.Status)
@@ -199,7 +201,7 @@ func (s *Store) finishLocked(ctx context.Context, tx bun.Tx, t courier.Task, att
 		q, ok := queues[t.Queue]
 		if !ok {
 			var err error
-			if q, err = s.getQueue(ctx, tx, t.Queue, false); err != nil { // its retry policy, read only when needed
+			if q, err = s.getQueue(ctx, tx, t.Queue, lockNone); err != nil { // its retry policy, read only when needed
 				return fr, err
 			}
 			if queues != nil {

@@ -33,7 +33,7 @@ func (s *Store) InsertTask(ctx context.Context, r courier.TaskRequest) (courier.
 		outcome courier.TaskInsertOutcome
 	)
 	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		q, err := s.getQueue(ctx, tx, r.Queue, false)
+		q, err := s.getQueue(ctx, tx, r.Queue, lockKeep)
 		if courier.ErrorCode(err) == courier.CodeNotFound {
 			return &courier.Error{Code: courier.CodeValidation, Message: fmt.Sprintf("queue %q does not exist", r.Queue),
 				Details: map[string]any{"field": "queue"}}
@@ -46,11 +46,18 @@ func (s *Store) InsertTask(ctx context.Context, r courier.TaskRequest) (courier.
 			return &courier.Error{Code: courier.CodeValidation, Message: "heartbeat_timeout must not exceed the processing_timeout",
 				Details: map[string]any{"field": "overrides.heartbeat_timeout"}}
 		}
-		if _, err := tx.ExecContext(ctx, "INSERT INTO courier_task_heads (task_id, max_version) VALUES (?, 0) ON CONFLICT (task_id) DO NOTHING", r.TaskID); err != nil {
+		// One statement makes sure the head row exists, locks it (a conflict's update locks the
+		// row, and waits for an insert of the same task_id under way) and reads it.
+		var head int64
+		if err := tx.NewRaw("INSERT INTO courier_task_heads (task_id, max_version) VALUES (?, 0) ON CONFLICT (task_id) "+
+			"DO UPDATE SET max_version = courier_task_heads.max_version RETURNING max_version", r.TaskID).Scan(ctx, &head); err != nil {
 			return err
 		}
-		var head int64
-		if err := tx.NewRaw("SELECT max_version FROM courier_task_heads WHERE task_id = ?"+s.forUpdate(), r.TaskID).Scan(ctx, &head); err != nil {
+		if head == 0 {
+			// No version of this task_id was ever accepted (versions start at 1, and a head
+			// never goes down): nothing to replace or supersede, the request is created.
+			outcome = courier.TaskCreated
+			out, err = s.createTask(ctx, tx, q, r, string(overrides))
 			return err
 		}
 		if r.Version < head {
@@ -103,14 +110,45 @@ func (s *Store) InsertTask(ctx context.Context, r courier.TaskRequest) (courier.
 			return err
 		}
 		if outcome != courier.TaskExisting {
-			if err := s.admitAndNotify(ctx, tx, q, r.TaskID); err != nil {
+			if err := s.admitPending(ctx, tx, q, r.TaskID); err != nil {
 				return err
 			}
 		}
 		out, err = s.getTask(ctx, tx, r.TaskID, r.Version, false)
 		return err
 	})
+	if err == nil && outcome != courier.TaskExisting {
+		s.notifyCommitted(r.Queue)
+	}
 	return out, outcome, err
+}
+
+// createTask inserts the first version of a task_id (its head row is locked and still 0),
+// raises its head, checks the queue's backlog budget and returns the row as written. On
+// PostgreSQL the head's update and the insert are one statement.
+func (s *Store) createTask(ctx context.Context, tx bun.Tx, q courier.Queue, r courier.TaskRequest, overrides string) (courier.Task, error) {
+	with, headArgs := "", []any{}
+	if s.pg {
+		with, headArgs = "WITH head AS (UPDATE courier_task_heads SET max_version = ? WHERE task_id = ?) ", []any{r.Version, r.TaskID}
+	} else if _, err := tx.ExecContext(ctx, "UPDATE courier_task_heads SET max_version = ? WHERE task_id = ?", r.Version, r.TaskID); err != nil {
+		return courier.Task{}, err
+	}
+	var rows []taskRow
+	err := tx.NewRaw(with+"INSERT INTO courier_tasks (task_id, version, queue, priority, concurrency_key, status, payload, overrides, "+
+		"traceparent, tracestate, next_attempt_at, expires_at, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, "+
+		s.nowSQL()+", "+s.nowPlusSQL(q.PendingTimeout)+", "+s.nowSQL()+", "+s.nowSQL()+") RETURNING *",
+		append(headArgs, r.TaskID, r.Version, r.Queue, r.Priority, r.ConcurrencyKey, string(r.Payload), overrides,
+			nullString(r.Trace.Parent), nullString(r.Trace.State))...).Scan(ctx, &rows)
+	if err != nil {
+		return courier.Task{}, err
+	}
+	if len(rows) != 1 {
+		return courier.Task{}, fmt.Errorf("store: insert of task %q version %d returned %d rows", r.TaskID, r.Version, len(rows))
+	}
+	if err := s.admitPending(ctx, tx, q, r.TaskID); err != nil {
+		return courier.Task{}, err
+	}
+	return rows[0].task()
 }
 
 // replaceTask makes an existing version pending again with r's content: a re-submission's
@@ -126,15 +164,6 @@ func (s *Store) replaceTask(ctx context.Context, tx bun.Tx, q courier.Queue, r c
 		Set("claimed_at = NULL, pushed_at = NULL, deadline_at = NULL, run_id = NULL, heartbeat_timeout_ms = 0, finished_at = NULL").Set("updated_at = "+s.nowSQL()).
 		Where("task_id = ? AND version = ?", r.TaskID, r.Version).Exec(ctx)
 	return err
-}
-
-// admitAndNotify checks the queue's backlog budget (store/admission.go) for a task made pending
-// and wakes the claimers at commit.
-func (s *Store) admitAndNotify(ctx context.Context, tx bun.Tx, q courier.Queue, taskID string) error {
-	if err := s.admitPending(ctx, tx, q, taskID); err != nil {
-		return err
-	}
-	return s.notifyTasks(ctx, tx, q.Name)
 }
 
 // RetryTask makes a failed or cancelled version pending again, due now, with a fresh retry
@@ -167,7 +196,7 @@ func (s *Store) RetryTask(ctx context.Context, taskID string, version int64) (co
 				Message: fmt.Sprintf("task %q version %d is %s; only failed and cancelled tasks can be retried", taskID, version, t.Status),
 				Details: map[string]any{"status": string(t.Status)}}
 		}
-		q, err := s.getQueue(ctx, tx, t.Queue, false)
+		q, err := s.getQueue(ctx, tx, t.Queue, lockKeep)
 		if err != nil {
 			return err
 		}
@@ -181,12 +210,15 @@ func (s *Store) RetryTask(ctx context.Context, taskID string, version int64) (co
 		if err := s.replaceTask(ctx, tx, q, r, string(overrides)); err != nil {
 			return err
 		}
-		if err := s.admitAndNotify(ctx, tx, q, taskID); err != nil {
+		if err := s.admitPending(ctx, tx, q, taskID); err != nil {
 			return err
 		}
 		out, err = s.getTask(ctx, tx, taskID, version, false)
 		return err
 	})
+	if err == nil {
+		s.notifyCommitted(out.Queue)
+	}
 	return out, err
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 
 	"github.com/uptrace/bun"
 
@@ -36,7 +37,7 @@ func (s *Store) PutQueue(ctx context.Context, q courier.Queue) (courier.Queue, b
 		n, _ := res.RowsAffected()
 		created = n == 1
 		if !created && keepSecrets {
-			stored, err := s.getQueue(ctx, tx, q.Name, true)
+			stored, err := s.getQueue(ctx, tx, q.Name, lockWrite)
 			if err != nil {
 				return err
 			}
@@ -56,17 +57,31 @@ func (s *Store) PutQueue(ctx context.Context, q courier.Queue) (courier.Queue, b
 		if err := s.notifyTasks(ctx, tx, q.Name); err != nil { // a raised limit frees slots now
 			return err
 		}
-		out, err = s.getQueue(ctx, tx, q.Name, false)
+		out, err = s.getQueue(ctx, tx, q.Name, lockNone)
 		return err
 	})
 	return out, created, err
 }
 
-func (s *Store) getQueue(ctx context.Context, db bun.IDB, name string, lock bool) (courier.Queue, error) {
+// How getQueue locks a queue's row on PostgreSQL (SQLite runs one writer at a time).
+const (
+	lockNone = ""
+	// lockWrite is taken to change the row's counts or configuration: writers wait for each
+	// other, and take no lock that makes an insert wait.
+	lockWrite = "NO KEY UPDATE"
+	// lockKeep is taken by whatever makes a task of the queue pending (an insert, a retry): the
+	// queue cannot be deleted under it (DeleteQueue locks FOR UPDATE), and nothing else waits.
+	lockKeep = "KEY SHARE"
+	// lockDelete is DeleteQueue's: it waits for every lockKeep, so no task becomes pending in
+	// a queue being deleted.
+	lockDelete = "UPDATE"
+)
+
+func (s *Store) getQueue(ctx context.Context, db bun.IDB, name string, lock string) (courier.Queue, error) {
 	var row queueRow
 	q := db.NewSelect().Model(&row).Where("name = ?", name)
-	if lock && s.pg {
-		q = q.For("UPDATE")
+	if lock != lockNone && s.pg {
+		q = q.For(lock)
 	}
 	err := q.Scan(ctx)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -80,7 +95,7 @@ func (s *Store) getQueue(ctx context.Context, db bun.IDB, name string, lock bool
 
 // GetQueue returns one queue with its defaults applied, or not_found.
 func (s *Store) GetQueue(ctx context.Context, name string) (courier.Queue, error) {
-	return s.getQueue(ctx, s.db, name, false)
+	return s.getQueue(ctx, s.db, name, lockNone)
 }
 
 // ListQueues returns every queue by name.
@@ -98,6 +113,50 @@ func (s *Store) ListQueues(ctx context.Context) ([]courier.Queue, error) {
 		out = append(out, q)
 	}
 	return out, nil
+}
+
+// DeleteQueue deletes a queue that has no unfinished work, with its finished tasks (success,
+// failed, stopped, superseded, cancelled; the highest version of every task id is kept
+// elsewhere, so a stale request still cannot come back). A queue with pending or processing
+// tasks, or slots still held, is a conflict naming the counts: cancel them or let them finish.
+// A pause of the queue is by name and stays until resumed.
+func (s *Store) DeleteQueue(ctx context.Context, name string) error {
+	return s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		var row queueRow
+		sel := tx.NewSelect().Model(&row).Where("name = ?", name)
+		if s.pg {
+			sel = sel.For(lockDelete)
+		}
+		if err := sel.Scan(ctx); errors.Is(err, sql.ErrNoRows) {
+			return courier.Errorf(courier.CodeNotFound, "queue %q not found", name)
+		} else if err != nil {
+			return err
+		}
+		var counts []struct {
+			Status string `bun:"status"`
+			N      int64  `bun:"n"`
+		}
+		if err := tx.NewRaw("SELECT status, count(*) AS n FROM courier_tasks WHERE queue = ? AND status IN ('pending', 'processing') GROUP BY status", name).
+			Scan(ctx, &counts); err != nil {
+			return err
+		}
+		details := map[string]any{"pending": int64(0), "processing": int64(0), "in_flight": row.InFlight}
+		busy := row.InFlight > 0
+		for _, c := range counts {
+			details[c.Status] = c.N
+			busy = busy || c.N > 0
+		}
+		if busy {
+			return &courier.Error{Code: courier.CodeConflict, Details: details,
+				Message: fmt.Sprintf("queue %q still has unfinished tasks (%d pending, %d processing, %d slots in use); cancel them or let them finish first",
+					name, details["pending"], details["processing"], row.InFlight)}
+		}
+		if _, err := tx.NewRaw("DELETE FROM courier_tasks WHERE queue = ?", name).Exec(ctx); err != nil {
+			return err
+		}
+		_, err := tx.NewDelete().Model((*queueRow)(nil)).Where("name = ?", name).Exec(ctx)
+		return err
+	})
 }
 
 // TaskStats are task counts for the metrics collector.

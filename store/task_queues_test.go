@@ -43,3 +43,35 @@ func TestQueuePutKeepsSecretsUnlessGiven(t *testing.T) {
 		require.Empty(t, got.Secrets, "a new queue without secrets has none")
 	})
 }
+
+// A queue is deleted only once it has no unfinished tasks; its finished ones go with it, and a
+// task cannot be inserted into it afterwards.
+func TestDeleteQueueRefusesUnfinishedWork(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		_, _, err := s.PutQueue(ctx, courier.Queue{Name: "old", ConcurrencyLimit: 2})
+		require.NoError(t, err)
+		_, _, err = s.InsertTask(ctx, courier.TaskRequest{TaskID: "t1", Version: 1, Queue: "old", Priority: 3, Payload: []byte(`{}`)})
+		require.NoError(t, err)
+
+		err = s.DeleteQueue(ctx, "old")
+		require.Equal(t, courier.CodeConflict, courier.ErrorCode(err), "%v", err)
+		var ce *courier.Error
+		require.ErrorAs(t, err, &ce)
+		require.EqualValues(t, 1, ce.Details["pending"])
+		_, err = s.GetQueue(ctx, "old")
+		require.NoError(t, err, "a refused delete leaves the queue")
+
+		_, _, err = s.CancelTask(ctx, "t1", 1)
+		require.NoError(t, err)
+		require.NoError(t, s.DeleteQueue(ctx, "old"), "only finished tasks left")
+		_, err = s.GetQueue(ctx, "old")
+		require.Equal(t, courier.CodeNotFound, courier.ErrorCode(err))
+		_, err = s.GetTask(ctx, "t1", 1)
+		require.Equal(t, courier.CodeNotFound, courier.ErrorCode(err), "its finished tasks went with it")
+		_, _, err = s.InsertTask(ctx, courier.TaskRequest{TaskID: "t2", Version: 1, Queue: "old", Priority: 3, Payload: []byte(`{}`)})
+		require.Equal(t, courier.CodeValidation, courier.ErrorCode(err), "no task goes into a deleted queue")
+
+		require.Equal(t, courier.CodeNotFound, courier.ErrorCode(s.DeleteQueue(ctx, "old")), "a second delete finds nothing")
+	})
+}

@@ -31,11 +31,12 @@ func (s *Store) ReleaseStaleSlotHolds(ctx context.Context, olderThan time.Durati
 
 // releaseHolds deletes the holds cond selects and lowers their queues' in_flight by the slots
 // they held, in one transaction, queue by queue in name order (two releases never wait on each
-// other's queues in opposite orders).
+// other's queues in opposite orders), and wakes their claimers after the commit.
 func (s *Store) releaseHolds(ctx context.Context, cond string, args ...any) (int, error) {
 	released := 0
+	var queues []string
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		released = 0
+		released, queues = 0, nil
 		var holds []struct {
 			Queue string `bun:"queue"`
 			Slots int    `bun:"slots"`
@@ -51,15 +52,11 @@ func (s *Store) releaseHolds(ctx context.Context, cond string, args ...any) (int
 		for _, h := range holds {
 			byQueue[h.Queue] += h.Slots
 		}
-		queues := make([]string, 0, len(byQueue))
 		for q := range byQueue {
 			queues = append(queues, q)
 		}
 		slices.Sort(queues)
-		upd := "UPDATE courier_task_queues SET in_flight = in_flight - ? WHERE name = ?"
-		if s.pg {
-			upd += " RETURNING pg_notify('courier_tasks', name)"
-		}
+		const upd = "UPDATE courier_task_queues SET in_flight = in_flight - ? WHERE name = ?"
 		for _, q := range queues {
 			if _, err := tx.ExecContext(ctx, upd, byQueue[q], q); err != nil {
 				return err
@@ -68,5 +65,8 @@ func (s *Store) releaseHolds(ctx context.Context, cond string, args ...any) (int
 		}
 		return nil
 	})
+	if err == nil {
+		s.notifyCommitted(queues...)
+	}
 	return released, err
 }

@@ -19,7 +19,7 @@ import (
 func TestResultSlotsAreHeldUntilReleased(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		_, _, err := s.PutQueue(ctx, courier.Queue{Name: "held", ConcurrencyLimit: 2, Retry: courier.TaskRetry{MaxAttempts: 3, InitialInterval: time.Second}})
+		_, _, err := s.PutQueue(ctx, courier.Queue{Name: "held", ConcurrencyLimit: 2, Retry: courier.RetryPolicy{MaxAttempts: 3, InitialInterval: time.Second}})
 		require.NoError(t, err)
 		for i := range 4 {
 			r := taskReq(fmt.Sprintf("h%d", i), 1, 3, `{}`)

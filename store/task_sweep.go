@@ -95,7 +95,7 @@ func (s *Store) ReconcileLimiters(ctx context.Context) ([]LimiterRepair, error) 
 	var repairs []LimiterRepair
 	for _, q := range queues {
 		err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-			locked, err := s.getQueue(ctx, tx, q.Name, true)
+			locked, err := s.getQueue(ctx, tx, q.Name, lockWrite)
 			if err != nil {
 				return err
 			}

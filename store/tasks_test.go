@@ -276,7 +276,7 @@ func TestTaskConcurrentIdenticalInserts(t *testing.T) {
 func TestTaskClaimLimitWeightsAndFinish(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		q, _, err := s.PutQueue(ctx, courier.Queue{Name: "parse", ConcurrencyLimit: 4, Retry: courier.TaskRetry{MaxAttempts: 2}})
+		q, _, err := s.PutQueue(ctx, courier.Queue{Name: "parse", ConcurrencyLimit: 4, Retry: courier.RetryPolicy{MaxAttempts: 2}})
 		require.NoError(t, err)
 		require.Equal(t, courier.DefaultBandWeights, q.Weights)
 		for i := 0; i < 10; i++ {

@@ -47,10 +47,17 @@ type Claimer struct {
 	wake     chan struct{}
 	dispatch *dispatch.Dispatcher
 	metrics  *metrics.Tasks // nil records nothing
+	turned   func(completed bool)
 
 	timer   *time.Timer // a wake when a rate-held queue's next token comes (wakeAfter; Run's goroutine only)
 	timerAt time.Time
+
+	starting sync.WaitGroup // batch runs being started (startBatchAsync)
+	starts   chan struct{}  // bounds them
 }
+
+// batchStartsAtOnce bounds the batch runs one claimer starts at once while it claims on.
+const batchStartsAtOnce = 8
 
 // NewClaimer builds a claimer whose attempts run beside the workflows' task queue
 // workflowQueue (on courier.TaskPushQueue).
@@ -59,8 +66,12 @@ func NewClaimer(s ClaimStore, tc client.Client, workflowQueue string, cfg Config
 		log = slog.Default()
 	}
 	return &Claimer{store: s, tc: tc, queue: workflowQueue, cfg: cfg.WithDefaults(), log: log,
-		wake: make(chan struct{}, 1), dispatch: dispatch.New()}
+		wake: make(chan struct{}, 1), dispatch: dispatch.New(), starts: make(chan struct{}, batchStartsAtOnce), turned: func(bool) {}}
 }
+
+// OnTurn makes the claimer tell f at the end of each pass whether it completed: every queue
+// listed and claimed without an error (health.Loop.Turned).
+func (c *Claimer) OnTurn(f func(completed bool)) { c.turned = f }
 
 // SetMetrics makes the claimer count the attempts it times out (the batched mode's deadlines)
 // in m.
@@ -90,13 +101,14 @@ func (c *Claimer) wakeAfter(d time.Duration) {
 func (c *Claimer) Run(ctx context.Context) error {
 	stop := c.store.Listen(ctx, store.TasksChannel, c.Wake, c.log)
 	defer stop()
+	defer c.starting.Wait()
 	poll := time.NewTicker(c.cfg.PollInterval)
 	defer poll.Stop()
 	expire := time.NewTicker(ExpireEvery)
 	defer expire.Stop()
 	lastRecover := time.Now()
 	for {
-		c.pass(ctx)
+		c.turned(c.pass(ctx))
 		if time.Since(lastRecover) >= c.cfg.RecoverAfter/2 {
 			c.recover(ctx)
 			lastRecover = time.Now()
@@ -105,12 +117,25 @@ func (c *Claimer) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-c.wake:
+			// Wakes come with every insert and every freed slot: under a steady stream of
+			// them, passes back to back would each claim a task or two (a claim, and in the
+			// batched mode a batch run, each). A short gather lets one pass take what came
+			// meanwhile; a worker's limit, never its latency, is what it waits for.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(claimGather):
+			}
 		case <-poll.C:
 		case <-expire.C:
 			c.expire(ctx)
 		}
 	}
 }
+
+// claimGather is how long a claimer woken by an insert or a freed slot waits before its pass,
+// so that what arrives meanwhile is claimed (and, in the batched mode, pushed) together.
+const claimGather = 5 * time.Millisecond
 
 // ExpireEvery is how often every claimer times out the batched attempts whose deadline or
 // heartbeat timeout has passed: an attempt is timed out within this of its moment, never
@@ -142,16 +167,18 @@ func (c *Claimer) expire(ctx context.Context) {
 	}
 }
 
-// pass claims every queue's free slots and starts the attempts.
-func (c *Claimer) pass(ctx context.Context) {
+// pass claims every queue's free slots and starts the attempts. It reports whether it
+// completed: the queues were listed and every claim succeeded.
+func (c *Claimer) pass(ctx context.Context) bool {
 	queues, err := c.store.ListQueues(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			c.log.Warn("task claimer: list queues", "error", err)
 			c.wakeAfter(claimRetry)
 		}
-		return
+		return false
 	}
+	completed := true
 	for _, q := range queues {
 		if q.PushURL == "" {
 			continue // nowhere to push: tasks wait (the claim decides it again in its transaction)
@@ -167,19 +194,16 @@ func (c *Claimer) pass(ctx context.Context) {
 					c.log.Warn("task claimer: claim", "queue", q.Name, "error", err)
 					c.wakeAfter(claimRetry)
 				}
+				completed = false
 				break
 			}
 			if claim.Batch != "" {
-				if err := c.startBatch(ctx, q.Name, max(q.PushBatchSize, 1), claim.Batch, claim.Attempts); err != nil && ctx.Err() == nil {
-					// The rows wait in Processing without a push: recover starts the batch
-					// again once they are RecoverAfter old.
-					c.log.Warn("task claimer: start batch", "queue", q.Name, "batch", claim.Batch, "attempts", len(claim.Attempts), "error", err)
-					c.wakeAfter(c.cfg.RecoverAfter)
-				}
+				c.startBatchAsync(ctx, q.Name, max(q.PushBatchSize, 1), claim.Batch, claim.Attempts)
 			} else if failed := c.start(ctx, claim.Attempts); failed > 0 {
 				// Their rows wait in Processing without a push: recover starts them again
 				// once they are RecoverAfter old, so come back then, whatever the poll.
 				c.wakeAfter(c.cfg.RecoverAfter)
+				completed = false
 			}
 			if claim.NextToken > 0 {
 				// The queue's dispatch rate held tasks back: come back for them when its
@@ -191,6 +215,7 @@ func (c *Claimer) pass(ctx context.Context) {
 			}
 		}
 	}
+	return completed
 }
 
 // recover starts again the workflows of claimed tasks that never reached their push, and
@@ -240,6 +265,26 @@ func (c *Claimer) recover(ctx context.Context) {
 	}
 }
 
+// startBatchAsync starts a claim's batch run while the claimer claims on (a start is a round
+// trip to the engine, and the next claim need not wait for it), at most batchStartsAtOnce at
+// once. A start that fails leaves the rows in Processing without a push: recover starts the
+// batch again once they are RecoverAfter old, and the claimer comes back then.
+func (c *Claimer) startBatchAsync(ctx context.Context, queue string, pushBatchSize int, batch string, attempts []dispatch.Attempt) {
+	select {
+	case c.starts <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	c.starting.Add(1)
+	go func() {
+		defer func() { <-c.starts; c.starting.Done() }()
+		if err := c.startBatch(ctx, queue, pushBatchSize, batch, attempts); err != nil && ctx.Err() == nil {
+			c.log.Warn("task claimer: start batch", "queue", queue, "batch", batch, "attempts", len(attempts), "error", err)
+			time.AfterFunc(c.cfg.RecoverAfter, c.Wake)
+		}
+	}()
+}
+
 // startBatch starts the run that pushes a batched claim's attempts (workflows.TaskBatch), or
 // finds it running: its id is the batch's, written on every attempt's row by the claim.
 // pushBatchSize is the queue's push_batch_size the claim read (0: the one at the push), fixed
@@ -258,6 +303,21 @@ func (c *Claimer) startBatch(ctx context.Context, queue string, pushBatchSize in
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		EnableEagerStart:         true, // the push runs in this process's worker, without a trip through matching
 		TypedSearchAttributes:    workflows.StartAttributes(courier.KindTaskBatch, courier.RunAttributes{TaskQueue: queue}),
+	}, courier.KindTaskBatch.Workflow, p)
+	return err
+}
+
+// StartPushRetry starts, after delay, the run that makes the next try of a batched request
+// that failed on the way (p.Try; activities.TasksDeps.RetryPush), or finds it started: its id
+// (p.Batch) is written on its attempts' rows by the batch they left.
+func (c *Claimer) StartPushRetry(ctx context.Context, p contract.PushBatchParams, delay time.Duration) error {
+	_, err := c.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       p.Batch,
+		TaskQueue:                courier.KindTaskBatch.TaskQueue(c.queue),
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		StartDelay:               delay,
+		TypedSearchAttributes:    workflows.StartAttributes(courier.KindTaskBatch, courier.RunAttributes{TaskQueue: p.Queue}),
 	}, courier.KindTaskBatch.Workflow, p)
 	return err
 }
@@ -352,10 +412,12 @@ func (c *Claimer) startRun(ctx context.Context, t dispatch.Attempt) (err error) 
 		// claimer runs beside it on the same client), saving a round trip through matching.
 		EnableEagerStart: true,
 		TypedSearchAttributes: workflows.StartAttributes(courier.KindTask, courier.RunAttributes{TaskID: t.TaskID, TaskVersion: t.Version,
-			TaskPriority: t.Priority, TaskQueue: t.Queue, State: string(courier.TaskProcessing)}),
+			TaskPriority: t.Priority, TaskQueue: t.Queue}),
+		// QuietSuccess: a success writes no state (its Completed status says it); FinalState
+		// for a worker from before it during a rolling upgrade.
 	}, courier.KindTask.Workflow, workflows.TaskParams{TaskID: t.TaskID, Version: t.Version, Attempt: t.Attempt, Queue: t.Queue,
 		Priority: t.Priority, ProcessingTimeout: t.ProcessingTimeout, HeartbeatTimeout: t.HeartbeatTimeout, PushTimeout: t.PushTimeout,
-		FinalState: true})
+		FinalState: true, QuietSuccess: true})
 	return err
 }
 

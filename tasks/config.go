@@ -1,6 +1,10 @@
 package tasks
 
-import "time"
+import (
+	"time"
+
+	"github.com/courier-oss/courier/internal/defaults"
+)
 
 // Config tunes prioritized tasks on a worker: its claimer, its sweeper schedule and the slots of
 // the task activities' own task queues. Zero fields take the defaults below; courier's flags
@@ -61,29 +65,13 @@ const (
 
 // WithDefaults fills c's zero fields with the defaults.
 func (c Config) WithDefaults() Config {
-	if c.PollInterval <= 0 {
-		c.PollInterval = DefaultPollInterval
-	}
-	if c.BatchSize <= 0 {
-		c.BatchSize = DefaultBatchSize
-	}
-	if c.BatchedClaimSize <= 0 {
-		c.BatchedClaimSize = DefaultBatchedClaimSize
-	}
-	if c.StartWorkers <= 0 {
-		c.StartWorkers = DefaultStartWorkers
-	}
-	if c.RecoverAfter <= 0 {
-		c.RecoverAfter = DefaultRecoverAfter
-	}
-	if c.SweepEvery <= 0 {
-		c.SweepEvery = DefaultSweepEvery
-	}
-	if c.PushSlots <= 0 {
-		c.PushSlots = DefaultPushSlots
-	}
-	if c.FinishSlots <= 0 {
-		c.FinishSlots = DefaultFinishSlots
-	}
+	defaults.UnlessPositive(&c.PollInterval, DefaultPollInterval)
+	defaults.UnlessPositive(&c.BatchSize, DefaultBatchSize)
+	defaults.UnlessPositive(&c.BatchedClaimSize, DefaultBatchedClaimSize)
+	defaults.UnlessPositive(&c.StartWorkers, DefaultStartWorkers)
+	defaults.UnlessPositive(&c.RecoverAfter, DefaultRecoverAfter)
+	defaults.UnlessPositive(&c.SweepEvery, DefaultSweepEvery)
+	defaults.UnlessPositive(&c.PushSlots, DefaultPushSlots)
+	defaults.UnlessPositive(&c.FinishSlots, DefaultFinishSlots)
 	return c
 }

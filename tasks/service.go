@@ -39,6 +39,7 @@ type Store interface {
 	PutQueue(ctx context.Context, q courier.Queue) (courier.Queue, bool, error)
 	GetQueue(ctx context.Context, name string) (courier.Queue, error)
 	ListQueues(ctx context.Context) ([]courier.Queue, error)
+	DeleteQueue(ctx context.Context, name string) error
 	FinishReported(ctx context.Context, taskID string, version int64, attempt int, o contract.AttemptOutcome, hold string) (store.FinishResult, error)
 	ReleaseSlotHolds(ctx context.Context, holds ...string) (int, error)
 	FinishReportedMany(ctx context.Context, results []store.ReportedResult, hold string) ([]store.FinishResult, error)
@@ -563,4 +564,10 @@ func (s *Service) GetQueue(ctx context.Context, name string) (courier.Queue, err
 // ListQueues returns every queue.
 func (s *Service) ListQueues(ctx context.Context) ([]courier.Queue, error) {
 	return s.store.ListQueues(ctx)
+}
+
+// DeleteQueue deletes a queue without unfinished tasks, with its finished ones; a queue
+// that still has pending or processing tasks is a conflict (store.DeleteQueue).
+func (s *Service) DeleteQueue(ctx context.Context, name string) error {
+	return s.store.DeleteQueue(ctx, name)
 }

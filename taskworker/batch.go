@@ -38,7 +38,8 @@ func batchOf(body []byte) (b PushBatch, ok bool) {
 // one taken before): each attempt is started or refused on its own, and the answer (202) names
 // the refused ones, so courier ends each of them as a failure and its retry policy decides what
 // follows. An attempt already running here is taken (it starts nothing); a replay starts
-// nothing and refuses nothing, as a single push's replay does.
+// nothing and refuses nothing, as a single push's replay does. When every attempt meets
+// MaxConcurrent, the answer is the single push's 429 with Retry-After, for the whole request.
 func (w *Worker) serveBatch(rw http.ResponseWriter, r *http.Request, b PushBatch, replay bool) {
 	if len(b.Tasks) == 0 {
 		writeError(rw, http.StatusBadRequest, courier.CodeInvalid, "not a batched task push: tasks must be a non-empty list of pushes")
@@ -52,6 +53,7 @@ func (w *Worker) serveBatch(rw http.ResponseWriter, r *http.Request, b PushBatch
 		return
 	}
 	var ans api.TaskPushBatchAnswer
+	busy := 0 // attempts refused at MaxConcurrent
 	refuse := func(p Push, code int, msg string) {
 		ans.Refused = append(ans.Refused, api.TaskRefusal{TaskID: p.TaskID, TaskVersion: p.TaskVersion, Attempt: p.Attempt,
 			StatusCode: code, Message: msg})
@@ -74,8 +76,16 @@ func (w *Worker) serveBatch(rw http.ResponseWriter, r *http.Request, b PushBatch
 		case errors.Is(err, ErrShutdown):
 			refuse(p, http.StatusServiceUnavailable, err.Error())
 		case errors.Is(err, errBusy):
+			busy++
 			refuse(p, http.StatusTooManyRequests, fmt.Sprintf("%d attempts already run here", w.cfg.MaxConcurrent))
 		}
+	}
+	if busy > 0 && busy == len(b.Tasks) {
+		// Nothing was taken, and only for want of room: the whole request is 429, as a single
+		// push's would be, so courier tries it again after Retry-After within the attempts
+		// rather than ending each of them.
+		w.busy(rw)
+		return
 	}
 	writeJSON(rw, http.StatusAccepted, ans)
 }

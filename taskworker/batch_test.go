@@ -64,9 +64,9 @@ func refusedOf(a api.TaskPushBatchAnswer) []string {
 }
 
 // A batched push is verified like a single one and answered 202 naming the attempts refused on
-// their own: a malformed one (400) and those beyond MaxConcurrent (429). An attempt already
-// running here is taken and starts nothing; an authentic copy of the whole push starts nothing
-// and refuses nothing. The results of attempts pushed with a results_url go to POST
+// their own: a malformed one (400) and those beyond MaxConcurrent (429); one with no room for
+// any attempt is a whole 429 with Retry-After. An attempt already running here is taken and
+// starts nothing; an authentic copy of the whole push starts nothing and refuses nothing. The results of attempts pushed with a results_url go to POST
 // /v1/tasks/results together, ResultBatchSize to a request.
 func TestBatchedPushTakesOrRefusesEachAttempt(t *testing.T) {
 	release := make(chan struct{})
@@ -110,8 +110,9 @@ func TestBatchedPushTakesOrRefusesEachAttempt(t *testing.T) {
 	require.NoError(t, err)
 	h := http.Header{}
 	require.NoError(t, s.Sign(h, "task-batch/3", time.Now(), body))
-	code, _, _ = r.send(t, body, h) // b-5 beyond the limit: refused
-	require.Equal(t, http.StatusAccepted, code)
+	code, hdr, _ := r.send(t, body, h)
+	require.Equal(t, http.StatusTooManyRequests, code, "no room for any attempt: the whole request is 429, as a single push's")
+	require.NotEmpty(t, hdr.Get("Retry-After"))
 	var out map[string]any
 	code, _, out = r.send(t, body, h)
 	require.Equal(t, http.StatusAccepted, code)

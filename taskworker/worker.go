@@ -21,6 +21,7 @@ import (
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/client"
+	"github.com/courier-oss/courier/internal/defaults"
 	"github.com/courier-oss/courier/webhook"
 )
 
@@ -38,11 +39,12 @@ type Config struct {
 	// results for, any task.
 	AllowUnsigned bool
 	// MaxConcurrent bounds the attempts run at once; a push beyond it is answered 429 with
-	// Retry-After, and courier tries the push again after it. In a batched push each attempt
-	// beyond it is refused on its own (status code 429), and courier ends it as a failed
-	// attempt that its queue's retry policy retries: give a batched queue a concurrency_limit
-	// no higher than the MaxConcurrent its workers add up to. Default 0: unbounded (the queue's
-	// concurrency_limit still bounds what courier pushes).
+	// Retry-After, and courier tries the push again after it. A batched push that finds no room
+	// at all is answered the same; one that finds some has the attempts beyond it refused on
+	// their own (status code 429), each of which courier ends as a failed attempt that its
+	// queue's retry policy retries: give a batched queue a concurrency_limit no higher than the
+	// MaxConcurrent its workers add up to. Default 0: unbounded (the queue's concurrency_limit
+	// still bounds what courier pushes).
 	MaxConcurrent int
 	// RetryAfter is the wait a 429 asks courier for; default 2 s.
 	RetryAfter time.Duration
@@ -136,15 +138,9 @@ func New(cfg Config, h HandlerFunc) (*Worker, error) {
 	if cfg.ResultLinger == 0 {
 		cfg.ResultLinger = DefaultResultLinger
 	}
-	if cfg.RetryAfter <= 0 {
-		cfg.RetryAfter = DefaultRetryAfter
-	}
-	if cfg.HeartbeatFraction == 0 {
-		cfg.HeartbeatFraction = DefaultHeartbeatFraction
-	}
-	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = DefaultMaxBodyBytes
-	}
+	defaults.UnlessPositive(&cfg.RetryAfter, DefaultRetryAfter)
+	defaults.IfZero(&cfg.HeartbeatFraction, DefaultHeartbeatFraction)
+	defaults.UnlessPositive(&cfg.MaxBodyBytes, DefaultMaxBodyBytes)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -215,12 +211,17 @@ func (w *Worker) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		writeError(rw, http.StatusServiceUnavailable, courier.CodeUnavailable, err.Error())
 		return
 	case errors.Is(err, errBusy):
-		rw.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(w.cfg.RetryAfter.Seconds()))))
-		writeError(rw, http.StatusTooManyRequests, courier.CodeRateLimited,
-			fmt.Sprintf("%d attempts already run here; try again later", w.cfg.MaxConcurrent))
+		w.busy(rw)
 		return
 	}
 	writeJSON(rw, http.StatusAccepted, api.PushAnswer{TaskID: t.ID, TaskVersion: t.Version, Attempt: t.Attempt, Accepted: true, Duplicate: dup})
+}
+
+// busy answers a push that finds no room: 429 with Retry-After.
+func (w *Worker) busy(rw http.ResponseWriter) {
+	rw.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(w.cfg.RetryAfter.Seconds()))))
+	writeError(rw, http.StatusTooManyRequests, courier.CodeRateLimited,
+		fmt.Sprintf("%d attempts already run here; try again later", w.cfg.MaxConcurrent))
 }
 
 // start runs the attempt in the background unless it (or a newer attempt of the same version)

@@ -113,7 +113,7 @@ func (s *Service) ListSchedules(ctx context.Context, limit int) ([]api.Schedule,
 	}
 	if len(out) < limit {
 		// Then the schedules on the timer wheel.
-		wheel, next, err := s.ListSchedulePage(ctx, ScheduleListQuery{PageSize: limit - len(out)}, nil)
+		wheel, next, err := s.listWheelPage(ctx, ScheduleQuery{Limit: limit - len(out)}, "")
 		if err != nil {
 			return nil, false, err
 		}

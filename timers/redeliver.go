@@ -131,6 +131,7 @@ type RedeliverQuery struct {
 // RedeliverResult says what a bulk redelivery did.
 type RedeliverResult struct {
 	Redelivered int
+	Skipped     int  // matched, but redelivered meanwhile by someone else
 	More        bool // failed timers matching the query remain beyond Max
 }
 
@@ -163,13 +164,14 @@ func (s *Service) RedeliverFailed(ctx context.Context, q RedeliverQuery) (Redeli
 			return res, err
 		}
 		for _, t := range page {
-			if res.Redelivered == q.Max {
+			if res.Redelivered+res.Skipped == q.Max {
 				res.More = true
 				return res, nil
 			}
 			_, err := s.Redeliver(ctx, t.BizType, t.BizID)
 			if courier.ErrorCode(err) == courier.CodeConflict {
-				continue // redelivered meanwhile, by someone else
+				res.Skipped++ // redelivered meanwhile, by someone else
+				continue
 			}
 			if err != nil {
 				return res, err

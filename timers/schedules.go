@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
@@ -107,7 +110,8 @@ func scheduleErr(err error, id string) error {
 	case errors.As(err, &inv):
 		return &courier.Error{Code: courier.CodeValidation, Message: inv.Message}
 	case errors.Is(err, temporal.ErrScheduleAlreadyRunning):
-		return courier.Errorf(courier.CodeConflict, "schedule %q already exists; PATCH it instead", id)
+		return &courier.Error{Code: courier.CodeConflict, Message: fmt.Sprintf("schedule %q already exists; PUT it without If-None-Match to replace it", id),
+			Details: map[string]any{"id": id}}
 	}
 	return err
 }
@@ -148,7 +152,7 @@ func (s *Service) CreateSchedule(ctx context.Context, id string, sp api.Schedule
 	}
 	_, err = s.tc.ScheduleClient().Create(ctx, client.ScheduleOptions{
 		ID: courier.ScheduleID(id), Spec: spec, Action: action, Overlap: pol.Overlap, CatchupWindow: pol.CatchupWindow,
-		Paused: sp.Paused,
+		Paused: sp.Paused, TypedSearchAttributes: scheduleAttributes(sp),
 	})
 	if err != nil {
 		return api.Schedule{}, scheduleErr(err, id)
@@ -233,7 +237,8 @@ func (s *Service) UpdateSchedule(ctx context.Context, id string, sp api.Schedule
 		if sp.Paused && sch.State != nil {
 			sch.State.Paused = true
 		}
-		return &client.ScheduleUpdate{Schedule: &sch}, nil
+		attrs := scheduleAttributes(sp)
+		return &client.ScheduleUpdate{Schedule: &sch, TypedSearchAttributes: &attrs}, nil
 	}})
 	if err != nil {
 		return api.Schedule{}, scheduleErr(err, id)
@@ -295,3 +300,105 @@ func (s *Service) TriggerSchedule(ctx context.Context, id string) error {
 }
 
 const specMemo = "courier_schedule"
+
+// scheduleAttributes are the search attributes of the schedule itself (not of its runs), so
+// ListSchedulePage can select schedules by business type.
+func scheduleAttributes(sp api.ScheduleSpec) temporal.SearchAttributes {
+	return temporal.NewSearchAttributes(temporal.NewSearchAttributeKeyKeyword(courier.SABizType).ValueSet(sp.BizType))
+}
+
+// ScheduleQuery selects schedules for ListSchedulePage. Zero fields do not filter.
+type ScheduleQuery struct {
+	BizType string // a business type's name (checked by the caller); "": every type
+	Paused  *bool  // only paused (true) or only running (false) schedules; nil: both
+	Limit   int    // schedules per page, at most
+}
+
+// ListSchedulePage reads one page of courier's schedules from Temporal's visibility, newest
+// first as Temporal orders them, and the token of the next page (nil on the last). A page may
+// hold fewer than q.Limit schedules while a token follows (courier's own sweeper schedule is
+// skipped). An item carries the id, the business type, the schedule's own pause and note and
+// its next runs; GetSchedule has the whole spec and the recent runs. A schedule created before
+// schedules carried their business type as a search attribute is listed without it, and
+// found by the business type filter once it is replaced (PUT) again.
+//
+// Then the schedules on the timer wheel (business types in the bucketed mode), by id, from
+// courier's database: their pages follow the last of Temporal's.
+func (s *Service) ListSchedulePage(ctx context.Context, q ScheduleQuery, token []byte) ([]api.Schedule, []byte, error) {
+	if cursor, ok := strings.CutPrefix(string(token), wheelTokenPrefix); ok {
+		return s.listWheelPage(ctx, q, cursor)
+	}
+	out, next, err := s.listTemporalPage(ctx, q, token)
+	if err != nil || next != nil || s.wheel() == nil {
+		return out, next, err
+	}
+	// Temporal's last page: the wheel's first follows on the next page.
+	return out, []byte(wheelTokenPrefix), nil
+}
+
+// listTemporalPage reads one page of the Temporal Schedules from Temporal's visibility.
+func (s *Service) listTemporalPage(ctx context.Context, q ScheduleQuery, token []byte) ([]api.Schedule, []byte, error) {
+	var conds []string
+	if q.BizType != "" {
+		conds = append(conds, fmt.Sprintf("%s = '%s'", courier.SABizType, q.BizType))
+	}
+	if q.Paused != nil {
+		conds = append(conds, fmt.Sprintf("TemporalSchedulePaused = %t", *q.Paused))
+	}
+	req := &workflowservice.ListSchedulesRequest{
+		Namespace: s.namespace, MaximumPageSize: int32(q.Limit), NextPageToken: token, Query: strings.Join(conds, " AND "),
+	}
+	resp, err := s.tc.WorkflowService().ListSchedules(ctx, req)
+	// The raw service call has none of the SDK's retries: wait out the namespace's visibility
+	// rate limit (a burst of lists meets it) a few times, about 3 s in all, within ctx.
+	for wait := visibilityBackoff; isRateLimited(err) && wait <= 8*visibilityBackoff; wait *= 2 {
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		resp, err = s.tc.WorkflowService().ListSchedules(ctx, req)
+	}
+	if err != nil {
+		var inv *serviceerror.InvalidArgument
+		switch {
+		case errors.As(err, &inv):
+			return nil, nil, &courier.Error{Code: courier.CodeValidation, Message: inv.Message}
+		case isRateLimited(err):
+			return nil, nil, &courier.Error{Code: courier.CodeUnavailable, RetryAfter: time.Second,
+				Message: "Temporal's visibility is rate limited for the moment (too many lists at once); repeat in a second"}
+		}
+		return nil, nil, err
+	}
+	out := make([]api.Schedule, 0, len(resp.GetSchedules()))
+	for _, e := range resp.GetSchedules() {
+		esc, ok := strings.CutPrefix(e.GetScheduleId(), "schedule/")
+		if !ok {
+			continue // not one of the API's (the sweeper's)
+		}
+		id, err := url.PathUnescape(esc)
+		if err != nil {
+			continue // not an id courier escaped
+		}
+		info := e.GetInfo()
+		sc := api.Schedule{ID: id, Mode: string(courier.TimerModeWorkflow), Paused: info.GetPaused(), Note: info.GetNotes(), NextRuns: []time.Time{}, RecentRuns: []time.Time{}}
+		sc.Spec.BizType = searchString(e.GetSearchAttributes(), courier.SABizType)
+		sc.Spec.Paused = sc.Paused
+		for _, t := range info.GetFutureActionTimes() {
+			sc.NextRuns = append(sc.NextRuns, t.AsTime())
+		}
+		out = append(out, sc)
+	}
+	return out, resp.GetNextPageToken(), nil
+}
+
+// visibilityBackoff is the first wait before a list that Temporal's visibility rate limit
+// refused is sent again; each next wait doubles.
+const visibilityBackoff = 200 * time.Millisecond
+
+// isRateLimited reports Temporal refusing a call for its rate limits (ResourceExhausted), which
+// a moment's wait lifts.
+func isRateLimited(err error) bool {
+	var re *serviceerror.ResourceExhausted
+	return errors.As(err, &re)
+}

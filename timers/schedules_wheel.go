@@ -144,21 +144,18 @@ func (s *Service) wheelSchedule(ctx context.Context, rec courier.ScheduleRecord)
 	return out, nil
 }
 
-// ScheduleListQuery selects schedules for GET /v1/schedules.
-type ScheduleListQuery struct {
-	BizType  string
-	Paused   *bool
-	PageSize int
-}
+// wheelTokenPrefix starts the page tokens of the wheel's schedules, which a schedule list
+// reads after Temporal's: the rest of the token is the last id of the page before.
+const wheelTokenPrefix = "wheel:"
 
-// ListSchedulePage returns one page of the schedules on the wheel that q selects, by id, and
-// the cursor of the next page (nil on the last). Temporal Schedules are not listed here.
-func (s *Service) ListSchedulePage(ctx context.Context, q ScheduleListQuery, cursor []byte) ([]api.Schedule, []byte, error) {
+// listWheelPage reads one page of the schedules on the wheel q selects, by id, after the id
+// cursor; next is the cursor of the following page (nil on the last).
+func (s *Service) listWheelPage(ctx context.Context, q ScheduleQuery, cursor string) ([]api.Schedule, []byte, error) {
 	w := s.wheel()
 	if w == nil {
 		return nil, nil, nil
 	}
-	recs, more, err := w.ListScheduleRecords(ctx, courier.ScheduleFilter{BizType: q.BizType, Paused: q.Paused, After: string(cursor), Limit: q.PageSize})
+	recs, more, err := w.ListScheduleRecords(ctx, courier.ScheduleFilter{BizType: q.BizType, Paused: q.Paused, After: cursor, Limit: q.Limit})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -172,7 +169,7 @@ func (s *Service) ListSchedulePage(ctx context.Context, q ScheduleListQuery, cur
 	}
 	var next []byte
 	if more && len(recs) > 0 {
-		next = []byte(recs[len(recs)-1].ID)
+		next = []byte(wheelTokenPrefix + recs[len(recs)-1].ID)
 	}
 	return out, next, nil
 }

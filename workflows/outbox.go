@@ -19,7 +19,7 @@ const ErrTypeOutboxDead = "OutboxDead"
 
 // DefaultOutboxRetry is the outbox delivery budget when the worker's config sets none: 20
 // attempts from 1 s doubling to a 5 min cap, about an hour in all.
-var DefaultOutboxRetry = RetryPolicy{
+var DefaultOutboxRetry = courier.RetryPolicy{
 	InitialInterval: time.Second,
 	BackoffCoef:     2,
 	MaxInterval:     5 * time.Minute,
@@ -27,8 +27,9 @@ var DefaultOutboxRetry = RetryPolicy{
 	AttemptTimeout:  30 * time.Second,
 }
 
-// WithDefaults fills zero fields from DefaultOutboxRetry.
-func (r RetryPolicy) WithDefaults() RetryPolicy {
+// OutboxRetry is the budget r with its zero fields (and a coefficient under 1) taken from
+// DefaultOutboxRetry.
+func OutboxRetry(r courier.RetryPolicy) courier.RetryPolicy {
 	if r.InitialInterval <= 0 {
 		r.InitialInterval = DefaultOutboxRetry.InitialInterval
 	}
@@ -54,12 +55,20 @@ var outboxNonRetryable = []string{contract.ErrTypeUnknownTopic, contract.ErrType
 type OutboxDeliveryParams struct {
 	Source string
 	ID     int64
-	Retry  RetryPolicy // the delivery budget; zero fields take DefaultOutboxRetry's
+	Retry  courier.RetryPolicy // the delivery budget; zero fields take DefaultOutboxRetry's
 	// FinalState makes the run write "sent" to CourierState before it completes, so the search
 	// attribute never goes on saying "dispatched" for a sent record (it costs one event). Runs
 	// started before it existed (recorded histories) wrote none; the field keeps them replaying
 	// as they ran.
 	FinalState bool `json:",omitempty"`
+	// QuietSuccess makes the run write CourierState only when it ends other than sent (dead,
+	// or pending for a paused topic): a run that closes Completed without a state delivered
+	// its record, so a sent record costs no upsert (one event and one billable action less),
+	// and the starter sets no state at the start (ExecutionStatus Running says it). It
+	// overrides FinalState, which the relay still sets so that a worker from before
+	// QuietSuccess, running a run started by a newer relay during a rolling upgrade, writes
+	// "sent". Runs started before it (recorded histories) replay as they ran.
+	QuietSuccess bool `json:",omitempty"`
 }
 
 // OutboxDeliveryResult is the delivery workflow's outcome.
@@ -77,27 +86,28 @@ type OutboxDeliveryResult struct {
 // not stay in limbo.
 var markDeadOptions = workflow.ActivityOptions{
 	StartToCloseTimeout: 30 * time.Second,
-	RetryPolicy:         untilDone.Temporal(),
+	RetryPolicy:         TemporalRetry(untilDone),
 }
 
 // OutboxDelivery publishes one outbox record with retries and backoff, then the record is
-// sent, "sent" is written to CourierState (FinalState) and the run completes.
+// sent and the run completes (without a CourierState: QuietSuccess; "sent" for a run started
+// with FinalState only).
 // The first attempt is a local activity (deliverLocalFirst). Once the budget is spent (or the
 // failure is permanent) it marks the record dead with its last error, writes "dead" to
 // CourierState, and the run fails with it (ErrTypeOutboxDead), so the Temporal UI lists it
 // under Failures.
 func OutboxDelivery(ctx workflow.Context, p OutboxDeliveryParams) (OutboxDeliveryResult, error) {
-	res, err := deliverLocalFirst(ctx, contract.DeliverParams{Source: p.Source, ID: p.ID}, p.Retry.WithDefaults())
+	res, err := deliverLocalFirst(ctx, contract.DeliverParams{Source: p.Source, ID: p.ID}, OutboxRetry(p.Retry))
 	if err == nil && res.Paused {
 		// Only an activity that knows pauses answers Paused, so runs recorded before pauses
 		// never take this branch and replay as they ran.
-		if p.FinalState {
+		if p.FinalState || p.QuietSuccess {
 			_ = workflow.UpsertTypedSearchAttributes(ctx, saState.ValueSet(string(courier.OutboxPending)))
 		}
 		return OutboxDeliveryResult{Status: courier.OutboxPending, Paused: true}, nil
 	}
 	if err == nil {
-		if p.FinalState {
+		if p.FinalState && !p.QuietSuccess {
 			_ = workflow.UpsertTypedSearchAttributes(ctx, saState.ValueSet(string(courier.OutboxSent)))
 		}
 		return OutboxDeliveryResult{Status: courier.OutboxSent, AlreadySent: res.AlreadySent}, nil
@@ -115,10 +125,10 @@ func OutboxDelivery(ctx workflow.Context, p OutboxDeliveryParams) (OutboxDeliver
 
 // deliver runs the delivery activity with what is left of the budget: Temporal retries it on
 // the server with the budget's backoff.
-func deliver(ctx workflow.Context, params contract.DeliverParams, retry RetryPolicy) (contract.DeliverResult, error) {
+func deliver(ctx workflow.Context, params contract.DeliverParams, retry courier.RetryPolicy) (contract.DeliverResult, error) {
 	dctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: retry.AttemptTimeout,
-		RetryPolicy:         retry.Temporal(outboxNonRetryable...),
+		RetryPolicy:         TemporalRetry(retry, outboxNonRetryable...),
 	})
 	var res contract.DeliverResult
 	err := workflow.ExecuteActivity(dctx, contract.DeliverOutboxName, params).Get(ctx, &res)
@@ -141,23 +151,23 @@ const LocalAttemptTimeout = 5 * time.Second
 // the budget as the activity deliver runs, with the backoff the budget gives from the second
 // attempt on. So the attempts and waits are the budget's, and a failing destination's retries
 // wait on the server, not in a worker.
-func deliverLocalFirst(ctx workflow.Context, params contract.DeliverParams, retry RetryPolicy) (contract.DeliverResult, error) {
+func deliverLocalFirst(ctx workflow.Context, params contract.DeliverParams, retry courier.RetryPolicy) (contract.DeliverResult, error) {
 	timeout := min(retry.AttemptTimeout, LocalAttemptTimeout)
 	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		ScheduleToCloseTimeout: timeout,
 		StartToCloseTimeout:    timeout,
 		// One attempt; the activity reads the first backoff from it for next_attempt_at.
-		RetryPolicy: retry.firstAttempt().Temporal(outboxNonRetryable...),
+		RetryPolicy: TemporalRetry(firstAttempt(retry), outboxNonRetryable...),
 	})
 	var res contract.DeliverResult
 	err := workflow.ExecuteLocalActivity(lctx, contract.DeliverOutboxName, params).Get(ctx, &res)
 	if err == nil || retry.MaxAttempts <= 1 || !retryable(err) {
 		return res, err
 	}
-	if err := workflow.Sleep(ctx, retry.firstBackoff()); err != nil {
+	if err := workflow.Sleep(ctx, firstBackoff(retry)); err != nil {
 		return res, err // cancelled while it waited
 	}
-	return deliver(ctx, params, retry.afterFirst())
+	return deliver(ctx, params, afterFirst(retry))
 }
 
 // retryable says whether a failed attempt may be tried again: not if the run was cancelled or

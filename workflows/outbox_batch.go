@@ -3,6 +3,7 @@ package workflows
 import (
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities/contract"
 )
 
@@ -11,7 +12,7 @@ import (
 type OutboxBatchParams struct {
 	Source string
 	IDs    []int64
-	Retry  RetryPolicy // the publish activity's budget; the per-record deliveries keep their own
+	Retry  courier.RetryPolicy // the publish activity's budget; the per-record deliveries keep their own
 }
 
 // OutboxBatch publishes a claimed batch of records in one activity (see
@@ -21,10 +22,10 @@ type OutboxBatchParams struct {
 // budget), every record still unsent is handed to a delivery of its own, so a batch never
 // strands a record.
 func OutboxBatch(ctx workflow.Context, p OutboxBatchParams) (contract.BatchResult, error) {
-	retry := p.Retry.WithDefaults()
+	retry := OutboxRetry(p.Retry)
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: retry.AttemptTimeout,
-		RetryPolicy:         retry.Temporal(outboxNonRetryable...),
+		RetryPolicy:         TemporalRetry(retry, outboxNonRetryable...),
 	})
 	var res contract.BatchResult
 	err := workflow.ExecuteActivity(actx, contract.PublishOutboxBatchName,

@@ -30,7 +30,7 @@ type OutboxOrderedParams struct {
 	Key    string
 	Scope  courier.OrderedScope // which records of the source are ordered
 	Max    int                  // records per claim (and so per publish activity); default 100
-	Retry  RetryPolicy          // the budget of each record; zero fields take DefaultOutboxRetry's
+	Retry  courier.RetryPolicy  // the budget of each record; zero fields take DefaultOutboxRetry's
 	Sent   int                  // records sent by the runs before this one (continue-as-new)
 }
 
@@ -60,7 +60,7 @@ var orderedClaimOptions = workflow.LocalActivityOptions{
 // is blocked behind it, and the run ends Failed (ErrTypeOutboxKeyBlocked): only an operator's
 // redrive or skip lets the key flow again. One run per key at a time: its id is the key's (courier.OutboxKeyWorkflowID).
 func OutboxOrdered(ctx workflow.Context, p OutboxOrderedParams) (OutboxOrderedResult, error) {
-	retry := p.Retry.WithDefaults()
+	retry := OutboxRetry(p.Retry)
 	res := OutboxOrderedResult{Sent: p.Sent}
 	cctx := workflow.WithLocalActivityOptions(ctx, orderedClaimOptions)
 	timeout := min(retry.AttemptTimeout, LocalAttemptTimeout)
@@ -160,7 +160,7 @@ func blockKey(ctx workflow.Context, source string, id int64, lastErr string, res
 
 // orderedBackoff is the wait after a record's attempts-th failed attempt, as the budget gives
 // it: the initial interval times the coefficient per attempt before, capped at the longest.
-func orderedBackoff(r RetryPolicy, attempts int) time.Duration {
+func orderedBackoff(r courier.RetryPolicy, attempts int) time.Duration {
 	d := float64(r.InitialInterval) * math.Pow(r.BackoffCoef, float64(max(attempts, 1)-1))
 	if d <= 0 || d > float64(r.MaxInterval) || math.IsInf(d, 0) || math.IsNaN(d) {
 		return r.MaxInterval

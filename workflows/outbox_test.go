@@ -31,7 +31,7 @@ func newEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
 	return env
 }
 
-var budget = workflows.RetryPolicy{InitialInterval: time.Second, BackoffCoef: 2, MaxInterval: 10 * time.Second, MaxAttempts: 5}
+var budget = courier.RetryPolicy{InitialInterval: time.Second, BackoffCoef: 2, MaxInterval: 10 * time.Second, MaxAttempts: 5}
 
 func TestOutboxDeliverySuccess(t *testing.T) {
 	env := newEnv(t)
@@ -68,7 +68,7 @@ func TestOutboxDeliveryRetriesWithBackoff(t *testing.T) {
 	capped.MaxInterval = 1500 * time.Millisecond
 	for _, c := range []struct {
 		name  string
-		retry workflows.RetryPolicy
+		retry courier.RetryPolicy
 		waits []time.Duration
 	}{
 		{"doubling", budget, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}},
@@ -126,7 +126,7 @@ func TestOutboxDeliveryFirstAttemptIsLocal(t *testing.T) {
 	require.NotNil(t, info.RetryPolicy)
 	require.Equal(t, int32(1), info.RetryPolicy.MaximumAttempts, "one local attempt; the rest of the budget is the activity's")
 	require.Equal(t, budget.InitialInterval, info.RetryPolicy.InitialInterval)
-	require.Equal(t, 30*time.Second, budget.WithDefaults().AttemptTimeout)
+	require.Equal(t, 30*time.Second, workflows.OutboxRetry(budget).AttemptTimeout)
 	require.WithinDuration(t, info.StartedTime.Add(workflows.LocalAttemptTimeout), info.Deadline, time.Second)
 	env.AssertExpectations(t)
 }
@@ -134,7 +134,7 @@ func TestOutboxDeliveryFirstAttemptIsLocal(t *testing.T) {
 // After the budget the record is marked dead with the last error: exactly MaxAttempts attempts
 // (one local, then the activity's), and a budget of one attempt makes only the local one.
 func TestOutboxDeliveryDeadAfterBudget(t *testing.T) {
-	for _, attempts := range []int32{5, 2, 1} {
+	for _, attempts := range []int{5, 2, 1} {
 		t.Run(fmt.Sprintf("%d-attempts", attempts), func(t *testing.T) {
 			env := newEnv(t)
 			var (
@@ -245,25 +245,34 @@ func deadResult(t *testing.T, env *testsuite.TestWorkflowEnvironment) workflows.
 }
 
 func TestRetryPolicyDefaults(t *testing.T) {
-	require.Equal(t, workflows.DefaultOutboxRetry, workflows.RetryPolicy{}.WithDefaults())
-	custom := workflows.RetryPolicy{MaxAttempts: 3}.WithDefaults()
-	require.Equal(t, int32(3), custom.MaxAttempts)
+	require.Equal(t, workflows.DefaultOutboxRetry, workflows.OutboxRetry(courier.RetryPolicy{}))
+	custom := workflows.OutboxRetry(courier.RetryPolicy{MaxAttempts: 3})
+	require.Equal(t, 3, custom.MaxAttempts)
 	require.Equal(t, time.Second, custom.InitialInterval)
 }
 
-// A run started with FinalState writes "sent" for a sent record, so CourierState never says
-// "dispatched" for it afterwards; a dead one's writes "dead". Runs started before FinalState
-// (recorded histories) wrote nothing for a sent record.
+// A run started as the relay starts them now (QuietSuccess, with FinalState for older workers)
+// writes no CourierState for a sent record, its Completed status says it (one event and one
+// billable action less per record), and writes "dead" for a dead one and "pending" for one
+// that met a paused topic. Runs started with FinalState only wrote "sent" for a sent record,
+// runs started before FinalState (recorded histories) nothing.
 func TestOutboxDeliveryStateUpserts(t *testing.T) {
 	for _, c := range []struct {
 		name       string
 		fail       bool
+		paused     bool
 		finalState bool
+		quiet      bool
 		want       []string
 	}{
-		{"sent", false, true, []string{string(courier.OutboxSent)}},
-		{"dead", true, true, []string{string(courier.OutboxDead)}},
-		{"sent, started before FinalState", false, false, nil},
+		{"sent", false, false, true, true, nil},
+		{"dead", true, false, true, true, []string{string(courier.OutboxDead)}},
+		{"paused", false, true, true, true, []string{string(courier.OutboxPending)}},
+		{"sent, QuietSuccess alone", false, false, false, true, nil},
+		{"paused, QuietSuccess alone", false, true, false, true, []string{string(courier.OutboxPending)}},
+		{"sent, started with FinalState only", false, false, true, false, []string{string(courier.OutboxSent)}},
+		{"dead, started with FinalState only", true, false, true, false, []string{string(courier.OutboxDead)}},
+		{"sent, started before FinalState", false, false, false, false, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			env := newEnv(t)
@@ -277,8 +286,9 @@ func TestOutboxDeliveryStateUpserts(t *testing.T) {
 			if c.fail {
 				err = temporal.NewNonRetryableApplicationError("x", contract.ErrTypeUnknownTopic, nil)
 			}
-			env.OnActivity(contract.DeliverOutboxName, mock.Anything, mock.Anything).Return(contract.DeliverResult{}, err)
-			env.ExecuteWorkflow(courier.KindOutbox.Workflow, workflows.OutboxDeliveryParams{ID: 3, Retry: budget, FinalState: c.finalState})
+			env.OnActivity(contract.DeliverOutboxName, mock.Anything, mock.Anything).Return(contract.DeliverResult{Paused: c.paused}, err)
+			env.ExecuteWorkflow(courier.KindOutbox.Workflow, workflows.OutboxDeliveryParams{ID: 3, Retry: budget,
+				FinalState: c.finalState, QuietSuccess: c.quiet})
 			require.True(t, env.IsWorkflowCompleted())
 			if c.fail {
 				require.Equal(t, courier.OutboxDead, deadResult(t, env).Status)

@@ -42,7 +42,7 @@ func TestStartAttributes(t *testing.T) {
 	fire := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC)
 	sa := workflows.StartAttributes(courier.KindTask, courier.RunAttributes{TaskID: "doc-42", TaskVersion: 3, TaskPriority: 2,
 		TaskQueue: "docparse", State: string(courier.TaskProcessing), BizType: "ignored"})
-	require.Equal(t, 6, sa.Size(), "a task's six, nothing of another kind")
+	require.Equal(t, 5, sa.Size(), "a task's five, nothing of another kind, and no state: a run that succeeds writes none")
 	kw := func(sa temporal.SearchAttributes, name string) string {
 		v, ok := sa.GetKeyword(temporal.NewSearchAttributeKeyKeyword(name))
 		require.True(t, ok, name)
@@ -58,12 +58,17 @@ func TestStartAttributes(t *testing.T) {
 	require.Equal(t, int64(3), num(courier.SATaskVersion))
 	require.Equal(t, int64(2), num(courier.SATaskPriority))
 	require.Equal(t, "docparse", kw(sa, courier.SATaskQueue))
-	require.Equal(t, "processing", kw(sa, courier.SAState))
+	_, ok := sa.GetKeyword(temporal.NewSearchAttributeKeyKeyword(courier.SAState))
+	require.False(t, ok, "a task attempt starts without a state (ExecutionStatus Running says it)")
+	_, ok = workflows.StartAttributes(courier.KindOutbox, courier.RunAttributes{Topic: "t", RecordID: 1, State: "dispatched"}).
+		GetKeyword(temporal.NewSearchAttributeKeyKeyword(courier.SAState))
+	require.False(t, ok, "a delivery starts without a state")
 
 	sa = workflows.StartAttributes(courier.KindTimerBucket, courier.RunAttributes{BizType: "coupons", FireAt: fire})
 	require.Equal(t, "timer-bucket", kw(sa, courier.SAKind))
 	require.Equal(t, "coupons", kw(sa, courier.SABizType))
-	at, ok := sa.GetTime(temporal.NewSearchAttributeKeyTime(courier.SAFireAt))
+	var at time.Time
+	at, ok = sa.GetTime(temporal.NewSearchAttributeKeyTime(courier.SAFireAt))
 	require.True(t, ok)
 	require.Equal(t, fire, at)
 }

@@ -19,10 +19,10 @@ import (
 )
 
 func TestRetryPolicyTemporal(t *testing.T) {
-	r := workflows.RetryPolicy{InitialInterval: time.Second, BackoffCoef: 3, MaxInterval: time.Minute, MaxAttempts: 4, AttemptTimeout: time.Hour}
+	r := courier.RetryPolicy{InitialInterval: time.Second, BackoffCoef: 3, MaxInterval: time.Minute, MaxAttempts: 4, AttemptTimeout: time.Hour}
 	require.Equal(t, &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 3, MaximumInterval: time.Minute,
-		MaximumAttempts: 4, NonRetryableErrorTypes: []string{"A", "B"}}, r.Temporal("A", "B"))
-	require.Nil(t, r.Temporal().NonRetryableErrorTypes, "no error types: none listed")
+		MaximumAttempts: 4, NonRetryableErrorTypes: []string{"A", "B"}}, workflows.TemporalRetry(r, "A", "B"))
+	require.Nil(t, workflows.TemporalRetry(r).NonRetryableErrorTypes, "no error types: none listed")
 }
 
 // retriesOf records the retry policy each activity (local ones included) was scheduled with,

@@ -46,6 +46,15 @@ type TaskParams struct {
 	// the run closed. Runs started before it existed (recorded histories) wrote none for a
 	// success; the field keeps them replaying as they ran.
 	FinalState bool `json:",omitempty"`
+	// QuietSuccess makes the run write CourierState only when the attempt ends other than in
+	// the task's success: the status it left (pending for a retry, failed, cancelled), or stale
+	// when the task had moved on and the run changed nothing. A run that closes Completed
+	// without a state succeeded, so a success costs no upsert (one event and one billable
+	// action less), and the claimer sets no state at the start (ExecutionStatus Running says
+	// it). It overrides FinalState, which the claimer still sets so that a worker from before
+	// QuietSuccess, running a run started by a newer claimer during a rolling upgrade, writes
+	// "success". Runs started before it (recorded histories) replay as they ran.
+	QuietSuccess bool `json:",omitempty"`
 }
 
 // TaskRunResult is how one attempt's workflow ended.
@@ -57,14 +66,16 @@ type TaskRunResult struct {
 }
 
 // StateStale is the CourierState of a task attempt's run that found its task moved on before
-// its push (cancelled, superseded or finished meanwhile) and did nothing.
+// its push (cancelled, superseded or finished meanwhile) and did nothing, or (QuietSuccess) whose
+// outcome (other than its own cancel) the row did not take because the task had moved on
+// meanwhile.
 const StateStale = "stale"
 
 // pushRetry tries a push again within its attempt when a try failed on the way (no
 // connection, no answer within the push timeout, 429 or 5xx), after the worker's Retry-After
 // when it sent one; the push's schedule-to-close timeout keeps every try before the processing
 // deadline. A refused push (4xx, blocked address) or a stale attempt is not retried.
-var pushRetry = RetryPolicy{InitialInterval: contract.PushRetryInitial, BackoffCoef: 2, MaxInterval: contract.PushRetryMax, MaxAttempts: courier.PushTries}
+var pushRetry = courier.RetryPolicy{InitialInterval: contract.PushRetryInitial, BackoffCoef: 2, MaxInterval: contract.PushRetryMax, MaxAttempts: courier.PushTries}
 
 // pushNonRetryable are the push's error types that no retry can fix.
 var pushNonRetryable = []string{contract.ErrTypePushFailed, contract.ErrTypeTaskStale}
@@ -85,7 +96,7 @@ const defaultProcessingTimeout = 10 * time.Minute
 var finishOptions = workflow.LocalActivityOptions{
 	ScheduleToCloseTimeout: 10 * 365 * 24 * time.Hour,
 	StartToCloseTimeout:    30 * time.Second,
-	RetryPolicy:            untilDone.Temporal(),
+	RetryPolicy:            TemporalRetry(untilDone),
 }
 
 // Task runs one attempt of a task version (workflow id task/<task_id>/<version>; each attempt
@@ -124,7 +135,7 @@ func Task(ctx workflow.Context, p TaskParams) (TaskRunResult, error) {
 	}
 	switch {
 	case stale:
-		if p.FinalState {
+		if p.FinalState || p.QuietSuccess {
 			// The task had moved on (cancelled, superseded, finished by an earlier run): this
 			// run did nothing, and says so.
 			_ = workflow.UpsertTypedSearchAttributes(ctx, saState.ValueSet(StateStale))
@@ -168,7 +179,7 @@ func pushThenWait(ctx workflow.Context, p TaskParams) (r contract.AttemptResult,
 	lctx := workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
 		ScheduleToCloseTimeout: push.ProcessingTimeout,
 		StartToCloseTimeout:    push.PushTimeout + pushTryMargin,
-		RetryPolicy:            pushRetry.Temporal(pushNonRetryable...),
+		RetryPolicy:            TemporalRetry(pushRetry, pushNonRetryable...),
 	})
 	pushErr := workflow.ExecuteLocalActivity(lctx, contract.SendPushName, push).Get(ctx, nil)
 	if results.got == nil && pushErr != nil {
@@ -265,7 +276,7 @@ func pushAndAwait(ctx workflow.Context, p TaskParams) (r contract.AttemptResult,
 		ScheduleToCloseTimeout: push.ProcessingTimeout,
 		StartToCloseTimeout:    push.ProcessingTimeout,
 		HeartbeatTimeout:       p.HeartbeatTimeout,
-		RetryPolicy:            once.Temporal(), // a failed or timed-out attempt goes back through the queue's retry policy
+		RetryPolicy:            TemporalRetry(once), // a failed or timed-out attempt goes back through the queue's retry policy
 	})
 	err := workflow.ExecuteActivity(actx, contract.PushAwaitName, push).Get(ctx, &r)
 	var app *temporal.ApplicationError
@@ -323,11 +334,19 @@ func finishAttempt(ctx workflow.Context, p TaskParams, out contract.AttemptOutco
 	return attemptFinished(ctx, p, out, fin)
 }
 
-// attemptFinished ends the run once the row has the outcome: when the row took it, the task's
-// status is written to the run's CourierState (runs started before FinalState skipped it for a
-// success), and a task left Failed fails the run.
+// attemptFinished ends the run once the row has the outcome, and a task left Failed fails the
+// run. CourierState: with QuietSuccess, a success writes none, another status the row took is
+// written, and an outcome the row did not take because the task had moved on writes cancelled
+// for a cancelled run (the API cancelled the task first) and stale otherwise; before
+// QuietSuccess, the status the row took was written, a success only with FinalState.
 func attemptFinished(ctx workflow.Context, p TaskParams, out contract.AttemptOutcome, fin contract.FinishTaskResult) (TaskRunResult, error) {
-	if fin.Applied && (fin.Status != courier.TaskSuccess || p.FinalState) {
+	switch {
+	case p.QuietSuccess && !fin.Applied && out.Kind == courier.OutcomeCancelled:
+		_ = workflow.UpsertTypedSearchAttributes(ctx, saState.ValueSet(string(courier.TaskCancelled)))
+	case p.QuietSuccess && !fin.Applied:
+		_ = workflow.UpsertTypedSearchAttributes(ctx, saState.ValueSet(StateStale))
+	case p.QuietSuccess && fin.Status != courier.TaskSuccess,
+		!p.QuietSuccess && fin.Applied && (fin.Status != courier.TaskSuccess || p.FinalState):
 		_ = workflow.UpsertTypedSearchAttributes(ctx, saState.ValueSet(string(fin.Status)))
 	}
 	res := TaskRunResult{Applied: fin.Applied, Status: fin.Status, Outcome: out}
@@ -346,7 +365,7 @@ func attemptFinished(ctx workflow.Context, p TaskParams, out contract.AttemptOut
 
 // sweepRetry tries a failed sweep twice more, 5 s apart at first; the next scheduled sweep
 // picks up whatever is left after that.
-var sweepRetry = RetryPolicy{InitialInterval: 5 * time.Second, MaxAttempts: 3}
+var sweepRetry = courier.RetryPolicy{InitialInterval: 5 * time.Second, MaxAttempts: 3}
 
 // sweepsPerRun is how many sweeps one run of the sweeper makes before it continues as new:
 // an hour's worth at the default interval, a few hundred history events.
@@ -362,7 +381,7 @@ func TaskSweeper(ctx workflow.Context, p contract.SweepParams) (contract.SweepRe
 		TaskQueue:           courier.TaskFinishQueue(workflow.GetInfo(ctx).TaskQueueName),
 		StartToCloseTimeout: 10 * time.Minute,
 		HeartbeatTimeout:    time.Minute,
-		RetryPolicy:         sweepRetry.Temporal(),
+		RetryPolicy:         TemporalRetry(sweepRetry),
 	})
 	var res contract.SweepResult
 	if p.Every <= 0 {

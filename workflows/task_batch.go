@@ -31,7 +31,7 @@ func TaskBatch(ctx workflow.Context, p contract.PushBatchParams) (contract.PushB
 		// ends within those tries and the waits between them.
 		StartToCloseTimeout:    time.Duration(courier.PushTries)*(try+contract.PushRetryMax) + batchPushMargin,
 		ScheduleToCloseTimeout: 10 * 365 * 24 * time.Hour,
-		RetryPolicy:            untilDone.Temporal(),
+		RetryPolicy:            TemporalRetry(untilDone),
 	}
 	var r contract.PushBatchResult
 	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, opts), contract.PushBatchName, p).Get(ctx, &r)

@@ -822,3 +822,77 @@ func TestTaskFinalState(t *testing.T) {
 		require.Equal(t, []string{workflows.StateStale}, env.upsertedStates(t))
 	})
 }
+
+// A run started with QuietSuccess (as the claimer starts them) writes no CourierState when the
+// attempt leaves its task Success, recorded by the gateway or by the run (a Completed run
+// without a state is a success: one event and one billable action less per task), and writes
+// every other ending: the status the row took (pending for a retry, failed, cancelled), and
+// stale when the task had moved on, before the push or before the run's finish. FinalState,
+// which the claimer still sets for older workers, changes none of it.
+func TestTaskQuietSuccess(t *testing.T) {
+	for _, final := range []bool{false, true} {
+		p := attempt3
+		p.QuietSuccess, p.FinalState = true, final
+		for _, c := range []struct {
+			name     string
+			recorded bool // the gateway recorded the result; the run finishes nothing
+			fin      contract.FinishTaskResult
+			want     []string
+		}{
+			{"success recorded by the gateway", true, contract.FinishTaskResult{}, nil},
+			{"success", false, contract.FinishTaskResult{Applied: true, Status: courier.TaskSuccess}, nil},
+			{"retry", false, contract.FinishTaskResult{Applied: true, Status: courier.TaskPending}, []string{string(courier.TaskPending)}},
+			{"failed", false, contract.FinishTaskResult{Applied: true, Status: courier.TaskFailed}, []string{string(courier.TaskFailed)}},
+			{"moved on meanwhile (purged)", false, contract.FinishTaskResult{}, []string{workflows.StateStale}},
+		} {
+			t.Run(fmt.Sprintf("%s, FinalState %v", c.name, final), func(t *testing.T) {
+				env := newTaskEnv(t)
+				env.onPush(accepted)
+				env.finish = func(contract.FinishTaskParams) (contract.FinishTaskResult, error) { return c.fin, nil }
+				kind, status := courier.OutcomeSuccess, courier.TaskSuccess
+				if c.fin.Status != courier.TaskSuccess && !c.recorded {
+					kind = courier.OutcomeFailure
+				}
+				var refused error
+				env.report(time.Minute, contract.AttemptResult{Attempt: 3, Status: status,
+					Outcome: contract.AttemptOutcome{Kind: kind, Message: "worker said so", Recorded: c.recorded}}, &refused)
+				env.run(t, p)
+				require.NoError(t, refused)
+				require.Equal(t, c.want, env.upsertedStates(t))
+				if c.recorded {
+					require.Empty(t, env.finishes, "the gateway recorded it")
+				}
+			})
+		}
+		t.Run(fmt.Sprintf("stale, FinalState %v", final), func(t *testing.T) {
+			env := newTaskEnv(t)
+			env.onPush(func(int) (contract.SendPushResult, error) {
+				return contract.SendPushResult{}, temporal.NewNonRetryableApplicationError("moved on", contract.ErrTypeTaskStale, nil)
+			})
+			require.True(t, env.run(t, p).Stale)
+			require.Equal(t, []string{workflows.StateStale}, env.upsertedStates(t))
+		})
+		t.Run(fmt.Sprintf("cancelled by the API first, FinalState %v", final), func(t *testing.T) {
+			// The API cancelled the row and freed the slot, then cancelled the run: the run's
+			// finish changes nothing, and the run says the attempt was cancelled.
+			env := newTaskEnv(t)
+			env.onPush(accepted)
+			env.finish = func(contract.FinishTaskParams) (contract.FinishTaskResult, error) {
+				return contract.FinishTaskResult{Status: courier.TaskCancelled}, nil
+			}
+			env.RegisterDelayedCallback(env.CancelWorkflow, time.Minute)
+			res := env.run(t, p)
+			require.Equal(t, courier.OutcomeCancelled, res.Outcome.Kind)
+			require.Equal(t, []string{string(courier.TaskCancelled)}, env.upsertedStates(t))
+		})
+		t.Run(fmt.Sprintf("processing timeout, FinalState %v", final), func(t *testing.T) {
+			env := newTaskEnv(t)
+			env.onPush(accepted)
+			env.finish = func(contract.FinishTaskParams) (contract.FinishTaskResult, error) {
+				return contract.FinishTaskResult{Applied: true, Status: courier.TaskPending}, nil
+			}
+			env.run(t, p)
+			require.Equal(t, []string{string(courier.TaskPending)}, env.upsertedStates(t))
+		})
+	}
+}

@@ -76,7 +76,7 @@ const timerUpdatesPerRun = 1000
 // loadBizTypeOptions reads the type's delivery settings; a local activity, quick and retried.
 var loadBizTypeOptions = workflow.LocalActivityOptions{
 	StartToCloseTimeout: 10 * time.Second,
-	RetryPolicy:         untilDone.Temporal(contract.ErrTypeUnknownBizType),
+	RetryPolicy:         TemporalRetry(untilDone, contract.ErrTypeUnknownBizType),
 }
 
 // timerDeliveryNonRetryable are the delivery's error types that no retry can fix.
@@ -90,14 +90,14 @@ const timerFailureNotifyChange = "timer-failure-notify"
 // hour of retries, then the event is given up (and logged); the timer is failed either way.
 var notifyFailureOptions = workflow.ActivityOptions{
 	StartToCloseTimeout: time.Minute,
-	RetryPolicy: RetryPolicy{InitialInterval: time.Second, BackoffCoef: 2, MaxInterval: 5 * time.Minute,
-		MaxAttempts: 20}.Temporal(contract.ErrTypePermanentDelivery),
+	RetryPolicy: TemporalRetry(courier.RetryPolicy{InitialInterval: time.Second, BackoffCoef: 2, MaxInterval: 5 * time.Minute,
+		MaxAttempts: 20}, contract.ErrTypePermanentDelivery),
 }
 
 // recordTimerOptions write a bucketed timer's end into its row until the database answers.
 var recordTimerOptions = workflow.ActivityOptions{
 	StartToCloseTimeout: 30 * time.Second,
-	RetryPolicy:         untilDone.Temporal(),
+	RetryPolicy:         TemporalRetry(untilDone),
 }
 
 // Timer waits until FireAt (never earlier), accepting reschedules and a cancel as updates so the
@@ -202,8 +202,7 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerSnapshot, error) {
 		publish()
 		return st, timerFailure(st)
 	}
-	retry := RetryPolicy{InitialInterval: cfg.InitialInterval, BackoffCoef: cfg.Backoff,
-		MaxInterval: cfg.MaxInterval, MaxAttempts: cfg.MaxAttempts}.WithDefaults()
+	retry := OutboxRetry(cfg.Retry())
 	err := deliverTimer(ctx, p, cfg, retry, &st)
 	if err != nil {
 		st.State, st.LastError = courier.TimerFailed, rootMessage(err)
@@ -255,16 +254,16 @@ func deliveryID(ctx workflow.Context, p TimerParams) string {
 // deliverTimer delivers the timer through its type's queue with the type's retry budget (the
 // rest of it, after the attempts a bucket made), and counts the attempts in st, also when the
 // delivery failed for good.
-func deliverTimer(ctx workflow.Context, p TimerParams, cfg contract.BizTypeDelivery, retry RetryPolicy, st *TimerSnapshot) error {
+func deliverTimer(ctx workflow.Context, p TimerParams, cfg contract.BizTypeDelivery, retry courier.RetryPolicy, st *TimerSnapshot) error {
 	if h := p.HandOver; h != nil && h.Attempts > 0 {
 		if h.Permanent || h.Attempts >= int(retry.MaxAttempts) {
 			return errors.New(h.LastError)
 		}
 		// The bucket made the first attempt: wait the budget's first backoff, then the rest.
-		if err := workflow.Sleep(ctx, retry.firstBackoff()); err != nil {
+		if err := workflow.Sleep(ctx, firstBackoff(retry)); err != nil {
 			return err
 		}
-		retry = retry.afterFirst()
+		retry = afterFirst(retry)
 	}
 	timeout := cfg.RequestTimeout
 	if timeout <= 0 {
@@ -273,7 +272,7 @@ func deliverTimer(ctx workflow.Context, p TimerParams, cfg contract.BizTypeDeliv
 	dctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:           cfg.TaskQueue,
 		StartToCloseTimeout: timeout + 5*time.Second,
-		RetryPolicy:         retry.Temporal(timerDeliveryNonRetryable...),
+		RetryPolicy:         TemporalRetry(retry, timerDeliveryNonRetryable...),
 	})
 	made := 0
 	if p.HandOver != nil {
@@ -292,7 +291,7 @@ func deliverTimer(ctx workflow.Context, p TimerParams, cfg contract.BizTypeDeliv
 
 // failedAttempts is how many attempts a failed delivery made: the attempt number its last
 // error carries, or the whole budget when the last attempt timed out after every retry.
-func failedAttempts(err error, retry RetryPolicy) int {
+func failedAttempts(err error, retry courier.RetryPolicy) int {
 	var app *temporal.ApplicationError
 	var d contract.DeliveryAttempt
 	if errors.As(err, &app) && app.HasDetails() && app.Details(&d) == nil && d.Attempt > 0 {

@@ -54,7 +54,7 @@ const (
 var deliverBatchOptions = workflow.ActivityOptions{
 	StartToCloseTimeout: 10 * time.Minute,
 	HeartbeatTimeout:    30 * time.Second,
-	RetryPolicy:         untilDone.Temporal(contract.ErrTypeUnknownBizType),
+	RetryPolicy:         TemporalRetry(untilDone, contract.ErrTypeUnknownBizType),
 }
 
 // TimerBucket sleeps until its second begins, then delivers the business type's due timers in

@@ -37,7 +37,7 @@ type TimerChange struct {
 // the timer.
 var timerRowOptions = workflow.LocalActivityOptions{
 	StartToCloseTimeout: 10 * time.Second,
-	RetryPolicy:         untilDone.Temporal(contract.ErrTypeUnknownBizType),
+	RetryPolicy:         TemporalRetry(untilDone, contract.ErrTypeUnknownBizType),
 }
 
 // rowTimerSkewWait is the least a run waits before it claims again when its fire time has come
@@ -209,8 +209,7 @@ func RowTimer(ctx workflow.Context, p TimerParams) (TimerSnapshot, error) {
 	}
 
 	if failure == nil {
-		retry := RetryPolicy{InitialInterval: cfg.InitialInterval, BackoffCoef: cfg.Backoff,
-			MaxInterval: cfg.MaxInterval, MaxAttempts: cfg.MaxAttempts}.WithDefaults()
+		retry := OutboxRetry(cfg.Retry())
 		if err := deliverTimer(ctx, p, cfg, retry, &st); err != nil {
 			st.State, st.LastError = courier.TimerFailed, rootMessage(err)
 		} else {

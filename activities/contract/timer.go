@@ -39,6 +39,12 @@ type BizTypeDelivery struct {
 	NotifyFailure bool
 }
 
+// Retry is the type's delivery budget (the workflow fills its unset fields).
+func (d BizTypeDelivery) Retry() courier.RetryPolicy {
+	return courier.RetryPolicy{InitialInterval: d.InitialInterval, BackoffCoef: d.Backoff, MaxInterval: d.MaxInterval,
+		MaxAttempts: int(d.MaxAttempts)}
+}
+
 // RecordTimerResultParams end a bucketed timer's row: delivered or failed, after Attempts.
 type RecordTimerResultParams struct {
 	BizType   string

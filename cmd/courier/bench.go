@@ -1,3 +1,5 @@
+//go:build !slim
+
 package main
 
 import (
@@ -20,6 +22,7 @@ import (
 	"github.com/courier-oss/courier/devstack"
 	"github.com/courier-oss/courier/devstack/embeddednats"
 	"github.com/courier-oss/courier/relay"
+	"github.com/courier-oss/courier/tasks"
 	"github.com/courier-oss/courier/worker"
 )
 
@@ -76,6 +79,15 @@ func runBench(ctx context.Context, args []string) error {
 		fs.DurationVar(&kcfg.Timeout, "timeout", 10*time.Minute, "give up on a scenario after this long")
 		fs.BoolVar(&kcfg.Standalone, "standalone", false, "also run the engine's own job queue: one standalone activity per task (Temporal 1.32's public preview), beside the bare baseline")
 		fs.IntVar(&kcfg.Keys, "keys", 0, "also run each courier scenario on a queue whose concurrency keys take turns, the tasks spread over this many keys, to compare fairness's cost per task with the unkeyed run (0: off)")
+		fs.StringVar(&kcfg.Mode, "mode", bench.ModePerAttempt, "per-attempt: bare Temporal beside courier's per-attempt mode; batched: the batched dispatch mode (burn-down and steady) beside River; all: both")
+		fs.IntVar(&kcfg.Batched.Tasks, "batched-tasks", 20000, "tasks of each batched burn-down scenario (inserted before the queue opens), and River's jobs")
+		fs.IntVar(&kcfg.Batched.SteadyTasks, "steady-tasks", 10000, "tasks of each batched steady scenario, inserted at --rate while the queue runs (negative: no steady scenarios)")
+		fs.Float64Var(&kcfg.Batched.Rate, "rate", 1000, "inserts per second of the batched steady scenarios (and River's steady run)")
+		fs.IntVar(&kcfg.Batched.Limit, "batched-limit", 1000, "the batched queue's concurrency limit (River runs with 1,000 workers)")
+		fs.IntVar(&kcfg.Batched.PushBatchSize, "push-batch-size", 100, "the batched queue's push_batch_size (1: one push per task, each result on its own)")
+		fs.IntVar(&kcfg.Batched.ClaimSize, "claim-size", tasks.DefaultBatchedClaimSize, "the most tasks one claim of the batched queue takes, pushed by one batch run (the worker's tasks.Config.BatchedClaimSize)")
+		fs.BoolVar(&kcfg.Batched.SkipSQLite, "batched-postgres-only", false, "run the batched scenarios on --postgres-url only, not on SQLite too")
+		fs.StringVar(&kcfg.River.Dir, "river-dir", defaultRiverDir(), "the riverbench module, run with go run beside the batched scenarios on --postgres-url's server (its database river, created if missing); empty: no River run")
 	}
 	temporalAddr := fs.String("temporal-address", env("COURIER_BENCH_TEMPORAL_ADDRESS", ""), "run on this Temporal frontend (host:port; a cluster such as make cluster's) instead of an embedded server; the bare baseline runs there too (COURIER_BENCH_TEMPORAL_ADDRESS)")
 	temporalNS := fs.String("temporal-namespace", "courier", "the namespace on --temporal-address")
@@ -83,6 +95,9 @@ func runBench(ctx context.Context, args []string) error {
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (the engine, the relay and the producers) to this file, for go tool pprof")
 	if err := parse(fs, args[1:]); err != nil {
 		return err
+	}
+	if args[0] == "tasks" && kcfg.Mode != bench.ModePerAttempt && kcfg.Mode != bench.ModeBatched && kcfg.Mode != bench.ModeAll {
+		return &usageError{msg: "--mode must be per-attempt, batched or all", usage: flagUsage(fs)}
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -134,11 +149,30 @@ func runBench(ctx context.Context, args []string) error {
 		rs, err := bench.RunSchedules(ctx, stack, scfg)
 		return report(*asJSON, err, func() bench.Report { return bench.SchedulesReport(rs) })
 	case "tasks":
-		rs, err := bench.RunTasks(ctx, stack, kcfg)
-		return report(*asJSON, err, func() bench.Report { return bench.TasksReport(rs) })
+		run, err := bench.RunTaskModes(ctx, stack, kcfg)
+		return report(*asJSON, err, func() bench.Report { return bench.TasksReport(run) })
 	}
 	rs, err := bench.RunOutbox(ctx, stack, cfg)
 	return report(*asJSON, err, func() bench.Report { return bench.OutboxReport(rs) })
+}
+
+// defaultRiverDir is ../shared/peers/riverbench beside the repository the working directory is
+// in (the nearest directory up with a go.mod), or beside the working directory.
+func defaultRiverDir() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			dir = d
+			break
+		}
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	return filepath.Join(dir, "..", "shared", "peers", "riverbench")
 }
 
 // benchEngine connects to the Temporal frontend at addr, or, without one, starts an embedded

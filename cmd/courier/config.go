@@ -31,7 +31,28 @@ type TemporalConfig struct {
 	TLSKey        string // TEMPORAL_TLS_KEY: client key file (mTLS)
 	TLSCA         string // TEMPORAL_TLS_CA: CA bundle to verify the server
 	TLSServerName string // TEMPORAL_TLS_SERVER_NAME: override the verified server name
+	// APIKey is TEMPORAL_API_KEY: sent as "authorization: Bearer <key>" on every call (Temporal
+	// Cloud's API keys); it turns TLS on. Read from the environment only, never from a flag, so
+	// it shows in no process list or -h output; it is never logged. Default none.
+	APIKey secretString
 }
+
+// secretString is a credential: it prints and logs as "[redacted]" (or "" when unset), so a
+// configuration printed by mistake does not leak it.
+type secretString string
+
+func (s secretString) String() string {
+	if s == "" {
+		return ""
+	}
+	return "[redacted]"
+}
+
+// GoString keeps %#v from printing it.
+func (s secretString) GoString() string { return strconv.Quote(s.String()) }
+
+// LogValue keeps slog from printing it.
+func (s secretString) LogValue() slog.Value { return slog.StringValue(s.String()) }
 
 // OutboxConfig tunes the relay and the delivery budget.
 type OutboxConfig struct {
@@ -45,7 +66,7 @@ type OutboxConfig struct {
 	Retention    time.Duration // COURIER_OUTBOX_RETENTION: how long sent rows are kept; default relay.DefaultSentRetention
 	// Retry is COURIER_OUTBOX_ATTEMPT_TIMEOUT, COURIER_OUTBOX_RETRY_* and
 	// COURIER_OUTBOX_MAX_ATTEMPTS; default workflows.DefaultOutboxRetry.
-	Retry workflows.RetryPolicy
+	Retry courier.RetryPolicy
 	Batch relay.BatchConfig // COURIER_OUTBOX_BATCH_*: outbox_batch.go
 	// Ordered is the ordered mode (COURIER_OUTBOX_ORDERED_*: outbox_ordered.go).
 	Ordered relay.OrderedConfig
@@ -181,6 +202,8 @@ func (c *Config) bind(fs *flag.FlagSet, defaultHTTP string) {
 	fs.StringVar(&c.Temporal.TLSKey, "temporal-tls-key", env("TEMPORAL_TLS_KEY", ""), "client key for mTLS (TEMPORAL_TLS_KEY)")
 	fs.StringVar(&c.Temporal.TLSCA, "temporal-tls-ca", env("TEMPORAL_TLS_CA", ""), "CA bundle to verify Temporal (TEMPORAL_TLS_CA)")
 	fs.StringVar(&c.Temporal.TLSServerName, "temporal-tls-server-name", env("TEMPORAL_TLS_SERVER_NAME", ""), "TLS server name override (TEMPORAL_TLS_SERVER_NAME)")
+	// No flag: a key on the command line would show in every process list.
+	c.Temporal.APIKey = secretString(strings.TrimSpace(env("TEMPORAL_API_KEY", "")))
 	fs.StringVar(&c.DatabaseURL, "database-url", env("DATABASE_URL", ""), "postgres://… or sqlite:PATH (DATABASE_URL)")
 	fs.StringVar(&c.NATSURL, "nats-url", env("NATS_URL", ""), "NATS server URL, the broker named default (NATS_URL; "+DefaultNATSURL+" when COURIER_BROKERS names no broker)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", env("COURIER_HTTP_ADDR", defaultHTTP), "HTTP listen address (COURIER_HTTP_ADDR)")
@@ -216,13 +239,13 @@ func (c *Config) bindRuntime(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Outbox.Retry.MaxInterval, "outbox-retry-max-interval", c.env.duration("COURIER_OUTBOX_RETRY_MAX_INTERVAL", d.MaxInterval), "longest retry wait (COURIER_OUTBOX_RETRY_MAX_INTERVAL)")
 	fs.Float64Var(&c.Outbox.Retry.BackoffCoef, "outbox-retry-backoff", c.env.float("COURIER_OUTBOX_RETRY_BACKOFF", d.BackoffCoef), "retry wait growth factor (COURIER_OUTBOX_RETRY_BACKOFF)")
 	attempts := c.env.integer("COURIER_OUTBOX_MAX_ATTEMPTS", int(d.MaxAttempts))
-	c.Outbox.Retry.MaxAttempts = int32(attempts)
+	c.Outbox.Retry.MaxAttempts = attempts
 	fs.Func("outbox-max-attempts", fmt.Sprintf("attempts before a record is dead (COURIER_OUTBOX_MAX_ATTEMPTS; default %d)", attempts), func(s string) error {
 		v, err := strconv.Atoi(s)
 		if err != nil || v < 1 {
 			return errors.New("want a positive integer")
 		}
-		c.Outbox.Retry.MaxAttempts = int32(v)
+		c.Outbox.Retry.MaxAttempts = v
 		return nil
 	})
 	fs.StringVar(&c.Tasks.PublicURL, "public-url", env("COURIER_PUBLIC_URL", ""), "the gateway's base URL as task workers reach it, for the result and heartbeat links in each push (COURIER_PUBLIC_URL; dev: the gateway's address)")
@@ -249,6 +272,9 @@ func (c *Config) Validate(needDB bool) error {
 		return errors.New("TEMPORAL_NAMESPACE is required")
 	case (c.Temporal.TLSCert == "") != (c.Temporal.TLSKey == ""):
 		return errors.New("TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY go together")
+	case strings.ContainsFunc(string(c.Temporal.APIKey), func(r rune) bool { return r <= ' ' || r == 0x7f }):
+		// The message never quotes the key.
+		return errors.New("TEMPORAL_API_KEY holds spaces or control characters: set it to the key alone")
 	case c.Outbox.StartWorkers < 1 || c.Outbox.StartWorkers > 256:
 		return fmt.Errorf("outbox start workers must be from 1 to 256, got %d", c.Outbox.StartWorkers)
 	case c.Outbox.BatchSize < 1 || c.Outbox.BatchSize > 1000:
@@ -298,8 +324,10 @@ func (c *Config) Validate(needDB bool) error {
 	return nil
 }
 
+// tlsConfig is the TLS to Temporal: none unless TEMPORAL_TLS, a client certificate, a CA or an
+// API key asks for it (an API key is never sent in the clear).
 func (t TemporalConfig) tlsConfig() (*tls.Config, error) {
-	if !t.TLS && t.TLSCert == "" && t.TLSCA == "" {
+	if !t.TLS && t.TLSCert == "" && t.TLSCA == "" && t.APIKey == "" {
 		return nil, nil
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.TLSServerName}

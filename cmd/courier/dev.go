@@ -1,3 +1,5 @@
+//go:build !slim
+
 package main
 
 import (
@@ -138,13 +140,11 @@ func runDev(ctx context.Context, args []string) error {
 	if a.cfg.Tasks.PublicURL == "" {
 		a.cfg.Tasks.PublicURL = "http://" + gwLn.Addr().String()
 	}
-	w, err := a.newWorker(ctx)
+	w, err := a.startWorker(ctx)
 	if err != nil {
 		return err
 	}
-	if err := w.Start(ctx); err != nil {
-		return err
-	}
+	a.workerHealth(w) // its metrics beside the gateway's, and its checks in the gateway's /readyz
 	done := serve(ctx, gwLn, a.newGateway(w.Relay().Wake, w.WakeTasks), cfg.RequestTimeout, cfg.ShutdownTimeout, log)
 
 	gw := "http://" + gwLn.Addr().String()

@@ -193,7 +193,7 @@ var docRuns = map[string]docRun{
 		require.Equal(t, 20.0, q.InsertRate)
 	}},
 	"outbox-bulk-redrive": {check: func(t *testing.T, e *docEnv, out string) {
-		require.Contains(t, out, `"redriven":`)
+		require.Contains(t, out, `"done":`)
 	}},
 	"tracing-publish": {check: func(t *testing.T, e *docEnv, out string) {
 		require.Contains(t, out, `"topic":"orders.created"`)

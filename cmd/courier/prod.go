@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 
@@ -17,43 +18,28 @@ import (
 	"github.com/courier-oss/courier/worker"
 )
 
-// runWorker runs the Temporal worker and the relay, with /metrics and /healthz on the HTTP
-// address, until SIGINT/SIGTERM.
+// runWorker runs the Temporal worker and the relay, with /metrics, /healthz and /readyz on the
+// HTTP address, until SIGINT/SIGTERM.
 func runWorker(ctx context.Context, args []string) error {
-	var cfg Config
-	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-	cfg.bind(fs, "127.0.0.1:9090")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if err := cfg.Validate(true); err != nil {
-		return err
-	}
-	a := &app{cfg: cfg, log: newLogger(cfg.LogLevel), reg: newRegistry()}
-	defer a.close()
-	ln, err := listen(cfg.HTTPAddr, "worker metrics", "--http-addr or COURIER_HTTP_ADDR")
+	a, ln, err := startProcess(ctx, "worker", args, "127.0.0.1:9090", "worker metrics")
 	if err != nil {
 		return err
 	}
-	if err := a.connect(ctx, false); err != nil {
-		return err
-	}
+	defer a.close()
+	cfg := a.cfg
 	if err := worker.EnsureSearchAttributes(ctx, a.temporal, cfg.Temporal.Namespace); err != nil {
 		a.log.Warn("could not register search attributes; register them with the Temporal CLI", "error", err)
 	}
 	if cfg.Tasks.PublicURL == "" {
 		a.log.Warn("COURIER_PUBLIC_URL is not set: task pushes carry report links without a host; set it to the gateway's URL as task workers reach it")
 	}
-	w, err := a.newWorker(ctx)
+	w, err := a.startWorker(ctx)
 	if err != nil {
-		return err
-	}
-	if err := w.Start(ctx); err != nil {
 		return err
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{"status":"ok"}`)) })
+	serveHealth(mux, a.workerHealth(w), w.Loops(), a.log)
 	done := serve(ctx, ln, mux, cfg.RequestTimeout, cfg.ShutdownTimeout, a.log)
 	a.log.Info("courier worker running", "temporal", cfg.Temporal.Address, "namespace", cfg.Temporal.Namespace, "metrics", "http://"+ln.Addr().String()+"/metrics")
 	<-ctx.Done()
@@ -64,27 +50,44 @@ func runWorker(ctx context.Context, args []string) error {
 
 // runGateway serves the HTTP API until SIGINT/SIGTERM.
 func runGateway(ctx context.Context, args []string) error {
-	var cfg Config
-	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
-	cfg.bind(fs, "127.0.0.1:8080")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if err := cfg.Validate(true); err != nil {
-		return err
-	}
-	a := &app{cfg: cfg, log: newLogger(cfg.LogLevel), reg: newRegistry()}
-	defer a.close()
-	ln, err := listen(cfg.HTTPAddr, "gateway", "--http-addr or COURIER_HTTP_ADDR")
+	a, ln, err := startProcess(ctx, "gateway", args, "127.0.0.1:8080", "gateway")
 	if err != nil {
 		return err
 	}
-	if err := a.connect(ctx, false); err != nil {
-		return err
-	}
+	defer a.close()
+	cfg := a.cfg
 	done := serve(ctx, ln, a.newGateway(nil, nil), cfg.RequestTimeout, cfg.ShutdownTimeout, a.log)
 	a.log.Info("courier gateway listening", "url", "http://"+ln.Addr().String())
 	return <-done
+}
+
+// startProcess is how `courier worker` and `courier gateway` start: their flags and
+// environment read and checked (the HTTP address defaulting to addr), the HTTP listener open
+// (what names it in the error of a port in use) and Temporal, the database and the brokers
+// connected. The caller closes the app; a failed start closes what it opened.
+func startProcess(ctx context.Context, name string, args []string, addr, what string) (*app, net.Listener, error) {
+	var cfg Config
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	cfg.bind(fs, addr)
+	if err := parse(fs, args); err != nil {
+		return nil, nil, err
+	}
+	if err := cfg.Validate(true); err != nil {
+		return nil, nil, err
+	}
+	a := &app{cfg: cfg, log: newLogger(cfg.LogLevel), reg: newRegistry()}
+	ln, err := listen(cfg.HTTPAddr, what, "--http-addr or COURIER_HTTP_ADDR")
+	if err == nil {
+		err = a.connect(ctx, false)
+	}
+	if err != nil {
+		if ln != nil {
+			_ = ln.Close()
+		}
+		a.close()
+		return nil, nil, err
+	}
+	return a, ln, nil
 }
 
 // runMigrate applies (or rolls back) migrations on DATABASE_URL.
@@ -96,10 +99,7 @@ func runMigrate(ctx context.Context, args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *dbURL == "" {
-		return fmt.Errorf("DATABASE_URL (or --database-url) is required")
-	}
-	st, err := store.Open(ctx, *dbURL)
+	st, err := openDatabase(ctx, *dbURL)
 	if err != nil {
 		return err
 	}
@@ -132,6 +132,14 @@ func runMigrate(ctx context.Context, args []string) error {
 	return nil
 }
 
+// openDatabase opens the database of --database-url (DATABASE_URL), which the command requires.
+func openDatabase(ctx context.Context, url string) (*store.Store, error) {
+	if url == "" {
+		return nil, fmt.Errorf("DATABASE_URL (or --database-url) is required")
+	}
+	return store.Open(ctx, url)
+}
+
 // runAPIKey creates or revokes API keys, or sets a key's own request rate.
 func runAPIKey(ctx context.Context, args []string) error {
 	if _, err := pickSubcommand("apikey", "action", []subcommand{
@@ -155,10 +163,7 @@ func runAPIKey(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *dbURL == "" {
-		return fmt.Errorf("DATABASE_URL (or --database-url) is required")
-	}
-	st, err := store.Open(ctx, *dbURL)
+	st, err := openDatabase(ctx, *dbURL)
 	if err != nil {
 		return err
 	}

@@ -37,7 +37,7 @@ func TestQueueCommands(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = st.PutQueue(ctx, courier.Queue{Name: "docs", PushURL: "https://worker.example/push", Secrets: []string{secret},
 		ConcurrencyLimit: 40, HeartbeatTimeout: time.Minute, PerKeyLimit: 5, DispatchRate: 30,
-		Retry: courier.TaskRetry{MaxAttempts: 9}}.WithDefaults())
+		Retry: courier.RetryPolicy{MaxAttempts: 9}}.WithDefaults())
 	require.NoError(t, err)
 	before, err := st.GetQueue(ctx, "docs")
 	require.NoError(t, err)

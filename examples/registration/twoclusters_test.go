@@ -25,7 +25,6 @@ import (
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/worker"
-	"github.com/courier-oss/courier/workflows"
 )
 
 // restartableNATS is an embedded NATS JetStream server the test stops and starts again on the
@@ -98,7 +97,7 @@ func TestRegistrationOnTwoClusters(t *testing.T) {
 		router.Watch(watchCtx, 200*time.Millisecond, time.Second)
 	}()
 	w, err := worker.New(worker.Config{
-		Relay: relay.Config{PollInterval: 50 * time.Millisecond, Retry: workflows.RetryPolicy{
+		Relay: relay.Config{PollInterval: 50 * time.Millisecond, Retry: courier.RetryPolicy{
 			InitialInterval: 100 * time.Millisecond, BackoffCoef: 2, MaxInterval: time.Second,
 			MaxAttempts: 100000, AttemptTimeout: 10 * time.Minute,
 		}},

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/courier-oss/courier/devstack/embeddednats"
+	"github.com/courier-oss/courier/internal/defaults"
 )
 
 // Defaults applied by Start to zero-valued Config fields.
@@ -95,24 +96,12 @@ func (cfg *Config) defaults() error {
 	if cfg.Binaries.TemporalServer == "" || cfg.Binaries.SQLTool == "" || cfg.Binaries.Courier == "" {
 		return errors.New("cluster: Binaries are required (cluster.Build)")
 	}
-	if cfg.Host == "" {
-		cfg.Host = DefaultHost
-	}
-	if cfg.HistoryShards == 0 {
-		cfg.HistoryShards = DefaultHistoryShards
-	}
-	if cfg.Namespace == "" {
-		cfg.Namespace = DefaultNamespace
-	}
-	if cfg.Retention == 0 {
-		cfg.Retention = DefaultRetention
-	}
-	if cfg.Workers == 0 {
-		cfg.Workers = DefaultWorkers
-	}
-	if cfg.Gateways == 0 {
-		cfg.Gateways = DefaultGateways
-	}
+	defaults.IfZero(&cfg.Host, DefaultHost)
+	defaults.IfZero(&cfg.HistoryShards, DefaultHistoryShards)
+	defaults.IfZero(&cfg.Namespace, DefaultNamespace)
+	defaults.IfZero(&cfg.Retention, DefaultRetention)
+	defaults.IfZero(&cfg.Workers, DefaultWorkers)
+	defaults.IfZero(&cfg.Gateways, DefaultGateways)
 	if cfg.Progress == nil {
 		cfg.Progress = func(string) {}
 	}
@@ -274,29 +263,28 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		return c, err
 	}
 
-	for i, port := range wkPorts {
-		name := fmt.Sprintf("courier-worker-%d", i+1)
-		cfg.Progress("starting " + name)
-		p := &Proc{Name: name, path: cfg.Binaries.Courier, args: []string{"worker"},
-			env:     withEnv(base, append([]string{"COURIER_HTTP_ADDR=" + hostPort(cfg.Host, port)}, cfg.CourierEnv...)),
+	if err := c.startCourier(ctx, "worker", wkPorts, base, logs, &c.Workers); err != nil {
+		return c, err
+	}
+	return c, c.startCourier(ctx, "gateway", gwPorts, base, logs, &c.Gateways)
+}
+
+// startCourier starts one `courier <command>` process a port, named courier-<command>-<n>, on
+// the environment base (plus its own COURIER_HTTP_ADDR and CourierEnv), adding each to procs
+// before it waits for it to answer.
+func (c *Cluster) startCourier(ctx context.Context, command string, ports []int, base []string, logs string, procs *[]*Proc) error {
+	for i, port := range ports {
+		name := fmt.Sprintf("courier-%s-%d", command, i+1)
+		c.cfg.Progress("starting " + name)
+		p := &Proc{Name: name, path: c.cfg.Binaries.Courier, args: []string{command},
+			env:     withEnv(base, append([]string{"COURIER_HTTP_ADDR=" + hostPort(c.cfg.Host, port)}, c.cfg.CourierEnv...)),
 			logPath: filepath.Join(logs, name+".log")}
-		c.Workers = append(c.Workers, p)
+		*procs = append(*procs, p)
 		if err := c.Restart(ctx, p); err != nil {
-			return c, err
+			return err
 		}
 	}
-	for i, port := range gwPorts {
-		name := fmt.Sprintf("courier-gateway-%d", i+1)
-		cfg.Progress("starting " + name)
-		p := &Proc{Name: name, path: cfg.Binaries.Courier, args: []string{"gateway"},
-			env:     withEnv(base, append([]string{"COURIER_HTTP_ADDR=" + hostPort(cfg.Host, port)}, cfg.CourierEnv...)),
-			logPath: filepath.Join(logs, name+".log")}
-		c.Gateways = append(c.Gateways, p)
-		if err := c.Restart(ctx, p); err != nil {
-			return c, err
-		}
-	}
-	return c, nil
+	return nil
 }
 
 // courierEnv is what every courier worker and gateway is told (on top of the environment the

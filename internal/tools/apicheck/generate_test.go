@@ -53,8 +53,10 @@ func TestGeneratedGoClientCompiles(t *testing.T) {
 	}
 	// The operations the README's examples use have typed calls and typed answers.
 	for _, want := range []string{
-		"func (c *Client) PostV1Outbox", "func (c *Client) PostV1Timers", "func (c *Client) PostV1Tasks",
+		"func (c *Client) PublishOutbox", "func (c *Client) CreateTimer", "func (c *Client) InsertTask",
 		"type OutboxRecord struct", "type Timer struct", "type Task struct", "type JSONValue = json.RawMessage",
+		// The pushes to workers (webhooks) and their answers, for a worker written from the document.
+		"type TaskPush struct", "type TaskPushBatch struct", "type TaskPushBatchAnswer struct", "func NewTaskPushBatchWebhookRequest",
 	} {
 		if !strings.Contains(string(src), want) {
 			t.Errorf("the generated client has no %q", want)
