@@ -79,15 +79,10 @@ func RunSchedules(ctx context.Context, stack Stack, cfg SchedulesConfig) ([]Sche
 	if cfg.Out == nil {
 		cfg.Out = os.Stdout
 	}
-	dir, err := os.MkdirTemp("", "courier-bench-schedules-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
 	var out []ScheduleResult
 	i := 0
 	baseline := cfg.TemporalSchedules > 0
-	err = forEachDatabase(ctx, dir, cfg.PostgresURL, func(name, url string) error {
+	err := forEachDatabase(ctx, "courier-bench-schedules-", cfg.PostgresURL, func(name, url string) error {
 		for _, delivery := range []string{courier.DeliveryMQ, courier.DeliveryHTTP} {
 			if cfg.SkipSQLite && name == "sqlite" {
 				break

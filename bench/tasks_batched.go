@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
-	"os"
 	"sort"
 	"time"
 
@@ -103,13 +102,8 @@ func RunBatched(ctx context.Context, stack Stack, cfg TasksConfig) ([]BatchedRes
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Minute
 	}
-	dir, err := os.MkdirTemp("", "courier-bench-batched-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
 	var out []BatchedResult
-	err = forEachDatabase(ctx, dir, cfg.PostgresURL, func(name, url string) error {
+	err := forEachDatabase(ctx, "courier-bench-batched-", cfg.PostgresURL, func(name, url string) error {
 		if name == "sqlite" && b.SkipSQLite && cfg.PostgresURL != "" {
 			return nil
 		}
