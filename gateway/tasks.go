@@ -124,7 +124,7 @@ func (h *handlers) taskPage(c echo.Context) (api.TaskPage, error) {
 	if f.CreatedBefore, err = queryTime(c, "created_before"); err != nil {
 		return api.TaskPage{}, err
 	}
-	if f.Limit, err = queryLimit(c, ""); err != nil {
+	if f.Limit, err = queryLimit(c); err != nil {
 		return api.TaskPage{}, err
 	}
 	query := strings.Join([]string{"tasks", f.Queue, string(f.Status), c.QueryParam("priority"),
