@@ -374,7 +374,7 @@ func TestTimerNonASCIIIDs(t *testing.T) {
 	const sid = "дайджест-✓"
 	spath := "/v1/schedules/" + url.PathEscape(sid)
 	var sc api.Schedule
-	status, eb = gw.call("POST", spath, map[string]any{"biz_type": "order.close", "interval": "1h", "paused": true}, &sc)
+	status, eb = gw.call("PUT", spath, map[string]any{"biz_type": "order.close", "interval": "1h", "paused": true}, &sc)
 	require.Equal(t, http.StatusCreated, status, eb)
 	require.Equal(t, sid, sc.ID)
 	status, eb = gw.call("GET", spath, nil, &sc)
