@@ -3,12 +3,15 @@ package gateway
 import (
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 )
 
 // pathParam returns a path parameter decoded exactly once, whichever form echo routed on: echo
@@ -120,4 +123,36 @@ func refuseRenamed(c echo.Context, old, name string) error {
 	}
 	return &courier.Error{Code: courier.CodeInvalid, Message: fmt.Sprintf("unknown query parameter %s: it was renamed %s (CHANGELOG.md)", old, name),
 		Details: map[string]any{"field": old, "use": name}}
+}
+
+// keyPage is one page of a list the gateway holds whole (business types, queues, pauses),
+// paged like every list (docs/api.md, "Lists and paging"): sorted by key, limit items after the
+// token's key, and a next_page_token while more remain. The token is sealed to list, the
+// list's name and filters, and holds the page's last key, so an item added or removed between
+// two pages neither repeats nor hides another.
+func keyPage[T any](c echo.Context, pages *pageTokens, list string, items []T, key func(T) string) (api.List[T], error) {
+	limit, err := queryLimit(c)
+	if err != nil {
+		return api.List[T]{}, err
+	}
+	ctx := c.Request().Context()
+	after, err := pages.open(ctx, list, c.QueryParam("page_token"))
+	if err != nil {
+		return api.List[T]{}, err
+	}
+	slices.SortFunc(items, func(a, b T) int { return strings.Compare(key(a), key(b)) })
+	start := 0
+	if after != nil {
+		start, _ = slices.BinarySearchFunc(items, string(after), func(it T, k string) int { return strings.Compare(key(it), k) })
+		if start < len(items) && key(items[start]) == string(after) {
+			start++
+		}
+	}
+	out := api.List[T]{Items: append([]T{}, items[start:min(start+limit, len(items))]...)}
+	if start+limit < len(items) {
+		if out.NextPageToken, err = pages.seal(ctx, list, []byte(key(out.Items[len(out.Items)-1]))); err != nil {
+			return api.List[T]{}, err
+		}
+	}
+	return out, nil
 }

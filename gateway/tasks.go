@@ -487,10 +487,14 @@ func (h *handlers) listQueues(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := api.List[api.Queue]{Items: make([]api.Queue, len(qs))}
+	items := make([]api.Queue, len(qs))
 	for i, q := range qs {
-		out.Items[i] = api.QueueOf(q)
-		out.Items[i].Paused = api.PausedBy(ps.Queue(q.Name))
+		items[i] = api.QueueOf(q)
+		items[i].Paused = api.PausedBy(ps.Queue(q.Name))
+	}
+	out, err := keyPage(c, h.pages, "queues", items, func(q api.Queue) string { return q.Name })
+	if err != nil {
+		return err
 	}
 	return c.JSON(http.StatusOK, out)
 }
