@@ -28,6 +28,9 @@ cluster: ## the production topology on this machine: Temporal as 4 services on P
 build: ## build bin/courier
 	go build -o bin/courier ./cmd/courier
 
+image-binary: ## build bin/courier-slim as the Dockerfile does: -tags slim, no embedded Temporal, UI or NATS (no courier dev, no courier bench)
+	CGO_ENABLED=0 go build -tags slim -trimpath -ldflags="-s -w" -o bin/courier-slim ./cmd/courier
+
 test: ## run every test (unit, replay, store conformance, integration); prints skipped tests and why
 	go test -count=1 -timeout $(TEST_TIMEOUT) -json ./... | go run ./internal/tools/testreport
 

@@ -150,7 +150,7 @@ func (a *Outbox) Deliver(ctx context.Context, p contract.DeliverParams) (contrac
 	}
 	if a.metrics != nil && sent {
 		a.metrics.Published.WithLabelValues(source, rec.Topic).Inc()
-		a.metrics.Latency.Observe(a.now().Sub(rec.CreatedAt).Seconds())
+		a.metrics.ObserveLatency(source, a.now().Sub(rec.CreatedAt).Seconds())
 	}
 	return contract.DeliverResult{AlreadySent: !sent}, nil
 }

@@ -92,7 +92,7 @@ func (a *Outbox) PublishBatch(ctx context.Context, p contract.BatchParams) (cont
 		for i, rec := range pending {
 			if errs[i] == nil {
 				a.metrics.Published.WithLabelValues(source, rec.Topic).Inc()
-				a.metrics.Latency.Observe(now.Sub(rec.CreatedAt).Seconds())
+				a.metrics.ObserveLatency(source, now.Sub(rec.CreatedAt).Seconds())
 			}
 		}
 	}

@@ -124,7 +124,7 @@ func (a *Outbox) PublishOrdered(ctx context.Context, p contract.PublishOrderedPa
 		now := a.now()
 		for _, id := range published {
 			a.metrics.Published.WithLabelValues(source, byID[id].Topic).Inc()
-			a.metrics.Latency.Observe(now.Sub(byID[id].CreatedAt).Seconds())
+			a.metrics.ObserveLatency(source, now.Sub(byID[id].CreatedAt).Seconds())
 		}
 	}
 	if res.FailedID == 0 {

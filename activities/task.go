@@ -39,6 +39,8 @@ type TaskStore interface {
 	ReconcileLimiters(ctx context.Context) ([]store.LimiterRepair, error)
 	OverdueTasks(ctx context.Context, grace time.Duration, limit int) ([]dispatch.Attempt, error)
 	MarkBatchPushed(ctx context.Context, batch string, attempts []store.BatchAttempt) ([]courier.Task, error)
+	StartBatchedHeartbeats(ctx context.Context, attempts []store.AttemptKey, after time.Duration) error
+	MoveBatchedAttempts(ctx context.Context, from, to string, attempts []store.AttemptKey, after time.Duration) (int, error)
 	GetQueue(ctx context.Context, name string) (courier.Queue, error)
 }
 
@@ -59,6 +61,7 @@ type Tasks struct {
 	metrics       *metrics.Tasks
 	wake          func() // nudges the claimers in this process after a slot is freed
 	workflows     WorkflowDescriber
+	retryPush     func(ctx context.Context, p contract.PushBatchParams, delay time.Duration) error
 	clients       callback.Pool // one HTTP client (and connection pool) per push policy
 	// localPushes bounds the pushes that run as local activities, which the push worker's
 	// activity slots do not bound: one token per push in flight (nil: unbounded).
@@ -81,6 +84,10 @@ type TasksDeps struct {
 	// Workflows lets the sweeper check overdue attempts' workflows (the Temporal client); nil
 	// skips that step.
 	Workflows WorkflowDescriber
+	// RetryPush starts, after delay, the run that makes the next try of a batched request that
+	// failed on the way (p.Try), so the batch the request leaves is not held open by its
+	// tries; nil: a batch's run makes its requests' tries itself.
+	RetryPush func(ctx context.Context, p contract.PushBatchParams, delay time.Duration) error
 	Metrics   *metrics.Tasks // nil records nothing
 	Wake      func()         // nudges the claimers after a slot is freed; nil: none
 }
@@ -88,7 +95,7 @@ type TasksDeps struct {
 // NewTasks builds the task activities.
 func NewTasks(d TasksDeps) *Tasks {
 	a := &Tasks{store: d.Store, publicURL: strings.TrimRight(d.PublicURL, "/"), allowLoopback: d.AllowLoopback,
-		metrics: d.Metrics, wake: d.Wake, workflows: d.Workflows}
+		metrics: d.Metrics, wake: d.Wake, workflows: d.Workflows, retryPush: d.RetryPush}
 	if a.wake == nil {
 		a.wake = func() {}
 	}
@@ -164,7 +171,7 @@ func (a *Tasks) client(q courier.Queue, timeout time.Duration) *callback.Client 
 
 func (a *Tasks) observePushed(t courier.Task, attempt int) {
 	if a.metrics != nil && attempt == 1 { // the task version's first push ever
-		a.metrics.InsertToPush.Observe(time.Since(t.CreatedAt).Seconds())
+		a.metrics.ObserveInsertToPush(t.Queue, time.Since(t.CreatedAt).Seconds())
 	}
 }
 

@@ -29,6 +29,7 @@ import (
 type pushOutcome struct {
 	taken   bool
 	refused bool // by the worker, in its answer (otherwise the push failed on the way)
+	handed  bool // its request failed on the way and was handed to a run of its own (handOff)
 	outcome contract.AttemptOutcome
 }
 
@@ -44,10 +45,14 @@ type pushOutcome struct {
 // input, not by what is still due), its deadline unchanged.
 func (a *Tasks) PushBatch(ctx context.Context, p contract.PushBatchParams) (contract.PushBatchResult, error) {
 	var res contract.PushBatchResult
+	try := p.PushTimeout
+	if try <= 0 {
+		try = courier.DefaultPushTimeout
+	}
 	attempts := make([]store.BatchAttempt, len(p.Attempts))
 	for i, at := range p.Attempts {
 		attempts[i] = store.BatchAttempt{TaskID: at.TaskID, Version: at.Version, Attempt: at.Attempt,
-			ProcessingTimeout: at.ProcessingTimeout, HeartbeatTimeout: at.HeartbeatTimeout}
+			ProcessingTimeout: at.ProcessingTimeout, HeartbeatTimeout: at.HeartbeatTimeout, Pushing: try}
 	}
 	tasks, err := a.store.MarkBatchPushed(ctx, p.Batch, attempts)
 	if err != nil {
@@ -68,7 +73,11 @@ func (a *Tasks) PushBatch(ctx context.Context, p contract.PushBatchParams) (cont
 	if size <= 0 {
 		size = q.PushBatchSize
 	}
-	chunks := chunksOf(p.Attempts, max(size, 1), tasks)
+	p.PushBatchSize = max(size, 1)
+	chunks := chunksOf(p.Attempts, p.PushBatchSize, tasks)
+	if p.WebhookID != "" && len(chunks) == 1 {
+		chunks[0].id = p.WebhookID // the request a run of tries sends again
+	}
 	outcomes := make([]pushOutcome, len(tasks))
 	if q.PushURL == "" {
 		for i := range outcomes {
@@ -76,7 +85,7 @@ func (a *Tasks) PushBatch(ctx context.Context, p contract.PushBatchParams) (cont
 				Message: fmt.Sprintf("push failed: queue %q has no push_url", q.Name)}}
 		}
 	} else {
-		a.sendBatch(ctx, q, p.Batch, chunks, tasks, outcomes)
+		a.sendBatch(ctx, q, p, chunks, tasks, outcomes)
 	}
 	for i, t := range tasks {
 		o := outcomes[i]
@@ -84,6 +93,9 @@ func (a *Tasks) PushBatch(ctx context.Context, p contract.PushBatchParams) (cont
 		case o.taken:
 			res.Pushed++
 			a.observePushed(t, t.Attempt)
+			continue
+		case o.handed:
+			res.Handed++
 			continue
 		case o.refused:
 			res.Refused++
@@ -178,7 +190,7 @@ func chunksOf(attempts []contract.BatchAttempt, size int, tasks []courier.Task) 
 }
 
 // sendBatch sends tasks to q's endpoint, a request per chunk, and fills outcomes.
-func (a *Tasks) sendBatch(ctx context.Context, q courier.Queue, batch string, chunks []pushChunk, tasks []courier.Task, outcomes []pushOutcome) {
+func (a *Tasks) sendBatch(ctx context.Context, q courier.Queue, p contract.PushBatchParams, chunks []pushChunk, tasks []courier.Task, outcomes []pushOutcome) {
 	var signer *webhook.Signer
 	if len(q.Secrets) > 0 {
 		s, err := webhook.NewSigner(q.Secrets...)
@@ -196,7 +208,7 @@ func (a *Tasks) sendBatch(ctx context.Context, q courier.Queue, batch string, ch
 	}
 	cl := a.client(q, timeout)
 	var wg sync.WaitGroup
-	for _, c := range chunks {
+	for i, c := range chunks {
 		if a.localPushes != nil {
 			select {
 			case a.localPushes <- struct{}{}:
@@ -214,7 +226,7 @@ func (a *Tasks) sendBatch(ctx context.Context, q courier.Queue, batch string, ch
 			if a.localPushes != nil {
 				defer func() { <-a.localPushes }()
 			}
-			a.sendChunk(ctx, cl, q, signer, batch, c, tasks[c.start:c.end], outcomes[c.start:c.end])
+			a.sendChunk(ctx, cl, q, signer, p, i, c, tasks[c.start:c.end], outcomes[c.start:c.end])
 		}()
 	}
 	wg.Wait()
@@ -222,8 +234,9 @@ func (a *Tasks) sendBatch(ctx context.Context, q courier.Queue, batch string, ch
 
 // sendChunk sends one request: a single push (api.TaskPush) or a batched push
 // (api.TaskPushBatch), as c says, with the tries of one push.
-func (a *Tasks) sendChunk(ctx context.Context, cl *callback.Client, q courier.Queue, signer *webhook.Signer, batch string,
-	c pushChunk, tasks []courier.Task, outcomes []pushOutcome) {
+func (a *Tasks) sendChunk(ctx context.Context, cl *callback.Client, q courier.Queue, signer *webhook.Signer, p contract.PushBatchParams,
+	idx int, c pushChunk, tasks []courier.Task, outcomes []pushOutcome) {
+	batch := p.Batch
 	pushes := make([]api.TaskPush, len(tasks))
 	deadline := time.Time{}
 	for i, t := range tasks {
@@ -251,8 +264,49 @@ func (a *Tasks) sendChunk(ctx context.Context, cl *callback.Client, q courier.Qu
 			s.End()
 		}
 	}()
+	sendCtx := ctx
+	if !c.batched && len(spans) == 1 {
+		// A single push is its task's: its request carries the task's trace to the worker.
+		sendCtx = trace.ContextWithSpan(ctx, spans[0])
+	}
 	req := callback.Request{URL: q.PushURL, Body: body, Signer: signer, DeliveryID: c.id}
-	answer, err := sendTries(ctx, cl, req, deadline)
+	// The heartbeat timeouts of the request's attempts run from the worker's answer: before a
+	// try again they leave room for the wait and the try, once answered they start.
+	var beating []store.AttemptKey
+	for _, t := range tasks {
+		if t.AttemptHeartbeatTimeout > 0 {
+			beating = append(beating, store.AttemptKey{TaskID: t.TaskID, Version: t.Version, Attempt: t.Attempt})
+		}
+	}
+	startHeartbeats := func(after time.Duration) {
+		if len(beating) == 0 {
+			return
+		}
+		if err := a.store.StartBatchedHeartbeats(ctx, beating, after); err != nil {
+			// The attempts keep the timeout their mark gave them (the push's first try and the
+			// heartbeat timeout), and a heartbeat from the worker moves it on.
+			activity.GetLogger(ctx).Warn("start the heartbeat timeouts of pushed attempts", "batch", batch, "error", err)
+		}
+	}
+	try := q.PushTimeout
+	if try <= 0 {
+		try = courier.DefaultPushTimeout
+	}
+	handed := false
+	answer, err := sendTries(sendCtx, cl, req, deadline, max(p.Try, 1), func(next int, wait time.Duration) bool {
+		if a.retryPush != nil && a.handOff(ctx, p, idx, c, tasks, next, wait, try) {
+			handed = true
+			return false
+		}
+		startHeartbeats(wait + try)
+		return true
+	})
+	if handed {
+		for i := range outcomes {
+			outcomes[i] = pushOutcome{handed: true}
+		}
+		return
+	}
 	if err != nil {
 		var ce *callback.Error
 		code := 0
@@ -265,6 +319,7 @@ func (a *Tasks) sendChunk(ctx context.Context, cl *callback.Client, q courier.Qu
 	for i := range outcomes {
 		outcomes[i] = pushOutcome{taken: true}
 	}
+	startHeartbeats(0)
 	if !c.batched || len(answer) == 0 {
 		return
 	}
@@ -287,9 +342,12 @@ func (a *Tasks) sendChunk(ctx context.Context, cl *callback.Client, q courier.Qu
 
 // sendTries sends req, trying again what failed on the way as one push's tries do: up to
 // courier.PushTries tries, after the worker's Retry-After when it sent one (one over
-// contract.PushRetryMax fails at once), never past deadline.
-func sendTries(ctx context.Context, cl *callback.Client, req callback.Request, deadline time.Time) ([]byte, error) {
-	for try := 1; ; try++ {
+// contract.PushRetryMax fails at once), never past deadline. first is the try it makes first;
+// before each try again, retrying is told its number and the wait before it, and ends the tries
+// when it answers false (the request was handed on).
+func sendTries(ctx context.Context, cl *callback.Client, req callback.Request, deadline time.Time, first int,
+	retrying func(next int, wait time.Duration) bool) ([]byte, error) {
+	for try := first; ; try++ {
 		answer, err := cl.SendRead(ctx, req)
 		var ce *callback.Error
 		if err == nil || !errors.As(err, &ce) || !ce.Retryable || try >= courier.PushTries {
@@ -305,6 +363,9 @@ func sendTries(ctx context.Context, cl *callback.Client, req callback.Request, d
 		if time.Now().Add(wait).After(deadline) {
 			return nil, err
 		}
+		if !retrying(try+1, wait) {
+			return nil, err
+		}
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
@@ -317,6 +378,48 @@ func fail(outcomes []pushOutcome, msg string, code int, refused bool) {
 	for i := range outcomes {
 		outcomes[i] = pushOutcome{refused: refused, outcome: contract.AttemptOutcome{Kind: courier.OutcomeFailure, StatusCode: code, Message: msg}}
 	}
+}
+
+// handOff hands the attempts of a request that failed on the way (the idx-th of p's run) to a
+// run of their own, which makes try next after wait (contract.PushBatchParams.Try) with the
+// request's webhook-id, so that this run ends without waiting for it, as a bucketed timer
+// whose delivery failed leaves its bucket. The attempts move to the new run's batch first
+// (their heartbeat timeouts, if any, left room for the wait and the try), so this run's repeat
+// after a crash no longer pushes them. false: the hand-off failed, and this run makes the try
+// itself.
+func (a *Tasks) handOff(ctx context.Context, p contract.PushBatchParams, idx int, c pushChunk, tasks []courier.Task,
+	next int, wait, try time.Duration) bool {
+	to := fmt.Sprintf("%s.%d.try%d", p.Batch, idx, next)
+	byKey := make(map[store.AttemptKey]contract.BatchAttempt, len(p.Attempts))
+	for _, at := range p.Attempts {
+		byKey[store.AttemptKey{TaskID: at.TaskID, Version: at.Version, Attempt: at.Attempt}] = at
+	}
+	rp := contract.PushBatchParams{Queue: p.Queue, Batch: to, PushTimeout: p.PushTimeout, PushBatchSize: p.PushBatchSize,
+		Try: next, WebhookID: c.id}
+	keys := make([]store.AttemptKey, 0, len(tasks))
+	for _, t := range tasks {
+		k := store.AttemptKey{TaskID: t.TaskID, Version: t.Version, Attempt: t.Attempt}
+		if at, ok := byKey[k]; ok {
+			keys = append(keys, k)
+			rp.Attempts = append(rp.Attempts, at)
+		}
+	}
+	if len(keys) < len(tasks) {
+		return false // an attempt the input does not name (never): keep its tries here
+	}
+	moved, err := a.store.MoveBatchedAttempts(ctx, p.Batch, to, keys, wait+try)
+	if err != nil {
+		activity.GetLogger(ctx).Warn("hand a failed push to a run of its own (tried again in its batch)", "batch", p.Batch, "error", err)
+		return false
+	}
+	if moved == 0 {
+		return true // every attempt moved on meanwhile (a result, a cancel): nothing to try again
+	}
+	if err := a.retryPush(ctx, rp, wait); err != nil {
+		activity.GetLogger(ctx).Warn("start the run of a failed push's next try (tried again in its batch)", "batch", p.Batch, "run", to, "error", err)
+		return false
+	}
+	return true
 }
 
 // taskPush is the push of t's current attempt, as MarkBatchPushed left it.

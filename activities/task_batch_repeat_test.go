@@ -27,6 +27,7 @@ type repeatStore struct {
 	queue courier.Queue
 	mu    sync.Mutex
 	due   []string // task ids still due, in the order MarkBatchPushed returns them
+	moves []string // MoveBatchedAttempts calls, "from → to"
 }
 
 func (s *repeatStore) MarkBatchPushed(_ context.Context, _ string, attempts []store.BatchAttempt) ([]courier.Task, error) {
@@ -134,4 +135,81 @@ func TestRepeatedBatchPushKeepsWebhookIDs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// MoveBatchedAttempts records the hand-off of a failed request's attempts.
+func (s *repeatStore) MoveBatchedAttempts(_ context.Context, from, to string, attempts []store.AttemptKey, _ time.Duration) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.moves = append(s.moves, from+" → "+to)
+	return len(attempts), nil
+}
+
+// A batched push whose request fails on the way leaves the batch after its first try: its
+// attempts move to the run of their next try, started after the wait with the request's
+// webhook-id, and the batch's push ends at once with the other request taken. That run makes
+// the try (here taken) and counts the attempts pushed.
+func TestFailedBatchRequestIsHandedOn(t *testing.T) {
+	var mu sync.Mutex
+	tries := map[string][]string{} // first task id of a request → the webhook-ids of its tries
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var b api.TaskPushBatch
+		require.NoError(t, json.NewDecoder(r.Body).Decode(&b))
+		mu.Lock()
+		first := b.Tasks[0].TaskID
+		tries[first] = append(tries[first], r.Header.Get(webhook.HeaderID))
+		n := len(tries[first])
+		mu.Unlock()
+		if first == "c" && n == 1 {
+			w.Header().Set("Retry-After", "2")
+			http.Error(w, "restarting", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+	}))
+	defer srv.Close()
+	secret := "whsec_" + strings.Repeat("B", 32)
+	st := &repeatStore{queue: courier.Queue{Name: "q", PushURL: srv.URL, Secrets: []string{secret}, PushBatchSize: 2},
+		due: []string{"a", "b", "c", "d"}}
+	type retry struct {
+		p     contract.PushBatchParams
+		delay time.Duration
+	}
+	var retries []retry
+	a := NewTasks(TasksDeps{Store: st, PublicURL: "http://courier.test", AllowLoopback: true,
+		RetryPush: func(_ context.Context, p contract.PushBatchParams, delay time.Duration) error {
+			retries = append(retries, retry{p, delay})
+			return nil
+		}})
+	p := contract.PushBatchParams{Queue: "q", Batch: "task-batch/q/1", PushBatchSize: 2, PushTimeout: time.Second}
+	for _, id := range st.due {
+		p.Attempts = append(p.Attempts, contract.BatchAttempt{TaskID: id, Version: 1, Attempt: 1, ProcessingTimeout: time.Minute})
+	}
+	start := time.Now()
+	r, err := a.PushBatch(t.Context(), p)
+	require.NoError(t, err)
+	require.Less(t, time.Since(start), 2*time.Second, "the batch does not wait out the Retry-After")
+	require.Equal(t, contract.PushBatchResult{Pushed: 2, Handed: 2}, r)
+	require.Equal(t, []string{"task-batch/q/1 → task-batch/q/1.1.try2"}, st.moves)
+	require.Len(t, retries, 1)
+	rp := retries[0].p
+	require.Equal(t, 2*time.Second, retries[0].delay, "started after the worker's Retry-After")
+	require.Equal(t, "task-batch/q/1.1.try2", rp.Batch)
+	require.Equal(t, 2, rp.Try)
+	require.Equal(t, p.Attempts[2:], rp.Attempts)
+	require.Equal(t, 2, rp.PushBatchSize)
+	mu.Lock()
+	require.Equal(t, rp.WebhookID, tries["c"][0], "the run of the tries carries the request's webhook-id")
+	mu.Unlock()
+
+	// The run of the tries: its attempts are its batch's now.
+	st.mu.Lock()
+	st.due = []string{"d", "c"}
+	st.mu.Unlock()
+	r, err = a.PushBatch(t.Context(), rp)
+	require.NoError(t, err)
+	require.Equal(t, contract.PushBatchResult{Pushed: 2}, r)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{rp.WebhookID, rp.WebhookID}, tries["c"], "the same webhook-id on the next try")
 }

@@ -69,7 +69,7 @@ func rateBurst(rate float64) int { return max(1, int(rate)) }
 // observeLateness records how late a timer's first attempt went out.
 func (d *timerDelivery) observeLateness(t firedTimer) {
 	if d.metrics != nil && t.Attempt == 1 && !t.FireAt.IsZero() {
-		d.metrics.Lateness.Observe(time.Since(t.FireAt).Seconds())
+		d.metrics.ObserveLateness(t.BizType, time.Since(t.FireAt).Seconds())
 	}
 }
 

@@ -157,7 +157,7 @@ func dashboardExprs(t *testing.T) (dashboard, []string) {
 }
 
 // grafanaVars replaces the dashboard's variables with values Prometheus parses.
-var grafanaVars = strings.NewReplacer("$__rate_interval", "5m", "$queue", ".*", "$source", ".*")
+var grafanaVars = strings.NewReplacer("$__rate_interval", "5m", "$queue", ".*", "$source", ".*", "$biz_type", ".*")
 
 // The dashboard is well formed for Grafana (unique panel ids, every panel on the datasource
 // variable with at least one query), and every query parses as PromQL (promtool checks them as

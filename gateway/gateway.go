@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/apikey"
+	"github.com/courier-oss/courier/health"
 	"github.com/courier-oss/courier/internal/defaults"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/outbox"
@@ -40,14 +40,9 @@ type RunWaiter interface {
 	WaitClosed(ctx context.Context, workflowID string) error
 }
 
-// Check is one readiness dependency: a name and a probe.
-type Check struct {
-	Name  string
-	Probe func(ctx context.Context) error
-	// Optional checks are reported ("down") without making the gateway unready: one message
-	// broker that is down delays only its own records.
-	Optional bool
-}
+// Check is one readiness dependency: a name and a probe (health.Check, shared with the
+// worker's /readyz).
+type Check = health.Check
 
 // Deps are the gateway's collaborators.
 type Deps struct {
@@ -241,37 +236,21 @@ func (h *handlers) healthz(c echo.Context) error {
 }
 
 func (h *handlers) readyz(c echo.Context) error {
-	ctx, cancel := context.WithTimeout(c.Request().Context(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(c.Request().Context(), health.ProbeTimeout)
 	defer cancel()
-	out := map[string]string{}
-	ready := true
-	// All at once: one dependency that hangs must not spend the others' time.
-	errs := make([]error, len(h.d.Checks))
-	var wg sync.WaitGroup
-	for i, chk := range h.d.Checks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = chk.Probe(ctx)
-		}()
-	}
-	wg.Wait()
-	for i, chk := range h.d.Checks {
-		if err := errs[i]; err != nil {
+	rep := health.Evaluate(ctx, h.d.Checks)
+	for _, chk := range h.d.Checks {
+		if err := rep.Errors[chk.Name]; err != nil {
 			// Anyone may call /readyz: say which dependency is down, keep the error (which
 			// may name hosts and users) for the log.
 			h.d.Logger.Warn("readiness check failed", "dependency", chk.Name, "error", err)
-			out[chk.Name] = "down"
-			ready = ready && chk.Optional
-			continue
 		}
-		out[chk.Name] = "ok"
 	}
 	status := http.StatusOK
-	if !ready {
+	if !rep.Ready {
 		status = http.StatusServiceUnavailable
 	}
-	body := map[string]any{"ready": ready, "checks": out}
+	body := map[string]any{"ready": rep.Ready, "checks": rep.Checks}
 	// What an operator paused is not a fault (the service is ready), but whoever reads this to
 	// see why work is not flowing should find it here.
 	if h.d.Pauses != nil {

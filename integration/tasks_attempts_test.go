@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,7 +18,9 @@ import (
 	"go.temporal.io/sdk/converter"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/activities/contract"
 	"github.com/courier-oss/courier/api"
+	"github.com/courier-oss/courier/internal/testenv"
 	"github.com/courier-oss/courier/outbox"
 	"github.com/courier-oss/courier/tasks"
 	"github.com/courier-oss/courier/worker"
@@ -47,58 +50,60 @@ func (c *codes) all() []int {
 // with one push: the heartbeat timeout starts once the worker has the task. A worker that
 // heartbeats while it is still answering the push is not refused either.
 func TestTasksSlowAcceptThenHeartbeats(t *testing.T) {
-	ts := newTaskStack(t, "sqlite")
-	token := ts.worker
-	var pushes atomic.Int64
-	var heartbeats, results codes
-	var wg sync.WaitGroup
-	t.Cleanup(wg.Wait)
-	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		var p api.TaskPush
-		if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
-			http.Error(rw, err.Error(), http.StatusBadRequest)
-			return
-		}
-		pushes.Add(1)
-		// The worker takes 3 s to accept: it sleeps to stand for a slow accept (a queue of its
-		// own, a busy HTTP server). The busy one heartbeats meanwhile, the other does not.
-		for i := 0; i < 3; i++ {
-			time.Sleep(time.Second) // the slow accept itself (see above)
-			if p.TaskID == "busy-accept" {
-				heartbeats.add(heartbeat(t, token, p))
+	eachModeOn(t, func(t *testing.T, d string, mode courier.DispatchMode) {
+		ts := newTaskStackIn(t, d, mode)
+		token := ts.worker
+		var pushes atomic.Int64
+		var heartbeats, results codes
+		var wg sync.WaitGroup
+		t.Cleanup(wg.Wait)
+		srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+			var p api.TaskPush
+			if err := json.NewDecoder(r.Body).Decode(&p); err != nil {
+				http.Error(rw, err.Error(), http.StatusBadRequest)
+				return
 			}
-		}
-		wg.Add(1)
-		go func() { // then it works for 4 s, heartbeating every second, and reports
-			defer wg.Done()
-			for i := 0; i < 4; i++ {
-				time.Sleep(time.Second) // work between heartbeats
-				heartbeats.add(heartbeat(t, token, p))
+			pushes.Add(1)
+			// The worker takes 3 s to accept: it sleeps to stand for a slow accept (a queue of its
+			// own, a busy HTTP server). The busy one heartbeats meanwhile, the other does not.
+			for i := 0; i < 3; i++ {
+				time.Sleep(time.Second) // the slow accept itself (see above)
+				if p.TaskID == "busy-accept" {
+					heartbeats.add(heartbeat(t, token, p))
+				}
 			}
-			results.add(report(t, token, p, "success", 200, "parsed"))
-		}()
-		rw.WriteHeader(http.StatusAccepted)
-	}))
-	t.Cleanup(srv.Close)
-	ts.putQueue("default", map[string]any{"push_url": srv.URL, "heartbeat_timeout": "2s", "processing_timeout": "1m",
-		"retry": map[string]any{"initial_interval": "1s", "max_attempts": 3}})
+			wg.Add(1)
+			go func() { // then it works for 4 s, heartbeating every second, and reports
+				defer wg.Done()
+				for i := 0; i < 4; i++ {
+					time.Sleep(time.Second) // work between heartbeats
+					heartbeats.add(heartbeat(t, token, p))
+				}
+				results.add(report(t, token, p, "success", 200, "parsed"))
+			}()
+			rw.WriteHeader(http.StatusAccepted)
+		}))
+		t.Cleanup(srv.Close)
+		ts.putQueue("default", map[string]any{"push_url": srv.URL, "heartbeat_timeout": "2s", "processing_timeout": "1m",
+			"retry": map[string]any{"initial_interval": "1s", "max_attempts": 3}})
 
-	for _, id := range []string{"slow-accept", "busy-accept"} {
-		require.Equal(t, http.StatusCreated, ts.insert(id, 1, 2, "default"))
-	}
-	for _, id := range []string{"slow-accept", "busy-accept"} {
-		got := ts.waitStatus(id, 1, courier.TaskSuccess, time.Minute)
-		require.Equal(t, 1, got.Attempt, "%s: no heartbeat timeout, no second attempt (message %q)", id, got.Message)
-		require.Equal(t, "parsed", got.Message)
-	}
-	require.EqualValues(t, 2, pushes.Load(), "one push per task: none repeated")
-	wg.Wait()
-	for _, code := range heartbeats.all() {
-		require.Equal(t, http.StatusOK, code, "every heartbeat is accepted, also those sent while the push was being answered")
-	}
-	require.Len(t, heartbeats.all(), 11)
-	require.Equal(t, []int{http.StatusAccepted, http.StatusAccepted}, results.all())
-	require.Equal(t, 0, ts.inFlight("default"))
+		for _, id := range []string{"slow-accept", "busy-accept"} {
+			require.Equal(t, http.StatusCreated, ts.insert(id, 1, 2, "default"))
+		}
+		for _, id := range []string{"slow-accept", "busy-accept"} {
+			got := ts.waitStatus(id, 1, courier.TaskSuccess, time.Minute)
+			require.Equal(t, 1, got.Attempt, "%s: no heartbeat timeout, no second attempt (message %q)", id, got.Message)
+			require.Equal(t, "parsed", got.Message)
+		}
+		require.EqualValues(t, 2, pushes.Load(), "one push per task: none repeated")
+		wg.Wait()
+		for _, code := range heartbeats.all() {
+			require.Equal(t, http.StatusOK, code, "every heartbeat is accepted, also those sent while the push was being answered")
+		}
+		require.Len(t, heartbeats.all(), 11)
+		require.Equal(t, []int{http.StatusAccepted, http.StatusAccepted}, results.all())
+		require.Equal(t, 0, ts.inFlight("default"))
+	})
 }
 
 // TestTasksResultBeforeThePushIsAnswered (issue 8 item 5): a worker that reports its result
@@ -316,6 +321,12 @@ func TestTasksCancelTargetsTheAttemptsRun(t *testing.T) {
 func TestTaskSuccessIsRecordedWhenAccepted(t *testing.T) {
 	eachWait(t, testSuccessRecordedWhenAccepted)
 	t.Run("postgres", func(t *testing.T) { testSuccessRecordedWhenAccepted(t, newTaskStack(t, "postgres"), map[string]any{}) })
+	// In the batched mode the row is the only place a result goes: no run waits for it.
+	for _, d := range testenv.Dialects {
+		t.Run("batched/"+d, func(t *testing.T) {
+			testSuccessRecordedWhenAccepted(t, newTaskStackIn(t, d, courier.DispatchBatched), map[string]any{"heartbeat_timeout": "30s"})
+		})
+	}
 }
 
 func testSuccessRecordedWhenAccepted(t *testing.T, ts *taskStack, queue map[string]any) {
@@ -327,11 +338,29 @@ func testSuccessRecordedWhenAccepted(t *testing.T, ts *taskStack, queue map[stri
 		taskOK       bool
 	}
 	after := make(chan seen, 1)
+	// The gateway is slow to write its answers, as under load, so the slot's hold can be seen
+	// while the 202 is on its way.
+	ts.resultAnswerDelay.Store(int64(300 * time.Millisecond))
 	w := startTaskWorker(t, func(_ *taskWorker, p api.TaskPush) {
+		// While the answer is on its way, the queue as the database has it once the row holds
+		// the success.
+		held := make(chan courier.Queue, 1)
+		go func() {
+			for range 250 {
+				if task, err := ts.store.GetTask(context.Background(), p.TaskID, p.TaskVersion); err == nil && task.Status == courier.TaskSuccess {
+					q, _ := ts.store.GetQueue(context.Background(), p.Queue)
+					held <- q
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+			held <- courier.Queue{InFlight: -1}
+		}()
 		code := report(t, ts.worker, p, "success", 200, "3 pages")
 		// Read at once, straight from the database: no waiting for the workflow.
 		task, err := ts.store.GetTask(context.Background(), p.TaskID, p.TaskVersion)
-		q, qerr := ts.store.GetQueue(context.Background(), p.Queue)
+		q, qerr := <-held, error(nil)
+		ts.resultAnswerDelay.Store(0)
 		// A worker that lost its 202 reports again.
 		repeat := report(t, ts.worker, p, "success", 200, "3 pages")
 		after <- seen{push: p, code: code, repeat: repeat, task: task, queue: q, taskOK: err == nil && qerr == nil}
@@ -357,6 +386,20 @@ func testSuccessRecordedWhenAccepted(t *testing.T, ts *taskStack, queue map[stri
 	require.Eventually(t, func() bool { return ts.inFlight("default") == 0 }, 10*time.Second, 10*time.Millisecond,
 		"the slot is released once the 202 is written")
 
+	if ts.mode == courier.DispatchBatched {
+		final := ts.get("done-at-once", 1)
+		require.Equal(t, courier.TaskSuccess, final.Status)
+		require.True(t, got.task.FinishedAt.Equal(*final.FinishedAt), "written once")
+		require.True(t, strings.HasPrefix(final.WorkflowID, "task-batch/"), final.WorkflowID)
+		var res contract.PushBatchResult
+		require.NoError(t, ts.tc.GetWorkflow(t.Context(), final.WorkflowID, "").Get(t.Context(), &res))
+		require.Equal(t, contract.PushBatchResult{Pushed: 1}, res, "the batch's run pushed it and ended")
+		require.Equal(t, http.StatusConflict, report(t, ts.worker, got.push, "failure", 500, "late"), "a different outcome is refused")
+		require.Equal(t, http.StatusConflict, heartbeat(t, ts.worker, got.push), "the attempt is over")
+		require.Equal(t, "3 pages", ts.get("done-at-once", 1).Message)
+		require.Equal(t, 0, ts.inFlight("default"), "the slot was released once")
+		return
+	}
 	var res workflows.TaskRunResult
 	require.NoError(t, ts.tc.GetWorkflow(t.Context(), courier.TaskWorkflowID("done-at-once", 1), "").Get(t.Context(), &res))
 	require.True(t, res.Applied, "the run's outcome is the one in the row")

@@ -27,6 +27,7 @@ import (
 	"github.com/courier-oss/courier/dispatch"
 	"github.com/courier-oss/courier/gateway"
 	"github.com/courier-oss/courier/internal/testenv"
+	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/pauses"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/tasks"
@@ -124,6 +125,54 @@ func (w *taskWorker) pushOrder() []api.TaskPush {
 	return append([]api.TaskPush(nil), w.order...)
 }
 
+// dispatchModes are a queue's dispatch modes (docs/tasks.md, "Dispatch modes"). A guarantee
+// whose mechanism differs between them (the push, the deadlines, the result's way to the row)
+// is tested in both; one decided by the claim or the insert alone, shared by both, in the
+// default.
+var dispatchModes = []courier.DispatchMode{courier.DispatchPerAttempt, courier.DispatchBatched}
+
+// eachMode runs test once per dispatch mode, as subtests named after it; test sets the mode on
+// its stacks (taskStack.mode), which putQueue gives their queues.
+func eachMode(t *testing.T, test func(t *testing.T, mode courier.DispatchMode)) {
+	for _, m := range dispatchModes {
+		t.Run(string(m), func(t *testing.T) { test(t, m) })
+	}
+}
+
+// eachModeSlow is eachMode for the slow tests of what the claim decides, which both modes
+// share (band shares, keys): there the batched mode differs only in its push path, which the
+// other tests cover on both databases, so it runs on PostgreSQL only.
+func eachModeSlow(t *testing.T, dialect string, test func(t *testing.T, mode courier.DispatchMode)) {
+	for _, m := range dispatchModes {
+		if m == courier.DispatchBatched && dialect != "postgres" {
+			continue
+		}
+		t.Run(string(m), func(t *testing.T) { test(t, m) })
+	}
+}
+
+// eachModeOn runs test in each dispatch mode on SQLite, and in the batched mode on PostgreSQL
+// too, as subtests "<mode>/<dialect>": a per-attempt attempt's deadlines and its way to its
+// result are Temporal's whichever database holds the rows, a batched one's are statements of
+// each dialect.
+func eachModeOn(t *testing.T, test func(t *testing.T, dialect string, mode courier.DispatchMode)) {
+	for _, m := range dispatchModes {
+		for _, d := range testenv.Dialects {
+			if d != "sqlite" && m == courier.DispatchPerAttempt {
+				continue
+			}
+			t.Run(string(m)+"/"+d, func(t *testing.T) { test(t, d, m) })
+		}
+	}
+}
+
+// newTaskStackIn is newTaskStack whose queues are in mode.
+func newTaskStackIn(t *testing.T, dialect string, mode courier.DispatchMode) *taskStack {
+	ts := newTaskStack(t, dialect)
+	ts.mode = mode
+	return ts
+}
+
 // taskStack is a stack with a task-enabled worker and gateway.
 type taskStack struct {
 	*stack
@@ -136,6 +185,11 @@ type taskStack struct {
 
 	recoverAfter time.Duration
 	tune         func(*worker.Config) // changes the workers' configuration; nil: none
+	// mode is the dispatch mode putQueue gives a queue whose settings name none ("": the
+	// default, per-attempt).
+	mode courier.DispatchMode
+	// metrics counts the workers' and the gateway's task pushes and results (nil: none).
+	metrics *metrics.Tasks
 	// resultAnswerDelay slows the gateway's writing of its answers to task results (in
 	// nanoseconds; 0: none), as a loaded gateway is slow to write them.
 	resultAnswerDelay atomic.Int64
@@ -160,8 +214,15 @@ func newTaskStackTuned(t *testing.T, dialect string, recoverAfter time.Duration,
 // taskStackOn adds a task worker, the task gateway and keys of each scope to a stack.
 func taskStackOn(t *testing.T, s *stack, recoverAfter time.Duration, tune func(*worker.Config)) *taskStack {
 	t.Helper()
+	return taskStackWith(t, &taskStack{stack: s, recoverAfter: recoverAfter, tune: tune})
+}
+
+// taskStackWith adds a task worker, the task gateway and keys of each scope to ts's stack, as
+// ts's fields say.
+func taskStackWith(t *testing.T, ts *taskStack) *taskStack {
+	t.Helper()
 	ctx := t.Context()
-	ts := &taskStack{stack: s, recoverAfter: recoverAfter, tune: tune}
+	s := ts.stack
 	// The gateway's address goes into every push, so it listens before the worker starts.
 	var h http.Handler
 	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
@@ -173,7 +234,7 @@ func taskStackOn(t *testing.T, s *stack, recoverAfter time.Duration, tune func(*
 	t.Cleanup(srv.Close)
 	ts.gw = srv.URL
 	ts.w = ts.startTaskWorker()
-	ts.svc = tasks.NewService(s.store, s.tc, s.ts.GetDefaultNamespace(), ts.w.WakeTasks, nil, quiet)
+	ts.svc = tasks.NewService(s.store, s.tc, s.ts.GetDefaultNamespace(), ts.w.WakeTasks, ts.metrics, quiet)
 	h = gateway.New(gateway.Config{}, gateway.Deps{Keys: s.store, Outbox: s.store, Tasks: ts.svc, Logger: quiet,
 		Pauses: pauses.NewService(s.store, quiet)})
 	for _, k := range []struct {
@@ -226,7 +287,7 @@ func (ts *taskStack) startTaskWorker() *worker.Worker {
 	if ts.tune != nil {
 		ts.tune(&cfg)
 	}
-	w, err := worker.New(cfg, worker.Deps{Temporal: ts.tc, Publisher: ts.pub, Logger: quiet, Tasks: ts.store,
+	w, err := worker.New(cfg, worker.Deps{Temporal: ts.tc, Publisher: ts.pub, Logger: quiet, Tasks: ts.store, TaskMetrics: ts.metrics,
 		Sources: []relay.Source{{Name: courier.DefaultSource, Store: ts.store}}, Pauses: ts.paused})
 	require.NoError(t, err)
 	require.NoError(t, w.Start(ts.t.Context()))
@@ -287,8 +348,12 @@ func post(t *testing.T, token, url string, body []byte) int {
 	return resp.StatusCode
 }
 
+// putQueue creates or replaces a queue, in the stack's dispatch mode unless q names one.
 func (ts *taskStack) putQueue(name string, q map[string]any) {
 	ts.t.Helper()
+	if _, ok := q["dispatch_mode"]; !ok && ts.mode != "" {
+		q = withQueue(q, map[string]any{"dispatch_mode": ts.mode})
+	}
 	code := ts.call(http.MethodPut, "/v1/queues/"+name, ts.admin, q, nil)
 	require.Contains(ts.t, []int{http.StatusOK, http.StatusCreated}, code)
 }
@@ -342,83 +407,85 @@ func (ts *taskStack) inFlight(queue string) int {
 func TestTasksLimitAndWeightedOrder(t *testing.T) {
 	for _, d := range testenv.Dialects {
 		t.Run(d, func(t *testing.T) {
-			ts := newTaskStack(t, d)
-			ts.startTaskWorker() // a second claimer competing for the same slots
-			token := ts.worker
-			// The first pushes are held until the limit's worth is in flight at once (or 5 s
-			// have passed), so whether the limit is used does not depend on how fast a loaded
-			// machine starts the first runs.
-			full := make(chan struct{})
-			var fullOnce sync.Once
-			w := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) {
-				if w.maxConcurrent() >= 20 {
-					fullOnce.Do(func() { close(full) })
+			eachModeSlow(t, d, func(t *testing.T, mode courier.DispatchMode) {
+				ts := newTaskStackIn(t, d, mode)
+				ts.startTaskWorker() // a second claimer competing for the same slots
+				token := ts.worker
+				// The first pushes are held until the limit's worth is in flight at once (or 5 s
+				// have passed), so whether the limit is used does not depend on how fast a loaded
+				// machine starts the first runs.
+				full := make(chan struct{})
+				var fullOnce sync.Once
+				w := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) {
+					if w.maxConcurrent() >= 20 {
+						fullOnce.Do(func() { close(full) })
+					}
+					select {
+					case <-full:
+					case <-time.After(5 * time.Second):
+					}
+					time.Sleep(20 * time.Millisecond) // parsing
+					if code := report(t, token, p, "success", 200, "parsed"); code != http.StatusAccepted {
+						t.Errorf("result for %s: %d", p.TaskID, code)
+					}
+				})
+				// The backlog is in place before the queue has a worker, so dispatch starts with
+				// every band full.
+				ts.putQueue("parse", map[string]any{"concurrency_limit": 20})
+				const perBand = 400
+				for i := 0; i < perBand; i++ {
+					for p := 1; p <= 5; p++ {
+						require.Equal(t, http.StatusCreated, ts.insert(fmt.Sprintf("doc-%d-%d", p, i), 1, p, "parse"))
+					}
 				}
-				select {
-				case <-full:
-				case <-time.After(5 * time.Second):
+				ts.putQueue("parse", map[string]any{"concurrency_limit": 20, "push_url": w.url})
+				require.Eventually(t, func() bool {
+					st, err := ts.store.TaskStats(t.Context())
+					require.NoError(t, err)
+					return st.ByQueueStatus["parse"][courier.TaskSuccess] == 5*perBand
+				}, 5*time.Minute, 250*time.Millisecond, "every task succeeds")
+
+				require.LessOrEqual(t, w.maxConcurrent(), 20, "the worker never holds more than the limit")
+				require.GreaterOrEqual(t, w.maxConcurrent(), 10, "the limit is actually used")
+				require.EqualValues(t, 5*perBand, w.pushes.Load(), "one push per task: nothing retried or duplicated")
+				require.Equal(t, 0, ts.inFlight("parse"), "every slot released")
+
+				// Band 1 (35 %) runs out first, after about 400/0.35 ≈ 1,140 claims: the first
+				// 1,000 were made with every band backlogged. The order is the claims' (each
+				// task's claimed_at; one claim's tasks share it), as the pushes' order also holds
+				// how long each run took to start.
+				type claimed struct {
+					prio, n int
+					at      time.Time
 				}
-				time.Sleep(20 * time.Millisecond) // parsing
-				if code := report(t, token, p, "success", 200, "parsed"); code != http.StatusAccepted {
-					t.Errorf("result for %s: %d", p.TaskID, code)
+				var order []claimed
+				for prio := 1; prio <= 5; prio++ {
+					for i := 0; i < perBand; i++ {
+						task, err := ts.store.GetTask(t.Context(), fmt.Sprintf("doc-%d-%d", prio, i), 1)
+						require.NoError(t, err)
+						require.NotNil(t, task.ClaimedAt)
+						order = append(order, claimed{prio: prio, n: i, at: *task.ClaimedAt})
+					}
+				}
+				sort.SliceStable(order, func(i, j int) bool { return order[i].at.Before(order[j].at) })
+				var counts [5]int
+				for _, c := range order[:1000] {
+					counts[c.prio-1]++
+				}
+				for i, want := range courier.DefaultBandWeights {
+					share := float64(counts[i]) / 1000 * 100
+					t.Logf("priority %d: %.1f%% (weight %d%%)", i+1, share, want)
+					require.LessOrEqual(t, math.Abs(share-float64(want)), 5.0, "priority %d share", i+1)
+				}
+				// Within a band, the oldest first.
+				var lastBand1 int
+				for _, c := range order[:200] {
+					if c.prio == 1 {
+						require.GreaterOrEqual(t, c.n, lastBand1-20, "band 1 goes roughly oldest first")
+						lastBand1 = max(lastBand1, c.n)
+					}
 				}
 			})
-			// The backlog is in place before the queue has a worker, so dispatch starts with
-			// every band full.
-			ts.putQueue("parse", map[string]any{"concurrency_limit": 20})
-			const perBand = 400
-			for i := 0; i < perBand; i++ {
-				for p := 1; p <= 5; p++ {
-					require.Equal(t, http.StatusCreated, ts.insert(fmt.Sprintf("doc-%d-%d", p, i), 1, p, "parse"))
-				}
-			}
-			ts.putQueue("parse", map[string]any{"concurrency_limit": 20, "push_url": w.url})
-			require.Eventually(t, func() bool {
-				st, err := ts.store.TaskStats(t.Context())
-				require.NoError(t, err)
-				return st.ByQueueStatus["parse"][courier.TaskSuccess] == 5*perBand
-			}, 5*time.Minute, 250*time.Millisecond, "every task succeeds")
-
-			require.LessOrEqual(t, w.maxConcurrent(), 20, "the worker never holds more than the limit")
-			require.GreaterOrEqual(t, w.maxConcurrent(), 10, "the limit is actually used")
-			require.EqualValues(t, 5*perBand, w.pushes.Load(), "one push per task: nothing retried or duplicated")
-			require.Equal(t, 0, ts.inFlight("parse"), "every slot released")
-
-			// Band 1 (35 %) runs out first, after about 400/0.35 ≈ 1,140 claims: the first
-			// 1,000 were made with every band backlogged. The order is the claims' (each
-			// task's claimed_at; one claim's tasks share it), as the pushes' order also holds
-			// how long each run took to start.
-			type claimed struct {
-				prio, n int
-				at      time.Time
-			}
-			var order []claimed
-			for prio := 1; prio <= 5; prio++ {
-				for i := 0; i < perBand; i++ {
-					task, err := ts.store.GetTask(t.Context(), fmt.Sprintf("doc-%d-%d", prio, i), 1)
-					require.NoError(t, err)
-					require.NotNil(t, task.ClaimedAt)
-					order = append(order, claimed{prio: prio, n: i, at: *task.ClaimedAt})
-				}
-			}
-			sort.SliceStable(order, func(i, j int) bool { return order[i].at.Before(order[j].at) })
-			var counts [5]int
-			for _, c := range order[:1000] {
-				counts[c.prio-1]++
-			}
-			for i, want := range courier.DefaultBandWeights {
-				share := float64(counts[i]) / 1000 * 100
-				t.Logf("priority %d: %.1f%% (weight %d%%)", i+1, share, want)
-				require.LessOrEqual(t, math.Abs(share-float64(want)), 5.0, "priority %d share", i+1)
-			}
-			// Within a band, the oldest first.
-			var lastBand1 int
-			for _, c := range order[:200] {
-				if c.prio == 1 {
-					require.GreaterOrEqual(t, c.n, lastBand1-20, "band 1 goes roughly oldest first")
-					lastBand1 = max(lastBand1, c.n)
-				}
-			}
 		})
 	}
 }
@@ -432,33 +499,35 @@ func TestTasksLimitAndWeightedOrder(t *testing.T) {
 func TestTasksLimitAsTheWorkerCountsIt(t *testing.T) {
 	for _, d := range testenv.Dialects {
 		t.Run(d, func(t *testing.T) {
-			ts := newTaskStack(t, d)
-			ts.startTaskWorker() // a second process's claimer
-			ts.resultAnswerDelay.Store(int64(100 * time.Millisecond))
-			token := ts.worker
-			w := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) {
-				time.Sleep(50 * time.Millisecond) // the work
-				if code := report(t, token, p, "success", 200, "done"); code != http.StatusAccepted {
-					t.Errorf("result for %s: %d", p.TaskID, code)
+			eachMode(t, func(t *testing.T, mode courier.DispatchMode) {
+				ts := newTaskStackIn(t, d, mode)
+				ts.startTaskWorker() // a second process's claimer
+				ts.resultAnswerDelay.Store(int64(100 * time.Millisecond))
+				token := ts.worker
+				w := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) {
+					time.Sleep(50 * time.Millisecond) // the work
+					if code := report(t, token, p, "success", 200, "done"); code != http.StatusAccepted {
+						t.Errorf("result for %s: %d", p.TaskID, code)
+					}
+				}) // held from the push until report has its answer
+				const n, limit = 400, 5
+				ts.putQueue("counted", map[string]any{"concurrency_limit": limit})
+				for i := range n {
+					require.Equal(t, http.StatusCreated, ts.insert(fmt.Sprintf("c-%d", i), 1, 1+i%5, "counted"))
 				}
-			}) // held from the push until report has its answer
-			const n, limit = 400, 5
-			ts.putQueue("counted", map[string]any{"concurrency_limit": limit})
-			for i := range n {
-				require.Equal(t, http.StatusCreated, ts.insert(fmt.Sprintf("c-%d", i), 1, 1+i%5, "counted"))
-			}
-			ts.putQueue("counted", map[string]any{"concurrency_limit": limit, "push_url": w.url})
-			require.Eventually(t, func() bool {
-				st, err := ts.store.TaskStats(t.Context())
-				require.NoError(t, err)
-				return st.ByQueueStatus["counted"][courier.TaskSuccess] == n
-			}, 5*time.Minute, 100*time.Millisecond, "every task succeeds")
-			t.Logf("%s: the worker held at most %d of a limit of %d over %d pushes", d, w.maxConcurrent(), limit, w.pushes.Load())
-			require.LessOrEqual(t, w.maxConcurrent(), limit, "the worker never holds more than the limit")
-			require.Equal(t, limit, w.maxConcurrent(), "the limit is used")
-			require.EqualValues(t, n, w.pushes.Load(), "one push per task")
-			require.Eventually(t, func() bool { return ts.inFlight("counted") == 0 }, 10*time.Second, 50*time.Millisecond,
-				"every slot released once its answer went out")
+				ts.putQueue("counted", map[string]any{"concurrency_limit": limit, "push_url": w.url})
+				require.Eventually(t, func() bool {
+					st, err := ts.store.TaskStats(t.Context())
+					require.NoError(t, err)
+					return st.ByQueueStatus["counted"][courier.TaskSuccess] == n
+				}, 5*time.Minute, 100*time.Millisecond, "every task succeeds")
+				t.Logf("%s: the worker held at most %d of a limit of %d over %d pushes", d, w.maxConcurrent(), limit, w.pushes.Load())
+				require.LessOrEqual(t, w.maxConcurrent(), limit, "the worker never holds more than the limit")
+				require.Equal(t, limit, w.maxConcurrent(), "the limit is used")
+				require.EqualValues(t, n, w.pushes.Load(), "one push per task")
+				require.Eventually(t, func() bool { return ts.inFlight("counted") == 0 }, 10*time.Second, 50*time.Millisecond,
+					"every slot released once its answer went out")
+			})
 		})
 	}
 }
@@ -514,54 +583,56 @@ func TestTasksConcurrentIdenticalInserts(t *testing.T) {
 func TestTasksKilledWorker(t *testing.T) {
 	for _, d := range testenv.Dialects {
 		t.Run(d, func(t *testing.T) {
-			ts := newTaskStack(t, d)
-			token := ts.worker
-			var dead atomic.Bool
-			dead.Store(true)
-			var lost sync.Map // task id → the push the dead worker dropped
-			w := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) {
-				if dead.Load() {
-					lost.Store(p.TaskID, p)
-					return // killed mid-task: no result, no heartbeat
+			eachMode(t, func(t *testing.T, mode courier.DispatchMode) {
+				ts := newTaskStackIn(t, d, mode)
+				token := ts.worker
+				var dead atomic.Bool
+				dead.Store(true)
+				var lost sync.Map // task id → the push the dead worker dropped
+				w := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) {
+					if dead.Load() {
+						lost.Store(p.TaskID, p)
+						return // killed mid-task: no result, no heartbeat
+					}
+					report(t, token, p, "success", 200, "ok")
+				})
+				ts.putQueue("default", map[string]any{"push_url": w.url, "concurrency_limit": 3, "processing_timeout": "2s",
+					"retry": map[string]any{"initial_interval": "1s", "max_attempts": 5}})
+				for i := 0; i < 5; i++ {
+					require.Equal(t, http.StatusCreated, ts.insert(fmt.Sprintf("k%d", i), 1, 3, "default"))
 				}
-				report(t, token, p, "success", 200, "ok")
-			})
-			ts.putQueue("default", map[string]any{"push_url": w.url, "concurrency_limit": 3, "processing_timeout": "2s",
-				"retry": map[string]any{"initial_interval": "1s", "max_attempts": 5}})
-			for i := 0; i < 5; i++ {
-				require.Equal(t, http.StatusCreated, ts.insert(fmt.Sprintf("k%d", i), 1, 3, "default"))
-			}
-			// The handler runs after the push was answered: wait until the dead worker has
-			// dropped three, not only been pushed them.
-			require.Eventually(t, func() bool {
+				// The handler runs after the push was answered: wait until the dead worker has
+				// dropped three, not only been pushed them.
+				require.Eventually(t, func() bool {
+					n := 0
+					lost.Range(func(_, _ any) bool { n++; return true })
+					return n >= 3
+				}, 30*time.Second, 20*time.Millisecond)
+				require.LessOrEqual(t, ts.inFlight("default"), 3)
+				dead.Store(false) // a new worker takes over behind the same URL
+
+				for i := 0; i < 5; i++ {
+					got := ts.waitStatus(fmt.Sprintf("k%d", i), 1, courier.TaskSuccess, time.Minute)
+					require.GreaterOrEqual(t, got.Attempt, 1)
+				}
+				require.Equal(t, 0, ts.inFlight("default"), "no slot leaked")
+				repairs, err := ts.store.ReconcileLimiters(t.Context())
+				require.NoError(t, err)
+				require.Empty(t, repairs, "the count matched the rows all along")
+
 				n := 0
-				lost.Range(func(_, _ any) bool { n++; return true })
-				return n >= 3
-			}, 30*time.Second, 20*time.Millisecond)
-			require.LessOrEqual(t, ts.inFlight("default"), 3)
-			dead.Store(false) // a new worker takes over behind the same URL
-
-			for i := 0; i < 5; i++ {
-				got := ts.waitStatus(fmt.Sprintf("k%d", i), 1, courier.TaskSuccess, time.Minute)
-				require.GreaterOrEqual(t, got.Attempt, 1)
-			}
-			require.Equal(t, 0, ts.inFlight("default"), "no slot leaked")
-			repairs, err := ts.store.ReconcileLimiters(t.Context())
-			require.NoError(t, err)
-			require.Empty(t, repairs, "the count matched the rows all along")
-
-			n := 0
-			lost.Range(func(_, v any) bool {
-				p := v.(api.TaskPush)
-				got := ts.get(p.TaskID, 1)
-				require.Greater(t, got.Attempt, p.Attempt, "the lost attempt was retried")
-				require.Equal(t, http.StatusConflict, report(t, token, p, "failure", 500, "late"), "a stale attempt's result is refused")
-				require.Equal(t, http.StatusConflict, heartbeat(t, token, p))
-				require.Equal(t, courier.TaskSuccess, ts.get(p.TaskID, 1).Status, "and changes nothing")
-				n++
-				return true
+				lost.Range(func(_, v any) bool {
+					p := v.(api.TaskPush)
+					got := ts.get(p.TaskID, 1)
+					require.Greater(t, got.Attempt, p.Attempt, "the lost attempt was retried")
+					require.Equal(t, http.StatusConflict, report(t, token, p, "failure", 500, "late"), "a stale attempt's result is refused")
+					require.Equal(t, http.StatusConflict, heartbeat(t, token, p))
+					require.Equal(t, courier.TaskSuccess, ts.get(p.TaskID, 1).Status, "and changes nothing")
+					n++
+					return true
+				})
+				require.GreaterOrEqual(t, n, 3)
 			})
-			require.GreaterOrEqual(t, n, 3)
 		})
 	}
 }
@@ -570,82 +641,84 @@ func TestTasksKilledWorker(t *testing.T) {
 // timeout; a silent one fails by it; a failure with attempts left is retried and then fails
 // for good; cancel works while pending and while processing.
 func TestTasksHeartbeatFailureCancel(t *testing.T) {
-	ts := newTaskStack(t, "sqlite")
-	token := ts.worker
-	release := make(chan struct{})
-	w := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) {
-		switch {
-		case p.TaskID == "long":
-			for i := 0; i < 10; i++ { // 3 s of work, heartbeat timeout 1 s
-				time.Sleep(300 * time.Millisecond) // work between heartbeats
-				if code := heartbeat(t, token, p); code != http.StatusOK {
-					t.Errorf("heartbeat %d: %d", i, code)
+	eachModeOn(t, func(t *testing.T, d string, mode courier.DispatchMode) {
+		ts := newTaskStackIn(t, d, mode)
+		token := ts.worker
+		release := make(chan struct{})
+		w := startTaskWorker(t, func(w *taskWorker, p api.TaskPush) {
+			switch {
+			case p.TaskID == "long":
+				for i := 0; i < 10; i++ { // 3 s of work, heartbeat timeout 1 s
+					time.Sleep(300 * time.Millisecond) // work between heartbeats
+					if code := heartbeat(t, token, p); code != http.StatusOK {
+						t.Errorf("heartbeat %d: %d", i, code)
+					}
 				}
+				report(t, token, p, "success", 200, "long done")
+			case p.TaskID == "silent":
+				// Never heartbeats: the attempt fails by the heartbeat timeout.
+			case p.TaskID == "bad":
+				report(t, token, p, "failure", 422, "not a PDF")
+			case p.TaskID == "hold":
+				<-release
 			}
-			report(t, token, p, "success", 200, "long done")
-		case p.TaskID == "silent":
-			// Never heartbeats: the attempt fails by the heartbeat timeout.
-		case p.TaskID == "bad":
-			report(t, token, p, "failure", 422, "not a PDF")
-		case p.TaskID == "hold":
-			<-release
-		}
+		})
+		ts.putQueue("default", map[string]any{"push_url": w.url, "heartbeat_timeout": "1s", "processing_timeout": "1m",
+			"retry": map[string]any{"initial_interval": "1s", "max_attempts": 2}})
+
+		require.Equal(t, http.StatusCreated, ts.insert("long", 1, 1, "default"))
+		got := ts.waitStatus("long", 1, courier.TaskSuccess, time.Minute)
+		require.Equal(t, 1, got.Attempt, "kept alive by heartbeats: one attempt")
+		require.Equal(t, "long done", got.Message)
+		require.JSONEq(t, `{"task":"long","attempt":1}`, string(got.Result))
+
+		require.Equal(t, http.StatusCreated, ts.insert("silent", 1, 1, "default"))
+		got = ts.waitStatus("silent", 1, courier.TaskFailed, time.Minute)
+		require.Equal(t, 2, got.Attempts, "retried once, then failed")
+		require.Contains(t, got.Message, "heartbeat timeout")
+
+		require.Equal(t, http.StatusCreated, ts.insert("bad", 1, 1, "default"))
+		got = ts.waitStatus("bad", 1, courier.TaskFailed, time.Minute)
+		require.Equal(t, 2, got.Attempts)
+		require.Equal(t, 422, got.StatusCode)
+		require.Equal(t, "not a PDF", got.Message)
+
+		// Cancel while processing: the slot is free at once and the late result is refused.
+		require.Equal(t, http.StatusCreated, ts.insert("hold", 1, 1, "default"))
+		ts.waitStatus("hold", 1, courier.TaskProcessing, time.Minute)
+		require.Eventually(t, func() bool { return ts.get("hold", 1).PushedAt != nil }, time.Minute, 20*time.Millisecond)
+		var cancelled api.Task
+		require.Equal(t, http.StatusOK, ts.call(http.MethodDelete, "/v1/tasks/hold/versions/1", ts.producer, nil, &cancelled))
+		require.Equal(t, courier.TaskCancelled, cancelled.Status)
+		require.Equal(t, 0, ts.inFlight("default"))
+		hold := w.pushOrder()[len(w.pushOrder())-1]
+		require.Equal(t, "hold", hold.TaskID)
+		require.Equal(t, http.StatusConflict, report(t, token, hold, "success", 200, "too late"))
+		close(release)
+		require.Equal(t, courier.TaskCancelled, ts.get("hold", 1).Status)
+		var e api.ErrorBody
+		require.Equal(t, http.StatusConflict, ts.call(http.MethodDelete, "/v1/tasks/long/versions/1", ts.producer, nil, &e), "a success cannot be cancelled")
+		require.Equal(t, courier.CodeConflict, e.Error.Code)
+
+		// Cancel while pending (the queue has no worker).
+		ts.putQueue("idle", map[string]any{})
+		require.Equal(t, http.StatusCreated, ts.insert("waiting", 1, 5, "idle"))
+		require.Equal(t, http.StatusOK, ts.call(http.MethodDelete, "/v1/tasks/waiting/versions/1", ts.producer, nil, &cancelled))
+		require.Equal(t, courier.TaskCancelled, cancelled.Status)
+
+		// Version rules through the API: stale → 409 with the current version; a newer version
+		// supersedes a pending older one; the latest version is what GET /v1/tasks/{id} shows.
+		require.Equal(t, http.StatusCreated, ts.insert("v", 2, 3, "idle"))
+		require.Equal(t, http.StatusCreated, ts.insert("v", 3, 3, "idle"))
+		var conflict api.ErrorBody
+		require.Equal(t, http.StatusConflict, ts.call(http.MethodPost, "/v1/tasks", ts.producer,
+			map[string]any{"task_id": "v", "task_version": 1, "queue": "idle"}, &conflict))
+		require.EqualValues(t, 3, conflict.Error.Details["current_version"])
+		require.Equal(t, courier.TaskSuperseded, ts.get("v", 2).Status)
+		var latest api.Task
+		require.Equal(t, http.StatusOK, ts.call(http.MethodGet, "/v1/tasks/v", ts.producer, nil, &latest))
+		require.EqualValues(t, 3, latest.TaskVersion)
 	})
-	ts.putQueue("default", map[string]any{"push_url": w.url, "heartbeat_timeout": "1s", "processing_timeout": "1m",
-		"retry": map[string]any{"initial_interval": "1s", "max_attempts": 2}})
-
-	require.Equal(t, http.StatusCreated, ts.insert("long", 1, 1, "default"))
-	got := ts.waitStatus("long", 1, courier.TaskSuccess, time.Minute)
-	require.Equal(t, 1, got.Attempt, "kept alive by heartbeats: one attempt")
-	require.Equal(t, "long done", got.Message)
-	require.JSONEq(t, `{"task":"long","attempt":1}`, string(got.Result))
-
-	require.Equal(t, http.StatusCreated, ts.insert("silent", 1, 1, "default"))
-	got = ts.waitStatus("silent", 1, courier.TaskFailed, time.Minute)
-	require.Equal(t, 2, got.Attempts, "retried once, then failed")
-	require.Contains(t, got.Message, "heartbeat timeout")
-
-	require.Equal(t, http.StatusCreated, ts.insert("bad", 1, 1, "default"))
-	got = ts.waitStatus("bad", 1, courier.TaskFailed, time.Minute)
-	require.Equal(t, 2, got.Attempts)
-	require.Equal(t, 422, got.StatusCode)
-	require.Equal(t, "not a PDF", got.Message)
-
-	// Cancel while processing: the slot is free at once and the late result is refused.
-	require.Equal(t, http.StatusCreated, ts.insert("hold", 1, 1, "default"))
-	ts.waitStatus("hold", 1, courier.TaskProcessing, time.Minute)
-	require.Eventually(t, func() bool { return ts.get("hold", 1).PushedAt != nil }, time.Minute, 20*time.Millisecond)
-	var cancelled api.Task
-	require.Equal(t, http.StatusOK, ts.call(http.MethodDelete, "/v1/tasks/hold/versions/1", ts.producer, nil, &cancelled))
-	require.Equal(t, courier.TaskCancelled, cancelled.Status)
-	require.Equal(t, 0, ts.inFlight("default"))
-	hold := w.pushOrder()[len(w.pushOrder())-1]
-	require.Equal(t, "hold", hold.TaskID)
-	require.Equal(t, http.StatusConflict, report(t, token, hold, "success", 200, "too late"))
-	close(release)
-	require.Equal(t, courier.TaskCancelled, ts.get("hold", 1).Status)
-	var e api.ErrorBody
-	require.Equal(t, http.StatusConflict, ts.call(http.MethodDelete, "/v1/tasks/long/versions/1", ts.producer, nil, &e), "a success cannot be cancelled")
-	require.Equal(t, courier.CodeConflict, e.Error.Code)
-
-	// Cancel while pending (the queue has no worker).
-	ts.putQueue("idle", map[string]any{})
-	require.Equal(t, http.StatusCreated, ts.insert("waiting", 1, 5, "idle"))
-	require.Equal(t, http.StatusOK, ts.call(http.MethodDelete, "/v1/tasks/waiting/versions/1", ts.producer, nil, &cancelled))
-	require.Equal(t, courier.TaskCancelled, cancelled.Status)
-
-	// Version rules through the API: stale → 409 with the current version; a newer version
-	// supersedes a pending older one; the latest version is what GET /v1/tasks/{id} shows.
-	require.Equal(t, http.StatusCreated, ts.insert("v", 2, 3, "idle"))
-	require.Equal(t, http.StatusCreated, ts.insert("v", 3, 3, "idle"))
-	var conflict api.ErrorBody
-	require.Equal(t, http.StatusConflict, ts.call(http.MethodPost, "/v1/tasks", ts.producer,
-		map[string]any{"task_id": "v", "task_version": 1, "queue": "idle"}, &conflict))
-	require.EqualValues(t, 3, conflict.Error.Details["current_version"])
-	require.Equal(t, courier.TaskSuperseded, ts.get("v", 2).Status)
-	var latest api.Task
-	require.Equal(t, http.StatusOK, ts.call(http.MethodGet, "/v1/tasks/v", ts.producer, nil, &latest))
-	require.EqualValues(t, 3, latest.TaskVersion)
 }
 
 // TestTaskSweeper: the worker starts the sweeper, one workflow of its own kind that sweeps

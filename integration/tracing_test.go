@@ -334,14 +334,22 @@ func TestTraceTimerCreateToCallback(t *testing.T) {
 // PostgreSQL), the push-and-wait activity on one with.
 func TestTraceTaskInsertToResult(t *testing.T) {
 	for _, d := range testenv.Dialects {
-		t.Run(d, func(t *testing.T) { testTraceTaskInsertToResult(t, d, 0) })
+		t.Run(d, func(t *testing.T) { testTraceTaskInsertToResult(t, d, 0, courier.DispatchPerAttempt) })
 	}
-	t.Run("heartbeat timeout", func(t *testing.T) { testTraceTaskInsertToResult(t, testenv.Dialects[0], 30*time.Second) })
+	t.Run("heartbeat timeout", func(t *testing.T) {
+		testTraceTaskInsertToResult(t, testenv.Dialects[0], 30*time.Second, courier.DispatchPerAttempt)
+	})
+	// In the batched mode the task's trace has no run of its own: its push's span, in the
+	// task's trace, carries the request the worker continues.
+	for _, d := range testenv.Dialects {
+		t.Run("batched/"+d, func(t *testing.T) { testTraceTaskInsertToResult(t, d, 0, courier.DispatchBatched) })
+	}
 }
 
-func testTraceTaskInsertToResult(t *testing.T, d string, heartbeat time.Duration) {
+func testTraceTaskInsertToResult(t *testing.T, d string, heartbeat time.Duration, mode courier.DispatchMode) {
 	s, exp := tracedStack(t, d)
 	ts := taskStackOn(t, s, 5*time.Second, nil)
+	ts.mode = mode
 
 	// The task worker continues the push's trace in its own span and reports within it.
 	type pushed struct{ traceparent, heartbeat, result int }
@@ -394,6 +402,18 @@ func testTraceTaskInsertToResult(t *testing.T, d string, heartbeat time.Duration
 	require.Equal(t, http.StatusAccepted, p.result)
 	ts.waitStatus("doc-1", 1, courier.TaskSuccess, 20*time.Second)
 
+	if mode == courier.DispatchBatched {
+		push := []string{"client insert task", "POST /v1/tasks", "task push", "callback POST", "worker processes task"}
+		ends := requireTrace(t, exp, traceID,
+			append(append([]string(nil), push...), "POST /v1/tasks/:task_id/versions/:version/result"),
+			append(append([]string(nil), push...), "POST /v1/tasks/:task_id/versions/:version/heartbeat"),
+			push[:2])
+		result, insert := ends[0], ends[2]
+		require.Len(t, result.Links, 1, "the result call that recorded the success links to the task's insert")
+		require.Equal(t, insert.SpanContext.SpanID(), result.Links[0].SpanContext.SpanID())
+		requireDocumentedTrace(t, exp, traceID, "batched task", strings.NewReplacer())
+		return
+	}
 	attempt := []string{"client insert task", "POST /v1/tasks", "task claim",
 		"StartWorkflow:" + courier.KindTask.Workflow, "RunWorkflow:" + courier.KindTask.Workflow}
 	pushName := contract.SendPushName // a local activity, traced as one

@@ -9,7 +9,15 @@ type Outbox struct {
 	Published *prometheus.CounterVec // courier_outbox_published_total{source,topic}
 	Dead      *prometheus.CounterVec // courier_outbox_dead_total{source,topic}
 	Failures  *prometheus.CounterVec // courier_outbox_publish_failures_total{source,topic}
-	Latency   prometheus.Histogram   // courier_outbox_commit_to_publish_seconds
+	// Latency is courier_outbox_commit_to_publish_seconds{source}: observe it through
+	// ObserveLatency, which bounds the label.
+	Latency *prometheus.HistogramVec
+	sources *labelBound
+}
+
+// ObserveLatency records a record of source sent seconds after its commit.
+func (m *Outbox) ObserveLatency(source string, seconds float64) {
+	m.Latency.WithLabelValues(m.sources.value(source)).Observe(seconds)
 }
 
 // NewOutbox creates the outbox metrics and registers them with reg.
@@ -27,11 +35,12 @@ func NewOutbox(reg prometheus.Registerer) *Outbox {
 			Name: "courier_outbox_publish_failures_total",
 			Help: "Failed publish attempts (each is retried per the retry policy).",
 		}, []string{"source", "topic"}),
-		Latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+		Latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "courier_outbox_commit_to_publish_seconds",
 			Help:    "Time from the outbox row's created_at to the broker's acknowledgement.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 16),
-		}),
+		}, []string{"source"}),
+		sources: newLabelBound(MaxLabelValues),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Published, m.Dead, m.Failures, m.Latency)
@@ -94,18 +103,28 @@ func (c *outboxTable) Collect(ch chan<- prometheus.Metric) {
 
 // Timers holds the timer delivery metrics. A nil *Timers records nothing.
 type Timers struct {
-	Lateness   prometheus.Histogram   // courier_timer_fire_lateness_seconds
+	// Lateness is courier_timer_fire_lateness_seconds{biz_type}: observe it through
+	// ObserveLateness, which bounds the label.
+	Lateness   *prometheus.HistogramVec
 	Deliveries *prometheus.CounterVec // courier_timer_deliveries_total{biz_type,outcome}
+	bizTypes   *labelBound
+}
+
+// ObserveLateness records a timer of bizType whose first delivery attempt began seconds after
+// its fire time.
+func (m *Timers) ObserveLateness(bizType string, seconds float64) {
+	m.Lateness.WithLabelValues(m.bizTypes.value(bizType)).Observe(seconds)
 }
 
 // NewTimers creates the timer metrics and registers them with reg.
 func NewTimers(reg prometheus.Registerer) *Timers {
 	m := &Timers{
-		Lateness: prometheus.NewHistogram(prometheus.HistogramOpts{
+		Lateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "courier_timer_fire_lateness_seconds",
 			Help:    "Time from a timer's fire_at to its first delivery attempt.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
-		}),
+		}, []string{"biz_type"}),
+		bizTypes: newLabelBound(MaxLabelValues),
 		Deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "courier_timer_deliveries_total",
 			Help: "Timer delivery attempts by business type and outcome (delivered, retry, failed).",

@@ -4,22 +4,32 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // Tasks holds the prioritized-task metrics. A nil *Tasks records nothing.
 type Tasks struct {
-	InsertToPush   prometheus.Histogram   // courier_task_insert_to_push_seconds
+	// InsertToPush is courier_task_insert_to_push_seconds{queue}: observe it through
+	// ObserveInsertToPush, which bounds the label.
+	InsertToPush   *prometheus.HistogramVec
 	Results        *prometheus.CounterVec // courier_task_results_total{queue,outcome}
 	LimiterRepairs *prometheus.CounterVec // courier_task_limiter_repairs_total{queue}
 	// PushToResult is courier_task_push_to_result_seconds{queue}: from an attempt's push to its
 	// worker's result, as the gateway takes it.
 	PushToResult *prometheus.HistogramVec
+	queues       *labelBound
+}
+
+// ObserveInsertToPush records a task of queue whose first push was accepted seconds after its
+// insert.
+func (m *Tasks) ObserveInsertToPush(queue string, seconds float64) {
+	m.InsertToPush.WithLabelValues(m.queues.value(queue)).Observe(seconds)
 }
 
 // NewTasks creates the task metrics and registers them with reg.
 func NewTasks(reg prometheus.Registerer) *Tasks {
 	m := &Tasks{
-		InsertToPush: prometheus.NewHistogram(prometheus.HistogramOpts{
+		InsertToPush: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "courier_task_insert_to_push_seconds",
 			Help:    "Time from a task's insert to its first push being accepted by a worker.",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 18),
-		}),
+		}, []string{"queue"}),
+		queues: newLabelBound(MaxLabelValues),
 		Results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "courier_task_results_total",
 			Help: "Finished task attempts by queue and outcome (success, failure, timeout, cancelled).",

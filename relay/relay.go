@@ -204,6 +204,9 @@ type Deps struct {
 	// Paused is the pauses in force (pauses.Watcher.Current): records of a paused topic
 	// pattern are not claimed; nil: nothing is ever paused.
 	Paused func() courier.Pauses
+	// Turned hears each source loop's turns: completed says its claim reached the database and
+	// Temporal (health.Loop.Turned); nil: no one listens.
+	Turned func(source string, completed bool)
 	Logger *slog.Logger // nil: slog.Default()
 }
 
@@ -213,6 +216,7 @@ type Relay struct {
 	tasks     TaskInserter
 	wakeTasks func()
 	paused    func() courier.Pauses
+	turned    func(source string, completed bool)
 	tc        client.Client
 	cfg       Config
 	sources   []Source
@@ -238,7 +242,10 @@ func New(tc client.Client, cfg Config, d Deps) *Relay {
 	if d.Paused == nil {
 		d.Paused = func() courier.Pauses { return courier.NewPauses(nil) }
 	}
-	return &Relay{timers: d.Timers, tasks: d.Tasks, wakeTasks: d.WakeTasks, paused: d.Paused, tc: tc, cfg: cfg.withDefaults(),
+	if d.Turned == nil {
+		d.Turned = func(string, bool) {}
+	}
+	return &Relay{timers: d.Timers, tasks: d.Tasks, wakeTasks: d.WakeTasks, paused: d.Paused, turned: d.Turned, tc: tc, cfg: cfg.withDefaults(),
 		sources: d.Sources, log: d.Logger, wakes: wakes, after: time.After}
 }
 
@@ -323,6 +330,7 @@ func (r *Relay) runSource(ctx context.Context, src Source, wake <-chan struct{})
 		if err != nil && ctx.Err() == nil {
 			r.log.Warn("outbox claim failed", "source", src.Name, "error", err)
 		}
+		r.turned(src.Name, err == nil)
 		if err == nil && c.Rows == r.claimLimit(src) {
 			continue // more may be waiting
 		}

@@ -143,6 +143,14 @@ func (s *Store) timeArg(t time.Time) any {
 	return t.UTC().Format(sqliteTimeLayout)
 }
 
+// timeSQL is t as an SQL literal in the column layout of the dialect.
+func (s *Store) timeSQL(t time.Time) string {
+	if s.pg {
+		return string(s.db.Dialect().AppendTime(nil, t.UTC()))
+	}
+	return "'" + t.UTC().Format(sqliteTimeLayout) + "'"
+}
+
 // nowPlusSQL is the database's current time plus d, in the column layout of the dialect.
 func (s *Store) nowPlusSQL(d time.Duration) string {
 	if s.pg {

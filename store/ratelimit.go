@@ -22,7 +22,7 @@ func (s *Store) TakeTokens(ctx context.Context, name string, rate float64, burst
 	var wait time.Duration
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		var err error
-		took, wait, err = s.takeTokens(ctx, tx, name, rate, burst, want)
+		took, wait, _, err = s.takeTokens(ctx, tx, name, rate, burst, want)
 		return err
 	})
 	if err != nil {
@@ -32,10 +32,11 @@ func (s *Store) TakeTokens(ctx context.Context, name string, rate float64, burst
 }
 
 // takeTokens is TakeTokens inside the caller's transaction (a claim takes its dispatch tokens
-// with the tasks, so both commit or neither). rate must be positive.
-func (s *Store) takeTokens(ctx context.Context, tx bun.Tx, name string, rate float64, burst, want int) (int, time.Duration, error) {
+// with the tasks, so both commit or neither), and also returns the bucket's time it took them at
+// (by the database's clock). rate must be positive.
+func (s *Store) takeTokens(ctx context.Context, tx bun.Tx, name string, rate float64, burst, want int) (int, time.Duration, time.Time, error) {
 	if want <= 0 {
-		return 0, 0, nil
+		return 0, 0, time.Time{}, nil
 	}
 	burst = max(burst, 1)
 	var row struct {
@@ -54,12 +55,12 @@ func (s *Store) takeTokens(ctx context.Context, tx bun.Tx, name string, rate flo
 		_, err = tx.NewRaw("INSERT INTO courier_rate_limits (name, tokens, updated_at) VALUES (?, ?, "+s.nowSQL()+
 			") ON CONFLICT (name) DO NOTHING", name, float64(burst)).Exec(ctx)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, time.Time{}, err
 		}
 		err = tx.NewRaw(sel, name).Scan(ctx, &row)
 	}
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, time.Time{}, err
 	}
 	elapsed := max(row.Now.Sub(row.UpdatedAt).Seconds(), 0)
 	tokens := math.Min(float64(burst), row.Tokens+elapsed*rate)
@@ -71,7 +72,7 @@ func (s *Store) takeTokens(ctx context.Context, tx bun.Tx, name string, rate flo
 	}
 	_, err = tx.NewRaw("UPDATE courier_rate_limits SET tokens = ?, updated_at = ? WHERE name = ?",
 		tokens, s.timeArg(row.Now), name).Exec(ctx)
-	return took, wait, err
+	return took, wait, row.Now, err
 }
 
 // giveBackTokens returns n tokens taken in this transaction and not spent, up to burst.

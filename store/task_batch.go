@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,6 +26,10 @@ type BatchAttempt struct {
 	Attempt           int
 	ProcessingTimeout time.Duration
 	HeartbeatTimeout  time.Duration // 0: none
+	// Pushing is how long the push's first try may take: an attempt's heartbeat timeout runs
+	// from the worker's answer (StartBatchedHeartbeats), so until then its timeout_at leaves
+	// the try this much beyond the heartbeat timeout.
+	Pushing time.Duration
 }
 
 // batchChunk bounds the rows one statement of the batched mode names.
@@ -32,9 +37,10 @@ const batchChunk = 500
 
 // MarkBatchPushed records that batch is about to push its attempts: each one still in
 // Processing on that attempt and still the batch's gets pushed_at, its processing deadline
-// (now plus its processing timeout) and timeout_at (the deadline, or the heartbeat timeout from
-// now when sooner), all kept from an earlier push of the same attempt (a repeated push after a
-// crash never moves a deadline earlier or later). It returns those tasks with their payloads;
+// (now plus its processing timeout) and timeout_at (the deadline, or, when sooner, now plus
+// the push's first try and the heartbeat timeout: the heartbeat timeout runs once the worker
+// has the attempt, StartBatchedHeartbeats), all kept from an earlier push of the same attempt
+// (a repeated push after a crash never moves a deadline earlier or later). It returns those tasks with their payloads;
 // the others have moved on (a result, a cancel, a timeout) and are not to be pushed.
 func (s *Store) MarkBatchPushed(ctx context.Context, batch string, attempts []BatchAttempt) ([]courier.Task, error) {
 	var out []courier.Task
@@ -46,18 +52,19 @@ func (s *Store) MarkBatchPushed(ctx context.Context, batch string, attempts []Ba
 			if i > 0 {
 				values.WriteString(", ")
 			}
-			values.WriteString("(?, ?, ?, ?, ?)")
-			args = append(args, a.TaskID, a.Version, a.Attempt, a.ProcessingTimeout.Milliseconds(), a.HeartbeatTimeout.Milliseconds())
+			values.WriteString("(?, ?, ?, ?, ?, ?)")
+			args = append(args, a.TaskID, a.Version, a.Attempt, a.ProcessingTimeout.Milliseconds(), a.HeartbeatTimeout.Milliseconds(),
+				a.Pushing.Milliseconds())
 		}
 		args = append(args, batch)
 		deadline := s.nowPlusMillisSQL("v.ms")
-		timeout := "CASE WHEN v.hb > 0 AND v.hb < v.ms THEN " + s.nowPlusMillisSQL("v.hb") + " ELSE " + deadline + " END"
+		timeout := "CASE WHEN v.hb > 0 AND v.hb + v.pushing < v.ms THEN " + s.nowPlusMillisSQL("(v.hb + v.pushing)") + " ELSE " + deadline + " END"
 		returning := "*" // SQLite's RETURNING names only the updated table's columns, and no TABLE.* wildcard
 		if s.pg {
 			returning = "courier_tasks.*"
 		}
 		var rows []taskRow
-		err := s.db.NewRaw("WITH v(task_id, version, attempt, ms, hb) AS (VALUES "+values.String()+") "+
+		err := s.db.NewRaw("WITH v(task_id, version, attempt, ms, hb, pushing) AS (VALUES "+values.String()+") "+
 			"UPDATE courier_tasks SET pushed_at = COALESCE(courier_tasks.pushed_at, "+s.nowSQL()+"), "+
 			"deadline_at = COALESCE(courier_tasks.deadline_at, "+deadline+"), "+
 			"timeout_at = COALESCE(courier_tasks.timeout_at, "+timeout+"), "+
@@ -314,6 +321,84 @@ func timeoutMessage(r taskRow) string {
 		return "processing timeout: no result before the deadline"
 	}
 	return fmt.Sprintf("processing timeout: no result within %s", r.DeadlineAt.Sub(r.PushedAt.Time).Round(time.Second))
+}
+
+// AttemptKey names one attempt of one task.
+type AttemptKey struct {
+	TaskID  string
+	Version int64
+	Attempt int
+}
+
+// StartBatchedHeartbeats starts the heartbeat timeouts of batched attempts: each one still in
+// Processing on that attempt, with a heartbeat timeout, gets timeout_at now plus its heartbeat
+// timeout plus after (never past its processing deadline). The push calls it with after zero
+// once the worker has answered (the timeout runs from the worker's answer, as a heartbeat's
+// does), and with the wait and the next try's bound before it tries a request again (no
+// heartbeat timeout runs out while courier is still pushing). Attempts without one are left
+// alone: their timeout_at is their deadline.
+func (s *Store) StartBatchedHeartbeats(ctx context.Context, attempts []AttemptKey, after time.Duration) error {
+	least := "min"
+	if s.pg {
+		least = "least"
+	}
+	for start := 0; start < len(attempts); start += batchChunk {
+		chunk := attempts[start:min(start+batchChunk, len(attempts))]
+		var cond strings.Builder
+		args := make([]any, 0, 3*len(chunk))
+		for i, a := range chunk {
+			if i > 0 {
+				cond.WriteString(", ")
+			}
+			cond.WriteString("(?, ?, ?)")
+			args = append(args, a.TaskID, a.Version, a.Attempt)
+		}
+		after := strconv.FormatInt(after.Milliseconds(), 10)
+		_, err := s.db.ExecContext(ctx, "UPDATE courier_tasks SET timeout_at = "+least+"(deadline_at, "+
+			s.nowPlusMillisSQL("(heartbeat_timeout_ms + "+after+")")+") "+
+			"WHERE (task_id, version, attempt) IN ("+cond.String()+") AND status = 'processing' AND timeout_at IS NOT NULL "+
+			"AND heartbeat_timeout_ms > 0", args...)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MoveBatchedAttempts hands batched attempts from batch from to batch to (a run that tries
+// their request again, contract.PushBatchParams.Try): each one still in Processing on that
+// attempt and still from's becomes to's, and one with a heartbeat timeout gets timeout_at now
+// plus its heartbeat timeout plus after (the wait and the next try), never past its deadline.
+// It returns how many moved.
+func (s *Store) MoveBatchedAttempts(ctx context.Context, from, to string, attempts []AttemptKey, after time.Duration) (int, error) {
+	least := "min"
+	if s.pg {
+		least = "least"
+	}
+	moved := 0
+	for start := 0; start < len(attempts); start += batchChunk {
+		chunk := attempts[start:min(start+batchChunk, len(attempts))]
+		var cond strings.Builder
+		args := []any{to}
+		for i, a := range chunk {
+			if i > 0 {
+				cond.WriteString(", ")
+			}
+			cond.WriteString("(?, ?, ?)")
+			args = append(args, a.TaskID, a.Version, a.Attempt)
+		}
+		args = append(args, from)
+		after := strconv.FormatInt(after.Milliseconds(), 10)
+		res, err := s.db.ExecContext(ctx, "UPDATE courier_tasks SET batch_id = ?, timeout_at = CASE WHEN heartbeat_timeout_ms > 0 THEN "+
+			least+"(deadline_at, "+s.nowPlusMillisSQL("(heartbeat_timeout_ms + "+after+")")+") ELSE timeout_at END "+
+			"WHERE (task_id, version, attempt) IN ("+cond.String()+") AND status = 'processing' AND batch_id = ? AND timeout_at IS NOT NULL", args...)
+		if err != nil {
+			return moved, err
+		}
+		n, _ := res.RowsAffected()
+		moved += int(n)
+	}
+	return moved, nil
 }
 
 // BeatBatchedAttempt records a heartbeat of a batched attempt with a heartbeat timeout: its

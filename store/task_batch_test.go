@@ -115,3 +115,89 @@ func TestBatchedStatements(t *testing.T) {
 		require.Equal(t, courier.TaskPending, status)
 	})
 }
+
+// A batched attempt's heartbeat timeout runs from the worker's answer: its mark leaves the
+// push's first try before it (nothing times out while courier pushes), StartBatchedHeartbeats
+// starts it, and an attempt whose request is tried again in a run of its own moves to that
+// run's batch (MoveBatchedAttempts), its deadline kept, the batch it left no longer pushing it.
+func TestBatchedHeartbeatsAndHandOff(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		_, _, err := s.PutQueue(ctx, courier.Queue{Name: "bh", ConcurrencyLimit: 10, DispatchMode: courier.DispatchBatched,
+			Retry: courier.RetryPolicy{MaxAttempts: 3}})
+		require.NoError(t, err)
+		for _, id := range []string{"beat", "moved", "plain"} {
+			r := taskReq(id, 1, 3, `{}`)
+			r.Queue = "bh"
+			_, _, err := s.InsertTask(ctx, r)
+			require.NoError(t, err)
+		}
+		c, err := claimReady(ctx, t, dispatch.New(), s, "bh", 10)
+		require.NoError(t, err)
+		require.Len(t, c.Attempts, 3)
+		var attempts []store.BatchAttempt
+		for _, a := range c.Attempts {
+			hb := time.Second
+			if a.TaskID == "plain" {
+				hb = 0
+			}
+			attempts = append(attempts, store.BatchAttempt{TaskID: a.TaskID, Version: a.Version, Attempt: a.Attempt,
+				ProcessingTimeout: time.Hour, HeartbeatTimeout: hb, Pushing: time.Hour})
+		}
+		pushed, err := s.MarkBatchPushed(ctx, c.Batch, attempts)
+		require.NoError(t, err)
+		require.Len(t, pushed, 3)
+		time.Sleep(1500 * time.Millisecond) // past the heartbeat timeout, within the push's try
+		e, err := s.ExpireTimedOutAttempts(ctx, 10)
+		require.NoError(t, err)
+		require.Zero(t, e.Attempts, "no heartbeat timeout runs while courier pushes")
+
+		key := func(id string) store.AttemptKey { return store.AttemptKey{TaskID: id, Version: 1, Attempt: 1} }
+		require.NoError(t, s.StartBatchedHeartbeats(ctx, []store.AttemptKey{key("beat"), key("plain")}, 0))
+		to := c.Batch + ".0.try2"
+		n, err := s.MoveBatchedAttempts(ctx, c.Batch, to, []store.AttemptKey{key("moved"), key("plain")}, time.Hour)
+		require.NoError(t, err)
+		require.Equal(t, 2, n)
+		n, err = s.MoveBatchedAttempts(ctx, c.Batch, to, []store.AttemptKey{key("moved")}, time.Hour)
+		require.NoError(t, err)
+		require.Zero(t, n, "moved once")
+		again, err := s.MarkBatchPushed(ctx, c.Batch, attempts)
+		require.NoError(t, err)
+		require.Len(t, again, 1, "the batch they left no longer pushes them")
+		require.Equal(t, "beat", again[0].TaskID)
+		tries, err := s.MarkBatchPushed(ctx, to, attempts[:0:0])
+		require.NoError(t, err)
+		require.Empty(t, tries)
+		var moved []store.BatchAttempt
+		for _, a := range attempts {
+			if a.TaskID != "beat" {
+				moved = append(moved, a)
+			}
+		}
+		tries, err = s.MarkBatchPushed(ctx, to, moved)
+		require.NoError(t, err)
+		require.Len(t, tries, 2, "the run of the tries pushes them")
+		for _, tk := range tries {
+			for _, p := range pushed {
+				if p.TaskID == tk.TaskID {
+					require.Equal(t, *p.DeadlineAt, *tk.DeadlineAt, "the deadline of the first try is kept")
+				}
+			}
+		}
+
+		require.Eventually(t, func() bool {
+			e, err := s.ExpireTimedOutAttempts(ctx, 10)
+			require.NoError(t, err)
+			return e.Attempts == 1
+		}, 10*time.Second, 100*time.Millisecond, "the started heartbeat timeout runs out")
+		got, err := s.GetTask(ctx, "beat", 1)
+		require.NoError(t, err)
+		require.Contains(t, got.Message, "heartbeat timeout")
+		for _, id := range []string{"moved", "plain"} {
+			got, err := s.GetTask(ctx, id, 1)
+			require.NoError(t, err)
+			require.Equal(t, courier.TaskProcessing, got.Status, "%s: its wait and next try are still ahead", id)
+			require.Equal(t, to, got.Batch)
+		}
+	})
+}

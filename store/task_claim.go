@@ -35,6 +35,11 @@ type claimTx struct {
 	s     *Store
 	tx    bun.Tx
 	queue string
+	// tokensAt is when the claim took its tokens from the queue's dispatch bucket (zero: it
+	// took none): its tasks' claimed_at, so that the claims a second holds by their
+	// claimed_at are those the bucket allowed in it, however long the transaction took
+	// between the two.
+	tokensAt time.Time
 }
 
 var _ dispatch.ClaimTx = (*claimTx)(nil)
@@ -44,11 +49,15 @@ func (c *claimTx) Open(ctx context.Context, max int) (dispatch.Opened, error) {
 }
 
 func (c *claimTx) ClaimBands(ctx context.Context, take dispatch.BandCounts, batch string) ([]courier.Task, error) {
-	return tasksOf(c.s.claimBands(ctx, c.tx, c.queue, take, batch))
+	return tasksOf(c.s.claimBands(ctx, c.tx, c.queue, take, batch, c.tokensAt))
 }
 
 func (c *claimTx) TakeTokens(ctx context.Context, rate float64, burst, want int) (int, time.Duration, error) {
-	return c.s.takeTokens(ctx, c.tx, dispatchBucket(c.queue), rate, burst, want)
+	took, wait, at, err := c.s.takeTokens(ctx, c.tx, dispatchBucket(c.queue), rate, burst, want)
+	if took > 0 {
+		c.tokensAt = at
+	}
+	return took, wait, err
 }
 
 func (c *claimTx) GiveBackTokens(ctx context.Context, burst, n int) error {
@@ -64,11 +73,11 @@ func (c *claimTx) KeyCandidates(ctx context.Context, band, n int) ([]dispatch.Ke
 }
 
 func (c *claimTx) ClaimBand(ctx context.Context, band, n int, batch string) ([]courier.Task, error) {
-	return tasksOf(c.s.claimBand(ctx, c.tx, c.queue, band, n, batch))
+	return tasksOf(c.s.claimBand(ctx, c.tx, c.queue, band, n, batch, c.tokensAt))
 }
 
 func (c *claimTx) ClaimPicked(ctx context.Context, picked []dispatch.KeyCandidate, batch string) ([]courier.Task, error) {
-	return tasksOf(c.s.claimPicked(ctx, c.tx, picked, batch))
+	return tasksOf(c.s.claimPicked(ctx, c.tx, picked, batch, c.tokensAt))
 }
 
 func (c *claimTx) AddInFlight(ctx context.Context, n int) error {
@@ -95,24 +104,24 @@ func dispatchBucket(queue string) string { return "queue-dispatch:" + queue }
 
 // claimBand moves up to n ready tasks of one band to Processing: higher version first, then
 // oldest.
-func (s *Store) claimBand(ctx context.Context, tx bun.Tx, queue string, band, n int, batch string) ([]taskRow, error) {
+func (s *Store) claimBand(ctx context.Context, tx bun.Tx, queue string, band, n int, batch string, at time.Time) ([]taskRow, error) {
 	with, in := s.picked("SELECT task_id, version FROM courier_tasks WHERE queue = ? AND status = 'pending' " +
 		"AND priority = ? AND next_attempt_at <= " + s.nowSQL() + s.notExpiredSQL() +
 		" ORDER BY version DESC, created_at ASC, task_id ASC LIMIT ?")
-	return s.markClaimed(ctx, tx, batch, with, in, queue, band, n)
+	return s.markClaimed(ctx, tx, batch, at, with, in, queue, band, n)
 }
 
 // claimBands is ClaimTx.ClaimBands. On PostgreSQL one statement picks every band's share (each
 // band's first by claim order, skipping rows another transaction holds), moves them to
 // Processing and counts them on the queue's limiter row; SQLite claims band by band.
-func (s *Store) claimBands(ctx context.Context, tx bun.Tx, queue string, take dispatch.BandCounts, batch string) ([]taskRow, error) {
+func (s *Store) claimBands(ctx context.Context, tx bun.Tx, queue string, take dispatch.BandCounts, batch string, at time.Time) ([]taskRow, error) {
 	if !s.pg {
 		var rows []taskRow
 		for b := 1; b <= courier.PriorityBands; b++ {
 			if take[b-1] <= 0 {
 				continue
 			}
-			claimed, err := s.claimBand(ctx, tx, queue, b, take[b-1], batch)
+			claimed, err := s.claimBand(ctx, tx, queue, b, take[b-1], batch, at)
 			if err != nil {
 				return nil, err
 			}
@@ -146,7 +155,7 @@ func (s *Store) claimBands(ctx context.Context, tx bun.Tx, queue string, take di
 	// (already locked by openClaim) by a second data-modifying CTE.
 	var rows []taskRow
 	err := tx.NewRaw("WITH "+strings.Join(picks, ", ")+", "+
-		"claimed AS (UPDATE courier_tasks "+s.claimSetSQL(batch)+" WHERE ctid = ANY(ARRAY("+strings.Join(union, " UNION ALL ")+")) AND status = 'pending' RETURNING *), "+
+		"claimed AS (UPDATE courier_tasks "+s.claimSetSQL(batch, at)+" WHERE ctid = ANY(ARRAY("+strings.Join(union, " UNION ALL ")+")) AND status = 'pending' RETURNING *), "+
 		"counted AS (UPDATE courier_task_queues SET in_flight = in_flight + (SELECT count(*) FROM claimed) WHERE name = ? AND EXISTS (SELECT 1 FROM claimed)) "+
 		"SELECT * FROM claimed ORDER BY priority, version DESC, created_at, task_id", append(args, queue)...).Scan(ctx, &rows)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
@@ -156,10 +165,10 @@ func (s *Store) claimBands(ctx context.Context, tx bun.Tx, queue string, take di
 }
 
 // markClaimed moves the pending rows the condition in names to Processing, on their next
-// attempt pushed by batch ("": a run of its own), and returns them.
-func (s *Store) markClaimed(ctx context.Context, tx bun.Tx, batch, with, in string, args ...any) ([]taskRow, error) {
+// attempt pushed by batch ("": a run of its own), claimed at at (zero: now), and returns them.
+func (s *Store) markClaimed(ctx context.Context, tx bun.Tx, batch string, at time.Time, with, in string, args ...any) ([]taskRow, error) {
 	var rows []taskRow
-	err := tx.NewRaw(with+"UPDATE courier_tasks "+s.claimSetSQL(batch)+" WHERE "+in+" AND status = 'pending' RETURNING *", args...).Scan(ctx, &rows)
+	err := tx.NewRaw(with+"UPDATE courier_tasks "+s.claimSetSQL(batch, at)+" WHERE "+in+" AND status = 'pending' RETURNING *", args...).Scan(ctx, &rows)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, err
 	}
@@ -167,14 +176,19 @@ func (s *Store) markClaimed(ctx context.Context, tx bun.Tx, batch, with, in stri
 }
 
 // claimSetSQL is the SET clause that moves a pending row to Processing on its next attempt,
-// pushed by batch ("": a run of its own). The batch is a literal, so the statement's
+// pushed by batch ("": a run of its own), claimed at at (zero: now; a rate-limited claim passes
+// the time it took its tokens). The batch and the time are literals, so the statement's
 // placeholders stay in the caller's order.
-func (s *Store) claimSetSQL(batch string) string {
+func (s *Store) claimSetSQL(batch string, at time.Time) string {
 	batchSQL := "NULL"
 	if batch != "" {
 		batchSQL = string(s.db.Dialect().AppendString(nil, batch))
 	}
-	return "SET status = 'processing', attempt = attempt + 1, claimed_at = " + s.nowSQL() +
+	claimedAt := s.nowSQL()
+	if !at.IsZero() {
+		claimedAt = s.timeSQL(at)
+	}
+	return "SET status = 'processing', attempt = attempt + 1, claimed_at = " + claimedAt +
 		", pushed_at = NULL, deadline_at = NULL, timeout_at = NULL, run_id = NULL, batch_id = " + batchSQL +
 		", heartbeat_timeout_ms = 0, updated_at = " + s.nowSQL()
 }

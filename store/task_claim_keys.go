@@ -71,7 +71,7 @@ func (s *Store) keyCandidates(ctx context.Context, tx bun.Tx, queue string, band
 
 // claimPicked moves the picked tasks of a keyed queue's band that are still pending to
 // Processing.
-func (s *Store) claimPicked(ctx context.Context, tx bun.Tx, picked []dispatch.KeyCandidate, batch string) ([]taskRow, error) {
+func (s *Store) claimPicked(ctx context.Context, tx bun.Tx, picked []dispatch.KeyCandidate, batch string, at time.Time) ([]taskRow, error) {
 	if len(picked) == 0 {
 		return nil, nil
 	}
@@ -89,5 +89,5 @@ func (s *Store) claimPicked(ctx context.Context, tx bun.Tx, picked []dispatch.Ke
 	}
 	sub.WriteString(")")
 	with, in := s.picked(sub.String())
-	return s.markClaimed(ctx, tx, batch, with, in, args...)
+	return s.markClaimed(ctx, tx, batch, at, with, in, args...)
 }

@@ -47,6 +47,7 @@ type Claimer struct {
 	wake     chan struct{}
 	dispatch *dispatch.Dispatcher
 	metrics  *metrics.Tasks // nil records nothing
+	turned   func(completed bool)
 
 	timer   *time.Timer // a wake when a rate-held queue's next token comes (wakeAfter; Run's goroutine only)
 	timerAt time.Time
@@ -65,8 +66,12 @@ func NewClaimer(s ClaimStore, tc client.Client, workflowQueue string, cfg Config
 		log = slog.Default()
 	}
 	return &Claimer{store: s, tc: tc, queue: workflowQueue, cfg: cfg.WithDefaults(), log: log,
-		wake: make(chan struct{}, 1), dispatch: dispatch.New(), starts: make(chan struct{}, batchStartsAtOnce)}
+		wake: make(chan struct{}, 1), dispatch: dispatch.New(), starts: make(chan struct{}, batchStartsAtOnce), turned: func(bool) {}}
 }
+
+// OnTurn makes the claimer tell f at the end of each pass whether it completed: every queue
+// listed and claimed without an error (health.Loop.Turned).
+func (c *Claimer) OnTurn(f func(completed bool)) { c.turned = f }
 
 // SetMetrics makes the claimer count the attempts it times out (the batched mode's deadlines)
 // in m.
@@ -103,7 +108,7 @@ func (c *Claimer) Run(ctx context.Context) error {
 	defer expire.Stop()
 	lastRecover := time.Now()
 	for {
-		c.pass(ctx)
+		c.turned(c.pass(ctx))
 		if time.Since(lastRecover) >= c.cfg.RecoverAfter/2 {
 			c.recover(ctx)
 			lastRecover = time.Now()
@@ -162,16 +167,18 @@ func (c *Claimer) expire(ctx context.Context) {
 	}
 }
 
-// pass claims every queue's free slots and starts the attempts.
-func (c *Claimer) pass(ctx context.Context) {
+// pass claims every queue's free slots and starts the attempts. It reports whether it
+// completed: the queues were listed and every claim succeeded.
+func (c *Claimer) pass(ctx context.Context) bool {
 	queues, err := c.store.ListQueues(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			c.log.Warn("task claimer: list queues", "error", err)
 			c.wakeAfter(claimRetry)
 		}
-		return
+		return false
 	}
+	completed := true
 	for _, q := range queues {
 		if q.PushURL == "" {
 			continue // nowhere to push: tasks wait (the claim decides it again in its transaction)
@@ -187,6 +194,7 @@ func (c *Claimer) pass(ctx context.Context) {
 					c.log.Warn("task claimer: claim", "queue", q.Name, "error", err)
 					c.wakeAfter(claimRetry)
 				}
+				completed = false
 				break
 			}
 			if claim.Batch != "" {
@@ -195,6 +203,7 @@ func (c *Claimer) pass(ctx context.Context) {
 				// Their rows wait in Processing without a push: recover starts them again
 				// once they are RecoverAfter old, so come back then, whatever the poll.
 				c.wakeAfter(c.cfg.RecoverAfter)
+				completed = false
 			}
 			if claim.NextToken > 0 {
 				// The queue's dispatch rate held tasks back: come back for them when its
@@ -206,6 +215,7 @@ func (c *Claimer) pass(ctx context.Context) {
 			}
 		}
 	}
+	return completed
 }
 
 // recover starts again the workflows of claimed tasks that never reached their push, and
@@ -293,6 +303,21 @@ func (c *Claimer) startBatch(ctx context.Context, queue string, pushBatchSize in
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		EnableEagerStart:         true, // the push runs in this process's worker, without a trip through matching
 		TypedSearchAttributes:    workflows.StartAttributes(courier.KindTaskBatch, courier.RunAttributes{TaskQueue: queue}),
+	}, courier.KindTaskBatch.Workflow, p)
+	return err
+}
+
+// StartPushRetry starts, after delay, the run that makes the next try of a batched request
+// that failed on the way (p.Try; activities.TasksDeps.RetryPush), or finds it started: its id
+// (p.Batch) is written on its attempts' rows by the batch they left.
+func (c *Claimer) StartPushRetry(ctx context.Context, p contract.PushBatchParams, delay time.Duration) error {
+	_, err := c.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       p.Batch,
+		TaskQueue:                courier.KindTaskBatch.TaskQueue(c.queue),
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		StartDelay:               delay,
+		TypedSearchAttributes:    workflows.StartAttributes(courier.KindTaskBatch, courier.RunAttributes{TaskQueue: p.Queue}),
 	}, courier.KindTaskBatch.Workflow, p)
 	return err
 }

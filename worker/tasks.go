@@ -27,15 +27,18 @@ type TaskStore interface {
 // behind it. The attempts' runs are on the push queue, so a push-and-wait is handed to the
 // worker with the workflow task that schedules it; workflow tasks and local activities have
 // slots of their own, and the local pushes get the push slots' bound.
-func newTaskWorkers(tc client.Client, wf sdkworker.Registry, workflowQueue string, cfg Config, deps activities.TasksDeps) []sdkworker.Worker {
+func newTaskWorkers(tc client.Client, wf sdkworker.Registry, workflowQueue string, cfg Config, onFatal func(error), deps activities.TasksDeps) []sdkworker.Worker {
 	deps.LocalPushSlots = cfg.Tasks.PushSlots
 	acts := activities.NewTasks(deps)
-	push := sdkworker.New(tc, courier.KindTask.TaskQueue(workflowQueue), pushWorkerOptions(cfg)) // the attempts' runs and their pushes
+	pushOpts := pushWorkerOptions(cfg)
+	pushOpts.OnFatalError = onFatal
+	push := sdkworker.New(tc, courier.KindTask.TaskQueue(workflowQueue), pushOpts) // the attempts' runs and their pushes
 	finish := sdkworker.New(tc, courier.TaskFinishQueue(workflowQueue), sdkworker.Options{
 		WorkerStopTimeout:                  cfg.ShutdownTimeout,
 		MaxConcurrentActivityExecutionSize: cfg.Tasks.FinishSlots,
 		MaxConcurrentActivityTaskPollers:   4,
 		DisableWorkflowWorker:              true,
+		OnFatalError:                       onFatal,
 	})
 	workflows.RegisterTasks(push, wf)
 	push.RegisterActivityWithOptions(acts.SendPush, activity.RegisterOptions{Name: contract.SendPushName})

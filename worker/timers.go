@@ -72,6 +72,7 @@ type bizWorkers struct {
 	stopTimeout time.Duration
 	log         *slog.Logger
 	kick        chan struct{}
+	onFatal     func(error) // a business type's Temporal worker stopped on a fatal error
 
 	mu      sync.Mutex
 	running map[string]runningBiz
@@ -134,7 +135,7 @@ func (b *bizWorkers) sync(ctx context.Context) {
 			r.w.Stop()
 			delete(b.running, t.Name)
 		}
-		opts := sdkworker.Options{MaxConcurrentActivityExecutionSize: 100, WorkerStopTimeout: b.stopTimeout}
+		opts := sdkworker.Options{MaxConcurrentActivityExecutionSize: 100, WorkerStopTimeout: b.stopTimeout, OnFatalError: b.onFatal}
 		if t.RateLimit > 0 {
 			// The SDK's 2 pollers: every poll in flight can take a task the moment the server's
 			// limiter allows one, so more pollers let bursts past the rate.

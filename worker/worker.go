@@ -2,8 +2,10 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities"
+	"github.com/courier-oss/courier/health"
 	"github.com/courier-oss/courier/internal/defaults"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/mq"
@@ -122,6 +125,8 @@ type Worker struct {
 	done   chan struct{}
 	// taskWorkers serve the push and finish task queues (nil without tasks).
 	taskWorkers []sdkworker.Worker
+	pollers     pollerState
+	loops       []*health.Loop // the relay's per source, then the claimer's
 }
 
 // New builds a worker; Start runs it. Each component (the outbox, tasks, timers) registers
@@ -141,7 +146,10 @@ func New(cfg Config, d Deps) (*Worker, error) {
 	defaults.IfZero(&cfg.Relay.TaskQueue, relay.DefaultTaskQueue)
 	cfg.Tasks = cfg.Tasks.WithDefaults()
 	queue := cfg.Relay.TaskQueue // set once here: the relay, claimer, timers and sweeper all use it
-	w := &Worker{cfg: cfg, deps: d, tw: sdkworker.New(d.Temporal, queue, workflowsWorkerOptions(cfg))}
+	w := &Worker{cfg: cfg, deps: d}
+	opts := workflowsWorkerOptions(cfg)
+	opts.OnFatalError = w.pollers.fail
+	w.tw = sdkworker.New(d.Temporal, queue, opts)
 	stores := map[string]activities.OutboxStore{}
 	for _, s := range d.Sources {
 		stores[s.Name] = s.Store
@@ -153,12 +161,18 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		rd.Paused = d.Pauses.Current
 	}
 	registerOutbox(w.tw, outboxActs)
+	var claimerLoop *health.Loop
 	if d.Tasks != nil {
 		w.claim = tasks.NewClaimer(d.Tasks, d.Temporal, queue, cfg.Tasks, d.Logger)
 		w.claim.SetMetrics(d.TaskMetrics)
-		w.taskWorkers = newTaskWorkers(d.Temporal, w.tw, queue, cfg, activities.TasksDeps{Store: d.Tasks,
+		if !cfg.Tasks.DisableClaimer {
+			loop := health.NewLoop("claimer", cfg.Tasks.PollInterval, nil)
+			w.claim.OnTurn(loop.Turned)
+			claimerLoop = loop
+		}
+		w.taskWorkers = newTaskWorkers(d.Temporal, w.tw, queue, cfg, w.pollers.fail, activities.TasksDeps{Store: d.Tasks,
 			PublicURL: cfg.Tasks.PublicURL, AllowLoopback: cfg.AllowLoopbackCallbacks, Workflows: d.Temporal,
-			Metrics: d.TaskMetrics, Wake: w.claim.Wake})
+			RetryPush: w.claim.StartPushRetry, Metrics: d.TaskMetrics, Wake: w.claim.Wake})
 		if d.Pauses != nil {
 			// The claim reads the pauses itself; a resume read here wakes this claimer at once
 			// (on SQLite there is no notification of it), even the resume of a pause the
@@ -186,12 +200,28 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		}
 		registerTimers(w.tw, timerActs, bucketActs, runActs)
 		w.biz = &bizWorkers{tc: d.Temporal, types: d.BizTypes, timers: timerActs, buckets: bucketActs, refresh: cfg.BizTypeRefresh,
-			stopTimeout: cfg.ShutdownTimeout, log: d.Logger, kick: make(chan struct{}, 1), running: map[string]runningBiz{}}
+			stopTimeout: cfg.ShutdownTimeout, log: d.Logger, kick: make(chan struct{}, 1), running: map[string]runningBiz{}, onFatal: w.pollers.fail}
 		if d.Pauses != nil {
 			w.biz.paused = d.Pauses.Current
 			d.Pauses.OnChange(func(before, after courier.Pauses) { w.biz.wake() })
 		}
 		rd.Timers = svc
+	}
+	if !cfg.DisableRelay {
+		bySource := map[string]*health.Loop{}
+		for _, src := range d.Sources {
+			loop := health.NewLoop("relay:"+src.Name, cfg.Relay.PollInterval, nil)
+			bySource[src.Name] = loop
+			w.loops = append(w.loops, loop)
+		}
+		rd.Turned = func(source string, completed bool) {
+			if l := bySource[source]; l != nil {
+				l.Turned(completed)
+			}
+		}
+	}
+	if claimerLoop != nil {
+		w.loops = append(w.loops, claimerLoop)
 	}
 	w.relay = relay.New(d.Temporal, cfg.Relay, rd)
 	if d.Pauses != nil {
@@ -238,6 +268,64 @@ func workflowsWorkerOptions(cfg Config) sdkworker.Options {
 	}
 }
 
+// Loops are the worker's claim loops (the relay's, one per outbox source, and the task
+// claimer's), whose passes its readiness and metrics follow.
+func (w *Worker) Loops() []*health.Loop { return w.loops }
+
+// Checks are the worker's own readiness checks: "pollers" (its Temporal workers are started,
+// not stopped, and none has stopped on a fatal error, such as a namespace that does not exist)
+// and each loop's (health.Loop.Check; optional for the outbox sources other than courier's
+// own database). The process adds its dependencies' (Temporal, the
+// databases).
+func (w *Worker) Checks() []health.Check {
+	out := []health.Check{{Name: "pollers", Probe: func(context.Context) error { return w.pollers.err() }}}
+	for _, l := range w.loops {
+		c := l.Check()
+		// A producer's own outbox database that is down delays only its records, like a
+		// broker: reported, and alerted on (CourierLoopStalled), without making the worker
+		// unready.
+		c.Optional = strings.HasPrefix(l.Name(), "relay:") && l.Name() != "relay:"+courier.DefaultSource
+		out = append(out, c)
+	}
+	return out
+}
+
+// pollerState is what the pollers check reads: set by Start, Stop and the SDK's fatal errors.
+type pollerState struct {
+	mu               sync.Mutex
+	started, stopped bool
+	fatal            error
+}
+
+// fail records a Temporal worker that stopped on a fatal error (sdkworker.Options.OnFatalError).
+func (p *pollerState) fail(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.fatal == nil {
+		p.fatal = err
+	}
+}
+
+func (p *pollerState) set(started, stopped bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.started, p.stopped = started, stopped
+}
+
+func (p *pollerState) err() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.fatal != nil:
+		return fmt.Errorf("a Temporal worker stopped: %w", p.fatal)
+	case p.stopped:
+		return errors.New("the Temporal workers are stopping")
+	case !p.started:
+		return errors.New("the Temporal workers have not started")
+	}
+	return nil
+}
+
 // WakeTasks nudges the task claimer (for inserts through a gateway in the same process).
 func (w *Worker) WakeTasks() {
 	if w.claim != nil {
@@ -268,6 +356,7 @@ func (w *Worker) Start(ctx context.Context) error {
 			return fmt.Errorf("worker: task sweeper schedule: %w", err)
 		}
 	}
+	w.pollers.set(true, false)
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	w.cancel = cancel
 	w.done = make(chan struct{})
@@ -307,6 +396,7 @@ func (w *Worker) Start(ctx context.Context) error {
 // finish for up to ShutdownTimeout. Anything unfinished is retried by Temporal on another
 // worker: nothing acknowledged is lost.
 func (w *Worker) Stop() {
+	w.pollers.set(true, true)
 	if w.cancel != nil {
 		w.cancel()
 		<-w.done

@@ -26,6 +26,14 @@ type PushBatchParams struct {
 	// the first push did and each keeps its request's webhook-id; zero (a run started before
 	// it was recorded): the queue's push_batch_size when the push runs.
 	PushBatchSize int `json:",omitempty"`
+	// Try is the try of its request the run makes first (0: the first). A request that fails
+	// on the way leaves its batch: its attempts are handed to a run of their own, started
+	// after the wait before the next try, which makes that try (and hands the request on
+	// again if it fails too), so no batch stays open while one of its requests is retried.
+	Try int `json:",omitempty"`
+	// WebhookID is the webhook-id of the request such a run sends: the one its first try
+	// carried ("": derived from the attempts, as the first push does).
+	WebhookID string `json:",omitempty"`
 }
 
 // BatchAttempt is one attempt of a batch, with the timeouts it runs under (the queue's, with
@@ -44,4 +52,5 @@ type PushBatchResult struct {
 	Refused int // refused by the worker in its answer, each ended as a failure
 	Failed  int // whose push failed after its tries, each ended as a failure
 	Stale   int // moved on before the push (a result, a cancel, a timeout): not pushed
+	Handed  int // whose request failed on the way, handed to a run of their own for its next try
 }

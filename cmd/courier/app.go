@@ -22,6 +22,7 @@ import (
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/gateway"
+	"github.com/courier-oss/courier/health"
 	"github.com/courier-oss/courier/metrics"
 	"github.com/courier-oss/courier/mq"
 	"github.com/courier-oss/courier/mq/brokers"
@@ -52,6 +53,9 @@ type app struct {
 	// watcher keeps the pauses in force for this process's worker (pauseWatcher); the pause
 	// service kicks it on a change made here.
 	watcher *pauses.Watcher
+	// workerChecks are the readiness checks of a worker in this process (workerHealth), which
+	// a gateway in the same process adds to its own.
+	workerChecks []health.Check
 }
 
 // pauseWatcher returns the process's pause watcher, started on first use: it has read the
@@ -153,14 +157,19 @@ func (a *app) dialTemporal(ctx context.Context) error {
 	a.closers = append(a.closers, closer)
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	c, err := client.DialContext(dctx, client.Options{
+	opts := client.Options{
 		HostPort:          a.cfg.Temporal.Address,
 		Namespace:         a.cfg.Temporal.Namespace,
 		Logger:            sdklog.NewStructuredLogger(a.log.With("component", "temporal-sdk")),
 		MetricsHandler:    sdktally.NewMetricsHandler(scope),
 		ConnectionOptions: client.ConnectionOptions{TLS: tlsCfg},
 		Interceptors:      a.interceptors,
-	})
+	}
+	if a.cfg.Temporal.APIKey != "" {
+		// "authorization: Bearer <key>" on every call; a new key takes a restart (docs/deployment.md).
+		opts.Credentials = client.NewAPIKeyStaticCredentials(string(a.cfg.Temporal.APIKey))
+	}
+	c, err := client.DialContext(dctx, opts)
 	if err != nil {
 		return fmt.Errorf("connect to Temporal at %s: %w", a.cfg.Temporal.Address, err)
 	}
@@ -287,6 +296,9 @@ func (a *app) newGateway(wake, wakeTasks func()) http.Handler {
 		defer cancel()
 		return a.store.ListPauses(ctx)
 	}))
+	// A worker in this process (courier dev): its pollers and loops are the process's readiness too.
+	checks := append(a.dependencyChecks(), a.workerChecks...)
+	a.gatewayHealth(checks)
 	console := gateway.ConsoleConfig{Disabled: !a.cfg.Console, TemporalUIURL: a.cfg.TemporalUIURL, Namespace: a.cfg.Temporal.Namespace}
 	return gateway.New(gateway.Config{MaxBodyBytes: a.cfg.MaxBodyBytes, RequestTimeout: a.cfg.RequestTimeout, KeyRate: a.cfg.KeyRate, Console: console}, gateway.Deps{
 		Tasks:     tasks.NewService(a.store, a.temporal, a.cfg.Temporal.Namespace, wakeTasks, a.tasksMetrics(), a.log),
@@ -298,13 +310,7 @@ func (a *app) newGateway(wake, wakeTasks func()) http.Handler {
 		Secrets:   a.store,
 		Timers:    svc,
 		Schedules: svc,
-		Checks: append([]gateway.Check{
-			{Name: "database", Probe: a.store.Ping},
-			{Name: "temporal", Probe: func(ctx context.Context) error {
-				_, err := a.temporal.CheckHealth(ctx, &client.CheckHealthRequest{})
-				return err
-			}},
-		}, a.brokerChecks()...),
+		Checks:    checks,
 		Gatherer:  a.reg,
 		Admission: metrics.NewAdmission(a.reg),
 		Wake:      wake,

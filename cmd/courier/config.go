@@ -31,7 +31,28 @@ type TemporalConfig struct {
 	TLSKey        string // TEMPORAL_TLS_KEY: client key file (mTLS)
 	TLSCA         string // TEMPORAL_TLS_CA: CA bundle to verify the server
 	TLSServerName string // TEMPORAL_TLS_SERVER_NAME: override the verified server name
+	// APIKey is TEMPORAL_API_KEY: sent as "authorization: Bearer <key>" on every call (Temporal
+	// Cloud's API keys); it turns TLS on. Read from the environment only, never from a flag, so
+	// it shows in no process list or -h output; it is never logged. Default none.
+	APIKey secretString
 }
+
+// secretString is a credential: it prints and logs as "[redacted]" (or "" when unset), so a
+// configuration printed by mistake does not leak it.
+type secretString string
+
+func (s secretString) String() string {
+	if s == "" {
+		return ""
+	}
+	return "[redacted]"
+}
+
+// GoString keeps %#v from printing it.
+func (s secretString) GoString() string { return strconv.Quote(s.String()) }
+
+// LogValue keeps slog from printing it.
+func (s secretString) LogValue() slog.Value { return slog.StringValue(s.String()) }
 
 // OutboxConfig tunes the relay and the delivery budget.
 type OutboxConfig struct {
@@ -181,6 +202,8 @@ func (c *Config) bind(fs *flag.FlagSet, defaultHTTP string) {
 	fs.StringVar(&c.Temporal.TLSKey, "temporal-tls-key", env("TEMPORAL_TLS_KEY", ""), "client key for mTLS (TEMPORAL_TLS_KEY)")
 	fs.StringVar(&c.Temporal.TLSCA, "temporal-tls-ca", env("TEMPORAL_TLS_CA", ""), "CA bundle to verify Temporal (TEMPORAL_TLS_CA)")
 	fs.StringVar(&c.Temporal.TLSServerName, "temporal-tls-server-name", env("TEMPORAL_TLS_SERVER_NAME", ""), "TLS server name override (TEMPORAL_TLS_SERVER_NAME)")
+	// No flag: a key on the command line would show in every process list.
+	c.Temporal.APIKey = secretString(strings.TrimSpace(env("TEMPORAL_API_KEY", "")))
 	fs.StringVar(&c.DatabaseURL, "database-url", env("DATABASE_URL", ""), "postgres://… or sqlite:PATH (DATABASE_URL)")
 	fs.StringVar(&c.NATSURL, "nats-url", env("NATS_URL", ""), "NATS server URL, the broker named default (NATS_URL; "+DefaultNATSURL+" when COURIER_BROKERS names no broker)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", env("COURIER_HTTP_ADDR", defaultHTTP), "HTTP listen address (COURIER_HTTP_ADDR)")
@@ -249,6 +272,9 @@ func (c *Config) Validate(needDB bool) error {
 		return errors.New("TEMPORAL_NAMESPACE is required")
 	case (c.Temporal.TLSCert == "") != (c.Temporal.TLSKey == ""):
 		return errors.New("TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY go together")
+	case strings.ContainsFunc(string(c.Temporal.APIKey), func(r rune) bool { return r <= ' ' || r == 0x7f }):
+		// The message never quotes the key.
+		return errors.New("TEMPORAL_API_KEY holds spaces or control characters: set it to the key alone")
 	case c.Outbox.StartWorkers < 1 || c.Outbox.StartWorkers > 256:
 		return fmt.Errorf("outbox start workers must be from 1 to 256, got %d", c.Outbox.StartWorkers)
 	case c.Outbox.BatchSize < 1 || c.Outbox.BatchSize > 1000:
@@ -298,8 +324,10 @@ func (c *Config) Validate(needDB bool) error {
 	return nil
 }
 
+// tlsConfig is the TLS to Temporal: none unless TEMPORAL_TLS, a client certificate, a CA or an
+// API key asks for it (an API key is never sent in the clear).
 func (t TemporalConfig) tlsConfig() (*tls.Config, error) {
-	if !t.TLS && t.TLSCert == "" && t.TLSCA == "" {
+	if !t.TLS && t.TLSCert == "" && t.TLSCA == "" && t.APIKey == "" {
 		return nil, nil
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.TLSServerName}

@@ -251,6 +251,9 @@ func family(fs map[string]*dto.MetricFamily, name string) *dto.MetricFamily {
 }
 
 func hasLabel(f *dto.MetricFamily, name, label string) bool {
+	if label == "instance" || label == "job" {
+		return true // Prometheus attaches the target's labels to every series it scrapes
+	}
 	if label == "le" {
 		return f.GetType() == dto.MetricType_HISTOGRAM && strings.HasSuffix(name, "_bucket")
 	}

@@ -1,3 +1,5 @@
+//go:build !slim
+
 package main
 
 import (
@@ -142,6 +144,7 @@ func runDev(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	a.workerHealth(w) // its metrics beside the gateway's, and its checks in the gateway's /readyz
 	done := serve(ctx, gwLn, a.newGateway(w.Relay().Wake, w.WakeTasks), cfg.RequestTimeout, cfg.ShutdownTimeout, log)
 
 	gw := "http://" + gwLn.Addr().String()

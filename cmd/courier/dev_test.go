@@ -256,15 +256,15 @@ func TestDevRunsStopsAndRestartsWithoutLoss(t *testing.T) {
 		`courier_outbox_oldest_unsent_age_seconds{source="default"} 0`,
 		`courier_outbox_published_total{source="default",topic="orders.created"} 1`,
 		`courier_outbox_dead_total{source="default",topic="nowhere.created"} 1`,
-		`courier_outbox_commit_to_publish_seconds_count 1`,
+		`courier_outbox_commit_to_publish_seconds_count{source="default"} 1`,
 		`temporal_request`,
 		`courier_timer_deliveries_total{biz_type="order.close",outcome="delivered"} 1`,
-		`courier_timer_fire_lateness_seconds_count 1`,
+		`courier_timer_fire_lateness_seconds_count{biz_type="order.close"} 1`,
 		`courier_tasks{queue="default",status="success"} 1`,
 		`courier_task_slots_in_use{queue="default"} 0`,
 		`courier_task_slots_limit{queue="default"} 10`,
 		`courier_task_results_total{outcome="success",queue="default"} 1`,
-		`courier_task_insert_to_push_seconds_count 1`,
+		`courier_task_insert_to_push_seconds_count{queue="default"} 1`,
 	}
 	var mbody []byte
 	require.Eventually(t, func() bool {

@@ -18,8 +18,8 @@ import (
 	"github.com/courier-oss/courier/worker"
 )
 
-// runWorker runs the Temporal worker and the relay, with /metrics and /healthz on the HTTP
-// address, until SIGINT/SIGTERM.
+// runWorker runs the Temporal worker and the relay, with /metrics, /healthz and /readyz on the
+// HTTP address, until SIGINT/SIGTERM.
 func runWorker(ctx context.Context, args []string) error {
 	a, ln, err := startProcess(ctx, "worker", args, "127.0.0.1:9090", "worker metrics")
 	if err != nil {
@@ -39,7 +39,7 @@ func runWorker(ctx context.Context, args []string) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{"status":"ok"}`)) })
+	serveHealth(mux, a.workerHealth(w), w.Loops(), a.log)
 	done := serve(ctx, ln, mux, cfg.RequestTimeout, cfg.ShutdownTimeout, a.log)
 	a.log.Info("courier worker running", "temporal", cfg.Temporal.Address, "namespace", cfg.Temporal.Namespace, "metrics", "http://"+ln.Addr().String()+"/metrics")
 	<-ctx.Done()
