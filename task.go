@@ -231,7 +231,7 @@ func (q Queue) Validate() error {
 	}
 	switch {
 	case q.ConcurrencyLimit < 1 || q.ConcurrencyLimit > MaxConcurrencyLimit:
-		return badField("concurrency_limit", fmt.Sprintf("concurrency_limit must be from 1 to %d", MaxConcurrencyLimit))
+		return badField("concurrency_limit", "concurrency_limit must be from 1 to %d", MaxConcurrencyLimit)
 	case q.PendingTimeout < time.Second || q.PendingTimeout > 365*24*time.Hour:
 		return badField("pending_timeout", "pending_timeout must be from 1s to 8760h")
 	case q.ProcessingTimeout < time.Second || q.ProcessingTimeout > 7*24*time.Hour:

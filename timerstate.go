@@ -69,6 +69,11 @@ type TimerRecord struct {
 	UpdatedAt   time.Time
 	FinishedAt  *time.Time // delivered, failed or cancelled at
 
+	// ScheduleID is set on a trigger of a schedule that rides the timer wheel: the timer is
+	// that schedule's trigger for one fire time, and is delivered with the schedule's id as its
+	// biz_id.
+	ScheduleID string
+
 	// Mode says who delivers the timer: its second's bucket (TimerModeBucketed, also when
 	// empty) or a run of its own that follows the row (TimerModeWorkflow).
 	Mode TimerMode

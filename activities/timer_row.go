@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.temporal.io/sdk/activity"
+
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities/contract"
 )
@@ -16,7 +18,7 @@ type TimerRunStore interface {
 	FinishTimerRun(ctx context.Context, bizType, bizID, claim string, state courier.TimerState, attempts int, lastError string) (bool, error)
 	CancelTimerRecord(ctx context.Context, bizType, bizID string) (courier.TimerRecord, bool, error)
 	RescheduleTimerRecord(ctx context.Context, bizType, bizID string, fireAt time.Time) (courier.TimerRecord, bool, error)
-	ReserveDueTimers(ctx context.Context, bizType string, bucket int64, claim string, limit int) (int, error)
+	ReserveDueTimers(ctx context.Context, bizType string, bucket int64, claim string, limit int) (int, []courier.TimerBucketRef, error)
 	NextDueTimer(ctx context.Context, bizType string, bucket int64) (time.Time, bool, error)
 }
 
@@ -27,6 +29,15 @@ type TimerRuns struct {
 	store TimerRunStore
 	// delivery reads a business type's delivery settings (Timers.LoadBizType).
 	delivery func(ctx context.Context, name string) (contract.BizTypeDelivery, error)
+	// arm starts a bucket's workflow (timers.Service.ArmBucket): the bucket of the next
+	// trigger a schedule's claimed trigger wrote. Nil leaves them to the sweep.
+	arm func(ctx context.Context, bizType string, bucket int64) error
+}
+
+// ArmsBucketsWith makes a reserve arm the buckets of the next triggers it wrote for wheel
+// schedules (without it the sweep arms them once they are overdue).
+func (a *TimerRuns) ArmsBucketsWith(arm func(ctx context.Context, bizType string, bucket int64) error) {
+	a.arm = arm
 }
 
 // NewTimerRuns builds the row activities; delivery reads a type's delivery settings.
@@ -89,9 +100,18 @@ func (a *TimerRuns) ReserveBatch(ctx context.Context, p contract.DeliverTimerBat
 	if _, err := a.delivery(ctx, p.BizType); err != nil {
 		return res, err
 	}
-	n, err := a.store.ReserveDueTimers(ctx, p.BizType, p.Bucket, p.Claim, p.Limit)
+	n, next, err := a.store.ReserveDueTimers(ctx, p.BizType, p.Bucket, p.Claim, p.Limit)
 	if err != nil {
 		return res, fmt.Errorf("reserve due timers: %w", err)
+	}
+	if a.arm != nil {
+		// The next triggers are stored: a bucket whose start fails here is armed by the sweep.
+		for _, ref := range next {
+			if err := a.arm(ctx, ref.BizType, ref.Bucket); err != nil && ctx.Err() == nil {
+				activity.GetLogger(ctx).Warn("arming the bucket of a schedule's next trigger failed; the sweep will arm it",
+					"biz_type", ref.BizType, "bucket", ref.Bucket, "error", err)
+			}
+		}
 	}
 	res.Reserved = n
 	if n == 0 {

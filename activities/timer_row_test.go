@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/activities"
 	"github.com/courier-oss/courier/activities/contract"
 )
@@ -19,10 +20,10 @@ type bucketRows struct {
 	next                     time.Time
 }
 
-func (b *bucketRows) ReserveDueTimers(_ context.Context, _ string, _ int64, _ string, limit int) (int, error) {
+func (b *bucketRows) ReserveDueTimers(_ context.Context, _ string, _ int64, _ string, limit int) (int, []courier.TimerBucketRef, error) {
 	n := min(b.due, limit)
 	b.due -= n
-	return n, nil
+	return n, nil, nil
 }
 
 func (b *bucketRows) NextDueTimer(context.Context, string, int64) (time.Time, bool, error) {

@@ -30,6 +30,9 @@ type Schedule struct {
 	Runs           int          `json:"runs"`
 	MissedCatchup  int          `json:"missed_catchup_window"`
 	SkippedOverlap int          `json:"skipped_overlap"`
+	// Mode is where the schedule fires: "workflow" (a Temporal Schedule, each run a workflow)
+	// or "bucketed" (on the timer wheel: its business type was bucketed when it was created).
+	Mode string `json:"mode,omitempty"`
 	// BizTypePaused is set while the schedule's business type is paused: runs that fall due
 	// wait, and are delivered on resume (Paused is the schedule's own pause, which skips runs).
 	BizTypePaused *Pause `json:"biz_type_paused,omitempty"`

@@ -37,6 +37,14 @@ type ReportRow struct {
 	HistoryEventsPerItem float64 `json:"history_events_per_item"`
 	ActionsPerItem       float64 `json:"actions_per_item"`
 	Early                int     `json:"early"` // timers only: deliveries before their fire time
+	// Schedules only: the schedules run, the (schedule, fire time) pairs due in the window, of
+	// those the ones never delivered and the ones delivered as two different triggers; N is
+	// the pairs delivered, throughput_per_s triggers per second over the window.
+	Schedules int    `json:"schedules,omitempty"`
+	Expected  int    `json:"expected,omitempty"`
+	Missed    *int   `json:"missed,omitempty"`
+	Doubled   *int   `json:"doubled,omitempty"`
+	Note      string `json:"note,omitempty"`
 	// Where measured (tasks; outbox bare and per record): CPU per item while the items ran, in
 	// the bench's process (the engine and courier) and in the PostgreSQL server; tasks only:
 	// for bare, its workflow starts' CPU per task, spent before its run.

@@ -36,6 +36,8 @@ type timerRow struct {
 	CreatedAt   time.Time    `bun:"created_at"`
 	UpdatedAt   time.Time    `bun:"updated_at"`
 	FinishedAt  bun.NullTime `bun:"finished_at"`
+	ScheduleID  *string      `bun:"schedule_id"`
+	ScheduleVer int          `bun:"schedule_version"`
 }
 
 func (r *timerRow) record() courier.TimerRecord {
@@ -44,6 +46,9 @@ func (r *timerRow) record() courier.TimerRecord {
 		Payload: []byte(r.Payload), RequestHash: r.RequestHash, Version: r.Version, Attempts: r.Attempts,
 		LastError: r.LastError, DeliveryID: r.DeliveryID, CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
 		FinishedAt: nullTime(r.FinishedAt),
+	}
+	if r.ScheduleID != nil {
+		rec.ScheduleID = *r.ScheduleID
 	}
 	if r.TraceParent != nil {
 		rec.Trace.Parent = *r.TraceParent
@@ -64,7 +69,7 @@ func records(rows []timerRow) []courier.TimerRecord {
 
 // timerColumns are the columns a timer is read with.
 const timerColumns = "biz_type, biz_id, fire_at, bucket, state, mode, payload, request_hash, version, attempts, last_error, " +
-	"claim, delivery_id, traceparent, tracestate, created_at, updated_at, finished_at"
+	"claim, delivery_id, traceparent, tracestate, created_at, updated_at, finished_at, schedule_id, schedule_version"
 
 // MaxTimerBatch bounds the timers one call inserts: a batch is one statement.
 const MaxTimerBatch = 1000
@@ -180,7 +185,7 @@ func (s *Store) GetTimerRecord(ctx context.Context, bizType, bizID string) (cour
 func (s *Store) updateScheduled(ctx context.Context, bizType, bizID, set string, args ...any) (courier.TimerRecord, bool, error) {
 	var rows []timerRow
 	err := s.db.NewRaw("UPDATE courier_timers SET "+set+", version = version + 1, updated_at = "+s.nowSQL()+
-		" WHERE biz_type = ? AND biz_id = ? AND state = 'scheduled' RETURNING "+timerColumns,
+		" WHERE biz_type = ? AND biz_id = ? AND state = 'scheduled' AND schedule_id IS NULL RETURNING "+timerColumns,
 		append(args, bizType, bizID)...).Scan(ctx, &rows)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return courier.TimerRecord{}, false, err
@@ -215,7 +220,8 @@ func (s *Store) RescheduleTimerRecord(ctx context.Context, bizType, bizID string
 // counted here, when its delivery takes it. Timers cancelled first are never claimed; timers
 // claimed first cannot be cancelled.
 func (s *Store) ClaimDueTimers(ctx context.Context, bizType string, bucket int64, claim string, limit int) ([]courier.TimerRecord, error) {
-	return s.claimDueTimers(ctx, bizType, bucket, claim, limit, true)
+	recs, _, err := s.claimDueTimers(ctx, bizType, bucket, claim, limit, true)
+	return recs, err
 }
 
 // ReserveDueTimers claims bizType's due bucketed timers for claim as ClaimDueTimers does, but
@@ -223,13 +229,18 @@ func (s *Store) ClaimDueTimers(ctx context.Context, bizType string, bucket int64
 // workflow queue before its delivery waits on the business type's queue, so its timers read
 // firing (no longer cancellable, no attempt made) while a pause of the type holds the delivery;
 // ClaimDueTimers under the same claim then takes exactly these and counts their attempt.
-func (s *Store) ReserveDueTimers(ctx context.Context, bizType string, bucket int64, claim string, limit int) (int, error) {
-	recs, err := s.claimDueTimers(ctx, bizType, bucket, claim, limit, false)
-	return len(recs), err
+//
+// A claim that takes triggers of wheel schedules writes their next triggers in its
+// transaction (followSchedules); it returns the buckets those wait in, for the caller to arm
+// (the sweep arms any it does not).
+func (s *Store) ReserveDueTimers(ctx context.Context, bizType string, bucket int64, claim string, limit int) (int, []courier.TimerBucketRef, error) {
+	recs, next, err := s.claimDueTimers(ctx, bizType, bucket, claim, limit, false)
+	return len(recs), next, err
 }
 
-func (s *Store) claimDueTimers(ctx context.Context, bizType string, bucket int64, claim string, limit int, count bool) ([]courier.TimerRecord, error) {
+func (s *Store) claimDueTimers(ctx context.Context, bizType string, bucket int64, claim string, limit int, count bool) ([]courier.TimerRecord, []courier.TimerBucketRef, error) {
 	var rows []timerRow
+	var next []courier.TimerBucketRef
 	attempts := "attempts"
 	if count {
 		attempts = "attempts + 1"
@@ -272,12 +283,13 @@ func (s *Store) claimDueTimers(ctx context.Context, bizType string, bucket int64
 		err = tx.NewRaw(with+"UPDATE courier_timers SET state = 'firing', claim = ?0, delivery_id = ?1 || biz_id, "+
 			"attempts = "+attempts+", updated_at = "+s.nowSQL()+" WHERE "+in+" AND state = 'scheduled' RETURNING "+timerColumns,
 			claim, claim+"/", bizType, bucket, limit).Scan(ctx, &rows)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
 		}
+		rows, next, err = s.followSchedules(ctx, tx, rows)
 		return err
 	})
-	return records(rows), err
+	return records(rows), next, err
 }
 
 // NextDueTimer is the fire time of bizType's earliest scheduled bucketed timer in bucket or an

@@ -104,12 +104,20 @@ func (s *Service) ListSchedules(ctx context.Context, limit int) ([]api.Schedule,
 		if len(out) == limit {
 			return out, true, nil
 		}
-		sc := api.Schedule{ID: id, Paused: e.Paused, Note: e.Note, NextRuns: e.NextActionTimes, RecentRuns: []time.Time{}}
+		sc := api.Schedule{ID: id, Mode: string(courier.TimerModeWorkflow), Paused: e.Paused, Note: e.Note, NextRuns: e.NextActionTimes, RecentRuns: []time.Time{}}
 		sc.Spec.Paused = sc.Paused
 		if sc.NextRuns == nil {
 			sc.NextRuns = []time.Time{}
 		}
 		out = append(out, sc)
+	}
+	if len(out) < limit {
+		// Then the schedules on the timer wheel.
+		wheel, next, err := s.listWheelPage(ctx, ScheduleQuery{Limit: limit - len(out)}, "")
+		if err != nil {
+			return nil, false, err
+		}
+		return append(out, wheel...), next != nil, nil
 	}
 	return out, false, nil
 }

@@ -117,10 +117,38 @@ func scheduleErr(err error, id string) error {
 }
 
 // CreateSchedule creates a schedule; an existing id is a conflict.
+// A schedule of a bucketed business type rides the timer wheel (when the service keeps rows);
+// any other is a Temporal Schedule. An id is one schedule whichever the mode.
 func (s *Service) CreateSchedule(ctx context.Context, id string, sp api.ScheduleSpec) (api.Schedule, error) {
 	spec, action, pol, err := s.compile(ctx, id, sp)
 	if err != nil {
 		return api.Schedule{}, err
+	}
+	if _, ok, err := s.onWheel(ctx, id); err != nil || ok {
+		if err == nil {
+			err = courier.Errorf(courier.CodeConflict, "schedule %q already exists; PATCH it instead", id)
+		}
+		return api.Schedule{}, err
+	}
+	if w, err := s.wheelFor(ctx, sp.BizType); err != nil || w != nil {
+		if err != nil {
+			return api.Schedule{}, err
+		}
+		rec, err := s.wheelRecord(id, sp)
+		if err != nil {
+			return api.Schedule{}, err
+		}
+		if _, err := s.tc.ScheduleClient().GetHandle(ctx, courier.ScheduleID(id)).Describe(ctx); err == nil {
+			return api.Schedule{}, courier.Errorf(courier.CodeConflict, "schedule %q already exists; PATCH it instead", id)
+		} else if courier.ErrorCode(scheduleErr(err, id)) != courier.CodeNotFound {
+			return api.Schedule{}, scheduleErr(err, id)
+		}
+		rec, ref, err := w.CreateScheduleRecord(ctx, rec, s.now())
+		if err != nil {
+			return api.Schedule{}, err
+		}
+		s.armTrigger(ctx, ref)
+		return s.wheelSchedule(ctx, rec)
 	}
 	_, err = s.tc.ScheduleClient().Create(ctx, client.ScheduleOptions{
 		ID: courier.ScheduleID(id), Spec: spec, Action: action, Overlap: pol.Overlap, CatchupWindow: pol.CatchupWindow,
@@ -134,11 +162,17 @@ func (s *Service) CreateSchedule(ctx context.Context, id string, sp api.Schedule
 
 // GetSchedule describes a schedule: its spec, state, next and recent runs.
 func (s *Service) GetSchedule(ctx context.Context, id string) (api.Schedule, error) {
+	if rec, ok, err := s.onWheel(ctx, id); err != nil || ok {
+		if err != nil {
+			return api.Schedule{}, err
+		}
+		return s.wheelSchedule(ctx, rec)
+	}
 	d, err := s.tc.ScheduleClient().GetHandle(ctx, courier.ScheduleID(id)).Describe(ctx)
 	if err != nil {
 		return api.Schedule{}, scheduleErr(err, id)
 	}
-	out := api.Schedule{ID: id, NextRuns: d.Info.NextActionTimes, Runs: d.Info.NumActions,
+	out := api.Schedule{ID: id, Mode: string(courier.TimerModeWorkflow), NextRuns: d.Info.NextActionTimes, Runs: d.Info.NumActions,
 		MissedCatchup: d.Info.NumActionsMissedCatchupWindow, SkippedOverlap: d.Info.NumActionsSkippedOverlap}
 	if d.Schedule.State != nil {
 		out.Paused, out.Note = d.Schedule.State.Paused, d.Schedule.State.Note
@@ -173,6 +207,29 @@ func (s *Service) UpdateSchedule(ctx context.Context, id string, sp api.Schedule
 	if err != nil {
 		return api.Schedule{}, err
 	}
+	if _, ok, err := s.onWheel(ctx, id); err != nil || ok {
+		if err != nil {
+			return api.Schedule{}, err
+		}
+		w, err := s.wheelFor(ctx, sp.BizType)
+		if err != nil {
+			return api.Schedule{}, err
+		}
+		if w == nil {
+			return api.Schedule{}, validation("biz_type", "schedule %q fires on the timer wheel and business type %q is not bucketed: "+
+				"a schedule keeps the mode it was created in (delete it and create it again)", id, sp.BizType)
+		}
+		rec, err := s.wheelRecord(id, sp)
+		if err != nil {
+			return api.Schedule{}, err
+		}
+		rec, ref, err := w.UpdateScheduleRecord(ctx, rec, s.now())
+		if err != nil {
+			return api.Schedule{}, err
+		}
+		s.armTrigger(ctx, ref)
+		return s.wheelSchedule(ctx, rec)
+	}
 	h := s.tc.ScheduleClient().GetHandle(ctx, courier.ScheduleID(id))
 	err = h.Update(ctx, client.ScheduleUpdateOptions{DoUpdate: func(in client.ScheduleUpdateInput) (*client.ScheduleUpdate, error) {
 		sch := in.Description.Schedule
@@ -191,21 +248,54 @@ func (s *Service) UpdateSchedule(ctx context.Context, id string, sp api.Schedule
 
 // DeleteSchedule removes a schedule; runs already started finish.
 func (s *Service) DeleteSchedule(ctx context.Context, id string) error {
+	if _, ok, err := s.onWheel(ctx, id); err != nil || ok {
+		if err != nil {
+			return err
+		}
+		return s.wheel().DeleteScheduleRecord(ctx, id)
+	}
 	return scheduleErr(s.tc.ScheduleClient().GetHandle(ctx, courier.ScheduleID(id)).Delete(ctx), id)
 }
 
 // PauseSchedule, UnpauseSchedule and TriggerSchedule act on a schedule's state.
 func (s *Service) PauseSchedule(ctx context.Context, id, note string) error {
+	if _, ok, err := s.onWheel(ctx, id); err != nil || ok {
+		if err != nil {
+			return err
+		}
+		_, err = s.wheel().PauseScheduleRecord(ctx, id, note)
+		return err
+	}
 	return scheduleErr(s.tc.ScheduleClient().GetHandle(ctx, courier.ScheduleID(id)).Pause(ctx, client.SchedulePauseOptions{Note: note}), id)
 }
 
 // UnpauseSchedule resumes a paused schedule.
 func (s *Service) UnpauseSchedule(ctx context.Context, id, note string) error {
+	if _, ok, err := s.onWheel(ctx, id); err != nil || ok {
+		if err != nil {
+			return err
+		}
+		_, ref, err := s.wheel().UnpauseScheduleRecord(ctx, id, note, s.now())
+		if err == nil {
+			s.armTrigger(ctx, ref)
+		}
+		return err
+	}
 	return scheduleErr(s.tc.ScheduleClient().GetHandle(ctx, courier.ScheduleID(id)).Unpause(ctx, client.ScheduleUnpauseOptions{Note: note}), id)
 }
 
 // TriggerSchedule runs a schedule's action once, now.
 func (s *Service) TriggerSchedule(ctx context.Context, id string) error {
+	if _, ok, err := s.onWheel(ctx, id); err != nil || ok {
+		if err != nil {
+			return err
+		}
+		ref, err := s.wheel().TriggerScheduleRecord(ctx, id, s.now())
+		if err == nil {
+			s.armTrigger(ctx, &ref)
+		}
+		return err
+	}
 	return scheduleErr(s.tc.ScheduleClient().GetHandle(ctx, courier.ScheduleID(id)).Trigger(ctx, client.ScheduleTriggerOptions{}), id)
 }
 
@@ -231,7 +321,23 @@ type ScheduleQuery struct {
 // its next runs; GetSchedule has the whole spec and the recent runs. A schedule created before
 // schedules carried their business type as a search attribute is listed without it, and
 // found by the business type filter once it is replaced (PUT) again.
+//
+// Then the schedules on the timer wheel (business types in the bucketed mode), by id, from
+// courier's database: their pages follow the last of Temporal's.
 func (s *Service) ListSchedulePage(ctx context.Context, q ScheduleQuery, token []byte) ([]api.Schedule, []byte, error) {
+	if cursor, ok := strings.CutPrefix(string(token), wheelTokenPrefix); ok {
+		return s.listWheelPage(ctx, q, cursor)
+	}
+	out, next, err := s.listTemporalPage(ctx, q, token)
+	if err != nil || next != nil || s.wheel() == nil {
+		return out, next, err
+	}
+	// Temporal's last page: the wheel's first follows on the next page.
+	return out, []byte(wheelTokenPrefix), nil
+}
+
+// listTemporalPage reads one page of the Temporal Schedules from Temporal's visibility.
+func (s *Service) listTemporalPage(ctx context.Context, q ScheduleQuery, token []byte) ([]api.Schedule, []byte, error) {
 	var conds []string
 	if q.BizType != "" {
 		conds = append(conds, fmt.Sprintf("%s = '%s'", courier.SABizType, q.BizType))
@@ -275,7 +381,7 @@ func (s *Service) ListSchedulePage(ctx context.Context, q ScheduleQuery, token [
 			continue // not an id courier escaped
 		}
 		info := e.GetInfo()
-		sc := api.Schedule{ID: id, Paused: info.GetPaused(), Note: info.GetNotes(), NextRuns: []time.Time{}, RecentRuns: []time.Time{}}
+		sc := api.Schedule{ID: id, Mode: string(courier.TimerModeWorkflow), Paused: info.GetPaused(), Note: info.GetNotes(), NextRuns: []time.Time{}, RecentRuns: []time.Time{}}
 		sc.Spec.BizType = searchString(e.GetSearchAttributes(), courier.SABizType)
 		sc.Spec.Paused = sc.Paused
 		for _, t := range info.GetFutureActionTimes() {

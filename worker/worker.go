@@ -196,6 +196,7 @@ func New(cfg Config, d Deps) (*Worker, error) {
 		if d.TimerRows != nil {
 			bucketActs = activities.NewTimerBuckets(d.TimerRows, d.Publisher, svc, cfg.AllowLoopbackCallbacks, d.TimerMetrics)
 			runActs = activities.NewTimerRuns(d.TimerRows, timerActs.LoadBizType)
+			runActs.ArmsBucketsWith(svc.ArmBucket)
 			w.sweep = timers.NewSweeper(svc, d.TimerRows, 0, d.Logger)
 		}
 		registerTimers(w.tw, timerActs, bucketActs, runActs)

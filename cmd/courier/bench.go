@@ -32,6 +32,7 @@ func runBench(ctx context.Context, args []string) error {
 		{"outbox", "outbox commit-to-publish latency and throughput, SQLite and optionally PostgreSQL"},
 		{"timers", "timer fire-time accuracy under load"},
 		{"tasks", "prioritized task dispatch: throughput and priority shares under a concurrency limit"},
+		{"schedules", "cron triggers per second sustained: schedules on the timer wheel beside Temporal Schedules and zsetcron"},
 	}, args); err != nil {
 		return err
 	}
@@ -41,6 +42,7 @@ func runBench(ctx context.Context, args []string) error {
 	var tcfg bench.TimersConfig
 	var kcfg bench.TasksConfig
 	var bcfg bench.BucketedConfig
+	var scfg bench.SchedulesConfig
 	var timerMode string
 	postgresUsage := "also run against this PostgreSQL database, in a throwaway schema (COURIER_BENCH_POSTGRES_URL)"
 	switch args[0] {
@@ -61,6 +63,14 @@ func runBench(ctx context.Context, args []string) error {
 		fs.StringVar(&timerMode, "mode", "workflow", "workflow: timers of their own beside bare Temporal; bucketed: bucketed timers (NATS and signed HTTP), created through the batch endpoint")
 		fs.IntVar(&bcfg.Timers, "bucketed-timers", 100_000, "timers per bucketed scenario")
 		fs.StringVar(&bcfg.PostgresURL, "postgres-url", env("COURIER_BENCH_POSTGRES_URL", ""), postgresUsage)
+	case "schedules":
+		fs.IntVar(&scfg.Schedules, "schedules", 100_000, "interval schedules on the timer wheel per scenario, jittered across the interval")
+		fs.DurationVar(&scfg.Interval, "interval", 10*time.Second, "every schedule's interval")
+		fs.DurationVar(&scfg.Duration, "duration", 60*time.Second, "the window of fire times measured, after one interval of warm-up")
+		fs.IntVar(&scfg.TemporalSchedules, "temporal-schedules", 100, "Temporal Schedules in the baseline (today's mode, each run a workflow); 0 skips it")
+		fs.StringVar(&scfg.Zsetcron, "zsetcron", "", "a built zsetcron binary (../shared/peers/zsetcron, Redis on 127.0.0.1:6379) to run beside in both claim styles; empty skips it")
+		fs.StringVar(&scfg.PostgresURL, "postgres-url", env("COURIER_BENCH_POSTGRES_URL", ""), postgresUsage)
+		fs.BoolVar(&scfg.SkipSQLite, "skip-sqlite", false, "run the wheel scenarios on PostgreSQL only (the baseline still runs, on SQLite)")
 	case "tasks":
 		fs.IntVar(&kcfg.Tasks, "tasks", 2000, "tasks per scenario, spread evenly over priorities 1-5")
 		fs.IntVar(&kcfg.Limit, "limit", 20, "the queue's concurrency limit (and the baseline's concurrent activities)")
@@ -101,7 +111,7 @@ func runBench(ctx context.Context, args []string) error {
 		defer pprof.StopCPUProfile()
 	}
 	if *asJSON {
-		cfg.Out, tcfg.Out, kcfg.Out, bcfg.Out = os.Stderr, os.Stderr, os.Stderr, os.Stderr
+		cfg.Out, tcfg.Out, kcfg.Out, bcfg.Out, scfg.Out = os.Stderr, os.Stderr, os.Stderr, os.Stderr, os.Stderr
 	}
 	dir, err := os.MkdirTemp("", "courier-bench-stack-")
 	if err != nil {
@@ -135,6 +145,9 @@ func runBench(ctx context.Context, args []string) error {
 		}
 		rs, err := run(ctx, stack, tcfg)
 		return report(*asJSON, err, func() bench.Report { return bench.TimersReport(rs) })
+	case "schedules":
+		rs, err := bench.RunSchedules(ctx, stack, scfg)
+		return report(*asJSON, err, func() bench.Report { return bench.SchedulesReport(rs) })
 	case "tasks":
 		run, err := bench.RunTaskModes(ctx, stack, kcfg)
 		return report(*asJSON, err, func() bench.Report { return bench.TasksReport(run) })

@@ -1,0 +1,4 @@
+DROP INDEX IF EXISTS courier_timers_schedule_idx;
+ALTER TABLE courier_timers DROP COLUMN schedule_version;
+ALTER TABLE courier_timers DROP COLUMN schedule_id;
+DROP TABLE IF EXISTS courier_schedules;
