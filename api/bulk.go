@@ -18,20 +18,20 @@ func NewBulkResult(done, skipped int, more bool) BulkResult {
 
 // NewRedriveResult answers a bulk redrive: done records redriven, busy ones skipped.
 func NewRedriveResult(done, busy int, more bool) RedriveResult {
-	return RedriveResult{BulkResult: NewBulkResult(done, busy, more), Redriven: int64(done), Busy: busy}
+	return RedriveResult{BulkResult: NewBulkResult(done, busy, more)}
 }
 
 // NewTimerRedeliverResult answers a bulk timer redelivery.
 func NewTimerRedeliverResult(done, skipped int, more bool) TimerRedeliverResult {
-	return TimerRedeliverResult{BulkResult: NewBulkResult(done, skipped, more), Redelivered: done}
+	return TimerRedeliverResult{BulkResult: NewBulkResult(done, skipped, more)}
 }
 
 // NewTaskCancelResult answers a bulk cancel.
 func NewTaskCancelResult(done, skipped int, more bool) TaskCancelResult {
-	return TaskCancelResult{BulkResult: NewBulkResult(done, skipped, more), Cancelled: done}
+	return TaskCancelResult{BulkResult: NewBulkResult(done, skipped, more)}
 }
 
 // NewTaskRetryResult answers a bulk retry.
 func NewTaskRetryResult(done, skipped int, more bool) TaskRetryResult {
-	return TaskRetryResult{BulkResult: NewBulkResult(done, skipped, more), Retried: done}
+	return TaskRetryResult{BulkResult: NewBulkResult(done, skipped, more)}
 }

@@ -17,5 +17,6 @@ type ErrorDetail struct {
 
 // List is the JSON of a list that is not paged (queues, business types): {"items":[…]}.
 type List[T any] struct {
-	Items []T `json:"items"`
+	Items         []T    `json:"items"`
+	NextPageToken string `json:"next_page_token,omitempty"` // pass as page_token for the next page; absent on the last
 }

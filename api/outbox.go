@@ -121,10 +121,6 @@ type RedriveFilter struct {
 	Topic      string     `json:"topic,omitempty"`       // NATS-style pattern: "orders.*" (one token), "orders.>" (the rest)
 	DeadAfter  *time.Time `json:"dead_after,omitempty"`  // went dead at or after
 	DeadBefore *time.Time `json:"dead_before,omitempty"` // went dead before
-	// DeadSince is the old name of DeadAfter, still read (giving both is refused).
-	//
-	// Deprecated: use DeadAfter; dead_since goes in the next minor version.
-	DeadSince *time.Time `json:"dead_since,omitempty"`
 	// Max is how many records to take at most, 1 to 10,000; left out: the gateway's default
 	// (1,000). An explicit 0 is refused.
 	Max *int `json:"max,omitempty"`
@@ -134,10 +130,6 @@ type RedriveFilter struct {
 // dead because their last delivery run was still open (call again a second later).
 type RedriveResult struct {
 	BulkResult
-	// Deprecated: Redriven is Done and Busy is Skipped, under their old names; they go in the
-	// next minor version.
-	Redriven int64 `json:"redriven"`
-	Busy     int   `json:"busy"` // Deprecated: Skipped.
 }
 
 // BlockedKey is an ordered key whose next record spent its retry budget (docs/flow-control.md,

@@ -207,8 +207,6 @@ func (f TaskBulkFilter) Filter() courier.TaskFilter {
 // reached them.
 type TaskCancelResult struct {
 	BulkResult
-	// Deprecated: Cancelled is Done under its old name; it goes in the next minor version.
-	Cancelled int `json:"cancelled"`
 }
 
 // TaskRetryResult says what a bulk retry (POST /v1/tasks/bulk/retry) did: Done tasks made
@@ -216,8 +214,6 @@ type TaskCancelResult struct {
 // (re-submitted, a newer version, purged).
 type TaskRetryResult struct {
 	BulkResult
-	// Deprecated: Retried is Done under its old name; it goes in the next minor version.
-	Retried int `json:"retried"`
 }
 
 // TaskPushBatch is the body courier POSTs to a queue's push_url for several attempts at once,

@@ -158,6 +158,4 @@ type TimerRedeliverFilter struct {
 // redelivered meanwhile by someone else.
 type TimerRedeliverResult struct {
 	BulkResult
-	// Deprecated: Redelivered is Done under its old name; it goes in the next minor version.
-	Redelivered int `json:"redelivered"`
 }

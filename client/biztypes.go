@@ -35,11 +35,7 @@ func (c *Client) GetBizType(ctx context.Context, name string) (*BizType, error) 
 
 // ListBizTypes reads every business type (scope admin).
 func (c *Client) ListBizTypes(ctx context.Context) ([]BizType, error) {
-	var out api.List[BizType]
-	if _, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/biz-types", idempotent: true, out: &out}); err != nil {
-		return nil, err
-	}
-	return out.Items, nil
+	return allByName[BizType](ctx, c, "/v1/biz-types")
 }
 
 // DeleteBizType removes a business type (scope admin).

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"net/http"
+	"net/url"
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
@@ -47,9 +48,29 @@ func (c *Client) Resume(ctx context.Context, kind courier.PauseKind, name string
 
 // ListPauses reads every pause in force (GET /v1/pauses, scope admin).
 func (c *Client) ListPauses(ctx context.Context) ([]Pause, error) {
-	var out api.List[Pause]
-	if _, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/pauses", idempotent: true, out: &out}); err != nil {
-		return nil, err
+	return allByName[Pause](ctx, c, "/v1/pauses")
+}
+
+// allByName reads every page of a list the gateway pages by name (GET /v1/biz-types,
+// /v1/queues, /v1/pauses: limit and page_token like every list), the largest page at a time,
+// and returns the items in the gateway's order. The list is bounded by what operators
+// configure, so it is returned whole.
+func allByName[T any](ctx context.Context, c *Client, path string) ([]T, error) {
+	out := []T{}
+	token := ""
+	for {
+		v := url.Values{"limit": {"1000"}}
+		if token != "" {
+			v.Set("page_token", token)
+		}
+		var page api.List[T]
+		if _, err := c.do(ctx, call{method: http.MethodGet, path: path, query: v, idempotent: true, out: &page}); err != nil {
+			return nil, err
+		}
+		out = append(out, page.Items...)
+		if page.NextPageToken == "" || page.NextPageToken == token {
+			return out, nil
+		}
+		token = page.NextPageToken
 	}
-	return out.Items, nil
 }

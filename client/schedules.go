@@ -98,18 +98,6 @@ func (c *Client) GetSchedule(ctx context.Context, id string) (*Schedule, error) 
 	return &out, nil
 }
 
-// UpdateSchedule replaces a schedule's spec (keeping it paused if it is, unless sp.Paused).
-//
-// Deprecated: use PutSchedule. UpdateSchedule sends the deprecated PATCH, which answers
-// ErrNotFound for a missing id where PUT creates it.
-func (c *Client) UpdateSchedule(ctx context.Context, id string, sp ScheduleSpec) (*Schedule, error) {
-	var out Schedule
-	if _, err := c.do(ctx, call{method: http.MethodPatch, path: schedulePath(id), body: sp, idempotent: true, out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
-}
-
 // DeleteSchedule removes a schedule; runs already started finish.
 func (c *Client) DeleteSchedule(ctx context.Context, id string) error {
 	_, err := c.do(ctx, call{method: http.MethodDelete, path: schedulePath(id), idempotent: true})

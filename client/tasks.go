@@ -277,11 +277,7 @@ func (c *Client) GetQueue(ctx context.Context, name string) (*Queue, error) {
 
 // ListQueues reads every queue (scope admin).
 func (c *Client) ListQueues(ctx context.Context) ([]Queue, error) {
-	var out api.List[Queue]
-	if _, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/queues", idempotent: true, out: &out}); err != nil {
-		return nil, err
-	}
-	return out.Items, nil
+	return allByName[Queue](ctx, c, "/v1/queues")
 }
 
 // DeleteQueue deletes a queue and its finished tasks (scope admin). A queue that still has

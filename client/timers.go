@@ -33,10 +33,6 @@ type TimerQuery struct {
 	FinishedAfter, FinishedBefore time.Time
 	Limit                         int    // timers per page, 1–1000; 0: the gateway's default (100)
 	PageToken                     string // TimerPage.NextPageToken of the previous page
-	// PageSize is Limit's old name, still sent when Limit is 0.
-	//
-	// Deprecated: use Limit.
-	PageSize int
 }
 
 // TimerPage is one page of timers; NextPageToken is empty on the last.
@@ -91,9 +87,6 @@ func (c *Client) ListTimers(ctx context.Context, q TimerQuery) (*TimerPage, erro
 		if s != "" {
 			v.Set(k, s)
 		}
-	}
-	if q.Limit == 0 {
-		q.Limit = q.PageSize
 	}
 	if q.Limit != 0 {
 		v.Set("limit", strconv.Itoa(q.Limit))

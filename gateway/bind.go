@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -70,6 +72,10 @@ func decodeBody(c echo.Context, v any, optional bool) error {
 			return &courier.Error{Code: courier.CodeValidation,
 				Message: "field " + te.Field + " must be " + te.Type.String(),
 				Details: map[string]any{"field": te.Field}}
+		case renamedField(err) != "":
+			old := renamedField(err)
+			return &courier.Error{Code: courier.CodeValidation, Message: fmt.Sprintf("unknown field %s: it was renamed %s (CHANGELOG.md)", old, renamedFields[old]),
+				Details: map[string]any{"field": old, "use": renamedFields[old]}}
 		case errors.Is(err, io.ErrUnexpectedEOF):
 			return courier.Errorf(courier.CodeInvalid, "malformed JSON: unexpected end of input")
 		default:
@@ -80,4 +86,25 @@ func decodeBody(c echo.Context, v any, optional bool) error {
 		return courier.Errorf(courier.CodeInvalid, "malformed JSON: trailing data after the object")
 	}
 	return nil
+}
+
+// renamedFields are the request body fields renamed before 1.0, old name to new (CHANGELOG.md
+// lists each rename). No old name is kept as an alias: a body that sends one is 422 naming the
+// new name instead of a bare unknown field.
+var renamedFields = map[string]string{
+	"dead_since": "dead_after", // POST /v1/outbox/redrive
+}
+
+// renamedField is the old name an unknown-field decoding error is about, or "".
+func renamedField(err error) string {
+	const prefix = `json: unknown field "`
+	msg := err.Error()
+	if !strings.HasPrefix(msg, prefix) {
+		return ""
+	}
+	name := strings.TrimSuffix(strings.TrimPrefix(msg, prefix), `"`)
+	if _, ok := renamedFields[name]; !ok {
+		return ""
+	}
+	return name
 }

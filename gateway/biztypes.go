@@ -87,11 +87,15 @@ func (h *handlers) listBizTypes(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := api.List[api.BizType]{Items: make([]api.BizType, 0, len(all))}
+	items := make([]api.BizType, 0, len(all))
 	for _, b := range all {
 		shown := api.BizTypeOf(b)
 		shown.Paused = api.PausedBy(ps.BizType(b.Name))
-		out.Items = append(out.Items, shown)
+		items = append(items, shown)
+	}
+	out, err := keyPage(c, h.pages, "biz-types", items, func(b api.BizType) string { return b.Name })
+	if err != nil {
+		return err
 	}
 	return c.JSON(http.StatusOK, out)
 }

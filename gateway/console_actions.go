@@ -90,7 +90,7 @@ func (cs *console) redriveDead(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	cs.audit(c, "redrive-dead", "source", req.Source, "topic", req.Topic, "redriven", res.Done, "busy", res.Skipped)
+	cs.audit(c, "redrive-dead", "source", req.Source, "topic", req.Topic, "done", res.Done, "skipped", res.Skipped)
 	more := ""
 	if res.More {
 		more = "1"
@@ -104,7 +104,7 @@ func (cs *console) redriveDead(c echo.Context) error {
 		topic = ""
 	}
 	return seeOther(c, "/console/outbox", "source", source, "status", string(courier.OutboxDead), "topic", topic,
-		"flash", "bulk", "n", strconv.Itoa(res.Done), "busy", strconv.Itoa(res.Skipped), "more", more)
+		"flash", "bulk", "n", strconv.Itoa(res.Done), "skipped", strconv.Itoa(res.Skipped), "more", more)
 }
 
 // cancelTask cancels a task version, like DELETE /v1/tasks/{task_id}/versions/{version}.
@@ -294,7 +294,7 @@ func (cs *console) redeliverFailed(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	cs.audit(c, "redeliver-failed-timers", "biz_type", bizType, "redelivered", res.Redelivered)
+	cs.audit(c, "redeliver-failed-timers", "biz_type", bizType, "done", res.Redelivered)
 	more := "0"
 	if res.More {
 		more = "1"

@@ -299,7 +299,7 @@ func flashOf(c echo.Context) string {
 		return "Redriven: the record is pending again and the relay delivers it in a moment."
 	case "bulk":
 		s := fmt.Sprintf("Redrove %d dead records.", n("n"))
-		if b := n("busy"); b > 0 {
+		if b := n("skipped"); b > 0 {
 			s += fmt.Sprintf(" %d were left dead because their last delivery run was still closing: redrive again in a moment.", b)
 		}
 		if c.QueryParam("more") == "1" {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -103,6 +104,12 @@ func (p *pagedTimers) List(_ context.Context, q timers.ListQuery, _ []byte) ([]a
 	return []api.Timer{}, nil, nil
 }
 
+func (p *pagedTimers) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.queries)
+}
+
 func (p *pagedTimers) last() timers.ListQuery {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -196,8 +203,8 @@ func TestDeleteQueueAPI(t *testing.T) {
 }
 
 // PUT /v1/schedules/{id} creates (201) and replaces (200); with If-None-Match: * it only
-// creates (409 on an existing id). The deprecated POST and PATCH still work and say they are
-// deprecated.
+// creates (409 on an existing id). POST and PATCH, the verbs before the rename, are refused
+// (405, nothing changed): courier keeps no aliases before 1.0.
 func TestPutSchedule(t *testing.T) {
 	t.Parallel()
 	f := setupConventions(t)
@@ -236,15 +243,15 @@ func TestPutSchedule(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "ids have no '/'")
 	require.Equal(t, courier.CodeInvalid, eb.Error.Code)
 
-	// The deprecated verbs.
-	r, eb := f.do(t, "POST", "/v1/schedules/weekly", f.producer, "application/json", strings.NewReader(`{"biz_type":"report","cron":"0 5 * * 1"}`))
-	require.Equal(t, http.StatusConflict, r.StatusCode, "%+v", eb)
-	require.NotEmpty(t, r.Header.Get("Deprecation"))
-	r, eb = f.do(t, "PATCH", "/v1/schedules/weekly", f.producer, "application/json", strings.NewReader(`{"biz_type":"report","cron":"0 5 * * 1"}`))
-	require.Equal(t, http.StatusOK, r.StatusCode, "%+v", eb)
-	require.NotEmpty(t, r.Header.Get("Deprecation"))
-	r, _ = f.do(t, "PUT", "/v1/schedules/weekly", f.producer, "application/json", strings.NewReader(`{"biz_type":"report","cron":"0 5 * * 1"}`))
-	require.Empty(t, r.Header.Get("Deprecation"), "PUT is the current verb")
+	// The verbs before the rename are gone, not aliases.
+	for _, m := range []string{"POST", "PATCH"} {
+		r, eb := f.do(t, m, "/v1/schedules/weekly", f.producer, "application/json", strings.NewReader(`{"biz_type":"report","cron":"0 5 * * 1"}`))
+		require.Equal(t, http.StatusMethodNotAllowed, r.StatusCode, m)
+		require.Equal(t, courier.CodeMethodNotAllowed, eb.Error.Code, m)
+		require.Contains(t, r.Header.Get("Allow"), "PUT", m)
+		require.Empty(t, r.Header.Get("Deprecation"), m)
+		require.Equal(t, "0 4 * * 1", f.schedules.specs["weekly"].Cron, "%s changes nothing", m)
+	}
 }
 
 // GET /v1/schedules pages with limit and page_token like every list, passes its filters on,
@@ -294,8 +301,8 @@ func TestListSchedules(t *testing.T) {
 	require.Equal(t, http.StatusForbidden, st, "listing needs the producer scope")
 }
 
-// GET /v1/timers pages with limit, as every list does; page_size, its old name, is still read
-// and the answer says it is deprecated; both at once is refused.
+// GET /v1/timers pages with limit, as every list does; page_size, its old name, is refused
+// (400 naming limit), alone or beside limit, never ignored: courier keeps no aliases before 1.0.
 func TestTimerListTakesLimit(t *testing.T) {
 	t.Parallel()
 	f := setupConventions(t)
@@ -303,50 +310,52 @@ func TestTimerListTakesLimit(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.StatusCode, "%+v", eb)
 	require.Equal(t, 5, f.timers.last().PageSize)
 	require.Empty(t, r.Header.Get("Deprecation"))
-	r, eb = f.do(t, "GET", "/v1/timers?page_size=7", f.producer, "", nil)
-	require.Equal(t, http.StatusOK, r.StatusCode, "%+v", eb)
-	require.Equal(t, 7, f.timers.last().PageSize)
-	require.NotEmpty(t, r.Header.Get("Deprecation"), "the old name is answered as deprecated")
 	r, _ = f.do(t, "GET", "/v1/timers", f.producer, "", nil)
 	require.Equal(t, http.StatusOK, r.StatusCode)
 	require.Equal(t, 100, f.timers.last().PageSize, "the default page")
 	for _, bad := range []struct{ query, field string }{
 		{"limit=5&page_size=5", "page_size"},
 		{"limit=0", "limit"},
-		{"page_size=1001", "page_size"},
+		{"page_size=7", "page_size"},
+		{"page_size=", "page_size"},
 	} {
+		calls := f.timers.count()
 		r, eb := f.do(t, "GET", "/v1/timers?"+bad.query, f.producer, "", nil)
 		require.Equal(t, http.StatusBadRequest, r.StatusCode, bad.query)
 		require.Equal(t, courier.CodeInvalid, eb.Error.Code)
 		require.Equal(t, bad.field, eb.Error.Details["field"], bad.query)
+		if bad.field == "page_size" {
+			require.Equal(t, "limit", eb.Error.Details["use"], bad.query)
+			require.Contains(t, eb.Error.Message, "renamed limit", bad.query)
+		}
+		require.Equal(t, calls, f.timers.count(), "%s never reaches the service", bad.query)
 	}
 }
 
 // The conventions of docs/api.md, checked on the OpenAPI document (which
 // TestOpenAPICoversEveryRoute ties to the routes served):
-//   - every list pages with limit and page_token and answers next_page_token, but for the
-//     configuration lists named here, which answer every item at once;
-//   - time filters are <field>_after and <field>_before (an old name is deprecated);
+//   - every list pages with limit and page_token and answers next_page_token, with no
+//     exception;
+//   - time filters are <field>_after and <field>_before;
 //   - every bulk action answers matched, done, skipped and more;
 //   - PUT creates or replaces the resource its path names, POST to a path ending in an id is
-//     an action (…/{id}/redrive) unless deprecated, PATCH only moves a timer (or is deprecated),
-//     and DELETE answers 204, or 200 with what it cancelled or lifted.
+//     an action (…/{id}/redrive), PATCH only moves a timer, and DELETE answers 204, or 200 with
+//     what it cancelled or lifted;
+//   - nothing is deprecated: courier renames without aliases before 1.0 (CHANGELOG.md).
 func TestOpenAPIConventions(t *testing.T) {
 	t.Parallel()
 	doc, _ := openAPISpec(t)
-	unpaged := map[string]bool{"/v1/biz-types": true, "/v1/queues": true, "/v1/pauses": true}
 	bulk := map[string]bool{"/v1/outbox/redrive": true, "/v1/timers/redeliver": true, "/v1/tasks/bulk/cancel": true, "/v1/tasks/bulk/retry": true}
 	patchable := map[string]bool{"/v1/timers/{biz_type}/{biz_id}": true}
 	endsInParam := func(path string) bool { return strings.HasSuffix(path, "}") }
 	for path, item := range doc.Paths.Map() {
 		for method, op := range item.Operations() {
 			where := method + " " + path
+			require.False(t, op.Deprecated, "%s: no deprecated operations; renames keep no alias", where)
 			params := map[string]bool{}
 			for _, p := range append(item.Parameters, op.Parameters...) {
 				pv := p.Value
-				if pv.Deprecated {
-					continue
-				}
+				require.False(t, pv.Deprecated, "%s: parameter %s is deprecated; renames keep no alias", where, pv.Name)
 				params[pv.In+":"+pv.Name] = true
 				require.NotEqual(t, "page_size", pv.Name, "%s: page with limit", where)
 				if pv.In == "query" && pv.Schema != nil && pv.Schema.Value.Format == "date-time" {
@@ -356,7 +365,8 @@ func TestOpenAPIConventions(t *testing.T) {
 			}
 			if rb := op.RequestBody; rb != nil && rb.Value.Content.Get("application/json") != nil {
 				for name, prop := range rb.Value.Content.Get("application/json").Schema.Value.Properties {
-					if prop.Value.Format == "date-time" && !prop.Value.Deprecated && bulk[path] {
+					require.False(t, prop.Value.Deprecated, "%s: field %s is deprecated; renames keep no alias", where, name)
+					if prop.Value.Format == "date-time" && bulk[path] {
 						require.True(t, strings.HasSuffix(name, "_after") || strings.HasSuffix(name, "_before"),
 							"%s: time filter %s is not <field>_after or <field>_before", where, name)
 					}
@@ -371,10 +381,6 @@ func TestOpenAPIConventions(t *testing.T) {
 				if ok200 == nil || ok200.Properties["items"] == nil || endsInParam(path) {
 					continue
 				}
-				if unpaged[path] {
-					require.Nil(t, ok200.Properties["next_page_token"], "%s is a whole list", where)
-					continue
-				}
 				require.True(t, params["query:limit"], "%s: a list takes limit", where)
 				require.True(t, params["query:page_token"], "%s: a list takes page_token", where)
 				require.NotNil(t, ok200.Properties["next_page_token"], "%s: a list answers next_page_token", where)
@@ -385,17 +391,23 @@ func TestOpenAPIConventions(t *testing.T) {
 					require.Subset(t, required, []string{"matched", "done", "skipped", "more"}, "%s answers the bulk result", where)
 				}
 				if endsInParam(path) {
-					require.True(t, op.Deprecated, "%s: POST creates in a collection; a named resource is PUT", where)
+					require.Fail(t, "POST creates in a collection; a named resource is PUT", where)
 				}
 			case http.MethodPut:
 				require.True(t, endsInParam(path), "%s: PUT names the resource it creates or replaces", where)
 				require.NotNil(t, op.Responses.Status(http.StatusCreated), "%s: PUT answers 201 when it creates", where)
 				require.NotNil(t, op.Responses.Status(http.StatusOK), "%s: PUT answers 200 when it replaces", where)
 			case http.MethodPatch:
-				require.True(t, patchable[path] || op.Deprecated, "%s: PATCH is only a timer's reschedule", where)
+				require.True(t, patchable[path], "%s: PATCH is only a timer's reschedule", where)
 			case http.MethodDelete:
 				require.True(t, op.Responses.Status(http.StatusNoContent) != nil || op.Responses.Status(http.StatusOK) != nil, where)
 			}
+		}
+	}
+	for name, sr := range doc.Components.Schemas {
+		props, _ := flatSchema(sr.Value)
+		for field, prop := range props {
+			require.False(t, prop.Value.Deprecated, "schema %s: field %s is deprecated; renames keep no alias", name, field)
 		}
 	}
 }
@@ -415,4 +427,65 @@ func flatSchema(s *openapi3.Schema) (map[string]*openapi3.SchemaRef, []string) {
 		required = append(required, rr...)
 	}
 	return props, required
+}
+
+// GET /v1/queues pages with limit and page_token like every list (so do /v1/biz-types and
+// /v1/pauses, through the same code): by name, each queue once, next_page_token absent on the
+// last page; a queue added between two pages is not skipped or repeated; a token of another
+// list, or none the gateway issued, is 400.
+func TestQueueListPages(t *testing.T) {
+	t.Parallel()
+	f := setupConventions(t)
+	for _, name := range []string{"q-e", "q-a", "q-c", "q-b", "q-d"} {
+		st, eb := f.call(t, "PUT", "/v1/queues/"+name, f.admin, `{"concurrency_limit":2}`, nil)
+		require.Equal(t, http.StatusCreated, st, "%+v", eb)
+	}
+	var all api.List[api.Queue]
+	st, eb := f.call(t, "GET", "/v1/queues", f.admin, "", &all)
+	require.Equal(t, http.StatusOK, st, "%+v", eb)
+	require.Empty(t, all.NextPageToken, "every queue fits the default page")
+	var want []string
+	for _, q := range all.Items {
+		want = append(want, q.Name)
+	}
+	require.True(t, slices.IsSorted(want), "by name: %v", want)
+	require.Subset(t, want, []string{"q-a", "q-b", "q-c", "q-d", "q-e"})
+
+	var got []string
+	token, added := "", false
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, len(want)+2, "the pages end")
+		var page api.List[api.Queue]
+		st, eb := f.call(t, "GET", "/v1/queues?limit=2&page_token="+url.QueryEscape(token), f.admin, "", &page)
+		require.Equal(t, http.StatusOK, st, "%+v", eb)
+		require.LessOrEqual(t, len(page.Items), 2)
+		for _, q := range page.Items {
+			got = append(got, q.Name)
+		}
+		if !added {
+			// Added after the first page, its name after the page's last: it is on a later page.
+			st, eb := f.call(t, "PUT", "/v1/queues/q-z", f.admin, `{"concurrency_limit":2}`, nil)
+			require.Equal(t, http.StatusCreated, st, "%+v", eb)
+			want, added = append(want, "q-z"), true
+		}
+		if page.NextPageToken == "" {
+			break
+		}
+		if token == "" {
+			st, eb := f.call(t, "GET", "/v1/schedules?page_token="+url.QueryEscape(page.NextPageToken), f.producer, "", nil)
+			require.Equal(t, http.StatusBadRequest, st, "a queue list's token is not a schedule list's")
+			require.Equal(t, "page_token", eb.Error.Details["field"])
+		}
+		token = page.NextPageToken
+	}
+	require.Equal(t, want, got, "each queue once, in name order")
+
+	for _, bad := range []struct{ query, field string }{
+		{"limit=0", "limit"}, {"limit=1001", "limit"}, {"page_token=forged", "page_token"},
+	} {
+		st, eb := f.call(t, "GET", "/v1/queues?"+bad.query, f.admin, "", nil)
+		require.Equal(t, http.StatusBadRequest, st, bad.query)
+		require.Equal(t, courier.CodeInvalid, eb.Error.Code, bad.query)
+		require.Equal(t, bad.field, eb.Error.Details["field"], bad.query)
+	}
 }

@@ -174,10 +174,6 @@ func New(cfg Config, d Deps) *echo.Echo {
 		v1.GET("/schedules", h.listSchedules, producer)
 		v1.PUT("/schedules/:id", h.putSchedule, producer)
 		v1.GET("/schedules/:id", h.getSchedule, producer)
-		// Deprecated (docs/api.md, "Verbs"): PUT creates and replaces; these go in the next
-		// minor version.
-		v1.POST("/schedules/:id", h.createSchedule, producer, deprecated)
-		v1.PATCH("/schedules/:id", h.updateSchedule, producer, deprecated)
 		v1.DELETE("/schedules/:id", h.deleteSchedule, producer)
 		v1.POST("/schedules/:id/pause", h.scheduleAction(sc.PauseSchedule), producer)
 		v1.POST("/schedules/:id/unpause", h.scheduleAction(sc.UnpauseSchedule), producer)

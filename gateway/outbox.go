@@ -110,7 +110,7 @@ func (h *handlers) outboxPage(c echo.Context) (api.OutboxPage, error) {
 			return api.OutboxPage{}, err
 		}
 	}
-	if f.Limit, err = queryLimit(c, ""); err != nil {
+	if f.Limit, err = queryLimit(c); err != nil {
 		return api.OutboxPage{}, err
 	}
 	if f.WithPayload, err = queryBool(c, "include_payload"); err != nil {
@@ -292,9 +292,6 @@ func (h *handlers) redriveDeadOutbox(c echo.Context) error {
 	if err := bindJSON(c, &req); err != nil {
 		return err
 	}
-	if req.DeadSince != nil {
-		markDeprecated(c)
-	}
 	res, err := h.redriveDead(c.Request().Context(), req)
 	if err != nil {
 		return err
@@ -323,12 +320,8 @@ func (h *handlers) redriveDead(ctx context.Context, req api.RedriveFilter) (api.
 			return api.RedriveResult{}, err
 		}
 	}
-	after, err := deprecatedAlias("dead_after", req.DeadAfter, "dead_since", req.DeadSince)
-	if err != nil {
-		return api.RedriveResult{}, err
-	}
-	if after != nil {
-		f.DeadSince = *after
+	if req.DeadAfter != nil {
+		f.DeadSince = *req.DeadAfter
 	}
 	if req.DeadBefore != nil {
 		f.DeadBefore = *req.DeadBefore

@@ -28,7 +28,7 @@ func (h *handlers) listBlockedKeys(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	limit, err := queryLimit(c, "")
+	limit, err := queryLimit(c)
 	if err != nil {
 		return err
 	}

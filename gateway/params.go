@@ -3,12 +3,15 @@ package gateway
 import (
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 )
 
 // pathParam returns a path parameter decoded exactly once, whichever form echo routed on: echo
@@ -107,50 +110,49 @@ const (
 	maxPageLimit     = 1000
 )
 
-// queryLimit reads a list's page size, limit (1 to maxPageLimit, default 100). alias names
-// the parameter's old name on this list, still read when limit is absent (both is 400).
-func queryLimit(c echo.Context, alias string) (int, error) {
-	name := "limit"
-	if alias != "" && c.QueryParam(alias) != "" {
-		if c.QueryParam("limit") != "" {
-			return 0, &courier.Error{Code: courier.CodeInvalid, Message: fmt.Sprintf("give limit, not both limit and %s (its deprecated name)", alias),
-				Details: map[string]any{"field": alias}}
+// queryLimit reads a list's page size, limit (1 to maxPageLimit, default 100).
+func queryLimit(c echo.Context) (int, error) {
+	return queryInt(c, "limit", defaultPageLimit, 1, maxPageLimit)
+}
+
+// refuseRenamed refuses a query parameter renamed before 1.0 (CHANGELOG.md lists each rename;
+// no old name is kept as an alias): 400 naming the old and the new name, never ignored.
+func refuseRenamed(c echo.Context, old, name string) error {
+	if _, ok := c.QueryParams()[old]; !ok {
+		return nil
+	}
+	return &courier.Error{Code: courier.CodeInvalid, Message: fmt.Sprintf("unknown query parameter %s: it was renamed %s (CHANGELOG.md)", old, name),
+		Details: map[string]any{"field": old, "use": name}}
+}
+
+// keyPage is one page of a list the gateway holds whole (business types, queues, pauses),
+// paged like every list (docs/api.md, "Lists and paging"): sorted by key, limit items after the
+// token's key, and a next_page_token while more remain. The token is sealed to list, the
+// list's name and filters, and holds the page's last key, so an item added or removed between
+// two pages neither repeats nor hides another.
+func keyPage[T any](c echo.Context, pages *pageTokens, list string, items []T, key func(T) string) (api.List[T], error) {
+	limit, err := queryLimit(c)
+	if err != nil {
+		return api.List[T]{}, err
+	}
+	ctx := c.Request().Context()
+	after, err := pages.open(ctx, list, c.QueryParam("page_token"))
+	if err != nil {
+		return api.List[T]{}, err
+	}
+	slices.SortFunc(items, func(a, b T) int { return strings.Compare(key(a), key(b)) })
+	start := 0
+	if after != nil {
+		start, _ = slices.BinarySearchFunc(items, string(after), func(it T, k string) int { return strings.Compare(key(it), k) })
+		if start < len(items) && key(items[start]) == string(after) {
+			start++
 		}
-		name = alias
-		markDeprecated(c)
 	}
-	return queryInt(c, name, defaultPageLimit, 1, maxPageLimit)
-}
-
-// deprecatedAlias is a body field that has a deprecated old name: the new one, or the old one
-// when only it is given; both is 422 naming the old one.
-func deprecatedAlias[T any](name string, v *T, old string, oldV *T) (*T, error) {
-	switch {
-	case oldV == nil:
-		return v, nil
-	case v != nil:
-		return nil, &courier.Error{Code: courier.CodeValidation, Message: fmt.Sprintf("give %s, not both %s and %s (its deprecated name)", name, name, old),
-			Details: map[string]any{"field": old}}
+	out := api.List[T]{Items: append([]T{}, items[start:min(start+limit, len(items))]...)}
+	if start+limit < len(items) {
+		if out.NextPageToken, err = pages.seal(ctx, list, []byte(key(out.Items[len(out.Items)-1]))); err != nil {
+			return api.List[T]{}, err
+		}
 	}
-	return oldV, nil
+	return out, nil
 }
-
-// deprecated marks the answers of a deprecated route (docs/api.md, "Deprecations") with the
-// Deprecation header (RFC 9745: the date the name was deprecated), so a client can find what
-// it still uses.
-func deprecated(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		markDeprecated(c)
-		return next(c)
-	}
-}
-
-// markDeprecated marks an answer as using something deprecated: a route, a parameter's or a
-// field's old name.
-func markDeprecated(c echo.Context) {
-	c.Response().Header().Set("Deprecation", deprecatedSince)
-}
-
-// deprecatedSince is the date (RFC 9745, a Unix time) the names docs/api.md lists as deprecated
-// were: 2026-11-29, courier 0.x; they go in the next minor version.
-const deprecatedSince = "@1795910400"

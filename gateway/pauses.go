@@ -49,11 +49,15 @@ func (h *handlers) listPauses(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := api.List[api.Pause]{Items: []api.Pause{}}
+	items := []api.Pause{}
 	for _, p := range list {
 		if kind == "" || p.Kind == kind {
-			out.Items = append(out.Items, api.PauseOf(p))
+			items = append(items, api.PauseOf(p))
 		}
+	}
+	out, err := keyPage(c, h.pages, "pauses\x00"+string(kind), items, func(p api.Pause) string { return string(p.Kind) + "\x00" + p.Name })
+	if err != nil {
+		return err
 	}
 	return c.JSON(http.StatusOK, out)
 }

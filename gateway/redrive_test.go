@@ -97,18 +97,25 @@ func TestBulkRedriveAPI(t *testing.T) {
 	code, res, _ = redrive(`{"dead_after":"` + time.Now().Add(time.Hour).Format(time.RFC3339) + `"}`)
 	require.Equal(t, 200, code)
 	require.Equal(t, api.NewRedriveResult(0, 0, false), res, "nothing died in the future")
-	// dead_since, dead_after's deprecated name, is still read, and the answer says so.
 	resp, eb := f.do(t, "POST", "/v1/outbox/redrive", admin, "application/json",
-		strings.NewReader(`{"dead_since":"`+time.Now().Add(time.Hour).Format(time.RFC3339)+`"}`))
+		strings.NewReader(`{"dead_after":"`+time.Now().Add(time.Hour).Format(time.RFC3339)+`"}`))
 	require.Equal(t, 200, resp.StatusCode, "%+v", eb)
-	require.NotEmpty(t, resp.Header.Get("Deprecation"))
+	require.Empty(t, resp.Header.Get("Deprecation"))
 	var wire map[string]any
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&wire))
-	require.Equal(t, map[string]any{"matched": 0.0, "done": 0.0, "skipped": 0.0, "more": false, "redriven": 0.0, "busy": 0.0}, wire,
-		"the uniform fields, and the old names for one more version")
-	code, _, eb = redrive(`{"dead_since":"2026-01-01T00:00:00Z","dead_after":"2026-01-01T00:00:00Z"}`)
-	require.Equal(t, 422, code)
-	require.Equal(t, "dead_since", eb.Error.Details["field"], "both names at once is refused")
+	require.Equal(t, map[string]any{"matched": 0.0, "done": 0.0, "skipped": 0.0, "more": false}, wire,
+		"the uniform fields only: the old names redriven and busy are gone")
+	// dead_since, dead_after's old name, is refused (422 naming dead_after), alone or beside
+	// dead_after, and redrives nothing: courier keeps no aliases before 1.0.
+	for _, body := range []string{`{"dead_since":"2020-01-01T00:00:00Z"}`, `{"dead_since":"2026-01-01T00:00:00Z","dead_after":"2026-01-01T00:00:00Z"}`} {
+		code, _, eb = redrive(body)
+		require.Equal(t, 422, code, body)
+		require.Equal(t, courier.CodeValidation, eb.Error.Code, body)
+		require.Equal(t, "dead_since", eb.Error.Details["field"], body)
+		require.Equal(t, "dead_after", eb.Error.Details["use"], body)
+		require.Contains(t, eb.Error.Message, "renamed dead_after", body)
+	}
+	require.Equal(t, courier.OutboxDead, status(ids[5]), "a refused redrive redrives nothing")
 
 	runs.mu.Lock()
 	runs.open = map[string]bool{}

@@ -27,7 +27,7 @@ type ScheduleService interface {
 
 // putSchedule creates (201) or replaces (200) a schedule, as PUT does for every named
 // resource (docs/api.md, "Verbs"). With If-None-Match: * it only creates: an existing id is
-// 409, as the deprecated POST /v1/schedules/{id} answers.
+// 409.
 func (h *handlers) putSchedule(c echo.Context) error {
 	id, err := pathID(c, "id")
 	if err != nil {
@@ -67,7 +67,7 @@ func (h *handlers) putSchedule(c echo.Context) error {
 func (h *handlers) listSchedules(c echo.Context) error {
 	var q timers.ScheduleQuery
 	var err error
-	if q.Limit, err = queryLimit(c, ""); err != nil {
+	if q.Limit, err = queryLimit(c); err != nil {
 		return err
 	}
 	if q.BizType = c.QueryParam("biz_type"); q.BizType != "" {
@@ -107,50 +107,12 @@ func (h *handlers) listSchedules(c echo.Context) error {
 	return c.JSON(http.StatusOK, api.SchedulePage{Items: items, NextPageToken: nextToken})
 }
 
-func (h *handlers) createSchedule(c echo.Context) error {
-	id, err := pathID(c, "id")
-	if err != nil {
-		return err
-	}
-	var sp api.ScheduleSpec
-	if err := bindJSON(c, &sp); err != nil {
-		return err
-	}
-	out, err := h.d.Schedules.CreateSchedule(c.Request().Context(), id, sp)
-	if err != nil {
-		return err
-	}
-	if out, err = h.scheduleShown(c.Request().Context(), out); err != nil {
-		return err
-	}
-	return c.JSON(http.StatusCreated, out)
-}
-
 func (h *handlers) getSchedule(c echo.Context) error {
 	id, err := pathID(c, "id")
 	if err != nil {
 		return err
 	}
 	out, err := h.d.Schedules.GetSchedule(c.Request().Context(), id)
-	if err != nil {
-		return err
-	}
-	if out, err = h.scheduleShown(c.Request().Context(), out); err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, out)
-}
-
-func (h *handlers) updateSchedule(c echo.Context) error {
-	id, err := pathID(c, "id")
-	if err != nil {
-		return err
-	}
-	var sp api.ScheduleSpec
-	if err := bindJSON(c, &sp); err != nil {
-		return err
-	}
-	out, err := h.d.Schedules.UpdateSchedule(c.Request().Context(), id, sp)
 	if err != nil {
 		return err
 	}

@@ -124,7 +124,7 @@ func (h *handlers) taskPage(c echo.Context) (api.TaskPage, error) {
 	if f.CreatedBefore, err = queryTime(c, "created_before"); err != nil {
 		return api.TaskPage{}, err
 	}
-	if f.Limit, err = queryLimit(c, ""); err != nil {
+	if f.Limit, err = queryLimit(c); err != nil {
 		return api.TaskPage{}, err
 	}
 	query := strings.Join([]string{"tasks", f.Queue, string(f.Status), c.QueryParam("priority"),
@@ -487,10 +487,14 @@ func (h *handlers) listQueues(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := api.List[api.Queue]{Items: make([]api.Queue, len(qs))}
+	items := make([]api.Queue, len(qs))
 	for i, q := range qs {
-		out.Items[i] = api.QueueOf(q)
-		out.Items[i].Paused = api.PausedBy(ps.Queue(q.Name))
+		items[i] = api.QueueOf(q)
+		items[i].Paused = api.PausedBy(ps.Queue(q.Name))
+	}
+	out, err := keyPage(c, h.pages, "queues", items, func(q api.Queue) string { return q.Name })
+	if err != nil {
+		return err
 	}
 	return c.JSON(http.StatusOK, out)
 }

@@ -25,7 +25,6 @@ func TestBulkTaskActionsAPI(t *testing.T) {
 	require.Equal(t, http.StatusOK, st, "%+v", eb)
 	require.Equal(t, api.NewTaskCancelResult(3, 1, true), cancelled)
 	require.Equal(t, api.BulkResult{Matched: 4, Done: 3, Skipped: 1, More: true}, cancelled.BulkResult)
-	require.Equal(t, 3, cancelled.Cancelled, "the deprecated name, for one more version")
 	require.Equal(t, "CancelMatching", f.svc.lastCall().method)
 	got := f.svc.bulks[len(f.svc.bulks)-1]
 	require.Equal(t, 50, got.max)

@@ -122,12 +122,15 @@ func (h *handlers) listTimers(c echo.Context) error {
 }
 
 // timerPage reads the page of timers the request's query asks for (biz_type, state,
-// finished_after, finished_before, limit, page_token; page_size is limit's deprecated name):
+// finished_after, finished_before, limit, page_token; page_size, limit's old name, is refused):
 // the API's list and the console's.
 func (h *handlers) timerPage(c echo.Context) (api.TimerPage, error) {
 	var q timers.ListQuery
 	var err error
-	if q.PageSize, err = queryLimit(c, "page_size"); err != nil {
+	if err = refuseRenamed(c, "page_size", "limit"); err != nil {
+		return api.TimerPage{}, err
+	}
+	if q.PageSize, err = queryLimit(c); err != nil {
 		return api.TimerPage{}, err
 	}
 	q.BizType, q.State = c.QueryParam("biz_type"), courier.TimerState(c.QueryParam("state"))

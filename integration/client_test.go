@@ -278,12 +278,12 @@ func TestClientEveryCall(t *testing.T) {
 			page, err := producer.ListTimers(ctx, cc.TimerQuery{BizType: "orders", State: courier.TimerScheduled})
 			return err == nil && len(page.Items) == 2
 		})
-		page, err := producer.ListTimers(ctx, cc.TimerQuery{BizType: "orders", PageSize: 1})
+		page, err := producer.ListTimers(ctx, cc.TimerQuery{BizType: "orders", Limit: 1})
 		require.NoError(t, err)
 		require.Len(t, page.Items, 1)
 		require.NotEmpty(t, page.NextPageToken)
 		seen := map[string]bool{}
-		for tm, err := range producer.AllTimers(ctx, cc.TimerQuery{BizType: "orders", PageSize: 1}) {
+		for tm, err := range producer.AllTimers(ctx, cc.TimerQuery{BizType: "orders", Limit: 1}) {
 			require.NoError(t, err)
 			seen[tm.BizID] = true
 		}
@@ -323,7 +323,7 @@ func TestClientEveryCall(t *testing.T) {
 		_, err = producer.CreateSchedule(ctx, "nightly", cc.ScheduleSpec{BizType: "orders", Cron: "0 2 * * *"})
 		require.ErrorIs(t, err, cc.ErrConflict)
 
-		sc, err = producer.UpdateSchedule(ctx, "nightly", cc.ScheduleSpec{BizType: "orders", Interval: cc.PositiveDuration(time.Hour)})
+		sc, err = producer.PutSchedule(ctx, "nightly", cc.ScheduleSpec{BizType: "orders", Interval: cc.PositiveDuration(time.Hour)})
 		require.NoError(t, err)
 		require.Equal(t, cc.PositiveDuration(time.Hour), sc.Spec.Interval)
 		sc, err = producer.PauseSchedule(ctx, "nightly", "maintenance")

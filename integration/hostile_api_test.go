@@ -86,9 +86,7 @@ var routeScope = map[string]apikey.Scope{
 
 	"GET /v1/schedules":              apikey.ScopeProducer,
 	"PUT /v1/schedules/:id":          apikey.ScopeProducer,
-	"POST /v1/schedules/:id":         apikey.ScopeProducer,
 	"GET /v1/schedules/:id":          apikey.ScopeProducer,
-	"PATCH /v1/schedules/:id":        apikey.ScopeProducer,
 	"DELETE /v1/schedules/:id":       apikey.ScopeProducer,
 	"POST /v1/schedules/:id/pause":   apikey.ScopeProducer,
 	"POST /v1/schedules/:id/unpause": apikey.ScopeProducer,
@@ -100,7 +98,7 @@ var routeScope = map[string]apikey.Scope{
 var validBodies = map[string][]string{
 	"POST /v1/outbox": {`{"topic":"orders.created","key":"k-1","headers":{"X-Trace":"abc"},"payload":{"n":1}}`},
 	"POST /v1/outbox/redrive": {`{"topic":"orders.>","dead_after":"2020-01-01T00:00:00Z","dead_before":"2099-01-01T00:00:00Z","max":10}`,
-		`{"topic":"orders.>","dead_since":"2020-01-01T00:00:00Z","max":10}`},
+		`{"topic":"orders.>","dead_after":"2020-01-01T00:00:00Z","max":10}`},
 	"PUT /v1/biz-types/:name": {`{"delivery":"http","callback_url":"https://hooks.example.com/courier","request_timeout":"5s",` +
 		`"retry":{"initial_interval":"1s","backoff":2,"max_interval":"1m","max_attempts":3},"rate_limit_per_second":10}`,
 		`{"delivery":"mq","topic":"orders.due"}`},
@@ -131,11 +129,8 @@ var validBodies = map[string][]string{
 		`"retry":{"initial_interval":"1s","backoff":2,"max_interval":"1m","max_attempts":3},"success_retention":"1h","purge_age":"24h"}`,
 		// Flow control: per-key limit and turns, the dispatch rate.
 		`{"concurrency_limit":10,"per_key_limit":6,"fair_keys":true,"key_weights":{"tenant-42":2},"dispatch_rate_per_second":5.5,"dispatch_burst":10}`},
-	"POST /v1/schedules/:id": {`{"biz_type":"orders","cron":"0 9 * * *","time_zone":"Europe/Berlin","overlap":"skip",` +
-		`"catchup_window":"1m","jitter":"10s","payload":{"n":1}}`, `{"biz_type":"orders","interval":"15m"}`},
 	"PUT /v1/schedules/:id": {`{"biz_type":"orders","cron":"0 9 * * *","time_zone":"Europe/Berlin","overlap":"skip",` +
 		`"catchup_window":"1m","jitter":"10s","payload":{"n":1}}`, `{"biz_type":"orders","interval":"15m","paused":true}`},
-	"PATCH /v1/schedules/:id":        {`{"biz_type":"orders","cron":"0 10 * * *","time_zone":"UTC"}`},
 	"POST /v1/schedules/:id/pause":   {`{"note":"maintenance"}`},
 	"POST /v1/pauses":                {`{"kind":"queue","name":"hq2","reason":"maintenance"}`, `{"kind":"topic","name":"orders.>"}`},
 	"POST /v1/schedules/:id/unpause": {`{"note":"done"}`},

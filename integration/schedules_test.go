@@ -107,6 +107,14 @@ func TestSchedulesEndToEnd(t *testing.T) {
 
 	status, sc = call("PUT", "/v1/schedules/digest", map[string]any{"biz_type": "marketing.digest", "cron": "0 9 * * *", "time_zone": "Asia/Shanghai", "paused": true})
 	require.Equal(t, http.StatusOK, status)
+	// POST and PATCH, the verbs before PUT, are refused and change nothing: no aliases before 1.0.
+	for _, m := range []string{"POST", "PATCH"} {
+		status, _ := call(m, "/v1/schedules/digest", map[string]any{"biz_type": "marketing.digest", "interval": "1h"})
+		require.Equal(t, http.StatusMethodNotAllowed, status, m)
+	}
+	got, err := producer.GetSchedule(ctx, "digest")
+	require.NoError(t, err)
+	require.Equal(t, "0 9 * * *", got.Spec.Cron, "the refused verbs changed nothing")
 	require.Equal(t, "0 9 * * *", sc.Spec.Cron)
 	require.NotEmpty(t, sc.NextRuns)
 	shanghai, _ := time.LoadLocation("Asia/Shanghai")

@@ -203,7 +203,7 @@ func TestWheelSchedules(t *testing.T) {
 				}
 				return false
 			}, time.Minute, 100*time.Millisecond, "an unpaused schedule fires again")
-			up, err := producer.UpdateSchedule(ctx, "tick-05", cc.ScheduleSpec{BizType: "report.tick", Cron: "0 9 * * *", TimeZone: "Asia/Shanghai"})
+			up, err := producer.PutSchedule(ctx, "tick-05", cc.ScheduleSpec{BizType: "report.tick", Cron: "0 9 * * *", TimeZone: "Asia/Shanghai"})
 			require.NoError(t, err)
 			require.Equal(t, "0 9 * * *", up.Spec.Cron)
 			require.NotEmpty(t, up.NextRuns)

@@ -360,7 +360,7 @@ func TestTimerNonASCIIIDs(t *testing.T) {
 		"dot-dot in path":    {"DELETE", "/v1/timers/order.close/%2E%2E", nil, "biz_id"},
 		"bad UTF-8 in path":  {"GET", "/v1/timers/order.close/%FF", nil, "biz_id"},
 		"bad escape in path": {"PATCH", "/v1/timers/order.close/%E2%9C", map[string]any{"delay": "1h"}, "biz_id"},
-		"schedule slash":     {"POST", "/v1/schedules/a%2Fb", map[string]any{"biz_type": "order.close", "interval": "1h"}, "id"},
+		"schedule slash":     {"PUT", "/v1/schedules/a%2Fb", map[string]any{"biz_type": "order.close", "interval": "1h"}, "id"},
 		"schedule control":   {"GET", "/v1/schedules/a%09b", nil, "id"},
 	} {
 		status, eb := gw.call(c.method, c.path, c.body, nil)
@@ -374,7 +374,7 @@ func TestTimerNonASCIIIDs(t *testing.T) {
 	const sid = "дайджест-✓"
 	spath := "/v1/schedules/" + url.PathEscape(sid)
 	var sc api.Schedule
-	status, eb = gw.call("POST", spath, map[string]any{"biz_type": "order.close", "interval": "1h", "paused": true}, &sc)
+	status, eb = gw.call("PUT", spath, map[string]any{"biz_type": "order.close", "interval": "1h", "paused": true}, &sc)
 	require.Equal(t, http.StatusCreated, status, eb)
 	require.Equal(t, sid, sc.ID)
 	status, eb = gw.call("GET", spath, nil, &sc)
@@ -447,7 +447,7 @@ func TestTimerListPageTokens(t *testing.T) {
 	for pages := 0; ; pages++ {
 		require.Less(t, pages, 5)
 		var p page
-		status, eb := gw.call("GET", "/v1/timers?biz_type=order.close&page_size=2&page_token="+url.QueryEscape(token), nil, &p)
+		status, eb := gw.call("GET", "/v1/timers?biz_type=order.close&limit=2&page_token="+url.QueryEscape(token), nil, &p)
 		require.Equal(t, http.StatusOK, status, eb)
 		for _, it := range p.Items {
 			seen[it.BizID] = true
@@ -457,7 +457,7 @@ func TestTimerListPageTokens(t *testing.T) {
 		}
 		if token == "" {
 			// A real token is tied to its query: another filter refuses it.
-			status, eb := gw.call("GET", "/v1/timers?biz_type=other&page_size=2&page_token="+url.QueryEscape(p.NextPageToken), nil, nil)
+			status, eb := gw.call("GET", "/v1/timers?biz_type=other&limit=2&page_token="+url.QueryEscape(p.NextPageToken), nil, nil)
 			require.Equal(t, http.StatusBadRequest, status)
 			require.Equal(t, "page_token", eb.Error.Details["field"])
 		}

@@ -456,7 +456,7 @@ func TestClusterUnderFaults(t *testing.T) {
 	operatorsSeeFailures(t, c, a)
 
 	// The schedule: a callback every 3 s, a missed one still fired within a minute.
-	require.Equal(t, 201, a.do(ctx, 0, "POST", "/v1/schedules/cluster-tick", map[string]any{"biz_type": "cluster.tick",
+	require.Equal(t, 201, a.do(ctx, 0, "PUT", "/v1/schedules/cluster-tick", map[string]any{"biz_type": "cluster.tick",
 		"interval": scheduleInterval.String(), "catchup_window": "1m"}, nil))
 
 	// The load: bounded rounds, each through the next gateway: a record, a timer due in 2-6 s,
