@@ -438,24 +438,8 @@ func taskBaseline(ctx context.Context, tc client.Client, cfg TasksConfig) (TaskR
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	pl := newPushLog(cfg.Tasks)
-	hw := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		var j taskBaseJob
-		if err := json.NewDecoder(r.Body).Decode(&j); err != nil {
-			http.Error(rw, err.Error(), http.StatusBadRequest)
-			return
-		}
-		defer pl.end(pl.begin(j.ID, j.Priority))
-		select {
-		case <-time.After(cfg.Work):
-		case <-r.Context().Done():
-			http.Error(rw, "gone", http.StatusServiceUnavailable)
-			return
-		}
-		rw.WriteHeader(http.StatusOK)
-	}))
-	defer hw.Close()
-	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2 * cfg.Limit}}
-	defer hc.CloseIdleConnections()
+	hw := newBaseWorker(cfg, pl)
+	defer hw.close()
 
 	queue := fmt.Sprintf("bench-task-baseline-%d", time.Now().UnixNano())
 	w := sdkworker.New(tc, queue, sdkworker.Options{MaxConcurrentWorkflowTaskPollers: 8, MaxConcurrentActivityTaskPollers: 8,
@@ -465,27 +449,7 @@ func taskBaseline(ctx context.Context, tc client.Client, cfg TasksConfig) (TaskR
 			RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 3}})
 		return workflow.ExecuteActivity(ctx, taskBaseActivity, j).Get(ctx, nil)
 	}, workflow.RegisterOptions{Name: taskBaseWorkflow})
-	w.RegisterActivityWithOptions(func(ctx context.Context, j taskBaseJob) error {
-		body, err := json.Marshal(j)
-		if err != nil {
-			return err
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, hw.URL, bytes.NewReader(body))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := hc.Do(req)
-		if err != nil {
-			return err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("push: %d", resp.StatusCode)
-		}
-		return nil
-	}, activity.RegisterOptions{Name: taskBaseActivity})
+	w.RegisterActivityWithOptions(hw.post, activity.RegisterOptions{Name: taskBaseActivity})
 
 	// The backlog is in place before the worker polls, as in the courier scenarios.
 	run := time.Now().UnixNano()

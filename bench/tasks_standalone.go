@@ -1,13 +1,8 @@
 package bench
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -34,49 +29,13 @@ func taskStandalone(ctx context.Context, tc client.Client, cfg TasksConfig) (Tas
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	pl := newPushLog(cfg.Tasks)
-	hw := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		var j taskBaseJob
-		if err := json.NewDecoder(r.Body).Decode(&j); err != nil {
-			http.Error(rw, err.Error(), http.StatusBadRequest)
-			return
-		}
-		defer pl.end(pl.begin(j.ID, j.Priority))
-		select {
-		case <-time.After(cfg.Work):
-		case <-r.Context().Done():
-			http.Error(rw, "gone", http.StatusServiceUnavailable)
-			return
-		}
-		rw.WriteHeader(http.StatusOK)
-	}))
-	defer hw.Close()
-	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2 * cfg.Limit}}
-	defer hc.CloseIdleConnections()
+	hw := newBaseWorker(cfg, pl)
+	defer hw.close()
 
 	queue := fmt.Sprintf("bench-task-standalone-%d", time.Now().UnixNano())
 	w := sdkworker.New(tc, queue, sdkworker.Options{MaxConcurrentActivityTaskPollers: 8,
 		MaxConcurrentActivityExecutionSize: cfg.Limit})
-	w.RegisterActivityWithOptions(func(ctx context.Context, j taskBaseJob) error {
-		body, err := json.Marshal(j)
-		if err != nil {
-			return err
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, hw.URL, bytes.NewReader(body))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := hc.Do(req)
-		if err != nil {
-			return err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("push: %d", resp.StatusCode)
-		}
-		return nil
-	}, activity.RegisterOptions{Name: standaloneActivity})
+	w.RegisterActivityWithOptions(hw.post, activity.RegisterOptions{Name: standaloneActivity})
 
 	run := time.Now().UnixNano()
 	ids := make([]string, cfg.Tasks)

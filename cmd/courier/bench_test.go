@@ -103,11 +103,17 @@ func TestBenchTasksBatchedJSON(t *testing.T) {
 		require.Positive(t, *row.MaxHeld, want.scenario)
 		require.Positive(t, row.Batches, want.scenario)
 		require.Positive(t, row.Pushes, want.scenario)
-		// A batch run's few events and actions are shared by its tasks: far below the
-		// per-attempt mode's 12 events and 4 actions a task.
+		// A batch run's few events and actions are shared by its tasks: below the per-attempt
+		// mode's 12 events and 4 actions a task even when a steady trickle is claimed a few
+		// tasks at a time (how many depends on the machine's speed), and far below them in a
+		// burn-down, whose claims are full.
 		require.Positive(t, row.HistoryEventsPerItem, want.scenario)
-		require.Less(t, row.HistoryEventsPerItem, 2.0, want.scenario)
-		require.Less(t, row.ActionsPerItem, 1.0, want.scenario)
+		require.Less(t, row.HistoryEventsPerItem, 12.0, want.scenario)
+		require.Less(t, row.ActionsPerItem, 4.0, want.scenario)
+		if want.load == bench.LoadBurnDown {
+			require.Less(t, row.HistoryEventsPerItem, 2.0, want.scenario)
+			require.Less(t, row.ActionsPerItem, 1.0, want.scenario)
+		}
 	}
 	require.Len(t, r.Notes, 1)
 	require.Contains(t, r.Notes[0], "river not run")
