@@ -121,7 +121,7 @@ func TestWheelSchedulesUnderFaults(t *testing.T) {
 	for g := range 8 {
 		wg.Go(func() {
 			for i := range work {
-				status := httpJSON(t, "POST", gateways[g%2]+"/v1/schedules/"+fmt.Sprintf("f-%04d", i), key, map[string]any{
+				status := httpJSON(t, "PUT", gateways[g%2]+"/v1/schedules/"+fmt.Sprintf("f-%04d", i), key, map[string]any{
 					"biz_type": bizType, "interval": interval.String(), "jitter": "1999ms", "catchup_window": "10m"}, nil)
 				if status != 201 {
 					t.Errorf("schedule %d: %d", i, status)
