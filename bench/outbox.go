@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,6 +50,16 @@ type OutboxConfig struct {
 	// over OrderedKeys keys (default 20), so the two compare in one run.
 	Ordered     bool
 	OrderedKeys int
+	// River runs the River reference (bench/river.go) beside the batch mode, before its
+	// scenarios, on PostgresURL's server: a queue that reads a table and runs a no-op, against
+	// a relay that reads a table and publishes. Dir "" or BatchRows 0 skips it.
+	River RiverConfig
+}
+
+// OutboxRun is what one `courier bench outbox` run measured.
+type OutboxRun struct {
+	Results []Result
+	River   *RiverResult // River's burn-down beside the batch mode; nil: not asked for
 }
 
 // Scenario modes of runOutbox.
@@ -90,8 +101,9 @@ func (s Stack) namespace() string {
 	return s.Namespace
 }
 
-// RunOutbox runs the outbox scenarios and the bare-Temporal baseline on one stack.
-func RunOutbox(ctx context.Context, stack Stack, cfg OutboxConfig) ([]Result, error) {
+// RunOutbox runs the outbox scenarios and the bare-Temporal baseline on one stack, and River
+// beside the batch mode when cfg.River names it.
+func RunOutbox(ctx context.Context, stack Stack, cfg OutboxConfig) (OutboxRun, error) {
 	defaults.UnlessPositive(&cfg.Rows, 2000)
 	defaults.UnlessPositive(&cfg.Rate, 200)
 	defaults.UnlessPositive(&cfg.Timeout, 10*time.Minute)
@@ -102,11 +114,18 @@ func RunOutbox(ctx context.Context, stack Stack, cfg OutboxConfig) ([]Result, er
 	tc := stack.Temporal
 
 	var results []Result
+	var run OutboxRun
 	base, err := runBaseline(ctx, tc, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("baseline: %w", err)
+		return run, fmt.Errorf("baseline: %w", err)
 	}
 	results = append(results, base)
+	if cfg.BatchRows > 0 && cfg.River.Dir != "" {
+		rc := cfg.River
+		defaults.UnlessPositive(&rc.Jobs, cfg.BatchRows)
+		rc.SteadyRate = 0 // the batch scenarios are burn-downs of a sort: rows at the batch rate
+		run.River = RunRiver(ctx, cfg.PostgresURL, rc, cfg.Timeout)
+	}
 
 	defaults.UnlessPositive(&cfg.BatchRate, 1000)
 	defaults.UnlessPositive(&cfg.OrderedKeys, 20)
@@ -138,8 +157,9 @@ func RunOutbox(ctx context.Context, stack Stack, cfg OutboxConfig) ([]Result, er
 		results = append(results, r)
 		return nil
 	})
+	run.Results = results
 	if err != nil {
-		return results, err
+		return run, err
 	}
 	title := fmt.Sprintf("outbox: %d rows per scenario, target %.0f commits/s, one row per transaction", cfg.Rows, cfg.Rate)
 	if cfg.Ordered {
@@ -151,7 +171,39 @@ func RunOutbox(ctx context.Context, stack Stack, cfg OutboxConfig) ([]Result, er
 	PrintTable(cfg.Out, title, results)
 	printCost(cfg.Out, costRows(results, func(r Result) (string, Cost) { return r.Scenario, r.Cost }))
 	printOutboxCPU(cfg.Out, results)
-	return results, nil
+	printOutboxRiver(cfg.Out, run)
+	return run, nil
+}
+
+// printOutboxRiver prints River's burn-down and the batch mode's rate over it, when River ran.
+func printOutboxRiver(w io.Writer, run OutboxRun) {
+	rv := run.River
+	if rv == nil {
+		return
+	}
+	if rv.Err != "" {
+		fmt.Fprintf(w, "\nRiver (%s) not run: %s\n", rv.Command, rv.Err)
+		return
+	}
+	fmt.Fprintf(w, "\nRiver burn-down (%s): %d no-op jobs, worked %.0f/s (bulk insert %.0f/s)\n", rv.Command, rv.N, rv.PerSec, rv.InsertPerSec)
+	for _, ratio := range OutboxRatios(run) {
+		fmt.Fprintf(w, "%s: %.2f\n", ratio.Name, ratio.Value)
+	}
+}
+
+// OutboxRatios are the batch scenarios' rates over River's burn-down, where both were measured.
+func OutboxRatios(run OutboxRun) []Ratio {
+	rv := run.River
+	if rv == nil || rv.Err != "" || rv.PerSec <= 0 {
+		return nil
+	}
+	var out []Ratio
+	for _, r := range run.Results {
+		if strings.HasPrefix(r.Key, "courier-batch-") && r.Throughput > 0 {
+			out = append(out, Ratio{Name: r.Key + "/river", Value: r.Throughput / rv.PerSec})
+		}
+	}
+	return out
 }
 
 // runOutbox commits rows at the target rate and times each from its commit to its arrival at

@@ -15,15 +15,16 @@ type Report struct {
 	Kind string      `json:"kind"` // outbox, tasks or timers
 	Rows []ReportRow `json:"rows"`
 	// Ratios compare scenarios of the run (tasks: each batched burn-down's rate over River's
-	// and over the per-attempt mode's on the same database).
+	// and over the per-attempt mode's on the same database; outbox: each batch scenario's rate
+	// over River's burn-down).
 	Ratios []Ratio `json:"ratios,omitempty"`
-	// Notes say what could not be measured, and why (tasks: River not run).
+	// Notes say what could not be measured, and why (tasks, outbox: River not run).
 	Notes []string `json:"notes,omitempty"`
 }
 
 // ReportRow is one scenario. Scenario names are stable: bare, courier-sqlite,
 // courier-postgres (outbox, tasks), standalone (tasks --standalone), courier-batch-sqlite,
-// courier-batch-postgres (outbox batch mode), courier-batched-sqlite[-steady],
+// courier-batch-postgres and river (outbox batch mode), courier-batched-sqlite[-steady],
 // courier-batched-postgres[-steady] and river (tasks' batched mode) and bare, courier (timers).
 type ReportRow struct {
 	Scenario       string  `json:"scenario"`
@@ -82,13 +83,28 @@ func WriteJSON(w io.Writer, r Report) error {
 	return json.NewEncoder(w).Encode(r)
 }
 
-// OutboxReport converts outbox results.
-func OutboxReport(rs []Result) Report {
-	return reportOf("outbox", rs, func(r Result) ReportRow {
+// OutboxReport converts an outbox run: its scenarios, River's burn-down beside the batch mode
+// and the batch mode's rate over River's.
+func OutboxReport(run OutboxRun) Report {
+	out := reportOf("outbox", run.Results, func(r Result) ReportRow {
 		row := rowOf(r.Key, r.N, r.Throughput, r.P50, r.P99, r.Max, r.Cost)
 		row.setCPU(r.CPU, r.N)
 		return row
 	})
+	if rv := run.River; rv != nil {
+		if rv.Err != "" {
+			out.Notes = append(out.Notes, "river not run: "+rv.Err)
+		} else {
+			out.Rows = append(out.Rows, riverRow(rv))
+		}
+	}
+	out.Ratios = OutboxRatios(run)
+	return out
+}
+
+// riverRow is River's burn-down as a row.
+func riverRow(rv *RiverResult) ReportRow {
+	return ReportRow{Scenario: "river", Mode: "river", Load: LoadBurnDown, N: rv.N, ThroughputPerS: rv.PerSec, InsertPerS: rv.InsertPerSec}
 }
 
 // TasksReport converts a task run: the per-attempt scenarios, the batched ones and River's.
@@ -114,8 +130,7 @@ func TasksReport(run TasksRun) Report {
 		if rv.Err != "" {
 			out.Notes = append(out.Notes, "river not run: "+rv.Err)
 		} else {
-			out.Rows = append(out.Rows, ReportRow{Scenario: "river", Mode: "river", Load: LoadBurnDown, N: rv.N, ThroughputPerS: rv.PerSec,
-				InsertPerS: rv.InsertPerSec})
+			out.Rows = append(out.Rows, riverRow(rv))
 			if rv.SteadyRate > 0 {
 				out.Rows = append(out.Rows, ReportRow{Scenario: "river-steady", Mode: "river", Load: LoadSteady, N: rv.SteadyRate * 10,
 					InsertPerS: float64(rv.SteadyRate), P50Ms: ms(rv.SteadyP50), P99Ms: ms(rv.SteadyP99)})

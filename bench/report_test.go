@@ -20,10 +20,10 @@ func TestReports(t *testing.T) {
 	}
 	outbox := want("courier-postgres", 60, 0)
 	outbox.CPUMsPerItem, outbox.GCCPUMsPerItem, outbox.PostgresCPUMsPerItem = 17, 0.5, 1
-	require.Equal(t, Report{Kind: "outbox", Rows: []ReportRow{want("bare", 60, 0), outbox}}, OutboxReport([]Result{
+	require.Equal(t, Report{Kind: "outbox", Rows: []ReportRow{want("bare", 60, 0), outbox}}, OutboxReport(OutboxRun{Results: []Result{
 		{Key: "bare", N: 30, Throughput: 60, P50: 1500 * time.Microsecond, P99: lat(20), Max: lat(300), Cost: cost},
 		{Key: "courier-postgres", N: 30, Throughput: 60, P50: 1500 * time.Microsecond, P99: lat(20), Max: lat(300), Cost: cost,
-			CPU: cpuSpent{Self: 30 * lat(17), GC: 15 * time.Millisecond, Postgres: 30 * lat(1)}}}),
+			CPU: cpuSpent{Self: 30 * lat(17), GC: 15 * time.Millisecond, Postgres: 30 * lat(1)}}}}),
 		"CPU per record where measured; none for a scenario that was not (the batch mode)")
 	tasks := func(scenario string, cpu, gc, pg, start float64) ReportRow {
 		r := want(scenario, 40, 0)

@@ -56,6 +56,8 @@ func runBench(ctx context.Context, args []string) error {
 		fs.IntVar(&cfg.OrderedKeys, "ordered-keys", 20, "keys the ordered-mode scenarios spread their rows over, round-robin")
 		fs.StringVar(&cfg.PostgresURL, "postgres-url", env("COURIER_BENCH_POSTGRES_URL", ""), postgresUsage)
 		fs.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "give up on a scenario after this long")
+		fs.StringVar(&cfg.River.Dir, "river-dir", defaultRiverDir(), "the riverbench module, run with go run before the batch-mode scenarios on --postgres-url's server (its database river, created if missing); empty: no River run")
+		fs.IntVar(&cfg.River.Jobs, "river-jobs", 20000, "River's burn-down jobs (-n); 0: --batch-rows")
 	case "timers":
 		fs.IntVar(&tcfg.Timers, "timers", 1000, "timers per scenario")
 		fs.DurationVar(&tcfg.Window, "window", 10*time.Second, "fire times are spread across this window")
@@ -152,8 +154,8 @@ func runBench(ctx context.Context, args []string) error {
 		run, err := bench.RunTaskModes(ctx, stack, kcfg)
 		return report(*asJSON, err, func() bench.Report { return bench.TasksReport(run) })
 	}
-	rs, err := bench.RunOutbox(ctx, stack, cfg)
-	return report(*asJSON, err, func() bench.Report { return bench.OutboxReport(rs) })
+	run, err := bench.RunOutbox(ctx, stack, cfg)
+	return report(*asJSON, err, func() bench.Report { return bench.OutboxReport(run) })
 }
 
 // defaultRiverDir is ../shared/peers/riverbench beside the repository the working directory is
