@@ -33,16 +33,19 @@ type RiverResult struct {
 	Err          string // set when River could not run; the other scenarios stand
 }
 
-// The database riverbench works in, created on the PostgreSQL server when missing.
-const riverDatabase = "river"
+// riverDatabasePrefix names the database each riverbench run works in: one of its own, created
+// before the run and dropped after it, since riverbench works River's default queue until it has
+// worked as many jobs as it inserted, and two runs sharing a database (benches of two checkouts
+// on one server) take each other's jobs and never finish.
+const riverDatabasePrefix = "river_bench_"
 
 var (
 	riverBurnDown = regexp.MustCompile(`river burn-down: inserted (\d+) in \S+ \(([\d.]+)/s\), worked in \S+ \(([\d.]+)/s\)`)
 	riverSteady   = regexp.MustCompile(`river steady (\d+)/s for 10s: insert→work p50 (\S+) p99 (\S+)`)
 )
 
-// RunRiver runs riverbench (`go run .` in cfg.Dir) against the river database of the server
-// pgURL names (created if missing) with 1,000 workers and a 20 ms fetch cooldown, its
+// RunRiver runs riverbench (`go run .` in cfg.Dir) in a database of its own on the server pgURL
+// names (created for the run, dropped after it) with 1,000 workers and a 20 ms fetch cooldown, its
 // quickest settings here, and reads its figures. It never fails: what went wrong is in Err.
 func RunRiver(ctx context.Context, pgURL string, cfg RiverConfig, timeout time.Duration) *RiverResult {
 	args := []string{"run", ".", "-n", strconv.Itoa(cfg.Jobs), "-workers", "1000", "-cooldown", "20ms"}
@@ -54,15 +57,19 @@ func RunRiver(ctx context.Context, pgURL string, cfg RiverConfig, timeout time.D
 		r.Err = "River needs PostgreSQL: give --postgres-url"
 		return r
 	}
-	dsn, err := riverDSN(ctx, pgURL)
+	dsn, drop, err := riverDSN(ctx, pgURL)
 	if err != nil {
 		r.Err = err.Error()
 		return r
 	}
+	defer drop()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", append(args, "-dsn", dsn)...)
 	cmd.Dir = cfg.Dir
+	// go run leaves the riverbench process behind when it is killed; without a bound, Run would
+	// wait for that orphan's output pipes forever.
+	cmd.WaitDelay = 10 * time.Second
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Run(); err != nil {
@@ -85,31 +92,30 @@ func RunRiver(ctx context.Context, pgURL string, cfg RiverConfig, timeout time.D
 	return r
 }
 
-// riverDSN is pgURL's server with the river database, which it creates when missing.
-func riverDSN(ctx context.Context, pgURL string) (string, error) {
+// riverDSN is pgURL's server with a fresh database of the run's own; drop removes it.
+func riverDSN(ctx context.Context, pgURL string) (dsn string, drop func(), err error) {
 	u, err := url.Parse(pgURL)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	db, err := sql.Open("postgres", pgURL)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	defer db.Close()
-	var exists bool
-	if err := db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", riverDatabase).Scan(&exists); err != nil {
-		return "", fmt.Errorf("look for the %s database: %w", riverDatabase, err)
+	name := fmt.Sprintf("%s%d", riverDatabasePrefix, time.Now().UnixNano())
+	if _, err := db.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		db.Close()
+		return "", nil, fmt.Errorf("create the %s database: %w", name, err)
 	}
-	if !exists {
-		if _, err := db.ExecContext(ctx, "CREATE DATABASE "+riverDatabase); err != nil && !strings.Contains(err.Error(), "already exists") {
-			return "", fmt.Errorf("create the %s database: %w", riverDatabase, err)
-		}
+	drop = func() {
+		_, _ = db.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)")
+		db.Close()
 	}
-	u.Path = "/" + riverDatabase
+	u.Path = "/" + name
 	q := u.Query()
 	q.Del("search_path")
 	u.RawQuery = q.Encode()
-	return u.String(), nil
+	return u.String(), drop, nil
 }
 
 // lastLine is the last non-empty line of s.

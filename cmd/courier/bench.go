@@ -56,7 +56,7 @@ func runBench(ctx context.Context, args []string) error {
 		fs.IntVar(&cfg.OrderedKeys, "ordered-keys", 20, "keys the ordered-mode scenarios spread their rows over, round-robin")
 		fs.StringVar(&cfg.PostgresURL, "postgres-url", env("COURIER_BENCH_POSTGRES_URL", ""), postgresUsage)
 		fs.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "give up on a scenario after this long")
-		fs.StringVar(&cfg.River.Dir, "river-dir", defaultRiverDir(), "the riverbench module, run with go run before the batch-mode scenarios on --postgres-url's server (its database river, created if missing); empty: no River run")
+		fs.StringVar(&cfg.River.Dir, "river-dir", defaultRiverDir(), "the riverbench module, run with go run before the batch-mode scenarios on --postgres-url's server (in a database of its own, created for the run and dropped after it); empty: no River run")
 		fs.IntVar(&cfg.River.Jobs, "river-jobs", 20000, "River's burn-down jobs (-n); 0: --batch-rows")
 	case "timers":
 		fs.IntVar(&tcfg.Timers, "timers", 1000, "timers per scenario")
@@ -89,7 +89,7 @@ func runBench(ctx context.Context, args []string) error {
 		fs.IntVar(&kcfg.Batched.PushBatchSize, "push-batch-size", 100, "the batched queue's push_batch_size (1: one push per task, each result on its own)")
 		fs.IntVar(&kcfg.Batched.ClaimSize, "claim-size", tasks.DefaultBatchedClaimSize, "the most tasks one claim of the batched queue takes, pushed by one batch run (the worker's tasks.Config.BatchedClaimSize)")
 		fs.BoolVar(&kcfg.Batched.SkipSQLite, "batched-postgres-only", false, "run the batched scenarios on --postgres-url only, not on SQLite too")
-		fs.StringVar(&kcfg.River.Dir, "river-dir", defaultRiverDir(), "the riverbench module, run with go run beside the batched scenarios on --postgres-url's server (its database river, created if missing); empty: no River run")
+		fs.StringVar(&kcfg.River.Dir, "river-dir", defaultRiverDir(), "the riverbench module, run with go run beside the batched scenarios on --postgres-url's server (in a database of its own, created for the run and dropped after it); empty: no River run")
 	}
 	temporalAddr := fs.String("temporal-address", env("COURIER_BENCH_TEMPORAL_ADDRESS", ""), "run on this Temporal frontend (host:port; a cluster such as make cluster's) instead of an embedded server; the bare baseline runs there too (COURIER_BENCH_TEMPORAL_ADDRESS)")
 	temporalNS := fs.String("temporal-namespace", "courier", "the namespace on --temporal-address")
