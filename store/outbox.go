@@ -352,6 +352,22 @@ func (s *Store) MarkOutboxStarted(ctx context.Context, ids []int64, horizon time
 	return err
 }
 
+// MarkOutboxBatchStarted is MarkOutboxStarted for a started batch's records: it moves only
+// those still dispatched under the batch's workflow id, so a late mark never touches a record a
+// later claim has taken again (the claim clears workflow_id).
+func (s *Store) MarkOutboxBatchStarted(ctx context.Context, ids []int64, workflowID string, horizon time.Duration) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := s.db.NewUpdate().Model((*outboxRow)(nil)).
+		Set("next_attempt_at = "+s.nowPlusSQL(horizon)).
+		Where("id IN (?)", bun.List(ids)).
+		Where("status = ?", courier.OutboxDispatched).
+		Where("workflow_id = ?", workflowID).
+		Exec(ctx)
+	return err
+}
+
 // MarkOutboxSent marks a record sent and counts the successful attempt. It returns false if the
 // record was not pending or dispatched (already sent, or dead), which makes a repeated delivery
 // harmless.

@@ -145,3 +145,36 @@ func TestOutboxRecordsNameTheirRun(t *testing.T) {
 		require.Equal(t, key, runOf(keyed[0]), "redriven: the run that tried it last, until one takes it again")
 	})
 }
+
+// A started batch's late mark moves only the rows still dispatched under its name to the orphan
+// check: a row the batch sent, or handed over and a later claim took again, keeps its own due
+// time, so the mark never stretches a later claim's lease.
+func TestBatchStartedMarkOnlyTouchesItsOwnRows(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := t.Context()
+		ids := enqueue(t, s, msg("a"), msg("b"), msg("c"))
+		recs, err := s.ClaimOutbox(ctx, 10, -time.Second) // lease already over
+		require.NoError(t, err)
+		require.Len(t, recs, 3)
+		require.NoError(t, s.AssignOutboxRun(ctx, ids, "outbox-batch/default/1-3"))
+		n, err := s.MarkOutboxSentBatch(ctx, ids[:1])
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n)
+		again, err := s.ClaimOutboxWhere(ctx, 1, -time.Second, store.ClaimFilter{}) // the row's next claim, before the mark lands
+		require.NoError(t, err)
+		require.Len(t, again, 1)
+		require.Equal(t, ids[1], again[0].ID)
+
+		require.NoError(t, s.MarkOutboxBatchStarted(ctx, ids, "outbox-batch/default/1-3", time.Hour))
+		due, err := s.ClaimOutbox(ctx, 10, time.Hour)
+		require.NoError(t, err)
+		require.Len(t, due, 1, "the re-claimed row kept its own (expired) lease; the batch's unsent row waits for the orphan check")
+		require.Equal(t, ids[1], due[0].ID)
+		rec, err := s.GetOutbox(ctx, ids[2])
+		require.NoError(t, err)
+		require.True(t, rec.NextAttemptAt.After(time.Now().Add(50*time.Minute)))
+		rec, err = s.GetOutbox(ctx, ids[0])
+		require.NoError(t, err)
+		require.Equal(t, courier.OutboxSent, rec.Status)
+	})
+}
