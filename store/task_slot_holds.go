@@ -32,22 +32,11 @@ func (s *Store) ReleaseStaleSlotHolds(ctx context.Context, olderThan time.Durati
 // releaseHolds deletes the holds cond selects and lowers their queues' in_flight by the slots
 // they held, in one transaction, queue by queue in name order (two releases never wait on each
 // other's queues in opposite orders), and wakes their claimers after the commit.
-//
-// On PostgreSQL the transaction commits without waiting for its WAL flush
-// (synchronous_commit off): a release is on the path of every slot back to the claimers, and
-// under load that wait was most of a commit's time. What a crash of the server can lose is
-// the release, never a result: the holds come back and ReleaseStaleSlotHolds gives their slots
-// back after SlotHoldGrace, as for a gateway that died before releasing them.
 func (s *Store) releaseHolds(ctx context.Context, cond string, args ...any) (int, error) {
 	released := 0
 	var queues []string
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		released, queues = 0, nil
-		if s.pg {
-			if _, err := tx.ExecContext(ctx, "SET LOCAL synchronous_commit = off"); err != nil {
-				return err
-			}
-		}
 		var holds []struct {
 			Queue string `bun:"queue"`
 			Slots int    `bun:"slots"`
