@@ -38,6 +38,9 @@ type timerRow struct {
 	FinishedAt  bun.NullTime `bun:"finished_at"`
 	ScheduleID  *string      `bun:"schedule_id"`
 	ScheduleVer int          `bun:"schedule_version"`
+	// RowRef is the row's ctid on PostgreSQL, read only by a claim (claimedColumns): the claim's
+	// transaction changes its rows again by it.
+	RowRef string `bun:"row_ref,scanonly"`
 }
 
 func (r *timerRow) record() courier.TimerRecord {
@@ -70,6 +73,17 @@ func records(rows []timerRow) []courier.TimerRecord {
 // timerColumns are the columns a timer is read with.
 const timerColumns = "biz_type, biz_id, fire_at, bucket, state, mode, payload, request_hash, version, attempts, last_error, " +
 	"claim, delivery_id, traceparent, tracestate, created_at, updated_at, finished_at, schedule_id, schedule_version"
+
+// claimedColumns are the columns a claim reads its rows back with: on PostgreSQL also their
+// row ids, by which the claim's transaction cancels the ones it does not deliver (a TID scan:
+// looked up by key among a type's timers, with statistics that lag a burst of inserts, the
+// planner scanned every timer of the type, seconds for a batch of 1,000).
+func (s *Store) claimedColumns() string {
+	if s.pg {
+		return timerColumns + ", ctid::text AS row_ref"
+	}
+	return timerColumns
+}
 
 // MaxTimerBatch bounds the timers one call inserts: a batch is one statement.
 const MaxTimerBatch = 1000
@@ -246,15 +260,15 @@ func (s *Store) claimDueTimers(ctx context.Context, bizType string, bucket int64
 		attempts = "attempts + 1"
 	}
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		held := "SELECT " + timerColumns + " FROM courier_timers WHERE claim = ? AND state = 'firing'"
 		if count {
 			// Reserved, not yet taken by a delivery: its first attempt starts now. (A bucketed
-			// timer has made no attempt while it is scheduled, so 0 means reserved.)
-			if _, err := tx.NewRaw("UPDATE courier_timers SET attempts = 1 WHERE claim = ? AND state = 'firing' AND attempts = 0",
-				claim).Exec(ctx); err != nil {
-				return err
-			}
+			// timer has made no attempt while it is scheduled, so 0 means reserved.) One
+			// statement counts the attempt and reads the rows back.
+			held = "UPDATE courier_timers SET attempts = CASE WHEN attempts = 0 THEN 1 ELSE attempts END " +
+				"WHERE claim = ? AND state = 'firing' RETURNING " + timerColumns
 		}
-		err := tx.NewRaw("SELECT "+timerColumns+" FROM courier_timers WHERE claim = ? AND state = 'firing'", claim).Scan(ctx, &rows)
+		err := tx.NewRaw(held, claim).Scan(ctx, &rows)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
@@ -281,7 +295,7 @@ func (s *Store) claimDueTimers(ctx context.Context, bizType string, bucket int64
 		// The delivery id (claim/biz_id) is the same for every try of this delivery, and new for
 		// a redelivery.
 		err = tx.NewRaw(with+"UPDATE courier_timers SET state = 'firing', claim = ?0, delivery_id = ?1 || biz_id, "+
-			"attempts = "+attempts+", updated_at = "+s.nowSQL()+" WHERE "+in+" AND state = 'scheduled' RETURNING "+timerColumns,
+			"attempts = "+attempts+", updated_at = "+s.nowSQL()+" WHERE "+in+" AND state = 'scheduled' RETURNING "+s.claimedColumns(),
 			claim, claim+"/", bizType, bucket, limit).Scan(ctx, &rows)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
