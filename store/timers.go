@@ -349,8 +349,15 @@ func (s *Store) FinishTimerClaim(ctx context.Context, bizType, claim string, out
 	}
 	return s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		if len(delivered) > 0 {
+			// On PostgreSQL the claim's rows are found by their claim (its index) first: matched
+			// by type and key, the planner, with statistics that lag a burst of inserts, read
+			// every timer of the type for each batch (claimedColumns).
+			of := ""
+			if s.pg {
+				of = "ctid = ANY(ARRAY(SELECT ctid FROM courier_timers WHERE claim = ?1)) AND "
+			}
 			_, err := tx.NewRaw("UPDATE courier_timers SET state = 'delivered', claim = NULL, last_error = '', finished_at = "+
-				s.nowSQL()+", updated_at = "+s.nowSQL()+" WHERE biz_type = ? AND claim = ? AND biz_id IN (?)",
+				s.nowSQL()+", updated_at = "+s.nowSQL()+" WHERE "+of+"biz_type = ?0 AND claim = ?1 AND biz_id IN (?2)",
 				bizType, claim, bun.List(delivered)).Exec(ctx)
 			if err != nil {
 				return err
