@@ -109,7 +109,7 @@ func (cs *console) redriveDead(c echo.Context) error {
 
 // cancelTask cancels a task version, like DELETE /v1/tasks/{task_id}/versions/{version}.
 func (cs *console) cancelTask(c echo.Context) error {
-	id, v, err := taskPath(c, true)
+	id, v, err := taskPath(c)
 	if err != nil {
 		return err
 	}

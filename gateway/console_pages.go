@@ -409,7 +409,7 @@ func (cs *console) taskList(c echo.Context) error {
 
 // taskDetail shows one task version with its payload, result and message.
 func (cs *console) taskDetail(c echo.Context) error {
-	id, v, err := taskPath(c, true)
+	id, v, err := taskPath(c)
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
+	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
@@ -155,4 +157,38 @@ func keyPage[T any](c echo.Context, pages *pageTokens, list string, items []T, k
 		}
 	}
 	return out, nil
+}
+
+// getOne answers GET of the one resource the path parameter param names (read by key: pathID
+// or pathName): get reads it and show makes it what the API shows.
+func getOne[T, O any](c echo.Context, key func(echo.Context, string) (string, error), param string,
+	get func(context.Context, string) (T, error), show func(context.Context, T) (O, error)) error {
+	k, err := key(c, param)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	v, err := get(ctx, k)
+	if err != nil {
+		return err
+	}
+	out, err := show(ctx, v)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// deleteOne answers DELETE of the one resource the path parameter param names (read by key)
+// with 204 once del has removed it.
+func deleteOne(c echo.Context, key func(echo.Context, string) (string, error), param string,
+	del func(context.Context, string) error) error {
+	k, err := key(c, param)
+	if err != nil {
+		return err
+	}
+	if err := del(c.Request().Context(), k); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
 }

@@ -46,11 +46,11 @@ type TaskService interface {
 	DeleteQueue(ctx context.Context, name string) error
 }
 
-// taskPath reads :task_id and, withVersion, :version from the path.
-func taskPath(c echo.Context, withVersion bool) (string, int64, error) {
+// taskPath reads :task_id and :version from the path.
+func taskPath(c echo.Context) (string, int64, error) {
 	id, err := pathID(c, "task_id")
-	if err != nil || !withVersion {
-		return id, 0, err
+	if err != nil {
+		return "", 0, err
 	}
 	v, err := pathInt(c, "version")
 	return id, v, err
@@ -192,23 +192,11 @@ var taskStatusNames = func() string {
 }()
 
 func (h *handlers) getLatestTask(c echo.Context) error {
-	id, _, err := taskPath(c, false)
-	if err != nil {
-		return err
-	}
-	t, err := h.d.Tasks.Latest(c.Request().Context(), id)
-	if err != nil {
-		return err
-	}
-	out := []api.Task{api.TaskOf(t)}
-	if err := h.markQueuePaused(c.Request().Context(), out); err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, out[0])
+	return getOne(c, pathID, "task_id", h.d.Tasks.Latest, h.taskShown)
 }
 
 func (h *handlers) getTask(c echo.Context) error {
-	id, v, err := taskPath(c, true)
+	id, v, err := taskPath(c)
 	if err != nil {
 		return err
 	}
@@ -216,15 +204,24 @@ func (h *handlers) getTask(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := []api.Task{api.TaskOf(t)}
-	if err := h.markQueuePaused(c.Request().Context(), out); err != nil {
+	out, err := h.taskShown(c.Request().Context(), t)
+	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, out[0])
+	return c.JSON(http.StatusOK, out)
+}
+
+// taskShown is a task version as the API shows it: a pending one with its queue's pause.
+func (h *handlers) taskShown(ctx context.Context, t courier.Task) (api.Task, error) {
+	out := []api.Task{api.TaskOf(t)}
+	if err := h.markQueuePaused(ctx, out); err != nil {
+		return api.Task{}, err
+	}
+	return out[0], nil
 }
 
 func (h *handlers) cancelTask(c echo.Context) error {
-	id, v, err := taskPath(c, true)
+	id, v, err := taskPath(c)
 	if err != nil {
 		return err
 	}
@@ -238,7 +235,7 @@ func (h *handlers) cancelTask(c echo.Context) error {
 // retryTask makes a failed or cancelled version pending again with a fresh retry budget, as
 // re-submitting it with its own content would (POST /v1/tasks/{id}/versions/{v}/retry).
 func (h *handlers) retryTask(c echo.Context) error {
-	id, v, err := taskPath(c, true)
+	id, v, err := taskPath(c)
 	if err != nil {
 		return err
 	}
@@ -328,7 +325,7 @@ func checkTaskBulk(req api.TaskBulkFilter) (courier.TaskFilter, int, error) {
 }
 
 func (h *handlers) taskResult(c echo.Context) error {
-	id, v, err := taskPath(c, true)
+	id, v, err := taskPath(c)
 	if err != nil {
 		return err
 	}
@@ -394,7 +391,7 @@ func answerNow(c echo.Context, code int, body any) error {
 }
 
 func (h *handlers) taskHeartbeat(c echo.Context) error {
-	id, v, err := taskPath(c, true)
+	id, v, err := taskPath(c)
 	if err != nil {
 		return err
 	}
@@ -451,31 +448,12 @@ func (h *handlers) queueOf(ctx context.Context, q courier.Queue) (api.Queue, err
 }
 
 func (h *handlers) getQueue(c echo.Context) error {
-	name, err := pathName(c, "name")
-	if err != nil {
-		return err
-	}
-	q, err := h.d.Tasks.GetQueue(c.Request().Context(), name)
-	if err != nil {
-		return err
-	}
-	out, err := h.queueOf(c.Request().Context(), q)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, out)
+	return getOne(c, pathName, "name", h.d.Tasks.GetQueue, h.queueOf)
 }
 
 // deleteQueue deletes a queue that has no unfinished tasks (409 while it has).
 func (h *handlers) deleteQueue(c echo.Context) error {
-	name, err := pathName(c, "name")
-	if err != nil {
-		return err
-	}
-	if err := h.d.Tasks.DeleteQueue(c.Request().Context(), name); err != nil {
-		return err
-	}
-	return c.NoContent(http.StatusNoContent)
+	return deleteOne(c, pathName, "name", h.d.Tasks.DeleteQueue)
 }
 
 func (h *handlers) listQueues(c echo.Context) error {
