@@ -82,6 +82,31 @@ var loadBizTypeOptions = workflow.LocalActivityOptions{
 // timerDeliveryNonRetryable are the delivery's error types that no retry can fix.
 var timerDeliveryNonRetryable = []string{contract.ErrTypePermanentDelivery, contract.ErrTypeUnknownBizType}
 
+// setTimerUpdates registers a timer's reschedule and cancel updates (both modes): each is
+// accepted only while the timer *st is scheduled, and applied by reschedule or cancel.
+func setTimerUpdates(ctx workflow.Context, st *TimerSnapshot,
+	reschedule func(workflow.Context, RescheduleRequest) (TimerSnapshot, error),
+	cancel func(workflow.Context) (TimerSnapshot, error)) error {
+	mustBeScheduled := func(verb string) error {
+		if st.State != courier.TimerScheduled {
+			return temporal.NewApplicationError(fmt.Sprintf("timer is %s; it cannot be %s", st.State, verb), ErrTypeTimerClosed)
+		}
+		return nil
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateReschedule, reschedule,
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, req RescheduleRequest) error {
+			if req.FireAt.IsZero() {
+				return errors.New("fire_at is required")
+			}
+			return mustBeScheduled("rescheduled")
+		}},
+	); err != nil {
+		return err
+	}
+	return workflow.SetUpdateHandlerWithOptions(ctx, UpdateCancel, cancel,
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context) error { return mustBeScheduled("cancelled") }})
+}
+
 // timerFailureNotifyChange guards what runs recorded before it did not do: a timer that fails
 // for good notifies its business type's failure target, and says how many attempts it made.
 const timerFailureNotifyChange = "timer-failure-notify"
@@ -121,36 +146,19 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerSnapshot, error) {
 	if err := workflow.SetQueryHandler(ctx, QueryTimerState, func() (TimerSnapshot, error) { return st, nil }); err != nil {
 		return st, err
 	}
-	mustBeScheduled := func(verb string) error {
-		if st.State != courier.TimerScheduled {
-			return temporal.NewApplicationError(fmt.Sprintf("timer is %s; it cannot be %s", st.State, verb), ErrTypeTimerClosed)
-		}
-		return nil
-	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateReschedule,
+	if err := setTimerUpdates(ctx, &st,
 		func(ctx workflow.Context, req RescheduleRequest) (TimerSnapshot, error) {
 			st.FireAt, changed = req.FireAt, true
 			st.Version++
 			updates++
 			return st, nil
 		},
-		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, req RescheduleRequest) error {
-			if req.FireAt.IsZero() {
-				return errors.New("fire_at is required")
-			}
-			return mustBeScheduled("rescheduled")
-		}},
-	); err != nil {
-		return st, err
-	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateCancel,
 		func(ctx workflow.Context) (TimerSnapshot, error) {
 			st.State, changed = courier.TimerCancelled, true
 			st.Version++
 			updates++
 			return st, nil
 		},
-		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context) error { return mustBeScheduled("cancelled") }},
 	); err != nil {
 		return st, err
 	}

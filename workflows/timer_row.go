@@ -97,30 +97,13 @@ func RowTimer(ctx workflow.Context, p TimerParams) (TimerSnapshot, error) {
 		}
 		return st, nil
 	}
-	mustBeScheduled := func(verb string) error {
-		if st.State != courier.TimerScheduled {
-			return temporal.NewApplicationError(fmt.Sprintf("timer is %s; it cannot be %s", st.State, verb), ErrTypeTimerClosed)
-		}
-		return nil
-	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateReschedule,
+	if err := setTimerUpdates(ctx, &st,
 		func(ctx workflow.Context, req RescheduleRequest) (TimerSnapshot, error) {
 			return decide(ctx, contract.ChangeTimerRowParams{BizType: p.BizType, BizID: p.BizID, FireAt: req.FireAt}, "rescheduled")
 		},
-		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, req RescheduleRequest) error {
-			if req.FireAt.IsZero() {
-				return errors.New("fire_at is required")
-			}
-			return mustBeScheduled("rescheduled")
-		}},
-	); err != nil {
-		return st, err
-	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateCancel,
 		func(ctx workflow.Context) (TimerSnapshot, error) {
 			return decide(ctx, contract.ChangeTimerRowParams{BizType: p.BizType, BizID: p.BizID, Cancel: true}, "cancelled")
 		},
-		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context) error { return mustBeScheduled("cancelled") }},
 	); err != nil {
 		return st, err
 	}
