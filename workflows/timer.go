@@ -233,14 +233,24 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerSnapshot, error) {
 	}
 	if st.State == courier.TimerFailed && cfg.NotifyFailure &&
 		workflow.GetVersion(ctx, timerFailureNotifyChange, workflow.DefaultVersion, 1) >= 1 {
-		nctx := workflow.WithActivityOptions(ctx, notifyFailureOptions)
-		nctx = workflow.WithTaskQueue(nctx, cfg.TaskQueue)
-		// A notification that could not be sent leaves the timer failed all the same: the
-		// activity logs it, and the timer is listed and redeliverable.
-		_ = workflow.ExecuteActivity(nctx, contract.NotifyTimerFailureName, contract.NotifyTimerFailureParams{
-			BizType: p.BizType, BizID: p.BizID, FireAt: st.FireAt, Attempts: st.Attempts, LastError: st.LastError,
-			DeliveryID: deliveryID(ctx, p)}).Get(ctx, nil)
+		notifyTimerFailure(ctx, p, cfg, st)
 	}
+	return timerEnd(ctx, st)
+}
+
+// notifyTimerFailure tells the business type's failure_url or failure_topic that the timer
+// failed for good. A notification that could not be sent leaves the timer failed all the same:
+// the activity logs it, and the timer is listed and redeliverable.
+func notifyTimerFailure(ctx workflow.Context, p TimerParams, cfg contract.BizTypeDelivery, st TimerSnapshot) {
+	nctx := workflow.WithTaskQueue(workflow.WithActivityOptions(ctx, notifyFailureOptions), cfg.TaskQueue)
+	_ = workflow.ExecuteActivity(nctx, contract.NotifyTimerFailureName, contract.NotifyTimerFailureParams{
+		BizType: p.BizType, BizID: p.BizID, FireAt: st.FireAt, Attempts: st.Attempts, LastError: st.LastError,
+		DeliveryID: deliveryID(ctx, p)}).Get(ctx, nil)
+}
+
+// timerEnd ends a timer's run (either mode) once its update handlers have finished: with the
+// failure if it failed for good.
+func timerEnd(ctx workflow.Context, st TimerSnapshot) (TimerSnapshot, error) {
 	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 		return st, err
 	}
