@@ -220,26 +220,19 @@ func (h *handlers) taskShown(ctx context.Context, t courier.Task) (api.Task, err
 	return out[0], nil
 }
 
-func (h *handlers) cancelTask(c echo.Context) error {
-	id, v, err := taskPath(c)
-	if err != nil {
-		return err
-	}
-	t, err := h.d.Tasks.Cancel(c.Request().Context(), id, v)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, api.TaskOf(t))
-}
+func (h *handlers) cancelTask(c echo.Context) error { return answerTask(c, h.d.Tasks.Cancel) }
 
 // retryTask makes a failed or cancelled version pending again with a fresh retry budget, as
 // re-submitting it with its own content would (POST /v1/tasks/{id}/versions/{v}/retry).
-func (h *handlers) retryTask(c echo.Context) error {
+func (h *handlers) retryTask(c echo.Context) error { return answerTask(c, h.d.Tasks.Retry) }
+
+// answerTask runs do on the task version the path names and answers the version it returns.
+func answerTask(c echo.Context, do func(ctx context.Context, taskID string, version int64) (courier.Task, error)) error {
 	id, v, err := taskPath(c)
 	if err != nil {
 		return err
 	}
-	t, err := h.d.Tasks.Retry(c.Request().Context(), id, v)
+	t, err := do(c.Request().Context(), id, v)
 	if err != nil {
 		return err
 	}
@@ -255,29 +248,28 @@ const (
 // cancelTasks cancels the pending and processing tasks a filter matches (POST
 // /v1/tasks/bulk/cancel), each as DELETE /v1/tasks/{id}/versions/{v} does.
 func (h *handlers) cancelTasks(c echo.Context) error {
-	f, max, err := bindTaskBulk(c)
-	if err != nil {
-		return err
-	}
-	res, err := h.d.Tasks.CancelMatching(c.Request().Context(), f, max)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, api.NewTaskCancelResult(res.Affected, res.Skipped, res.More))
+	return bulkTasks(c, h.d.Tasks.CancelMatching, api.NewTaskCancelResult)
 }
 
 // retryTasks makes the failed and cancelled tasks a filter matches pending again with a fresh
 // retry budget (POST /v1/tasks/bulk/retry), each as re-submitting it would.
 func (h *handlers) retryTasks(c echo.Context) error {
+	return bulkTasks(c, h.d.Tasks.RetryMatching, api.NewTaskRetryResult)
+}
+
+// bulkTasks runs the bulk action do on the tasks the request's filter matches and answers what
+// it did as result words it.
+func bulkTasks[R any](c echo.Context, do func(ctx context.Context, f courier.TaskFilter, max int) (courier.TaskBulkResult, error),
+	result func(done, skipped int, more bool) R) error {
 	f, max, err := bindTaskBulk(c)
 	if err != nil {
 		return err
 	}
-	res, err := h.d.Tasks.RetryMatching(c.Request().Context(), f, max)
+	res, err := do(c.Request().Context(), f, max)
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, api.NewTaskRetryResult(res.Affected, res.Skipped, res.More))
+	return c.JSON(http.StatusOK, result(res.Affected, res.Skipped, res.More))
 }
 
 // bindTaskBulk reads and checks a bulk action's filter.
