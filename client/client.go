@@ -314,13 +314,15 @@ func (q listQuery) time(k string, t time.Time) listQuery {
 // seg escapes one path segment (an id, a name); the gateway decodes each exactly once.
 func seg(s string) string { return url.PathEscape(s) }
 
-// pages yields the items of one list page after page, from the page token start, until a page
-// has no next token. It stops at the first error, which it yields.
-func pages[T any](start string, page func(token string) (*api.List[T], error)) iter.Seq2[T, error] {
+// pages yields the items of one list page after page, until a page has no next token: page
+// reads the page of the query whose page token is *token, which pages sets (from the token it
+// holds at the start). It stops at the first error, which it yields.
+func pages[T any](token *string, page func() (*api.List[T], error)) iter.Seq2[T, error] {
+	start := *token
 	return func(yield func(T, error) bool) {
-		token := start
+		*token = start
 		for {
-			p, err := page(token)
+			p, err := page()
 			if err != nil {
 				var zero T
 				yield(zero, err)
@@ -334,7 +336,7 @@ func pages[T any](start string, page func(token string) (*api.List[T], error)) i
 			if p.NextPageToken == "" {
 				return
 			}
-			token = p.NextPageToken
+			*token = p.NextPageToken
 		}
 	}
 }

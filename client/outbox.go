@@ -86,10 +86,7 @@ func (c *Client) ListOutbox(ctx context.Context, q OutboxQuery) (*OutboxPage, er
 // AllOutbox yields every record q selects, page after page, starting at q.PageToken. It stops
 // at the first error, which it yields.
 func (c *Client) AllOutbox(ctx context.Context, q OutboxQuery) iter.Seq2[OutboxRecord, error] {
-	return pages(q.PageToken, func(token string) (*api.List[OutboxRecord], error) {
-		q.PageToken = token
-		return c.ListOutbox(ctx, q)
-	})
+	return pages(&q.PageToken, func() (*api.List[OutboxRecord], error) { return c.ListOutbox(ctx, q) })
 }
 
 // RedriveOutbox sends a dead record of source ("": courier's own) again (scope admin). A

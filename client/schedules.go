@@ -60,10 +60,7 @@ func (c *Client) ListSchedules(ctx context.Context, q ScheduleQuery) (*ScheduleP
 // AllSchedules yields every schedule q selects, page after page. It stops at the first
 // error, which it yields.
 func (c *Client) AllSchedules(ctx context.Context, q ScheduleQuery) iter.Seq2[Schedule, error] {
-	return pages(q.PageToken, func(token string) (*api.List[Schedule], error) {
-		q.PageToken = token
-		return c.ListSchedules(ctx, q)
-	})
+	return pages(&q.PageToken, func() (*api.List[Schedule], error) { return c.ListSchedules(ctx, q) })
 }
 
 // GetSchedule describes a schedule: spec, state, next and recent runs.

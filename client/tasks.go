@@ -66,10 +66,7 @@ func (c *Client) ListTasks(ctx context.Context, q TaskQuery) (*TaskPage, error) 
 // AllTasks yields every task version q selects, page after page, starting at q.PageToken. It
 // stops at the first error, which it yields.
 func (c *Client) AllTasks(ctx context.Context, q TaskQuery) iter.Seq2[Task, error] {
-	return pages(q.PageToken, func(token string) (*api.List[Task], error) {
-		q.PageToken = token
-		return c.ListTasks(ctx, q)
-	})
+	return pages(&q.PageToken, func() (*api.List[Task], error) { return c.ListTasks(ctx, q) })
 }
 
 // GetTask reads the latest stored version of a task.

@@ -76,10 +76,7 @@ func (c *Client) ListTimers(ctx context.Context, q TimerQuery) (*TimerPage, erro
 // AllTimers yields every timer q selects, page after page. It stops at the first error, which
 // it yields.
 func (c *Client) AllTimers(ctx context.Context, q TimerQuery) iter.Seq2[Timer, error] {
-	return pages(q.PageToken, func(token string) (*api.List[Timer], error) {
-		q.PageToken = token
-		return c.ListTimers(ctx, q)
-	})
+	return pages(&q.PageToken, func() (*api.List[Timer], error) { return c.ListTimers(ctx, q) })
 }
 
 // TimerBatchResult answers CreateTimers: every timer's own outcome, in the request's order.

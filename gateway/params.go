@@ -192,3 +192,12 @@ func deleteOne(c echo.Context, key func(echo.Context, string) (string, error), p
 	}
 	return c.NoContent(http.StatusNoContent)
 }
+
+// answerPage answers a list with the page that page reads from the request's query.
+func answerPage[T any](c echo.Context, page func(echo.Context) (T, error)) error {
+	p, err := page(c)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, p)
+}

@@ -80,13 +80,7 @@ func (h *handlers) insertTask(c echo.Context) error {
 // listTasks pages through task versions newest first, filtered by queue, status, priority,
 // concurrency key and creation time, without payloads and results (GET one version for those).
 // The page token is sealed to its query, like a timer list's.
-func (h *handlers) listTasks(c echo.Context) error {
-	page, err := h.taskPage(c)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, page)
-}
+func (h *handlers) listTasks(c echo.Context) error { return answerPage(c, h.taskPage) }
 
 // taskCursor is what a task page token carries (sealed to its query): the last version of the
 // page, in the order lists use (courier.TaskKey).

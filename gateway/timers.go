@@ -112,13 +112,7 @@ func timerPath(c echo.Context) (string, string, error) {
 	return bizType, bizID, err
 }
 
-func (h *handlers) listTimers(c echo.Context) error {
-	page, err := h.timerPage(c)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, page)
-}
+func (h *handlers) listTimers(c echo.Context) error { return answerPage(c, h.timerPage) }
 
 // timerPage reads the page of timers the request's query asks for (biz_type, state,
 // finished_after, finished_before, limit, page_token; page_size, limit's old name, is refused):
