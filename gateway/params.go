@@ -201,3 +201,27 @@ func answerPage[T any](c echo.Context, page func(echo.Context) (T, error)) error
 	}
 	return c.JSON(http.StatusOK, p)
 }
+
+// answerAt runs do on the one resource the path's two keys name (keys reads them: taskPath,
+// timerPath) and answers what it returns with status.
+func answerAt[K, T any](c echo.Context, status int, keys func(echo.Context) (string, K, error),
+	do func(context.Context, string, K) (T, error)) error {
+	_, _, v, err := readAt(c, keys, do)
+	if err != nil {
+		return err
+	}
+	return c.JSON(status, v)
+}
+
+// readAt runs do on the one resource the path's two keys name (keys reads them) and returns
+// the keys with what do returns.
+func readAt[K, T any](c echo.Context, keys func(echo.Context) (string, K, error),
+	do func(context.Context, string, K) (T, error)) (string, K, T, error) {
+	a, b, err := keys(c)
+	if err != nil {
+		var zero T
+		return a, b, zero, err
+	}
+	v, err := do(c.Request().Context(), a, b)
+	return a, b, v, err
+}

@@ -46,6 +46,16 @@ type TaskService interface {
 	DeleteQueue(ctx context.Context, name string) error
 }
 
+// taskRequest reads the task version the path names and the request's JSON body.
+func taskRequest[B any](c echo.Context) (string, int64, B, error) {
+	var req B
+	id, v, err := taskPath(c)
+	if err == nil {
+		err = bindJSON(c, &req)
+	}
+	return id, v, req, err
+}
+
 // taskPath reads :task_id and :version from the path.
 func taskPath(c echo.Context) (string, int64, error) {
 	id, err := pathID(c, "task_id")
@@ -190,19 +200,13 @@ func (h *handlers) getLatestTask(c echo.Context) error {
 }
 
 func (h *handlers) getTask(c echo.Context) error {
-	id, v, err := taskPath(c)
-	if err != nil {
-		return err
-	}
-	t, err := h.d.Tasks.Get(c.Request().Context(), id, v)
-	if err != nil {
-		return err
-	}
-	out, err := h.taskShown(c.Request().Context(), t)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, out)
+	return answerAt(c, http.StatusOK, taskPath, func(ctx context.Context, id string, v int64) (api.Task, error) {
+		t, err := h.d.Tasks.Get(ctx, id, v)
+		if err != nil {
+			return api.Task{}, err
+		}
+		return h.taskShown(ctx, t)
+	})
 }
 
 // taskShown is a task version as the API shows it: a pending one with its queue's pause.
@@ -222,15 +226,10 @@ func (h *handlers) retryTask(c echo.Context) error { return answerTask(c, h.d.Ta
 
 // answerTask runs do on the task version the path names and answers the version it returns.
 func answerTask(c echo.Context, do func(ctx context.Context, taskID string, version int64) (courier.Task, error)) error {
-	id, v, err := taskPath(c)
-	if err != nil {
-		return err
-	}
-	t, err := do(c.Request().Context(), id, v)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, api.TaskOf(t))
+	return answerAt(c, http.StatusOK, taskPath, func(ctx context.Context, id string, v int64) (api.Task, error) {
+		t, err := do(ctx, id, v)
+		return api.TaskOf(t), err
+	})
 }
 
 // Bulk task action bounds: those of the outbox's bulk redrive.
@@ -311,12 +310,8 @@ func checkTaskBulk(req api.TaskBulkFilter) (courier.TaskFilter, int, error) {
 }
 
 func (h *handlers) taskResult(c echo.Context) error {
-	id, v, err := taskPath(c)
+	id, v, req, err := taskRequest[api.TaskResult](c)
 	if err != nil {
-		return err
-	}
-	var req api.TaskResult
-	if err := bindJSON(c, &req); err != nil {
 		return err
 	}
 	release, err := h.d.Tasks.Report(c.Request().Context(), id, v, req)
@@ -377,12 +372,8 @@ func answerNow(c echo.Context, code int, body any) error {
 }
 
 func (h *handlers) taskHeartbeat(c echo.Context) error {
-	id, v, err := taskPath(c)
+	id, v, req, err := taskRequest[api.Heartbeat](c)
 	if err != nil {
-		return err
-	}
-	var req api.Heartbeat
-	if err := bindJSON(c, &req); err != nil {
 		return err
 	}
 	if err := h.d.Tasks.Heartbeat(c.Request().Context(), id, v, req.Attempt, req.Details); err != nil {

@@ -91,15 +91,7 @@ func (h *handlers) cancelTimer(c echo.Context) error {
 
 // answerTimer runs do on the timer the path names and answers the timer it returns with status.
 func answerTimer(c echo.Context, status int, do timerFunc) error {
-	bizType, bizID, err := timerPath(c)
-	if err != nil {
-		return err
-	}
-	t, err := do(c.Request().Context(), bizType, bizID)
-	if err != nil {
-		return err
-	}
-	return c.JSON(status, t)
+	return answerAt(c, status, timerPath, do)
 }
 
 // timerPath reads :biz_type and :biz_id from the path.
