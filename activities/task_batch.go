@@ -245,29 +245,39 @@ func (a *Tasks) sendChunk(ctx context.Context, cl *callback.Client, q courier.Qu
 			deadline = pushes[i].Deadline
 		}
 	}
+	spans := startPushSpans(ctx, tasks, batch)
+	defer func() {
+		for _, s := range spans {
+			if s != nil {
+				s.End()
+			}
+		}
+	}()
 	var (
-		body []byte
-		err  error
+		body    []byte
+		err     error
+		sendCtx = ctx
 	)
 	if !c.batched {
+		if spans[0] != nil {
+			// A single push is its task's: its request carries the task's trace to the worker.
+			sendCtx = trace.ContextWithSpan(ctx, spans[0])
+		}
 		body, err = json.Marshal(pushes[0])
 	} else {
+		// A batched request is traced in the batch run's trace; each push in it carries its
+		// own task's, for the worker to continue.
+		for i, s := range spans {
+			if s != nil {
+				tc := tracing.FromContext(trace.ContextWithSpan(ctx, s))
+				pushes[i].Traceparent, pushes[i].Tracestate = tc.Parent, tc.State
+			}
+		}
 		body, err = json.Marshal(api.TaskPushBatch{Tasks: pushes, ResultsURL: a.resultsURL()})
 	}
 	if err != nil {
 		fail(outcomes, "push failed: "+err.Error(), 0, false)
 		return
-	}
-	spans := startPushSpans(ctx, tasks, batch)
-	defer func() {
-		for _, s := range spans {
-			s.End()
-		}
-	}()
-	sendCtx := ctx
-	if !c.batched && len(spans) == 1 {
-		// A single push is its task's: its request carries the task's trace to the worker.
-		sendCtx = trace.ContextWithSpan(ctx, spans[0])
 	}
 	req := callback.Request{URL: q.PushURL, Body: body, Signer: signer, DeliveryID: c.id}
 	// The heartbeat timeouts of the request's attempts run from the worker's answer: before a
@@ -450,10 +460,10 @@ func chunkDeliveryID(deliveryIDs []string) string {
 
 // startPushSpans starts a span of each attempt's push in its task's trace (the trace its insert
 // began), so a task's trace runs from the insert through its push to its result whichever mode
-// pushed it.
+// pushed it. spans[i] is tasks[i]'s, nil for a task inserted without a trace.
 func startPushSpans(ctx context.Context, tasks []courier.Task, batch string) []trace.Span {
-	var spans []trace.Span
-	for _, t := range tasks {
+	spans := make([]trace.Span, len(tasks))
+	for i, t := range tasks {
 		if t.Trace.IsZero() {
 			continue
 		}
@@ -461,7 +471,7 @@ func startPushSpans(ctx context.Context, tasks []courier.Task, batch string) []t
 		_, span := tracing.Start(tctx, "task push", trace.SpanKindClient,
 			attribute.String("courier.task_id", t.TaskID), attribute.Int64("courier.task_version", t.Version),
 			attribute.Int("courier.attempt", t.Attempt), attribute.String("courier.batch", batch))
-		spans = append(spans, span)
+		spans[i] = span
 	}
 	return spans
 }

@@ -158,6 +158,11 @@ type TaskPush struct {
 	// ResultsURL takes the results of many attempts at once (TaskResults); set for the tasks of
 	// a queue in the batched dispatch mode.
 	ResultsURL string `json:"results_url,omitempty"`
+	// Traceparent and Tracestate are this attempt's W3C trace context in a batched push
+	// (TaskPushBatch), whose request headers carry the batch's: continue them to stay in the
+	// task's own trace. A single push carries its task's in its headers and leaves them out.
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
 }
 
 // PushAnswer is what a worker built on taskworker answers a push with (202): it took the

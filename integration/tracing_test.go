@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -343,6 +344,71 @@ func TestTraceTaskInsertToResult(t *testing.T) {
 	// task's trace, carries the request the worker continues.
 	for _, d := range testenv.Dialects {
 		t.Run("batched/"+d, func(t *testing.T) { testTraceTaskInsertToResult(t, d, 0, courier.DispatchBatched) })
+	}
+}
+
+// A batched push (push_batch_size above 1) is one request for many tasks, traced in its batch
+// run's trace; each task's push in it carries that task's own trace context, so a worker that
+// continues it (as taskworker does) works and reports each task inside the task's own trace:
+// from the insert through the push to the result, with no span of the batch's in between.
+func TestTraceBatchedPushKeepsEachTasksTrace(t *testing.T) {
+	s, exp := tracedStack(t, testenv.Dialects[0])
+	ts := taskStackOn(t, s, 5*time.Second, nil)
+	ts.mode = courier.DispatchBatched
+
+	var (
+		wg       sync.WaitGroup
+		requests atomic.Int32
+	)
+	t.Cleanup(wg.Wait)
+	results := make(chan int, 10)
+	worker := startHTTP(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		var b api.TaskPushBatch
+		if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
+			http.Error(rw, err.Error(), http.StatusBadRequest)
+			return
+		}
+		requests.Add(1)
+		for _, p := range b.Tasks {
+			parent := tracing.ContextWith(context.Background(), courier.TraceContext{Parent: p.Traceparent, State: p.Tracestate})
+			ctx, span := tracing.Tracer().Start(parent, "worker processes task")
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer span.End()
+				res, _, _ := tracedDo(ctx, http.MethodPost, p.ResultURL, ts.worker,
+					map[string]any{"attempt": p.Attempt, "status": "success"})
+				results <- res
+			}()
+		}
+		rw.WriteHeader(http.StatusAccepted)
+	}))
+	ts.putQueue("traced", map[string]any{"push_url": worker, "concurrency_limit": 10, "push_batch_size": 10})
+
+	var ids []trace.TraceID
+	for _, id := range []string{"doc-1", "doc-2"} {
+		ctx, root := rootSpan(t, exp, "client insert task")
+		status, raw := tracedCall(t, ctx, http.MethodPost, ts.gw+"/v1/tasks", ts.producer,
+			map[string]any{"task_id": id, "task_version": 1, "queue": "traced", "payload": map[string]any{"file": id}})
+		require.Equal(t, http.StatusCreated, status, string(raw))
+		root.End()
+		ids = append(ids, root.SpanContext().TraceID())
+	}
+	for range ids {
+		select {
+		case code := <-results:
+			require.Equal(t, http.StatusAccepted, code)
+		case <-time.After(30 * time.Second):
+			t.Fatal("a task was never pushed")
+		}
+	}
+	ts.waitStatus("doc-1", 1, courier.TaskSuccess, 20*time.Second)
+	ts.waitStatus("doc-2", 1, courier.TaskSuccess, 20*time.Second)
+	require.NotZero(t, requests.Load())
+	for _, id := range ids {
+		requireTrace(t, exp, id, []string{"client insert task", "POST /v1/tasks", "task push",
+			"worker processes task", "POST /v1/tasks/:task_id/versions/:version/result"})
+		requireDocumentedTrace(t, exp, id, "batched task, pushed with others", strings.NewReplacer())
 	}
 }
 

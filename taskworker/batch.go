@@ -64,7 +64,11 @@ func (w *Worker) serveBatch(rw http.ResponseWriter, r *http.Request, b PushBatch
 			refuse(p, http.StatusBadRequest, "not a task push: "+err.Error())
 			continue
 		}
-		t.Traceparent, t.Tracestate = r.Header.Get("traceparent"), r.Header.Get("tracestate")
+		// Each push carries its task's trace; the request's headers carry the batch's.
+		t.Traceparent, t.Tracestate = p.Traceparent, p.Tracestate
+		if t.Traceparent == "" {
+			t.Traceparent, t.Tracestate = r.Header.Get("traceparent"), r.Header.Get("tracestate")
+		}
 		if t.ResultsURL == "" {
 			t.ResultsURL = b.ResultsURL
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
@@ -213,4 +214,41 @@ func TestResultsInBatches(t *testing.T) {
 	reps := alone.waitReports(t, "result", 1)
 	require.Equal(t, "a-1", reps[0].TaskID)
 	require.Empty(t, alone.courier.resultBatches(), "ResultBatchSize 1: each result to its own route")
+}
+
+// Each push of a batched push carries its own task's W3C trace context, and the handler's
+// context continues it (not the request's, which is the batch's): the handler's spans join
+// each task's own trace.
+func TestBatchedPushCarriesEachTasksTrace(t *testing.T) {
+	const (
+		batchTrace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+		trace1     = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	)
+	var mu sync.Mutex
+	got := map[string]string{} // task id → the trace id its handler ran in
+	r := newRig(t, func(ctx context.Context, task *taskworker.Task) (json.RawMessage, error) {
+		mu.Lock()
+		got[task.ID] = trace.SpanContextFromContext(ctx).TraceID().String()
+		mu.Unlock()
+		return nil, nil
+	}, nil)
+	own := batchedPush("tr-1", 1)
+	own.Traceparent = trace1
+	bare := batchedPush("tr-2", 1) // pushed without a trace of its own: the request's
+	body, err := json.Marshal(taskworker.PushBatch{Tasks: []taskworker.Push{own, bare}, ResultsURL: resultsURL})
+	require.NoError(t, err)
+	s, err := webhook.NewSigner(r.secret)
+	require.NoError(t, err)
+	h := http.Header{}
+	require.NoError(t, s.Sign(h, "task-batch/trace", time.Now(), body))
+	h.Set("traceparent", batchTrace)
+	code, _, out := r.send(t, body, h)
+	require.Equal(t, http.StatusAccepted, code, out)
+	r.waitIdle(t)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, map[string]string{
+		"tr-1": "4bf92f3577b34da6a3ce929d0e0e4736",
+		"tr-2": "0af7651916cd43dd8448eb211c80319c",
+	}, got)
 }
