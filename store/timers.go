@@ -197,9 +197,19 @@ func (s *Store) GetTimerRecord(ctx context.Context, bizType, bizID string) (cour
 // afterwards; changed says whether set applied (false: the timer had fired or was cancelled,
 // and is returned as it is).
 func (s *Store) updateScheduled(ctx context.Context, bizType, bizID, set string, args ...any) (courier.TimerRecord, bool, error) {
+	return s.updateTimerIf(ctx, bizType, bizID, "state = 'scheduled' AND schedule_id IS NULL", set, args...)
+}
+
+// redeliverSet clears a failed timer's attempts and error for a new delivery.
+const redeliverSet = "attempts = 0, last_error = '', claim = NULL, delivery_id = '', finished_at = NULL"
+
+// updateTimerIf applies set to the timer, its version bumped, if it matches cond, and returns
+// it as it is afterwards; changed says whether set applied (false: the timer is returned as it
+// is).
+func (s *Store) updateTimerIf(ctx context.Context, bizType, bizID, cond, set string, args ...any) (courier.TimerRecord, bool, error) {
 	var rows []timerRow
 	err := s.db.NewRaw("UPDATE courier_timers SET "+set+", version = version + 1, updated_at = "+s.nowSQL()+
-		" WHERE biz_type = ? AND biz_id = ? AND state = 'scheduled' AND schedule_id IS NULL RETURNING "+timerColumns,
+		" WHERE biz_type = ? AND biz_id = ? AND "+cond+" RETURNING "+timerColumns,
 		append(args, bizType, bizID)...).Scan(ctx, &rows)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return courier.TimerRecord{}, false, err
@@ -404,18 +414,7 @@ func (s *Store) MarkTimerHanded(ctx context.Context, bizType, bizID string) erro
 // handed (MarkTimerHanded); until then StrandedTimers finds it. A timer that is not failed is
 // returned as it is, with ok false.
 func (s *Store) RedeliverTimerRecord(ctx context.Context, bizType, bizID string) (courier.TimerRecord, bool, error) {
-	var rows []timerRow
-	err := s.db.NewRaw("UPDATE courier_timers SET state = 'firing', attempts = 0, last_error = '', claim = NULL, delivery_id = '', "+
-		"finished_at = NULL, version = version + 1, updated_at = "+s.nowSQL()+
-		" WHERE biz_type = ? AND biz_id = ? AND state = 'failed' AND mode = 'bucketed' RETURNING "+timerColumns, bizType, bizID).Scan(ctx, &rows)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return courier.TimerRecord{}, false, err
-	}
-	if len(rows) == 1 {
-		return rows[0].record(), true, nil
-	}
-	rec, err := s.GetTimerRecord(ctx, bizType, bizID)
-	return rec, false, err
+	return s.updateTimerIf(ctx, bizType, bizID, "state = 'failed' AND mode = 'bucketed'", "state = 'firing', "+redeliverSet)
 }
 
 // MaxTimerPage bounds one page of a timer list.
