@@ -109,10 +109,7 @@ func jsonContentType(headers map[string]string) bool {
 
 // OutboxPage is one page of records in ascending id order; pass NextPageToken as page_token
 // for the next page (it is empty on the last).
-type OutboxPage struct {
-	Items         []OutboxRecord `json:"items"`
-	NextPageToken string         `json:"next_page_token,omitempty"`
-}
+type OutboxPage = List[OutboxRecord]
 
 // RedriveFilter is the body of POST /v1/outbox/redrive (scope admin): which dead records to
 // send again. Zero fields do not filter.
@@ -153,7 +150,4 @@ func BlockedKeyOf(source string, b courier.BlockedKey) BlockedKey {
 }
 
 // BlockedKeyPage is one page of blocked keys by key; NextPageToken is empty on the last.
-type BlockedKeyPage struct {
-	Items         []BlockedKey `json:"items"`
-	NextPageToken string       `json:"next_page_token,omitempty"`
-}
+type BlockedKeyPage = List[BlockedKey]

@@ -45,10 +45,7 @@ type Schedule struct {
 // SchedulePage is one page of GET /v1/schedules; NextPageToken is empty on the last. An item
 // carries the id, spec.biz_type, the schedule's own pause and note and its next runs; GET
 // /v1/schedules/{id} has the whole spec and the recent runs.
-type SchedulePage struct {
-	Items         []Schedule `json:"items"`
-	NextPageToken string     `json:"next_page_token,omitempty"`
-}
+type SchedulePage = List[Schedule]
 
 // ScheduleNote is the optional body of POST /v1/schedules/{id}/pause and /unpause.
 type ScheduleNote struct {

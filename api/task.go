@@ -108,10 +108,7 @@ func TaskOf(t courier.Task) Task {
 
 // TaskPage is one page of a task list (GET /v1/tasks), newest first; its items leave out the
 // payload and the result (GET one version for those). NextPageToken is empty on the last page.
-type TaskPage struct {
-	Items         []Task `json:"items"`
-	NextPageToken string `json:"next_page_token,omitempty"`
-}
+type TaskPage = List[Task]
 
 // TaskResult is the body of POST /v1/tasks/{task_id}/versions/{v}/result (scope worker): a
 // worker's report for one attempt, naming the attempt. The gateway hands it to the attempt's run

@@ -83,10 +83,7 @@ type Timer struct {
 }
 
 // TimerPage is one page of timers; NextPageToken is empty on the last.
-type TimerPage struct {
-	Items         []Timer `json:"items"`
-	NextPageToken string  `json:"next_page_token,omitempty"`
-}
+type TimerPage = List[Timer]
 
 // TimerCallback is the body of a timer's delivery: the signed HTTP callback a business type's
 // callback_url receives, or the message published to its topic.

@@ -2,20 +2,29 @@ package bench
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/mq"
 	"github.com/courier-oss/courier/relay"
 	"github.com/courier-oss/courier/schema"
 	"github.com/courier-oss/courier/store"
+	"github.com/courier-oss/courier/webhook"
 	"github.com/courier-oss/courier/worker"
 )
 
 // What every scenario sets up alike: a logger that keeps courier quiet, its databases, and
-// (the timer scenarios) the worker.
+// (the timer scenarios) the worker and where deliveries arrive.
 
 // quietLogger is the logger of the courier a scenario runs: the bench prints its own table.
 func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
@@ -79,4 +88,49 @@ func startTimerWorker(ctx context.Context, stack Stack, st *store.Store, pub mq.
 		w.Stop()
 		bizTypes.Close()
 	}, nil
+}
+
+// timerTarget sets up where a timer scenario's deliveries arrive, by b's delivery: a JetStream
+// stream named stream capturing subject on the stack's NATS (b.Topic), or a local HTTP receiver
+// with a fresh signing secret (b.CallbackURL, b.Secrets). Each arrival's body goes to record;
+// closeTarget removes the stream and stops the receiver.
+func timerTarget(ctx context.Context, stack Stack, b *courier.BizType, stream, subject string, record func(body []byte, at time.Time)) (closeTarget func(), err error) {
+	switch b.Delivery {
+	case courier.DeliveryMQ:
+		nc, err := nats.Connect(stack.NATSURL)
+		if err != nil {
+			return nil, err
+		}
+		js, err := jetstream.New(nc)
+		if err == nil {
+			_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: stream, Subjects: []string{subject}, Storage: jetstream.FileStorage})
+		}
+		var sub *nats.Subscription
+		if err == nil {
+			sub, err = nc.Subscribe(subject, func(m *nats.Msg) { record(m.Data, time.Now()) })
+		}
+		if err != nil {
+			nc.Close()
+			return nil, err
+		}
+		_ = sub.SetPendingLimits(-1, -1) // a burst of deliveries must not be dropped as a slow consumer's
+		b.Topic = subject
+		return func() {
+			_ = sub.Unsubscribe()
+			_ = js.DeleteStream(context.Background(), stream)
+			nc.Close()
+		}, nil
+	case courier.DeliveryHTTP:
+		secret, err := webhook.GenerateSecret()
+		if err != nil {
+			return nil, err
+		}
+		rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			record(body, time.Now())
+		}))
+		b.CallbackURL, b.Secrets = rcv.URL, []string{secret}
+		return rcv.Close, nil
+	}
+	return nil, fmt.Errorf("bench: unknown delivery %q", b.Delivery)
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,15 +16,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/courier-oss/courier"
 	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/mq/natsmq"
 	"github.com/courier-oss/courier/relay"
-	"github.com/courier-oss/courier/schema"
-	"github.com/courier-oss/courier/store"
 	"github.com/courier-oss/courier/timers"
 	"github.com/courier-oss/courier/webhook"
 	"github.com/courier-oss/courier/worker"
@@ -163,51 +157,20 @@ func (a *triggerArrivals) record(body []byte, now time.Time) {
 // jittered across the interval (interval fire times are multiples since the epoch: without
 // jitter every schedule fires in the same second), delivered by delivery on one database.
 func runWheelSchedules(ctx context.Context, stack Stack, cfg SchedulesConfig, dbName, dbURL, delivery string, n int) (ScheduleResult, error) {
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := store.Open(ctx, dbURL)
+	quiet := quietLogger()
+	st, err := openDB(ctx, dbURL)
 	if err != nil {
 		return ScheduleResult{}, err
 	}
 	defer st.Close()
-	if err := schema.Up(ctx, st.DB(), schema.AllSets...); err != nil {
-		return ScheduleResult{}, err
-	}
 	bizType := fmt.Sprintf("bench.cron.%s.%d", delivery, n)
 	got := newTriggerArrivals()
 	b := courier.BizType{Name: bizType, Delivery: delivery, TimerMode: courier.TimerModeBucketed}
-	switch delivery {
-	case courier.DeliveryMQ:
-		nc, err := nats.Connect(stack.NATSURL)
-		if err != nil {
-			return ScheduleResult{}, err
-		}
-		defer nc.Close()
-		js, err := jetstream.New(nc)
-		if err != nil {
-			return ScheduleResult{}, err
-		}
-		subject := "bench.cron." + fmt.Sprint(n)
-		if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: fmt.Sprintf("BENCHCRON%d", n),
-			Subjects: []string{subject}, Storage: jetstream.FileStorage}); err != nil {
-			return ScheduleResult{}, err
-		}
-		defer func() { _ = js.DeleteStream(context.Background(), fmt.Sprintf("BENCHCRON%d", n)) }()
-		sub, err := nc.Subscribe(subject, func(m *nats.Msg) { got.record(m.Data, time.Now()) })
-		if err != nil {
-			return ScheduleResult{}, err
-		}
-		_ = sub.SetPendingLimits(-1, -1)
-		defer sub.Unsubscribe()
-		b.Topic = subject
-	case courier.DeliveryHTTP:
-		secret, _ := webhook.GenerateSecret()
-		rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			body, _ := io.ReadAll(r.Body)
-			got.record(body, time.Now())
-		}))
-		defer rcv.Close()
-		b.CallbackURL, b.Secrets = rcv.URL, []string{secret}
+	closeTarget, err := timerTarget(ctx, stack, &b, fmt.Sprintf("BENCHCRON%d", n), "bench.cron."+fmt.Sprint(n), got.record)
+	if err != nil {
+		return ScheduleResult{}, err
 	}
+	defer closeTarget()
 	if _, _, err := st.PutBizType(ctx, b); err != nil {
 		return ScheduleResult{}, err
 	}
@@ -217,19 +180,11 @@ func runWheelSchedules(ctx context.Context, stack Stack, cfg SchedulesConfig, db
 	}
 	defer pub.Close()
 	queue := fmt.Sprintf("bench-cron-%d", n)
-	bizTypes := st.NewBizTypeCache(0, quiet)
-	defer bizTypes.Close()
-	w, err := worker.New(worker.Config{DisableRelay: true, AllowLoopbackCallbacks: true, BizTypeRefresh: 200 * time.Millisecond,
-		Namespace: stack.namespace(), Relay: relay.Config{TaskQueue: queue}},
-		worker.Deps{Temporal: stack.Temporal, Publisher: pub, Logger: quiet, BizTypes: bizTypes, TimerRows: st,
-			Sources: []relay.Source{{Name: courier.DefaultSource, Store: st}}})
+	stop, err := startTimerWorker(ctx, stack, st, pub, queue)
 	if err != nil {
 		return ScheduleResult{}, err
 	}
-	if err := w.Start(ctx); err != nil {
-		return ScheduleResult{}, err
-	}
-	defer w.Stop()
+	defer stop()
 	svc := timers.New(stack.Temporal, stack.namespace(), st, st, queue)
 	svc.Logger = quiet
 
@@ -254,9 +209,9 @@ func runWheelSchedules(ctx context.Context, stack Stack, cfg SchedulesConfig, db
 		_, _ = st.DB().NewRaw("UPDATE courier_timers SET state = 'cancelled' WHERE biz_type = ? AND state = 'scheduled'", bizType).Exec(stop)
 	}()
 	for _, ref := range refs {
-		if err := svc.ArmBucket(ctx, ref.BizType, ref.Bucket); err != nil {
-			return ScheduleResult{}, err
-		}
+		// A bucket whose start fails (the engine slow to answer on a loaded machine) is armed by
+		// the sweep once it is overdue, as in the service.
+		_ = svc.ArmBucket(ctx, ref.BizType, ref.Bucket)
 	}
 	// The window: nominal fire times from one interval after loading to Duration later.
 	from := time.Now().Add(cfg.Interval).Truncate(cfg.Interval).Add(cfg.Interval)
@@ -284,7 +239,9 @@ func runWheelSchedules(ctx context.Context, stack Stack, cfg SchedulesConfig, db
 	total := len(got.first)
 	got.mu.Unlock()
 	if res.Cost, err = bucketCost(ctx, stack, bizType, max(total, 1)); err != nil {
-		return ScheduleResult{}, err
+		// The triggers are measured; only the engine's cost is unknown (its histories could not
+		// be read, as on a loaded machine where the reads time out).
+		res.Note = "events and actions per trigger not read: " + err.Error()
 	}
 	return res, nil
 }
@@ -337,15 +294,12 @@ func summarizeTriggers(got *triggerArrivals, from, to time.Time, schedules int, 
 // mode, each run a workflow that delivers like a timer (signed HTTP). A run's callback carries
 // no nominal time, so lateness is the arrival's distance past the interval multiple it follows.
 func runTemporalSchedules(ctx context.Context, stack Stack, cfg SchedulesConfig, dbURL string) (ScheduleResult, error) {
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st, err := store.Open(ctx, dbURL)
+	quiet := quietLogger()
+	st, err := openDB(ctx, dbURL)
 	if err != nil {
 		return ScheduleResult{}, err
 	}
 	defer st.Close()
-	if err := schema.Up(ctx, st.DB(), schema.AllSets...); err != nil {
-		return ScheduleResult{}, err
-	}
 	bizType := "bench.cron.temporal"
 	var mu sync.Mutex
 	arrivals := map[string]map[int64]int{} // schedule → interval index → arrivals

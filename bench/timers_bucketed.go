@@ -12,8 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/courier-oss/courier"
@@ -23,7 +21,6 @@ import (
 	"github.com/courier-oss/courier/internal/defaults"
 	"github.com/courier-oss/courier/mq/natsmq"
 	"github.com/courier-oss/courier/timers"
-	"github.com/courier-oss/courier/webhook"
 )
 
 // BucketedConfig sets up the bucketed scenarios of `courier bench timers --mode bucketed`.
@@ -108,37 +105,11 @@ func runBucketed(ctx context.Context, stack Stack, cfg BucketedConfig, dbName, d
 	bizType := fmt.Sprintf("bench.bucketed.%s.%d", delivery, n)
 	got := newArrivals(cfg.Timers)
 	b := courier.BizType{Name: bizType, Delivery: delivery, TimerMode: courier.TimerModeBucketed}
-	switch delivery {
-	case courier.DeliveryMQ:
-		nc, err := nats.Connect(stack.NATSURL)
-		if err != nil {
-			return TimerResult{}, err
-		}
-		defer nc.Close()
-		js, err := jetstream.New(nc)
-		if err != nil {
-			return TimerResult{}, err
-		}
-		subject := "bench.timers." + fmt.Sprint(n)
-		if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: fmt.Sprintf("BENCHTIMERS%d", n),
-			Subjects: []string{subject}, Storage: jetstream.FileStorage}); err != nil {
-			return TimerResult{}, err
-		}
-		sub, err := nc.Subscribe(subject, func(m *nats.Msg) { got.record(m.Data, time.Now()) })
-		if err != nil {
-			return TimerResult{}, err
-		}
-		defer sub.Unsubscribe()
-		b.Topic = subject
-	case courier.DeliveryHTTP:
-		secret, _ := webhook.GenerateSecret()
-		rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			body, _ := io.ReadAll(r.Body)
-			got.record(body, time.Now())
-		}))
-		defer rcv.Close()
-		b.CallbackURL, b.Secrets = rcv.URL, []string{secret}
+	closeTarget, err := timerTarget(ctx, stack, &b, fmt.Sprintf("BENCHTIMERS%d", n), "bench.timers."+fmt.Sprint(n), got.record)
+	if err != nil {
+		return TimerResult{}, err
 	}
+	defer closeTarget()
 	if _, _, err := st.PutBizType(ctx, b); err != nil {
 		return TimerResult{}, err
 	}

@@ -15,22 +15,17 @@ type BizType = api.BizType
 
 // PutBizType creates or replaces a business type (scope admin).
 func (c *Client) PutBizType(ctx context.Context, name string, cfg BizTypeConfig) (*BizType, error) {
-	var out BizType
-	st, err := c.do(ctx, call{method: http.MethodPut, path: "/v1/biz-types/" + seg(name), body: cfg, idempotent: true, out: &out})
+	out, st, err := fetchStatus[BizType](ctx, c, call{method: http.MethodPut, path: "/v1/biz-types/" + seg(name), body: cfg, idempotent: true})
 	if err != nil {
 		return nil, err
 	}
 	out.Created = st == http.StatusCreated
-	return &out, nil
+	return out, nil
 }
 
 // GetBizType reads one business type (scope admin).
 func (c *Client) GetBizType(ctx context.Context, name string) (*BizType, error) {
-	var out BizType
-	if _, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/biz-types/" + seg(name), idempotent: true, out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[BizType](ctx, c, call{method: http.MethodGet, path: "/v1/biz-types/" + seg(name), idempotent: true})
 }
 
 // ListBizTypes reads every business type (scope admin).

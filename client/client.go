@@ -12,9 +12,11 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/courier-oss/courier/api"
 	"github.com/courier-oss/courier/internal/defaults"
 )
 
@@ -163,6 +165,23 @@ func (c *Client) do(ctx context.Context, cl call) (int, error) {
 	}
 }
 
+// fetch runs cl and returns the answer it decodes into a new T.
+func fetch[T any](ctx context.Context, c *Client, cl call) (*T, error) {
+	out, _, err := fetchStatus[T](ctx, c, cl)
+	return out, err
+}
+
+// fetchStatus is fetch that also returns the answer's status (201: a PUT or POST created).
+func fetchStatus[T any](ctx context.Context, c *Client, cl call) (*T, int, error) {
+	out := new(T)
+	cl.out = out
+	st, err := c.do(ctx, cl)
+	if err != nil {
+		return nil, 0, err
+	}
+	return out, st, nil
+}
+
 // retryable says whether try may be followed by another, and after how long.
 func (c *Client) retryable(ctx context.Context, cl call, err error, try int) (time.Duration, bool) {
 	if try >= c.retry.MaxAttempts || ctx.Err() != nil {
@@ -267,30 +286,57 @@ func (c *Client) once(ctx context.Context, cl call, body []byte) (int, error) {
 	return resp.StatusCode, nil
 }
 
+// listQuery is the query of a list call; its setters leave a zero value out (no filter, the
+// gateway's default).
+type listQuery url.Values
+
+func (q listQuery) text(k, s string) listQuery {
+	if s != "" {
+		url.Values(q).Set(k, s)
+	}
+	return q
+}
+
+func (q listQuery) number(k string, n int) listQuery {
+	if n != 0 {
+		url.Values(q).Set(k, strconv.Itoa(n))
+	}
+	return q
+}
+
+func (q listQuery) time(k string, t time.Time) listQuery {
+	if !t.IsZero() {
+		url.Values(q).Set(k, t.UTC().Format(time.RFC3339Nano))
+	}
+	return q
+}
+
 // seg escapes one path segment (an id, a name); the gateway decodes each exactly once.
 func seg(s string) string { return url.PathEscape(s) }
 
-// pages yields the items of one list page after page, from the page token start, until a page
-// has no next token. It stops at the first error, which it yields.
-func pages[T any](page func(token string) ([]T, string, error), start string) iter.Seq2[T, error] {
+// pages yields the items of one list page after page, until a page has no next token: page
+// reads the page of the query whose page token is *token, which pages sets (from the token it
+// holds at the start). It stops at the first error, which it yields.
+func pages[T any](token *string, page func() (*api.List[T], error)) iter.Seq2[T, error] {
+	start := *token
 	return func(yield func(T, error) bool) {
-		token := start
+		*token = start
 		for {
-			items, next, err := page(token)
+			p, err := page()
 			if err != nil {
 				var zero T
 				yield(zero, err)
 				return
 			}
-			for _, it := range items {
+			for _, it := range p.Items {
 				if !yield(it, nil) {
 					return
 				}
 			}
-			if next == "" {
+			if p.NextPageToken == "" {
 				return
 			}
-			token = next
+			*token = p.NextPageToken
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/courier-oss/courier"
+	"github.com/courier-oss/courier/api"
 )
 
 // These tests pin the client's own rules (what is retried, how answers are read) against a
@@ -44,7 +45,7 @@ func status(w http.ResponseWriter, code int, retryAfter string) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	_, _ = io.WriteString(w, `{"error":{"code":"`+string(codeOfStatus(code))+`","message":"scripted"}}`)
+	_, _ = io.WriteString(w, `{"error":{"code":"`+string(api.CodeOfStatus(code))+`","message":"scripted"}}`)
 }
 
 func okTask(w http.ResponseWriter) {

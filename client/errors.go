@@ -79,36 +79,6 @@ var (
 	ErrInternal         = &Error{Code: courier.CodeInternal}         // 500 and anything unexpected
 )
 
-// codeOfStatus names the code of an answer whose body is not courier's error shape (a proxy's
-// 502, say).
-func codeOfStatus(status int) courier.Code {
-	switch status {
-	case http.StatusBadRequest:
-		return courier.CodeInvalid
-	case http.StatusUnauthorized:
-		return courier.CodeUnauthenticated
-	case http.StatusForbidden:
-		return courier.CodePermissionDenied
-	case http.StatusNotFound:
-		return courier.CodeNotFound
-	case http.StatusMethodNotAllowed:
-		return courier.CodeMethodNotAllowed
-	case http.StatusConflict:
-		return courier.CodeConflict
-	case http.StatusRequestEntityTooLarge:
-		return courier.CodeTooLarge
-	case http.StatusUnsupportedMediaType:
-		return courier.CodeUnsupportedMedia
-	case http.StatusUnprocessableEntity:
-		return courier.CodeValidation
-	case http.StatusTooManyRequests:
-		return courier.CodeRateLimited
-	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		return courier.CodeUnavailable
-	}
-	return courier.CodeInternal
-}
-
 // newError reads a non-2xx answer.
 func newError(method, path string, resp *http.Response, body []byte) *Error {
 	e := &Error{StatusCode: resp.StatusCode, Method: method, Path: path, RetryAfter: retryAfter(resp.Header.Get("Retry-After"))}
@@ -117,7 +87,7 @@ func newError(method, path string, resp *http.Response, body []byte) *Error {
 		e.Code, e.Message, e.Details = eb.Error.Code, eb.Error.Message, eb.Error.Details
 		return e
 	}
-	e.Code = codeOfStatus(resp.StatusCode)
+	e.Code = api.CodeOfStatus(resp.StatusCode)
 	e.Message = http.StatusText(resp.StatusCode)
 	if s := strings.TrimSpace(string(body)); s != "" {
 		if len(s) > 200 {

@@ -62,72 +62,39 @@ func (c *Client) Publish(ctx context.Context, r PublishRequest) (*OutboxRecord, 
 // is kept, answers the one record the first wrote; the same key with another message is a
 // conflict (*Error with Code conflict).
 func (c *Client) PublishWithKey(ctx context.Context, idempotencyKey string, r PublishRequest) (*OutboxRecord, error) {
-	var out OutboxRecord
-	_, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/outbox", body: r, out: &out, idempotent: true,
+	return fetch[OutboxRecord](ctx, c, call{method: http.MethodPost, path: "/v1/outbox", body: r, idempotent: true,
 		header: http.Header{api.IdempotencyKeyHeader: {idempotencyKey}}})
-	if err != nil {
-		return nil, err
-	}
-	return &out, nil
 }
 
 // GetOutbox reads one record of source ("": courier's own outbox).
 func (c *Client) GetOutbox(ctx context.Context, source string, id int64) (*OutboxRecord, error) {
-	var out OutboxRecord
-	_, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/outbox/" + strconv.FormatInt(id, 10),
-		query: sourceQuery(source), idempotent: true, out: &out})
-	if err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[OutboxRecord](ctx, c, call{method: http.MethodGet, path: "/v1/outbox/" + strconv.FormatInt(id, 10),
+		query: sourceQuery(source), idempotent: true})
 }
 
 // ListOutbox reads one page of records; pass the page's NextPageToken as q.PageToken for the
 // next one, or use AllOutbox.
 func (c *Client) ListOutbox(ctx context.Context, q OutboxQuery) (*OutboxPage, error) {
-	v := url.Values{}
-	for k, s := range map[string]string{"source": q.Source, "status": string(q.Status), "topic": q.Topic, "page_token": q.PageToken} {
-		if s != "" {
-			v.Set(k, s)
-		}
-	}
-	if q.Limit != 0 {
-		v.Set("limit", strconv.Itoa(q.Limit))
-	}
+	v := listQuery{}.text("source", q.Source).text("status", string(q.Status)).text("topic", q.Topic).
+		text("page_token", q.PageToken).number("limit", q.Limit)
 	if q.IncludePayload {
-		v.Set("include_payload", "true")
+		v.text("include_payload", "true")
 	}
-	var out OutboxPage
-	if _, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/outbox", query: v, idempotent: true, out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[OutboxPage](ctx, c, call{method: http.MethodGet, path: "/v1/outbox", query: url.Values(v), idempotent: true})
 }
 
 // AllOutbox yields every record q selects, page after page, starting at q.PageToken. It stops
 // at the first error, which it yields.
 func (c *Client) AllOutbox(ctx context.Context, q OutboxQuery) iter.Seq2[OutboxRecord, error] {
-	return pages(func(token string) ([]OutboxRecord, string, error) {
-		q.PageToken = token
-		p, err := c.ListOutbox(ctx, q)
-		if err != nil {
-			return nil, "", err
-		}
-		return p.Items, p.NextPageToken, nil
-	}, q.PageToken)
+	return pages(&q.PageToken, func() (*api.List[OutboxRecord], error) { return c.ListOutbox(ctx, q) })
 }
 
 // RedriveOutbox sends a dead record of source ("": courier's own) again (scope admin). A
 // record that is not dead is ErrConflict; one whose last delivery run is still closing is
 // ErrConflict with RetryAfter set: call again after it.
 func (c *Client) RedriveOutbox(ctx context.Context, source string, id int64) (*OutboxRecord, error) {
-	var out OutboxRecord
-	_, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/outbox/" + strconv.FormatInt(id, 10) + "/redrive",
-		query: sourceQuery(source), out: &out})
-	if err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[OutboxRecord](ctx, c, call{method: http.MethodPost, path: "/v1/outbox/" + strconv.FormatInt(id, 10) + "/redrive",
+		query: sourceQuery(source)})
 }
 
 // RedriveFilter selects dead records for RedriveDead. Zero fields do not filter; Max nil takes
@@ -140,11 +107,7 @@ type RedriveResult = api.RedriveResult
 // RedriveDead sends the dead records f matches again, in bounded batches (POST
 // /v1/outbox/redrive, scope admin). Safe to retry: a repeat only redrives records still dead.
 func (c *Client) RedriveDead(ctx context.Context, f RedriveFilter) (*RedriveResult, error) {
-	var out RedriveResult
-	if _, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/outbox/redrive", body: f, idempotent: true, out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[RedriveResult](ctx, c, call{method: http.MethodPost, path: "/v1/outbox/redrive", body: f, idempotent: true})
 }
 
 // BlockedKey is an ordered key waiting on a dead record (docs/flow-control.md, "Ordered keys
@@ -164,32 +127,14 @@ type BlockedKeysQuery struct {
 // BlockedKeys reads one page of the ordered mode's blocked keys (GET
 // /v1/outbox/blocked-keys): each with the dead record it waits on and that record's last error.
 func (c *Client) BlockedKeys(ctx context.Context, q BlockedKeysQuery) (*BlockedKeyPage, error) {
-	v := url.Values{}
-	if q.Source != "" {
-		v.Set("source", q.Source)
-	}
-	if q.PageToken != "" {
-		v.Set("page_token", q.PageToken)
-	}
-	if q.Limit > 0 {
-		v.Set("limit", strconv.Itoa(q.Limit))
-	}
-	var out BlockedKeyPage
-	if _, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/outbox/blocked-keys", query: v, idempotent: true, out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	v := listQuery{}.text("source", q.Source).text("page_token", q.PageToken).number("limit", max(q.Limit, 0))
+	return fetch[BlockedKeyPage](ctx, c, call{method: http.MethodGet, path: "/v1/outbox/blocked-keys", query: url.Values(v), idempotent: true})
 }
 
 // SkipOutbox skips the dead record a blocked key waits on (POST /v1/outbox/{id}/skip, scope
 // admin): the record stays dead, and the key's later records go out. To publish it instead,
 // fix the cause and RedriveOutbox it: that unblocks the key too, with the record first.
 func (c *Client) SkipOutbox(ctx context.Context, source string, id int64) (*BlockedKey, error) {
-	var out BlockedKey
-	_, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/outbox/" + strconv.FormatInt(id, 10) + "/skip",
-		query: sourceQuery(source), out: &out})
-	if err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[BlockedKey](ctx, c, call{method: http.MethodPost, path: "/v1/outbox/" + strconv.FormatInt(id, 10) + "/skip",
+		query: sourceQuery(source)})
 }

@@ -26,24 +26,16 @@ const (
 // Work for it is still accepted and kept, and nothing of it is pushed, called back or
 // published until Resume.
 func (c *Client) Pause(ctx context.Context, kind courier.PauseKind, name, reason string) (*Pause, error) {
-	var out Pause
 	req := api.PauseRequest{Kind: kind, Name: name, Reason: reason}
-	if _, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/pauses", body: req, idempotent: true, out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[Pause](ctx, c, call{method: http.MethodPost, path: "/v1/pauses", body: req, idempotent: true})
 }
 
 // Resume lifts a pause and returns it, or an *Error with courier.CodeNotFound when kind's name
 // is not paused (DELETE /v1/pauses/{kind}/{name}, scope admin). What waited is delivered at
 // once.
 func (c *Client) Resume(ctx context.Context, kind courier.PauseKind, name string) (*Pause, error) {
-	var out Pause
 	path := "/v1/pauses/" + seg(string(kind)) + "/" + seg(name)
-	if _, err := c.do(ctx, call{method: http.MethodDelete, path: path, idempotent: true, out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[Pause](ctx, c, call{method: http.MethodDelete, path: path, idempotent: true})
 }
 
 // ListPauses reads every pause in force (GET /v1/pauses, scope admin).
@@ -63,8 +55,8 @@ func allByName[T any](ctx context.Context, c *Client, path string) ([]T, error) 
 		if token != "" {
 			v.Set("page_token", token)
 		}
-		var page api.List[T]
-		if _, err := c.do(ctx, call{method: http.MethodGet, path: path, query: v, idempotent: true, out: &page}); err != nil {
+		page, err := fetch[api.List[T]](ctx, c, call{method: http.MethodGet, path: path, query: v, idempotent: true})
+		if err != nil {
 			return nil, err
 		}
 		out = append(out, page.Items...)

@@ -21,24 +21,18 @@ func schedulePath(id string) string { return "/v1/schedules/" + seg(id) }
 // CreateSchedule creates schedule id, never replacing one (PUT with If-None-Match: *). An
 // existing id is ErrConflict (not retried after a lost answer: the repeat would say conflict).
 func (c *Client) CreateSchedule(ctx context.Context, id string, sp ScheduleSpec) (*Schedule, error) {
-	var out Schedule
-	cl := call{method: http.MethodPut, path: schedulePath(id), body: sp, out: &out, header: http.Header{"If-None-Match": {"*"}}}
-	if _, err := c.do(ctx, cl); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[Schedule](ctx, c, call{method: http.MethodPut, path: schedulePath(id), body: sp, header: http.Header{"If-None-Match": {"*"}}})
 }
 
 // PutSchedule creates schedule id or replaces its spec (keeping it paused if it is, unless
 // sp.Paused); Schedule.Created says which. Safe to retry.
 func (c *Client) PutSchedule(ctx context.Context, id string, sp ScheduleSpec) (*Schedule, error) {
-	var out Schedule
-	st, err := c.do(ctx, call{method: http.MethodPut, path: schedulePath(id), body: sp, idempotent: true, out: &out})
+	out, st, err := fetchStatus[Schedule](ctx, c, call{method: http.MethodPut, path: schedulePath(id), body: sp, idempotent: true})
 	if err != nil {
 		return nil, err
 	}
 	out.Created = st == http.StatusCreated
-	return &out, nil
+	return out, nil
 }
 
 // ScheduleQuery selects schedules for ListSchedules. Zero fields do not filter.
@@ -56,46 +50,22 @@ type SchedulePage = api.SchedulePage
 // pause, note and next runs (GetSchedule has the whole spec). A page may hold fewer than
 // Limit while a NextPageToken follows; use AllSchedules to read them all.
 func (c *Client) ListSchedules(ctx context.Context, q ScheduleQuery) (*SchedulePage, error) {
-	v := url.Values{}
-	if q.BizType != "" {
-		v.Set("biz_type", q.BizType)
-	}
+	v := listQuery{}.text("biz_type", q.BizType).number("limit", q.Limit).text("page_token", q.PageToken)
 	if q.Paused != nil {
-		v.Set("paused", strconv.FormatBool(*q.Paused))
+		v.text("paused", strconv.FormatBool(*q.Paused))
 	}
-	if q.Limit != 0 {
-		v.Set("limit", strconv.Itoa(q.Limit))
-	}
-	if q.PageToken != "" {
-		v.Set("page_token", q.PageToken)
-	}
-	var out SchedulePage
-	if _, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/schedules", query: v, idempotent: true, out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[SchedulePage](ctx, c, call{method: http.MethodGet, path: "/v1/schedules", query: url.Values(v), idempotent: true})
 }
 
 // AllSchedules yields every schedule q selects, page after page. It stops at the first
 // error, which it yields.
 func (c *Client) AllSchedules(ctx context.Context, q ScheduleQuery) iter.Seq2[Schedule, error] {
-	return pages(func(token string) ([]Schedule, string, error) {
-		q.PageToken = token
-		p, err := c.ListSchedules(ctx, q)
-		if err != nil {
-			return nil, "", err
-		}
-		return p.Items, p.NextPageToken, nil
-	}, q.PageToken)
+	return pages(&q.PageToken, func() (*api.List[Schedule], error) { return c.ListSchedules(ctx, q) })
 }
 
 // GetSchedule describes a schedule: spec, state, next and recent runs.
 func (c *Client) GetSchedule(ctx context.Context, id string) (*Schedule, error) {
-	var out Schedule
-	if _, err := c.do(ctx, call{method: http.MethodGet, path: schedulePath(id), idempotent: true, out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[Schedule](ctx, c, call{method: http.MethodGet, path: schedulePath(id), idempotent: true})
 }
 
 // DeleteSchedule removes a schedule; runs already started finish.
@@ -121,10 +91,5 @@ func (c *Client) TriggerSchedule(ctx context.Context, id string) (*Schedule, err
 }
 
 func (c *Client) scheduleAction(ctx context.Context, id, action string, body any, idempotent bool) (*Schedule, error) {
-	var out Schedule
-	cl := call{method: http.MethodPost, path: schedulePath(id) + "/" + action, body: body, idempotent: idempotent, out: &out}
-	if _, err := c.do(ctx, cl); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[Schedule](ctx, c, call{method: http.MethodPost, path: schedulePath(id) + "/" + action, body: body, idempotent: idempotent})
 }

@@ -50,91 +50,46 @@ func taskVersionPath(taskID string, version int64) string {
 
 // InsertTask inserts a task version; Task.Outcome says what the insert did.
 func (c *Client) InsertTask(ctx context.Context, r TaskRequest) (*Task, error) {
-	var out Task
-	if _, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/tasks", body: r, idempotent: true, out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[Task](ctx, c, call{method: http.MethodPost, path: "/v1/tasks", body: r, idempotent: true})
 }
 
 // ListTasks reads one page of task versions, newest first, without payloads and results (GET
 // a version for those); pass the page's NextPageToken as q.PageToken for the next one, or use
 // AllTasks.
 func (c *Client) ListTasks(ctx context.Context, q TaskQuery) (*TaskPage, error) {
-	v := url.Values{}
-	for k, s := range map[string]string{"queue": q.Queue, "status": string(q.Status), "page_token": q.PageToken,
-		"concurrency_key": q.ConcurrencyKey} {
-		if s != "" {
-			v.Set(k, s)
-		}
-	}
-	for k, n := range map[string]int{"priority": q.Priority, "limit": q.Limit} {
-		if n != 0 {
-			v.Set(k, strconv.Itoa(n))
-		}
-	}
-	for k, t := range map[string]time.Time{"created_after": q.CreatedAfter, "created_before": q.CreatedBefore} {
-		if !t.IsZero() {
-			v.Set(k, t.UTC().Format(time.RFC3339Nano))
-		}
-	}
-	var out TaskPage
-	if _, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/tasks", query: v, idempotent: true, out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	v := listQuery{}.text("queue", q.Queue).text("status", string(q.Status)).text("page_token", q.PageToken).
+		text("concurrency_key", q.ConcurrencyKey).number("priority", q.Priority).number("limit", q.Limit).
+		time("created_after", q.CreatedAfter).time("created_before", q.CreatedBefore)
+	return fetch[TaskPage](ctx, c, call{method: http.MethodGet, path: "/v1/tasks", query: url.Values(v), idempotent: true})
 }
 
 // AllTasks yields every task version q selects, page after page, starting at q.PageToken. It
 // stops at the first error, which it yields.
 func (c *Client) AllTasks(ctx context.Context, q TaskQuery) iter.Seq2[Task, error] {
-	return pages(func(token string) ([]Task, string, error) {
-		q.PageToken = token
-		p, err := c.ListTasks(ctx, q)
-		if err != nil {
-			return nil, "", err
-		}
-		return p.Items, p.NextPageToken, nil
-	}, q.PageToken)
+	return pages(&q.PageToken, func() (*api.List[Task], error) { return c.ListTasks(ctx, q) })
 }
 
 // GetTask reads the latest stored version of a task.
 func (c *Client) GetTask(ctx context.Context, taskID string) (*Task, error) {
-	var out Task
-	if _, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/tasks/" + seg(taskID), idempotent: true, out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[Task](ctx, c, call{method: http.MethodGet, path: "/v1/tasks/" + seg(taskID), idempotent: true})
 }
 
 // GetTaskVersion reads one version of a task.
 func (c *Client) GetTaskVersion(ctx context.Context, taskID string, version int64) (*Task, error) {
-	var out Task
-	if _, err := c.do(ctx, call{method: http.MethodGet, path: taskVersionPath(taskID, version), idempotent: true, out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[Task](ctx, c, call{method: http.MethodGet, path: taskVersionPath(taskID, version), idempotent: true})
 }
 
 // CancelTask cancels a pending or processing task version (a cancelled one is returned as it
 // is; a finished one is ErrConflict).
 func (c *Client) CancelTask(ctx context.Context, taskID string, version int64) (*Task, error) {
-	var out Task
-	if _, err := c.do(ctx, call{method: http.MethodDelete, path: taskVersionPath(taskID, version), idempotent: true, out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[Task](ctx, c, call{method: http.MethodDelete, path: taskVersionPath(taskID, version), idempotent: true})
 }
 
 // RetryTask makes a failed or cancelled version pending again with a fresh retry budget, as
 // re-submitting it with its own content would (POST /v1/tasks/{id}/versions/{v}/retry). Only a
 // task's highest version can be retried: another, or another status, is ErrConflict.
 func (c *Client) RetryTask(ctx context.Context, taskID string, version int64) (*Task, error) {
-	var out Task
-	if _, err := c.do(ctx, call{method: http.MethodPost, path: taskVersionPath(taskID, version) + "/retry", out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[Task](ctx, c, call{method: http.MethodPost, path: taskVersionPath(taskID, version) + "/retry"})
 }
 
 // TaskBulkFilter selects tasks for CancelTasks and RetryTasks. Zero fields do not filter; Max
@@ -151,11 +106,7 @@ type TaskRetryResult = api.TaskRetryResult
 // CancelTask does (POST /v1/tasks/bulk/cancel, scope admin). Call again while More is true.
 // Safe to retry: a repeat only finds tasks still pending or processing.
 func (c *Client) CancelTasks(ctx context.Context, f TaskBulkFilter) (*TaskCancelResult, error) {
-	var out TaskCancelResult
-	if _, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/tasks/bulk/cancel", body: f, idempotent: true, out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[TaskCancelResult](ctx, c, call{method: http.MethodPost, path: "/v1/tasks/bulk/cancel", body: f, idempotent: true})
 }
 
 // RetryTasks makes the failed and cancelled tasks f matches (each task id's highest version)
@@ -163,11 +114,7 @@ func (c *Client) CancelTasks(ctx context.Context, f TaskBulkFilter) (*TaskCancel
 // /v1/tasks/bulk/retry, scope admin). Call again while More is true. Safe to retry: a repeat
 // only finds tasks still failed or cancelled.
 func (c *Client) RetryTasks(ctx context.Context, f TaskBulkFilter) (*TaskRetryResult, error) {
-	var out TaskRetryResult
-	if _, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/tasks/bulk/retry", body: f, idempotent: true, out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[TaskRetryResult](ctx, c, call{method: http.MethodPost, path: "/v1/tasks/bulk/retry", body: f, idempotent: true})
 }
 
 // ReportResult reports how an attempt ended (scope worker): Accepted when r.Attempt is the
@@ -176,11 +123,7 @@ func (c *Client) RetryTasks(ctx context.Context, f TaskBulkFilter) (*TaskRetryRe
 // repeat of an accepted result is ErrConflict (the taskworker package retries it and reads that
 // 409 as "over").
 func (c *Client) ReportResult(ctx context.Context, taskID string, version int64, r api.TaskResult) (*ReportAccepted, error) {
-	var out ReportAccepted
-	if _, err := c.do(ctx, call{method: http.MethodPost, path: taskVersionPath(taskID, version) + "/result", body: r, out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[ReportAccepted](ctx, c, call{method: http.MethodPost, path: taskVersionPath(taskID, version) + "/result", body: r})
 }
 
 // TaskResultItem is one attempt's result in ReportResults: the task version it belongs to and
@@ -206,14 +149,14 @@ const MaxTaskResults = api.MaxTaskResults
 // ReportResult, only on a 429 or a connection never opened: a repeat of an accepted result is a
 // 409 for that result.
 func (c *Client) ReportResults(ctx context.Context, results []TaskResultItem) (*TaskResultsAnswer, error) {
-	var out TaskResultsAnswer
-	if _, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/tasks/results", body: api.TaskResults{Results: results}, out: &out}); err != nil {
+	out, err := fetch[TaskResultsAnswer](ctx, c, call{method: http.MethodPost, path: "/v1/tasks/results", body: api.TaskResults{Results: results}})
+	if err != nil {
 		return nil, err
 	}
 	if len(out.Results) != len(results) {
 		return nil, fmt.Errorf("courier: POST /v1/tasks/results: %d answers to %d results", len(out.Results), len(results))
 	}
-	return &out, nil
+	return out, nil
 }
 
 // ResultError is one answer of ReportResults as an error: nil for an accepted result (202),
@@ -223,7 +166,7 @@ func ResultError(a TaskResultAnswer) error {
 	if a.Status == http.StatusAccepted {
 		return nil
 	}
-	e := &Error{StatusCode: a.Status, Code: codeOfStatus(a.Status), Method: http.MethodPost,
+	e := &Error{StatusCode: a.Status, Code: api.CodeOfStatus(a.Status), Method: http.MethodPost,
 		Path: taskVersionPath(a.TaskID, a.TaskVersion) + "/result"}
 	if a.Error != nil {
 		if a.Error.Code != "" {
@@ -238,13 +181,8 @@ func ResultError(a TaskResultAnswer) error {
 // timeout; details (optional JSON) is recorded with it. ErrConflict means the attempt is over:
 // stop working on it.
 func (c *Client) Heartbeat(ctx context.Context, taskID string, version int64, attempt int, details json.RawMessage) (*ReportAccepted, error) {
-	var out ReportAccepted
-	_, err := c.do(ctx, call{method: http.MethodPost, path: taskVersionPath(taskID, version) + "/heartbeat",
-		body: api.Heartbeat{Attempt: attempt, Details: details}, idempotent: true, out: &out})
-	if err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[ReportAccepted](ctx, c, call{method: http.MethodPost, path: taskVersionPath(taskID, version) + "/heartbeat",
+		body: api.Heartbeat{Attempt: attempt, Details: details}, idempotent: true})
 }
 
 // QueueConfig is a queue's configuration (PUT /v1/queues/{name}, scope admin). A PUT replaces
@@ -257,22 +195,17 @@ type Queue = api.Queue
 
 // PutQueue creates or replaces a queue (scope admin).
 func (c *Client) PutQueue(ctx context.Context, name string, cfg QueueConfig) (*Queue, error) {
-	var out Queue
-	st, err := c.do(ctx, call{method: http.MethodPut, path: "/v1/queues/" + seg(name), body: cfg, idempotent: true, out: &out})
+	out, st, err := fetchStatus[Queue](ctx, c, call{method: http.MethodPut, path: "/v1/queues/" + seg(name), body: cfg, idempotent: true})
 	if err != nil {
 		return nil, err
 	}
 	out.Created = st == http.StatusCreated
-	return &out, nil
+	return out, nil
 }
 
 // GetQueue reads one queue (scope admin).
 func (c *Client) GetQueue(ctx context.Context, name string) (*Queue, error) {
-	var out Queue
-	if _, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/queues/" + seg(name), idempotent: true, out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[Queue](ctx, c, call{method: http.MethodGet, path: "/v1/queues/" + seg(name), idempotent: true})
 }
 
 // ListQueues reads every queue (scope admin).

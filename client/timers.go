@@ -5,7 +5,6 @@ import (
 	"iter"
 	"net/http"
 	"net/url"
-	"strconv"
 	"time"
 
 	"github.com/courier-oss/courier"
@@ -42,78 +41,42 @@ func timerPath(bizType, bizID string) string { return "/v1/timers/" + seg(bizTyp
 
 // CreateTimer arms a timer.
 func (c *Client) CreateTimer(ctx context.Context, r TimerRequest) (*Timer, error) {
-	var out Timer
-	st, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/timers", body: r, idempotent: true, out: &out})
+	out, st, err := fetchStatus[Timer](ctx, c, call{method: http.MethodPost, path: "/v1/timers", body: r, idempotent: true})
 	if err != nil {
 		return nil, err
 	}
 	out.Created = st == http.StatusCreated
-	return &out, nil
+	return out, nil
 }
 
 // GetTimer reads a timer's state.
 func (c *Client) GetTimer(ctx context.Context, bizType, bizID string) (*Timer, error) {
-	var out Timer
-	if _, err := c.do(ctx, call{method: http.MethodGet, path: timerPath(bizType, bizID), idempotent: true, out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[Timer](ctx, c, call{method: http.MethodGet, path: timerPath(bizType, bizID), idempotent: true})
 }
 
 // RescheduleTimer moves a scheduled timer. A timer that already fired or was cancelled is
 // ErrConflict; with no worker to take the change, ErrUnavailable (retried within the policy).
 func (c *Client) RescheduleTimer(ctx context.Context, bizType, bizID string, r Reschedule) (*Timer, error) {
-	var out Timer
-	if _, err := c.do(ctx, call{method: http.MethodPatch, path: timerPath(bizType, bizID), body: r, idempotent: true, out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[Timer](ctx, c, call{method: http.MethodPatch, path: timerPath(bizType, bizID), body: r, idempotent: true})
 }
 
 // CancelTimer cancels a timer; the answer's State says whether it had already fired.
 func (c *Client) CancelTimer(ctx context.Context, bizType, bizID string) (*Timer, error) {
-	var out Timer
-	if _, err := c.do(ctx, call{method: http.MethodDelete, path: timerPath(bizType, bizID), idempotent: true, out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[Timer](ctx, c, call{method: http.MethodDelete, path: timerPath(bizType, bizID), idempotent: true})
 }
 
 // ListTimers reads one page of timers; pass NextPageToken as q.PageToken for the next one, or
 // use AllTimers.
 func (c *Client) ListTimers(ctx context.Context, q TimerQuery) (*TimerPage, error) {
-	v := url.Values{}
-	for k, s := range map[string]string{"biz_type": q.BizType, "state": string(q.State), "page_token": q.PageToken} {
-		if s != "" {
-			v.Set(k, s)
-		}
-	}
-	if q.Limit != 0 {
-		v.Set("limit", strconv.Itoa(q.Limit))
-	}
-	for k, t := range map[string]time.Time{"finished_after": q.FinishedAfter, "finished_before": q.FinishedBefore} {
-		if !t.IsZero() {
-			v.Set(k, t.UTC().Format(time.RFC3339Nano))
-		}
-	}
-	var out TimerPage
-	if _, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/timers", query: v, idempotent: true, out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	v := listQuery{}.text("biz_type", q.BizType).text("state", string(q.State)).text("page_token", q.PageToken).
+		number("limit", q.Limit).time("finished_after", q.FinishedAfter).time("finished_before", q.FinishedBefore)
+	return fetch[TimerPage](ctx, c, call{method: http.MethodGet, path: "/v1/timers", query: url.Values(v), idempotent: true})
 }
 
 // AllTimers yields every timer q selects, page after page. It stops at the first error, which
 // it yields.
 func (c *Client) AllTimers(ctx context.Context, q TimerQuery) iter.Seq2[Timer, error] {
-	return pages(func(token string) ([]Timer, string, error) {
-		q.PageToken = token
-		p, err := c.ListTimers(ctx, q)
-		if err != nil {
-			return nil, "", err
-		}
-		return p.Items, p.NextPageToken, nil
-	}, q.PageToken)
+	return pages(&q.PageToken, func() (*api.List[Timer], error) { return c.ListTimers(ctx, q) })
 }
 
 // TimerBatchResult answers CreateTimers: every timer's own outcome, in the request's order.
@@ -124,22 +87,14 @@ type TimerBatchResult = api.TimerBatchResult
 // the timer or the error); a refused one writes nothing and refuses no other. Retried like
 // CreateTimer: a repeat of an armed timer answers existing.
 func (c *Client) CreateTimers(ctx context.Context, reqs []TimerRequest) (*TimerBatchResult, error) {
-	var out TimerBatchResult
-	if _, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/timers/batch", body: api.TimerBatch{Timers: reqs},
-		idempotent: true, out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[TimerBatchResult](ctx, c, call{method: http.MethodPost, path: "/v1/timers/batch", body: api.TimerBatch{Timers: reqs},
+		idempotent: true})
 }
 
 // RedeliverTimer delivers a failed timer again (scope admin): a new delivery id, the type's
 // whole retry budget, now. ErrConflict when the timer has not failed.
 func (c *Client) RedeliverTimer(ctx context.Context, bizType, bizID string) (*Timer, error) {
-	var out Timer
-	if _, err := c.do(ctx, call{method: http.MethodPost, path: timerPath(bizType, bizID) + "/redeliver", out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[Timer](ctx, c, call{method: http.MethodPost, path: timerPath(bizType, bizID) + "/redeliver"})
 }
 
 // TimerRedeliverFilter selects the failed timers RedeliverTimers delivers again.
@@ -152,9 +107,5 @@ type TimerRedeliverResult = api.TimerRedeliverResult
 // f.Max (default 100) per call (POST /v1/timers/redeliver, scope admin); More says whether
 // others remain. Safe to retry: a repeat redelivers only timers still failed.
 func (c *Client) RedeliverTimers(ctx context.Context, f TimerRedeliverFilter) (*TimerRedeliverResult, error) {
-	var out TimerRedeliverResult
-	if _, err := c.do(ctx, call{method: http.MethodPost, path: "/v1/timers/redeliver", body: f, idempotent: true, out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return fetch[TimerRedeliverResult](ctx, c, call{method: http.MethodPost, path: "/v1/timers/redeliver", body: f, idempotent: true})
 }

@@ -99,6 +99,9 @@ type Claim struct {
 	// NextToken is set when the queue's dispatch rate held back ready tasks: its next token
 	// comes after this long.
 	NextToken time.Duration
+	// Drained is set when the claim took every ready task it saw, with free slots to spare:
+	// the queue's tasks come slower than its slots free up.
+	Drained bool
 }
 
 // Dispatcher applies the rules to claims. It keeps each queue's place in the weighted round of
@@ -207,6 +210,7 @@ func (d *Dispatcher) claim(ctx context.Context, tx ClaimTx, max int) (Claim, err
 	if len(out.Attempts) == 0 {
 		out.Batch = ""
 	}
+	out.Drained = total < slots && len(out.Attempts) == total
 	return out, nil
 }
 

@@ -47,13 +47,11 @@ func (h *handlers) putBizType(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ps, err := h.pauses(c.Request().Context())
+	out, err := h.bizTypeShown(c.Request().Context(), stored)
 	if err != nil {
 		return err
 	}
-	out := api.BizTypeOf(stored)
 	out.GeneratedSecret = generated
-	out.Paused = api.PausedBy(ps.BizType(name))
 	if created {
 		return c.JSON(http.StatusCreated, out)
 	}
@@ -61,21 +59,18 @@ func (h *handlers) putBizType(c echo.Context) error {
 }
 
 func (h *handlers) getBizType(c echo.Context) error {
-	name, err := pathName(c, "name")
+	return getOne(c, pathName, "name", h.d.BizTypes.GetBizType, h.bizTypeShown)
+}
+
+// bizTypeShown is a business type as the API shows it: with its pause, if it is paused.
+func (h *handlers) bizTypeShown(ctx context.Context, b courier.BizType) (api.BizType, error) {
+	ps, err := h.pauses(ctx)
 	if err != nil {
-		return err
-	}
-	b, err := h.d.BizTypes.GetBizType(c.Request().Context(), name)
-	if err != nil {
-		return err
-	}
-	ps, err := h.pauses(c.Request().Context())
-	if err != nil {
-		return err
+		return api.BizType{}, err
 	}
 	out := api.BizTypeOf(b)
-	out.Paused = api.PausedBy(ps.BizType(name))
-	return c.JSON(http.StatusOK, out)
+	out.Paused = api.PausedBy(ps.BizType(b.Name))
+	return out, nil
 }
 
 func (h *handlers) listBizTypes(c echo.Context) error {
@@ -101,14 +96,7 @@ func (h *handlers) listBizTypes(c echo.Context) error {
 }
 
 func (h *handlers) deleteBizType(c echo.Context) error {
-	name, err := pathName(c, "name")
-	if err != nil {
-		return err
-	}
-	if err := h.d.BizTypes.DeleteBizType(c.Request().Context(), name); err != nil {
-		return err
-	}
-	return c.NoContent(http.StatusNoContent)
+	return deleteOne(c, pathName, "name", h.d.BizTypes.DeleteBizType)
 }
 
 // errorField is the field a validation error names, or "".

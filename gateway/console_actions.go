@@ -109,7 +109,7 @@ func (cs *console) redriveDead(c echo.Context) error {
 
 // cancelTask cancels a task version, like DELETE /v1/tasks/{task_id}/versions/{version}.
 func (cs *console) cancelTask(c echo.Context) error {
-	id, v, err := taskPath(c, true)
+	id, v, err := taskPath(c)
 	if err != nil {
 		return err
 	}
@@ -203,15 +203,21 @@ func (cs *console) bulkTasks(retry bool) echo.HandlerFunc {
 
 // cancelTimer cancels a timer, like DELETE /v1/timers/{biz_type}/{biz_id}.
 func (cs *console) cancelTimer(c echo.Context) error {
+	return cs.timerAction(c, cs.h.d.Timers.Cancel, "cancel-timer", "cancelled")
+}
+
+// timerAction runs do on the timer the path names, audits it as action and shows the timer with
+// flash.
+func (cs *console) timerAction(c echo.Context, do timerFunc, action, flash string) error {
 	bizType, bizID, err := timerPath(c)
 	if err != nil {
 		return err
 	}
-	if _, err := cs.h.d.Timers.Cancel(c.Request().Context(), bizType, bizID); err != nil {
+	if _, err := do(c.Request().Context(), bizType, bizID); err != nil {
 		return err
 	}
-	cs.audit(c, "cancel-timer", "biz_type", bizType, "biz_id", bizID)
-	return seeOther(c, "/console/timers/"+url.PathEscape(bizType)+"/"+url.PathEscape(bizID), "flash", "cancelled")
+	cs.audit(c, action, "biz_type", bizType, "biz_id", bizID)
+	return seeOther(c, "/console/timers/"+url.PathEscape(bizType)+"/"+url.PathEscape(bizID), "flash", flash)
 }
 
 // pauseSchedule and unpauseSchedule are POST /v1/schedules/{id}/pause and /unpause.
@@ -269,15 +275,7 @@ func (cs *console) flowAction(c echo.Context, pause bool) error {
 
 // redeliverTimer delivers one failed timer again.
 func (cs *console) redeliverTimer(c echo.Context) error {
-	bizType, bizID, err := timerPath(c)
-	if err != nil {
-		return err
-	}
-	if _, err := cs.h.d.Timers.Redeliver(c.Request().Context(), bizType, bizID); err != nil {
-		return err
-	}
-	cs.audit(c, "redeliver-timer", "biz_type", bizType, "biz_id", bizID)
-	return seeOther(c, "/console/timers/"+url.PathEscape(bizType)+"/"+url.PathEscape(bizID), "flash", "redelivered")
+	return cs.timerAction(c, cs.h.d.Timers.Redeliver, "redeliver-timer", "redelivered")
 }
 
 // redeliverFailed delivers a business type's failed timers again: form field biz_type.

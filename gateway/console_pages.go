@@ -287,41 +287,44 @@ func (cs *console) sourceNames() []string {
 	return append([]string{courier.DefaultSource}, names...)
 }
 
-// flashOf is what the last action did, from the fixed messages below; the redirect after an
-// action names one by key, so a link can show nothing else.
-func flashOf(c echo.Context) string {
+// bulkFlash words what a bulk action did: done with the count n, skipped (if the action skips
+// any) with the count skipped when some were, and more when more match.
+func bulkFlash(c echo.Context, done, skipped, more string) string {
 	n := func(name string) int {
 		v, _ := strconv.Atoi(c.QueryParam(name))
 		return max(v, 0)
 	}
+	s := fmt.Sprintf(done, n("n"))
+	if k := n("skipped"); k > 0 && skipped != "" {
+		s += fmt.Sprintf(skipped, k)
+	}
+	if c.QueryParam("more") == "1" {
+		s += more
+	}
+	return s
+}
+
+// flashOf is what the last action did, from the fixed messages below; the redirect after an
+// action names one by key, so a link can show nothing else.
+func flashOf(c echo.Context) string {
 	switch c.QueryParam("flash") {
 	case "redriven":
 		return "Redriven: the record is pending again and the relay delivers it in a moment."
 	case "bulk":
-		s := fmt.Sprintf("Redrove %d dead records.", n("n"))
-		if b := n("skipped"); b > 0 {
-			s += fmt.Sprintf(" %d were left dead because their last delivery run was still closing: redrive again in a moment.", b)
-		}
-		if c.QueryParam("more") == "1" {
-			s += " More dead records match: redrive again for the next ones."
-		}
-		return s
+		return bulkFlash(c, "Redrove %d dead records.",
+			" %d were left dead because their last delivery run was still closing: redrive again in a moment.",
+			" More dead records match: redrive again for the next ones.")
 	case "skipped":
 		return "Skipped: the record stays dead and its key's later records go out."
 	case "cancelled":
 		return "Cancelled."
 	case "cancel-tasks", "retry-tasks":
-		s := fmt.Sprintf("Cancelled %d tasks.", n("n"))
+		done := "Cancelled %d tasks."
 		if c.QueryParam("flash") == "retry-tasks" {
-			s = fmt.Sprintf("Retried %d tasks: they are pending again with a fresh retry budget.", n("n"))
+			done = "Retried %d tasks: they are pending again with a fresh retry budget."
 		}
-		if k := n("skipped"); k > 0 {
-			s += fmt.Sprintf(" %d had changed meanwhile and were left as they were.", k)
-		}
-		if c.QueryParam("more") == "1" {
-			s += " More tasks match: do it again for the next ones."
-		}
-		return s
+		return bulkFlash(c, done, " %d had changed meanwhile and were left as they were.",
+			" More tasks match: do it again for the next ones.")
 	case "paused":
 		return "Paused."
 	case "resumed":
@@ -329,11 +332,7 @@ func flashOf(c echo.Context) string {
 	case "redelivered":
 		return "Redelivered: the timer is delivered again."
 	case "redelivered-n":
-		s := fmt.Sprintf("Redelivered %d failed timers.", n("n"))
-		if c.QueryParam("more") == "1" {
-			s += " More failed timers match: redeliver again for the next ones."
-		}
-		return s
+		return bulkFlash(c, "Redelivered %d failed timers.", "", " More failed timers match: redeliver again for the next ones.")
 	}
 	return ""
 }
@@ -409,11 +408,7 @@ func (cs *console) taskList(c echo.Context) error {
 
 // taskDetail shows one task version with its payload, result and message.
 func (cs *console) taskDetail(c echo.Context) error {
-	id, v, err := taskPath(c, true)
-	if err != nil {
-		return err
-	}
-	t, err := cs.h.d.Tasks.Get(c.Request().Context(), id, v)
+	id, _, t, err := readAt(c, taskPath, cs.h.d.Tasks.Get)
 	if err != nil {
 		return err
 	}
@@ -447,11 +442,7 @@ func (cs *console) timerList(c echo.Context) error {
 
 // timerDetail shows one timer with its attempts, last error and payload.
 func (cs *console) timerDetail(c echo.Context) error {
-	bizType, bizID, err := timerPath(c)
-	if err != nil {
-		return err
-	}
-	t, err := cs.h.d.Timers.Get(c.Request().Context(), bizType, bizID)
+	_, bizID, t, err := readAt(c, timerPath, cs.h.d.Timers.Get)
 	if err != nil {
 		return err
 	}

@@ -31,18 +31,6 @@ var statusOf = map[courier.Code]int{
 	courier.CodeBacklogFull:      http.StatusTooManyRequests,
 }
 
-// codeOfStatus maps echo's own HTTP errors (routing, body limit) back to codes.
-var codeOfStatus = map[int]courier.Code{
-	http.StatusBadRequest:            courier.CodeInvalid,
-	http.StatusNotFound:              courier.CodeNotFound,
-	http.StatusMethodNotAllowed:      courier.CodeMethodNotAllowed,
-	http.StatusRequestEntityTooLarge: courier.CodeTooLarge,
-	http.StatusUnsupportedMediaType:  courier.CodeUnsupportedMedia,
-	http.StatusUnauthorized:          courier.CodeUnauthenticated,
-	http.StatusForbidden:             courier.CodePermissionDenied,
-	http.StatusServiceUnavailable:    courier.CodeUnavailable,
-}
-
 // errorHandler answers every error: JSON for the API, a page for the console (view; nil
 // without one).
 func errorHandler(log *slog.Logger, view *consoleView) echo.HTTPErrorHandler {
@@ -91,10 +79,7 @@ func render(err error) (int, api.ErrorBody) {
 	}
 	var he *echo.HTTPError
 	if errors.As(err, &he) {
-		code, ok := codeOfStatus[he.Code]
-		if !ok {
-			code = courier.CodeInternal
-		}
+		code := api.CodeOfStatus(he.Code)
 		msg := http.StatusText(he.Code)
 		if m, ok := he.Message.(string); ok && m != "" {
 			msg = m

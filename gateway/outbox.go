@@ -85,13 +85,7 @@ func (h *handlers) record(c echo.Context) (string, OutboxStore, int64, error) {
 // listOutbox pages through records in ascending id order: at most limit (default 100, at most
 // 1000) per page, without payloads unless include_payload=true, and then no more payload bytes
 // than the store's budget per page.
-func (h *handlers) listOutbox(c echo.Context) error {
-	page, err := h.outboxPage(c)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, page)
-}
+func (h *handlers) listOutbox(c echo.Context) error { return answerPage(c, h.outboxPage) }
 
 // outboxPage reads the page of records the request's query asks for (source, status, topic,
 // limit, include_payload, page_token): the API's list and the console's.

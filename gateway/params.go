@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
+	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
@@ -155,4 +157,71 @@ func keyPage[T any](c echo.Context, pages *pageTokens, list string, items []T, k
 		}
 	}
 	return out, nil
+}
+
+// getOne answers GET of the one resource the path parameter param names (read by key: pathID
+// or pathName): get reads it and show makes it what the API shows.
+func getOne[T, O any](c echo.Context, key func(echo.Context, string) (string, error), param string,
+	get func(context.Context, string) (T, error), show func(context.Context, T) (O, error)) error {
+	k, err := key(c, param)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	v, err := get(ctx, k)
+	if err != nil {
+		return err
+	}
+	out, err := show(ctx, v)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+// deleteOne answers DELETE of the one resource the path parameter param names (read by key)
+// with 204 once del has removed it.
+func deleteOne(c echo.Context, key func(echo.Context, string) (string, error), param string,
+	del func(context.Context, string) error) error {
+	k, err := key(c, param)
+	if err != nil {
+		return err
+	}
+	if err := del(c.Request().Context(), k); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+// answerPage answers a list with the page that page reads from the request's query.
+func answerPage[T any](c echo.Context, page func(echo.Context) (T, error)) error {
+	p, err := page(c)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, p)
+}
+
+// answerAt runs do on the one resource the path's two keys name (keys reads them: taskPath,
+// timerPath) and answers what it returns with status.
+func answerAt[K, T any](c echo.Context, status int, keys func(echo.Context) (string, K, error),
+	do func(context.Context, string, K) (T, error)) error {
+	_, _, v, err := readAt(c, keys, do)
+	if err != nil {
+		return err
+	}
+	return c.JSON(status, v)
+}
+
+// readAt runs do on the one resource the path's two keys name (keys reads them) and returns
+// the keys with what do returns.
+func readAt[K, T any](c echo.Context, keys func(echo.Context) (string, K, error),
+	do func(context.Context, string, K) (T, error)) (string, K, T, error) {
+	a, b, err := keys(c)
+	if err != nil {
+		var zero T
+		return a, b, zero, err
+	}
+	v, err := do(c.Request().Context(), a, b)
+	return a, b, v, err
 }

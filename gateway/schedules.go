@@ -108,29 +108,11 @@ func (h *handlers) listSchedules(c echo.Context) error {
 }
 
 func (h *handlers) getSchedule(c echo.Context) error {
-	id, err := pathID(c, "id")
-	if err != nil {
-		return err
-	}
-	out, err := h.d.Schedules.GetSchedule(c.Request().Context(), id)
-	if err != nil {
-		return err
-	}
-	if out, err = h.scheduleShown(c.Request().Context(), out); err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, out)
+	return getOne(c, pathID, "id", h.d.Schedules.GetSchedule, h.scheduleShown)
 }
 
 func (h *handlers) deleteSchedule(c echo.Context) error {
-	id, err := pathID(c, "id")
-	if err != nil {
-		return err
-	}
-	if err := h.d.Schedules.DeleteSchedule(c.Request().Context(), id); err != nil {
-		return err
-	}
-	return c.NoContent(http.StatusNoContent)
+	return deleteOne(c, pathID, "id", h.d.Schedules.DeleteSchedule)
 }
 
 func (h *handlers) scheduleAction(act func(ctx context.Context, id, note string) error) echo.HandlerFunc {

@@ -46,11 +46,21 @@ type TaskService interface {
 	DeleteQueue(ctx context.Context, name string) error
 }
 
-// taskPath reads :task_id and, withVersion, :version from the path.
-func taskPath(c echo.Context, withVersion bool) (string, int64, error) {
+// taskRequest reads the task version the path names and the request's JSON body.
+func taskRequest[B any](c echo.Context) (string, int64, B, error) {
+	var req B
+	id, v, err := taskPath(c)
+	if err == nil {
+		err = bindJSON(c, &req)
+	}
+	return id, v, req, err
+}
+
+// taskPath reads :task_id and :version from the path.
+func taskPath(c echo.Context) (string, int64, error) {
 	id, err := pathID(c, "task_id")
-	if err != nil || !withVersion {
-		return id, 0, err
+	if err != nil {
+		return "", 0, err
 	}
 	v, err := pathInt(c, "version")
 	return id, v, err
@@ -80,13 +90,7 @@ func (h *handlers) insertTask(c echo.Context) error {
 // listTasks pages through task versions newest first, filtered by queue, status, priority,
 // concurrency key and creation time, without payloads and results (GET one version for those).
 // The page token is sealed to its query, like a timer list's.
-func (h *handlers) listTasks(c echo.Context) error {
-	page, err := h.taskPage(c)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, page)
-}
+func (h *handlers) listTasks(c echo.Context) error { return answerPage(c, h.taskPage) }
 
 // taskCursor is what a task page token carries (sealed to its query): the last version of the
 // page, in the order lists use (courier.TaskKey).
@@ -192,61 +196,40 @@ var taskStatusNames = func() string {
 }()
 
 func (h *handlers) getLatestTask(c echo.Context) error {
-	id, _, err := taskPath(c, false)
-	if err != nil {
-		return err
-	}
-	t, err := h.d.Tasks.Latest(c.Request().Context(), id)
-	if err != nil {
-		return err
-	}
-	out := []api.Task{api.TaskOf(t)}
-	if err := h.markQueuePaused(c.Request().Context(), out); err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, out[0])
+	return getOne(c, pathID, "task_id", h.d.Tasks.Latest, h.taskShown)
 }
 
 func (h *handlers) getTask(c echo.Context) error {
-	id, v, err := taskPath(c, true)
-	if err != nil {
-		return err
-	}
-	t, err := h.d.Tasks.Get(c.Request().Context(), id, v)
-	if err != nil {
-		return err
-	}
-	out := []api.Task{api.TaskOf(t)}
-	if err := h.markQueuePaused(c.Request().Context(), out); err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, out[0])
+	return answerAt(c, http.StatusOK, taskPath, func(ctx context.Context, id string, v int64) (api.Task, error) {
+		t, err := h.d.Tasks.Get(ctx, id, v)
+		if err != nil {
+			return api.Task{}, err
+		}
+		return h.taskShown(ctx, t)
+	})
 }
 
-func (h *handlers) cancelTask(c echo.Context) error {
-	id, v, err := taskPath(c, true)
-	if err != nil {
-		return err
+// taskShown is a task version as the API shows it: a pending one with its queue's pause.
+func (h *handlers) taskShown(ctx context.Context, t courier.Task) (api.Task, error) {
+	out := []api.Task{api.TaskOf(t)}
+	if err := h.markQueuePaused(ctx, out); err != nil {
+		return api.Task{}, err
 	}
-	t, err := h.d.Tasks.Cancel(c.Request().Context(), id, v)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, api.TaskOf(t))
+	return out[0], nil
 }
+
+func (h *handlers) cancelTask(c echo.Context) error { return answerTask(c, h.d.Tasks.Cancel) }
 
 // retryTask makes a failed or cancelled version pending again with a fresh retry budget, as
 // re-submitting it with its own content would (POST /v1/tasks/{id}/versions/{v}/retry).
-func (h *handlers) retryTask(c echo.Context) error {
-	id, v, err := taskPath(c, true)
-	if err != nil {
-		return err
-	}
-	t, err := h.d.Tasks.Retry(c.Request().Context(), id, v)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, api.TaskOf(t))
+func (h *handlers) retryTask(c echo.Context) error { return answerTask(c, h.d.Tasks.Retry) }
+
+// answerTask runs do on the task version the path names and answers the version it returns.
+func answerTask(c echo.Context, do func(ctx context.Context, taskID string, version int64) (courier.Task, error)) error {
+	return answerAt(c, http.StatusOK, taskPath, func(ctx context.Context, id string, v int64) (api.Task, error) {
+		t, err := do(ctx, id, v)
+		return api.TaskOf(t), err
+	})
 }
 
 // Bulk task action bounds: those of the outbox's bulk redrive.
@@ -258,29 +241,28 @@ const (
 // cancelTasks cancels the pending and processing tasks a filter matches (POST
 // /v1/tasks/bulk/cancel), each as DELETE /v1/tasks/{id}/versions/{v} does.
 func (h *handlers) cancelTasks(c echo.Context) error {
-	f, max, err := bindTaskBulk(c)
-	if err != nil {
-		return err
-	}
-	res, err := h.d.Tasks.CancelMatching(c.Request().Context(), f, max)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, api.NewTaskCancelResult(res.Affected, res.Skipped, res.More))
+	return bulkTasks(c, h.d.Tasks.CancelMatching, api.NewTaskCancelResult)
 }
 
 // retryTasks makes the failed and cancelled tasks a filter matches pending again with a fresh
 // retry budget (POST /v1/tasks/bulk/retry), each as re-submitting it would.
 func (h *handlers) retryTasks(c echo.Context) error {
+	return bulkTasks(c, h.d.Tasks.RetryMatching, api.NewTaskRetryResult)
+}
+
+// bulkTasks runs the bulk action do on the tasks the request's filter matches and answers what
+// it did as result words it.
+func bulkTasks[R any](c echo.Context, do func(ctx context.Context, f courier.TaskFilter, max int) (courier.TaskBulkResult, error),
+	result func(done, skipped int, more bool) R) error {
 	f, max, err := bindTaskBulk(c)
 	if err != nil {
 		return err
 	}
-	res, err := h.d.Tasks.RetryMatching(c.Request().Context(), f, max)
+	res, err := do(c.Request().Context(), f, max)
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, api.NewTaskRetryResult(res.Affected, res.Skipped, res.More))
+	return c.JSON(http.StatusOK, result(res.Affected, res.Skipped, res.More))
 }
 
 // bindTaskBulk reads and checks a bulk action's filter.
@@ -328,12 +310,8 @@ func checkTaskBulk(req api.TaskBulkFilter) (courier.TaskFilter, int, error) {
 }
 
 func (h *handlers) taskResult(c echo.Context) error {
-	id, v, err := taskPath(c, true)
+	id, v, req, err := taskRequest[api.TaskResult](c)
 	if err != nil {
-		return err
-	}
-	var req api.TaskResult
-	if err := bindJSON(c, &req); err != nil {
 		return err
 	}
 	release, err := h.d.Tasks.Report(c.Request().Context(), id, v, req)
@@ -394,12 +372,8 @@ func answerNow(c echo.Context, code int, body any) error {
 }
 
 func (h *handlers) taskHeartbeat(c echo.Context) error {
-	id, v, err := taskPath(c, true)
+	id, v, req, err := taskRequest[api.Heartbeat](c)
 	if err != nil {
-		return err
-	}
-	var req api.Heartbeat
-	if err := bindJSON(c, &req); err != nil {
 		return err
 	}
 	if err := h.d.Tasks.Heartbeat(c.Request().Context(), id, v, req.Attempt, req.Details); err != nil {
@@ -451,31 +425,12 @@ func (h *handlers) queueOf(ctx context.Context, q courier.Queue) (api.Queue, err
 }
 
 func (h *handlers) getQueue(c echo.Context) error {
-	name, err := pathName(c, "name")
-	if err != nil {
-		return err
-	}
-	q, err := h.d.Tasks.GetQueue(c.Request().Context(), name)
-	if err != nil {
-		return err
-	}
-	out, err := h.queueOf(c.Request().Context(), q)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, out)
+	return getOne(c, pathName, "name", h.d.Tasks.GetQueue, h.queueOf)
 }
 
 // deleteQueue deletes a queue that has no unfinished tasks (409 while it has).
 func (h *handlers) deleteQueue(c echo.Context) error {
-	name, err := pathName(c, "name")
-	if err != nil {
-		return err
-	}
-	if err := h.d.Tasks.DeleteQueue(c.Request().Context(), name); err != nil {
-		return err
-	}
-	return c.NoContent(http.StatusNoContent)
+	return deleteOne(c, pathName, "name", h.d.Tasks.DeleteQueue)
 }
 
 func (h *handlers) listQueues(c echo.Context) error {

@@ -54,53 +54,44 @@ func (h *handlers) createTimer(c echo.Context) error {
 }
 
 func (h *handlers) getTimer(c echo.Context) error {
-	bizType, bizID, err := timerPath(c)
-	if err != nil {
-		return err
-	}
-	t, err := h.d.Timers.Get(c.Request().Context(), bizType, bizID)
-	if err != nil {
-		return err
-	}
-	if t, err = h.timerShown(c.Request().Context(), t); err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, t)
+	return answerTimer(c, http.StatusOK, h.shown(h.d.Timers.Get))
 }
 
 func (h *handlers) rescheduleTimer(c echo.Context) error {
-	bizType, bizID, err := timerPath(c)
-	if err != nil {
-		return err
+	return answerTimer(c, http.StatusOK, h.shown(func(ctx context.Context, bizType, bizID string) (api.Timer, error) {
+		var req api.Reschedule
+		if err := bindJSON(c, &req); err != nil {
+			return api.Timer{}, err
+		}
+		at, _, err := req.When.Resolve(time.Now())
+		if err != nil {
+			return api.Timer{}, err
+		}
+		return h.d.Timers.Reschedule(ctx, bizType, bizID, at)
+	}))
+}
+
+// timerFunc reads or changes one timer.
+type timerFunc = func(ctx context.Context, bizType, bizID string) (api.Timer, error)
+
+// shown is do with its timer as the API shows it (timerShown).
+func (h *handlers) shown(do timerFunc) timerFunc {
+	return func(ctx context.Context, bizType, bizID string) (api.Timer, error) {
+		t, err := do(ctx, bizType, bizID)
+		if err != nil {
+			return api.Timer{}, err
+		}
+		return h.timerShown(ctx, t)
 	}
-	var req api.Reschedule
-	if err := bindJSON(c, &req); err != nil {
-		return err
-	}
-	at, _, err := req.When.Resolve(time.Now())
-	if err != nil {
-		return err
-	}
-	t, err := h.d.Timers.Reschedule(c.Request().Context(), bizType, bizID, at)
-	if err != nil {
-		return err
-	}
-	if t, err = h.timerShown(c.Request().Context(), t); err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, t)
 }
 
 func (h *handlers) cancelTimer(c echo.Context) error {
-	bizType, bizID, err := timerPath(c)
-	if err != nil {
-		return err
-	}
-	t, err := h.d.Timers.Cancel(c.Request().Context(), bizType, bizID)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, t)
+	return answerTimer(c, http.StatusOK, h.d.Timers.Cancel)
+}
+
+// answerTimer runs do on the timer the path names and answers the timer it returns with status.
+func answerTimer(c echo.Context, status int, do timerFunc) error {
+	return answerAt(c, status, timerPath, do)
 }
 
 // timerPath reads :biz_type and :biz_id from the path.
@@ -113,13 +104,7 @@ func timerPath(c echo.Context) (string, string, error) {
 	return bizType, bizID, err
 }
 
-func (h *handlers) listTimers(c echo.Context) error {
-	page, err := h.timerPage(c)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, page)
-}
+func (h *handlers) listTimers(c echo.Context) error { return answerPage(c, h.timerPage) }
 
 // timerPage reads the page of timers the request's query asks for (biz_type, state,
 // finished_after, finished_before, limit, page_token; page_size, limit's old name, is refused):
@@ -226,15 +211,7 @@ func (h *handlers) createTimers(c echo.Context) error {
 
 // redeliverTimer delivers a failed timer again.
 func (h *handlers) redeliverTimer(c echo.Context) error {
-	bizType, bizID, err := timerPath(c)
-	if err != nil {
-		return err
-	}
-	t, err := h.d.Timers.Redeliver(c.Request().Context(), bizType, bizID)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusAccepted, t)
+	return answerTimer(c, http.StatusAccepted, h.d.Timers.Redeliver)
 }
 
 // redeliverTimers delivers again the failed timers of a business type a filter selects.

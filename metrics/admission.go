@@ -20,10 +20,7 @@ type Admission struct {
 
 // NewAdmission creates the admission metrics and registers them with reg.
 func NewAdmission(reg prometheus.Registerer) *Admission {
-	m := &Admission{Refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "courier_admission_refused_total",
-		Help: "Requests refused with 429 by admission control, by reason (key_rate, biz_type_rate, queue_rate, backlog) and the key id, business type or queue whose limit refused them.",
-	}, []string{"reason", "name"})}
+	m := &Admission{Refused: counterVec("courier_admission_refused_total", "Requests refused with 429 by admission control, by reason (key_rate, biz_type_rate, queue_rate, backlog) and the key id, business type or queue whose limit refused them.", "reason", "name")}
 	if reg != nil {
 		reg.MustRegister(m.Refused)
 	}

@@ -33,27 +33,11 @@ const (
 // at 1 until a health check says otherwise), and registers them with reg.
 func NewBrokers(reg prometheus.Registerer, names []string) *Brokers {
 	m := &Brokers{
-		Acked: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "courier_broker_published_total",
-			Help: "Messages the broker acknowledged (outbox records and timer deliveries), by broker.",
-		}, []string{"broker"}),
-		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "courier_broker_publish_errors_total",
-			Help: "Failed publishes by broker and reason (down, busy, unknown_topic, refused, error).",
-		}, []string{"broker", "reason"}),
-		Latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "courier_broker_publish_seconds",
-			Help:    "Time from a publish to the broker's answer (acknowledgement or error), by broker.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
-		}, []string{"broker"}),
-		UpGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "courier_broker_up",
-			Help: "1 if the broker passed its last health check, 0 if it failed it.",
-		}, []string{"broker"}),
-		InFlightGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "courier_broker_publishes_in_flight",
-			Help: "Publishes waiting for the broker's answer in this process, by broker.",
-		}, []string{"broker"}),
+		Acked:         counterVec("courier_broker_published_total", "Messages the broker acknowledged (outbox records and timer deliveries), by broker.", "broker"),
+		Errors:        counterVec("courier_broker_publish_errors_total", "Failed publishes by broker and reason (down, busy, unknown_topic, refused, error).", "broker", "reason"),
+		Latency:       histogramVec("courier_broker_publish_seconds", "Time from a publish to the broker's answer (acknowledgement or error), by broker.", prometheus.ExponentialBuckets(0.0005, 2, 16), "broker"),
+		UpGauge:       gaugeVec("courier_broker_up", "1 if the broker passed its last health check, 0 if it failed it.", "broker"),
+		InFlightGauge: gaugeVec("courier_broker_publishes_in_flight", "Publishes waiting for the broker's answer in this process, by broker.", "broker"),
 		NoRoute: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "courier_broker_unroutable_total",
 			Help: "Publishes of a topic that no route matches, with no default broker (the record goes dead).",

@@ -23,24 +23,11 @@ func (m *Outbox) ObserveLatency(source string, seconds float64) {
 // NewOutbox creates the outbox metrics and registers them with reg.
 func NewOutbox(reg prometheus.Registerer) *Outbox {
 	m := &Outbox{
-		Published: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "courier_outbox_published_total",
-			Help: "Outbox records published and acknowledged by the broker.",
-		}, []string{"source", "topic"}),
-		Dead: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "courier_outbox_dead_total",
-			Help: "Outbox records that spent their retry budget and were marked dead.",
-		}, []string{"source", "topic"}),
-		Failures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "courier_outbox_publish_failures_total",
-			Help: "Failed publish attempts (each is retried per the retry policy).",
-		}, []string{"source", "topic"}),
-		Latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "courier_outbox_commit_to_publish_seconds",
-			Help:    "Time from the outbox row's created_at to the broker's acknowledgement.",
-			Buckets: prometheus.ExponentialBuckets(0.005, 2, 16),
-		}, []string{"source"}),
-		sources: newLabelBound(MaxLabelValues),
+		Published: counterVec("courier_outbox_published_total", "Outbox records published and acknowledged by the broker.", "source", "topic"),
+		Dead:      counterVec("courier_outbox_dead_total", "Outbox records that spent their retry budget and were marked dead.", "source", "topic"),
+		Failures:  counterVec("courier_outbox_publish_failures_total", "Failed publish attempts (each is retried per the retry policy).", "source", "topic"),
+		Latency:   histogramVec("courier_outbox_commit_to_publish_seconds", "Time from the outbox row's created_at to the broker's acknowledgement.", prometheus.ExponentialBuckets(0.005, 2, 16), "source"),
+		sources:   newLabelBound(MaxLabelValues),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Published, m.Dead, m.Failures, m.Latency)
@@ -119,16 +106,9 @@ func (m *Timers) ObserveLateness(bizType string, seconds float64) {
 // NewTimers creates the timer metrics and registers them with reg.
 func NewTimers(reg prometheus.Registerer) *Timers {
 	m := &Timers{
-		Lateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "courier_timer_fire_lateness_seconds",
-			Help:    "Time from a timer's fire_at to its first delivery attempt.",
-			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
-		}, []string{"biz_type"}),
-		bizTypes: newLabelBound(MaxLabelValues),
-		Deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "courier_timer_deliveries_total",
-			Help: "Timer delivery attempts by business type and outcome (delivered, retry, failed).",
-		}, []string{"biz_type", "outcome"}),
+		Lateness:   histogramVec("courier_timer_fire_lateness_seconds", "Time from a timer's fire_at to its first delivery attempt.", prometheus.ExponentialBuckets(0.01, 2, 14), "biz_type"),
+		bizTypes:   newLabelBound(MaxLabelValues),
+		Deliveries: counterVec("courier_timer_deliveries_total", "Timer delivery attempts by business type and outcome (delivered, retry, failed).", "biz_type", "outcome"),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Lateness, m.Deliveries)
@@ -158,4 +138,19 @@ func (c *timerStates) Collect(ch chan<- prometheus.Metric) {
 	for state, n := range counts {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), state)
 	}
+}
+
+// counterVec is a counter by labels, with its name and help.
+func counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+// gaugeVec is a gauge by labels, with its name and help.
+func gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+}
+
+// histogramVec is a histogram by labels, with its name, help and buckets.
+func histogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
 }

@@ -24,25 +24,11 @@ func (m *Tasks) ObserveInsertToPush(queue string, seconds float64) {
 // NewTasks creates the task metrics and registers them with reg.
 func NewTasks(reg prometheus.Registerer) *Tasks {
 	m := &Tasks{
-		InsertToPush: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "courier_task_insert_to_push_seconds",
-			Help:    "Time from a task's insert to its first push being accepted by a worker.",
-			Buckets: prometheus.ExponentialBuckets(0.005, 2, 18),
-		}, []string{"queue"}),
-		queues: newLabelBound(MaxLabelValues),
-		Results: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "courier_task_results_total",
-			Help: "Finished task attempts by queue and outcome (success, failure, timeout, cancelled).",
-		}, []string{"queue", "outcome"}),
-		LimiterRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "courier_task_limiter_repairs_total",
-			Help: "Times the sweeper found a queue's slot count different from its rows in Processing and repaired it.",
-		}, []string{"queue"}),
-		PushToResult: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "courier_task_push_to_result_seconds",
-			Help:    "Time from an attempt's push to its worker's result (success or failure) reaching the gateway, by queue.",
-			Buckets: prometheus.ExponentialBuckets(0.01, 2, 18),
-		}, []string{"queue"}),
+		InsertToPush:   histogramVec("courier_task_insert_to_push_seconds", "Time from a task's insert to its first push being accepted by a worker.", prometheus.ExponentialBuckets(0.005, 2, 18), "queue"),
+		queues:         newLabelBound(MaxLabelValues),
+		Results:        counterVec("courier_task_results_total", "Finished task attempts by queue and outcome (success, failure, timeout, cancelled).", "queue", "outcome"),
+		LimiterRepairs: counterVec("courier_task_limiter_repairs_total", "Times the sweeper found a queue's slot count different from its rows in Processing and repaired it.", "queue"),
+		PushToResult:   histogramVec("courier_task_push_to_result_seconds", "Time from an attempt's push to its worker's result (success or failure) reaching the gateway, by queue.", prometheus.ExponentialBuckets(0.01, 2, 18), "queue"),
 	}
 	if reg != nil {
 		reg.MustRegister(m.InsertToPush, m.Results, m.LimiterRepairs, m.PushToResult)

@@ -456,13 +456,19 @@ func (b *routedBroker) setHealth(err error, now time.Time) (changed bool, outage
 
 // Ping checks every broker at once and joins the failures, each naming its broker.
 func (r *Router) Ping(ctx context.Context) error {
+	return r.eachBroker(func(p Publisher) error { return p.Ping(ctx) })
+}
+
+// eachBroker runs do on every broker's publisher at once and joins the failures, each naming
+// its broker.
+func (r *Router) eachBroker(do func(Publisher) error) error {
 	errs := make([]error, len(r.brokers))
 	var wg sync.WaitGroup
 	for i, b := range r.brokers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := b.Publisher.Ping(ctx); err != nil {
+			if err := do(b.Publisher); err != nil {
 				errs[i] = fmt.Errorf("broker %q: %w", b.Name, err)
 			}
 		}()
@@ -552,17 +558,5 @@ func (r *Router) CheckNow(ctx context.Context, timeout time.Duration) {
 
 // Close closes every broker's publisher and joins their errors.
 func (r *Router) Close() error {
-	errs := make([]error, len(r.brokers))
-	var wg sync.WaitGroup
-	for i, b := range r.brokers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := b.Publisher.Close(); err != nil {
-				errs[i] = fmt.Errorf("broker %q: %w", b.Name, err)
-			}
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return r.eachBroker(Publisher.Close)
 }

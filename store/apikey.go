@@ -120,26 +120,27 @@ func (s *Store) SetAPIKeyRate(ctx context.Context, id string, r *courier.Rate) e
 	if r != nil {
 		rate, burst = sql.NullFloat64{Float64: r.PerSecond, Valid: true}, r.Burst
 	}
-	res, err := s.db.NewUpdate().Model((*apiKeyRow)(nil)).Set("rate_per_second = ?", rate).Set("rate_burst = ?", burst).
-		Where("id = ?", id).Where("revoked_at IS NULL").Exec(ctx)
+	return s.updateUnrevokedKey(ctx, id, "revoked", func(q *bun.UpdateQuery) *bun.UpdateQuery {
+		return q.Set("rate_per_second = ?", rate).Set("rate_burst = ?", burst)
+	})
+}
+
+// updateUnrevokedKey applies set to key id unless it is revoked; a key that does not exist or
+// is revoked is not_found, the message saying "not found or " + gone.
+func (s *Store) updateUnrevokedKey(ctx context.Context, id, gone string, set func(*bun.UpdateQuery) *bun.UpdateQuery) error {
+	res, err := set(s.db.NewUpdate().Model((*apiKeyRow)(nil))).Where("id = ?", id).Where("revoked_at IS NULL").Exec(ctx)
 	if err != nil {
 		return err
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return courier.Errorf(courier.CodeNotFound, "API key %s not found or revoked", id)
+		return courier.Errorf(courier.CodeNotFound, "API key %s not found or %s", id, gone)
 	}
 	return nil
 }
 
 // RevokeAPIKey revokes a key by id.
 func (s *Store) RevokeAPIKey(ctx context.Context, id string) error {
-	res, err := s.db.NewUpdate().Model((*apiKeyRow)(nil)).Set("revoked_at = "+s.nowSQL()).
-		Where("id = ?", id).Where("revoked_at IS NULL").Exec(ctx)
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return courier.Errorf(courier.CodeNotFound, "API key %s not found or already revoked", id)
-	}
-	return nil
+	return s.updateUnrevokedKey(ctx, id, "already revoked", func(q *bun.UpdateQuery) *bun.UpdateQuery {
+		return q.Set("revoked_at = " + s.nowSQL())
+	})
 }

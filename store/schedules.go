@@ -384,7 +384,7 @@ func (s *Store) followSchedules(ctx context.Context, tx bun.Tx, rows []timerRow)
 		}
 	}
 	kept := rows[:0:0]
-	cancelled := map[string][]string{} // why → biz ids (one type per claim)
+	cancelled := map[string][]timerRow{} // why → rows (one type per claim)
 	var next []trigger
 	for _, r := range rows {
 		if r.ScheduleID == nil {
@@ -394,19 +394,19 @@ func (s *Store) followSchedules(ctx context.Context, tx bun.Tx, rows []timerRow)
 		sch, ok := schedules[*r.ScheduleID]
 		switch {
 		case !ok:
-			cancelled["schedule deleted"] = append(cancelled["schedule deleted"], r.BizID)
+			cancelled["schedule deleted"] = append(cancelled["schedule deleted"], r)
 			continue
 		case r.ScheduleVer == 0: // asked for by hand
 			kept = append(kept, r)
 			continue
 		case sch.Paused:
-			cancelled["paused"] = append(cancelled["paused"], r.BizID)
+			cancelled["paused"] = append(cancelled["paused"], r)
 			continue
 		}
 		now := r.UpdatedAt // the claim's time, by the database's clock
 		late := now.Sub(r.FireAt) > sch.CatchupWindow
 		if late {
-			cancelled[courier.ScheduleMissedError] = append(cancelled[courier.ScheduleMissedError], r.BizID)
+			cancelled[courier.ScheduleMissedError] = append(cancelled[courier.ScheduleMissedError], r)
 		} else {
 			kept = append(kept, r)
 		}
@@ -427,17 +427,39 @@ func (s *Store) followSchedules(ctx context.Context, tx bun.Tx, rows []timerRow)
 		}
 		next = append(next, trigger{sch: sch, bizID: courier.ScheduleTriggerID(sch.ID, n), fireAt: timing.FireAt(sch.ID, n), version: sch.Version})
 	}
-	for why, bizIDs := range cancelled {
-		for chunk := range slices.Chunk(bizIDs, 1000) {
-			_, err := tx.NewRaw("UPDATE courier_timers SET state = 'cancelled', claim = NULL, last_error = ?, finished_at = "+s.nowSQL()+
-				" WHERE biz_type = ? AND biz_id IN (?)", why, rows[0].BizType, bun.List(chunk)).Exec(ctx)
-			if err != nil {
-				return nil, nil, err
-			}
+	for why, rs := range cancelled {
+		if err := s.cancelClaimed(ctx, tx, why, rs); err != nil {
+			return nil, nil, err
 		}
 	}
 	refs, err := s.insertTriggers(ctx, tx, next)
 	return kept, refs, err
+}
+
+// cancelClaimed cancels rows the claim in tx took (all of one type) with why: on PostgreSQL by
+// the row ids the claim read them back with, which nothing else can change before tx ends (it
+// holds the rows' locks); on SQLite by key.
+func (s *Store) cancelClaimed(ctx context.Context, tx bun.Tx, why string, rows []timerRow) error {
+	set := "UPDATE courier_timers SET state = 'cancelled', claim = NULL, last_error = ?, finished_at = " + s.nowSQL()
+	for chunk := range slices.Chunk(rows, 1000) {
+		keys := make([]string, len(chunk))
+		for i, r := range chunk {
+			keys[i] = r.BizID
+			if s.pg {
+				keys[i] = r.RowRef
+			}
+		}
+		var err error
+		if s.pg {
+			_, err = tx.NewRaw(set+" WHERE ctid = ANY(ARRAY[?]::tid[])", why, bun.List(keys)).Exec(ctx)
+		} else {
+			_, err = tx.NewRaw(set+" WHERE biz_type = ? AND biz_id IN (?)", why, chunk[0].BizType, bun.List(keys)).Exec(ctx)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // CreateScheduleRecords stores many wheel schedules at once, each with its first trigger (the

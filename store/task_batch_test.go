@@ -201,3 +201,43 @@ func TestBatchedHeartbeatsAndHandOff(t *testing.T) {
 		}
 	})
 }
+
+// A claim says whether it drained its queue (every ready task taken, with slots to spare): the
+// claimer then gathers a trickling batched queue for longer before its next pass. A claim the
+// limit or its size cut short, or one that found nothing, did not.
+func TestClaimDrained(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		_, _, err := s.PutQueue(ctx, courier.Queue{Name: "drain", ConcurrencyLimit: 5, DispatchMode: courier.DispatchBatched})
+		require.NoError(t, err)
+		insert := func(ids ...string) {
+			for _, id := range ids {
+				r := taskReq(id, 1, 3, `{}`)
+				r.Queue = "drain"
+				_, _, err := s.InsertTask(ctx, r)
+				require.NoError(t, err)
+			}
+		}
+		d := dispatch.New()
+		c, err := claimReady(ctx, t, d, s, "drain", 100)
+		require.NoError(t, err)
+		require.Empty(t, c.Attempts)
+		require.False(t, c.Drained, "nothing was ready")
+
+		insert("a", "b")
+		c, err = claimReady(ctx, t, d, s, "drain", 100)
+		require.NoError(t, err)
+		require.Len(t, c.Attempts, 2)
+		require.True(t, c.Drained, "both ready tasks taken, three slots to spare")
+
+		insert("c", "d", "e", "f")
+		c, err = claimReady(ctx, t, d, s, "drain", 2)
+		require.NoError(t, err)
+		require.Len(t, c.Attempts, 2)
+		require.False(t, c.Drained, "the claim's size left ready tasks")
+		c, err = claimReady(ctx, t, d, s, "drain", 100)
+		require.NoError(t, err)
+		require.Len(t, c.Attempts, 1, "the limit")
+		require.False(t, c.Drained, "the limit left a ready task")
+	})
+}

@@ -68,18 +68,8 @@ func (s *Store) FinishTimerRun(ctx context.Context, bizType, bizID, claim string
 // which claims it like any due timer (OverdueTimerRuns finds it if that start is lost). A
 // timer that is not failed is returned as it is, with ok false.
 func (s *Store) RedeliverTimerRun(ctx context.Context, bizType, bizID string) (courier.TimerRecord, bool, error) {
-	var rows []timerRow
-	err := s.db.NewRaw("UPDATE courier_timers SET state = 'scheduled', fire_at = "+s.nowSQL()+", attempts = 0, last_error = '', "+
-		"claim = NULL, delivery_id = '', finished_at = NULL, version = version + 1, updated_at = "+s.nowSQL()+
-		" WHERE biz_type = ? AND biz_id = ? AND state = 'failed' AND mode = 'workflow' RETURNING "+timerColumns, bizType, bizID).Scan(ctx, &rows)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return courier.TimerRecord{}, false, err
-	}
-	if len(rows) == 1 {
-		return rows[0].record(), true, nil
-	}
-	rec, err := s.GetTimerRecord(ctx, bizType, bizID)
-	return rec, false, err
+	return s.updateTimerIf(ctx, bizType, bizID, "state = 'failed' AND mode = 'workflow'",
+		"state = 'scheduled', fire_at = "+s.nowSQL()+", "+redeliverSet)
 }
 
 // OverdueTimerRuns takes up to limit timers of their own still scheduled more than grace after

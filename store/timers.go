@@ -38,6 +38,9 @@ type timerRow struct {
 	FinishedAt  bun.NullTime `bun:"finished_at"`
 	ScheduleID  *string      `bun:"schedule_id"`
 	ScheduleVer int          `bun:"schedule_version"`
+	// RowRef is the row's ctid on PostgreSQL, read only by a claim (claimedColumns): the claim's
+	// transaction changes its rows again by it.
+	RowRef string `bun:"row_ref,scanonly"`
 }
 
 func (r *timerRow) record() courier.TimerRecord {
@@ -70,6 +73,17 @@ func records(rows []timerRow) []courier.TimerRecord {
 // timerColumns are the columns a timer is read with.
 const timerColumns = "biz_type, biz_id, fire_at, bucket, state, mode, payload, request_hash, version, attempts, last_error, " +
 	"claim, delivery_id, traceparent, tracestate, created_at, updated_at, finished_at, schedule_id, schedule_version"
+
+// claimedColumns are the columns a claim reads its rows back with: on PostgreSQL also their
+// row ids, by which the claim's transaction cancels the ones it does not deliver (a TID scan:
+// looked up by key among a type's timers, with statistics that lag a burst of inserts, the
+// planner scanned every timer of the type, seconds for a batch of 1,000).
+func (s *Store) claimedColumns() string {
+	if s.pg {
+		return timerColumns + ", ctid::text AS row_ref"
+	}
+	return timerColumns
+}
 
 // MaxTimerBatch bounds the timers one call inserts: a batch is one statement.
 const MaxTimerBatch = 1000
@@ -183,9 +197,19 @@ func (s *Store) GetTimerRecord(ctx context.Context, bizType, bizID string) (cour
 // afterwards; changed says whether set applied (false: the timer had fired or was cancelled,
 // and is returned as it is).
 func (s *Store) updateScheduled(ctx context.Context, bizType, bizID, set string, args ...any) (courier.TimerRecord, bool, error) {
+	return s.updateTimerIf(ctx, bizType, bizID, "state = 'scheduled' AND schedule_id IS NULL", set, args...)
+}
+
+// redeliverSet clears a failed timer's attempts and error for a new delivery.
+const redeliverSet = "attempts = 0, last_error = '', claim = NULL, delivery_id = '', finished_at = NULL"
+
+// updateTimerIf applies set to the timer, its version bumped, if it matches cond, and returns
+// it as it is afterwards; changed says whether set applied (false: the timer is returned as it
+// is).
+func (s *Store) updateTimerIf(ctx context.Context, bizType, bizID, cond, set string, args ...any) (courier.TimerRecord, bool, error) {
 	var rows []timerRow
 	err := s.db.NewRaw("UPDATE courier_timers SET "+set+", version = version + 1, updated_at = "+s.nowSQL()+
-		" WHERE biz_type = ? AND biz_id = ? AND state = 'scheduled' AND schedule_id IS NULL RETURNING "+timerColumns,
+		" WHERE biz_type = ? AND biz_id = ? AND "+cond+" RETURNING "+timerColumns,
 		append(args, bizType, bizID)...).Scan(ctx, &rows)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return courier.TimerRecord{}, false, err
@@ -246,15 +270,15 @@ func (s *Store) claimDueTimers(ctx context.Context, bizType string, bucket int64
 		attempts = "attempts + 1"
 	}
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		held := "SELECT " + timerColumns + " FROM courier_timers WHERE claim = ? AND state = 'firing'"
 		if count {
 			// Reserved, not yet taken by a delivery: its first attempt starts now. (A bucketed
-			// timer has made no attempt while it is scheduled, so 0 means reserved.)
-			if _, err := tx.NewRaw("UPDATE courier_timers SET attempts = 1 WHERE claim = ? AND state = 'firing' AND attempts = 0",
-				claim).Exec(ctx); err != nil {
-				return err
-			}
+			// timer has made no attempt while it is scheduled, so 0 means reserved.) One
+			// statement counts the attempt and reads the rows back.
+			held = "UPDATE courier_timers SET attempts = CASE WHEN attempts = 0 THEN 1 ELSE attempts END " +
+				"WHERE claim = ? AND state = 'firing' RETURNING " + timerColumns
 		}
-		err := tx.NewRaw("SELECT "+timerColumns+" FROM courier_timers WHERE claim = ? AND state = 'firing'", claim).Scan(ctx, &rows)
+		err := tx.NewRaw(held, claim).Scan(ctx, &rows)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
@@ -281,7 +305,7 @@ func (s *Store) claimDueTimers(ctx context.Context, bizType string, bucket int64
 		// The delivery id (claim/biz_id) is the same for every try of this delivery, and new for
 		// a redelivery.
 		err = tx.NewRaw(with+"UPDATE courier_timers SET state = 'firing', claim = ?0, delivery_id = ?1 || biz_id, "+
-			"attempts = "+attempts+", updated_at = "+s.nowSQL()+" WHERE "+in+" AND state = 'scheduled' RETURNING "+timerColumns,
+			"attempts = "+attempts+", updated_at = "+s.nowSQL()+" WHERE "+in+" AND state = 'scheduled' RETURNING "+s.claimedColumns(),
 			claim, claim+"/", bizType, bucket, limit).Scan(ctx, &rows)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
@@ -335,8 +359,15 @@ func (s *Store) FinishTimerClaim(ctx context.Context, bizType, claim string, out
 	}
 	return s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		if len(delivered) > 0 {
+			// On PostgreSQL the claim's rows are found by their claim (its index) first: matched
+			// by type and key, the planner, with statistics that lag a burst of inserts, read
+			// every timer of the type for each batch (claimedColumns).
+			of := ""
+			if s.pg {
+				of = "ctid = ANY(ARRAY(SELECT ctid FROM courier_timers WHERE claim = ?1)) AND "
+			}
 			_, err := tx.NewRaw("UPDATE courier_timers SET state = 'delivered', claim = NULL, last_error = '', finished_at = "+
-				s.nowSQL()+", updated_at = "+s.nowSQL()+" WHERE biz_type = ? AND claim = ? AND biz_id IN (?)",
+				s.nowSQL()+", updated_at = "+s.nowSQL()+" WHERE "+of+"biz_type = ?0 AND claim = ?1 AND biz_id IN (?2)",
 				bizType, claim, bun.List(delivered)).Exec(ctx)
 			if err != nil {
 				return err
@@ -383,18 +414,7 @@ func (s *Store) MarkTimerHanded(ctx context.Context, bizType, bizID string) erro
 // handed (MarkTimerHanded); until then StrandedTimers finds it. A timer that is not failed is
 // returned as it is, with ok false.
 func (s *Store) RedeliverTimerRecord(ctx context.Context, bizType, bizID string) (courier.TimerRecord, bool, error) {
-	var rows []timerRow
-	err := s.db.NewRaw("UPDATE courier_timers SET state = 'firing', attempts = 0, last_error = '', claim = NULL, delivery_id = '', "+
-		"finished_at = NULL, version = version + 1, updated_at = "+s.nowSQL()+
-		" WHERE biz_type = ? AND biz_id = ? AND state = 'failed' AND mode = 'bucketed' RETURNING "+timerColumns, bizType, bizID).Scan(ctx, &rows)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return courier.TimerRecord{}, false, err
-	}
-	if len(rows) == 1 {
-		return rows[0].record(), true, nil
-	}
-	rec, err := s.GetTimerRecord(ctx, bizType, bizID)
-	return rec, false, err
+	return s.updateTimerIf(ctx, bizType, bizID, "state = 'failed' AND mode = 'bucketed'", "state = 'firing', "+redeliverSet)
 }
 
 // MaxTimerPage bounds one page of a timer list.

@@ -54,6 +54,10 @@ type Claimer struct {
 
 	starting sync.WaitGroup // batch runs being started (startBatchAsync)
 	starts   chan struct{}  // bounds them
+
+	// trickling is set by a pass in which a batched queue's claim drained it with some but
+	// fewer than batchedFill tasks: the next gather waits batchedGather (Run's goroutine only).
+	trickling bool
 }
 
 // batchStartsAtOnce bounds the batch runs one claimer starts at once while it claims on.
@@ -124,7 +128,7 @@ func (c *Claimer) Run(ctx context.Context) error {
 			select {
 			case <-ctx.Done():
 				return nil
-			case <-time.After(claimGather):
+			case <-time.After(c.gather()):
 			}
 		case <-poll.C:
 		case <-expire.C:
@@ -136,6 +140,25 @@ func (c *Claimer) Run(ctx context.Context) error {
 // claimGather is how long a claimer woken by an insert or a freed slot waits before its pass,
 // so that what arrives meanwhile is claimed (and, in the batched mode, pushed) together.
 const claimGather = 5 * time.Millisecond
+
+// A batch run costs the same billable actions whatever it pushes (about two), so a batched
+// queue whose tasks trickle in (its last claim took every ready task, fewer than batchedFill)
+// is gathered for longer, batchedGather, before the next pass: at 1,000 tasks a second a
+// claim then takes about 60 tasks instead of 20, for at most batchedGather more from insert
+// to push. A queue with a backlog (a claim that found more ready tasks than free slots) is
+// claimed as soon as a slot frees: the wait would cost throughput and save nothing.
+const (
+	batchedFill   = 100
+	batchedGather = 50 * time.Millisecond
+)
+
+// gather is how long a woken claimer waits before its pass.
+func (c *Claimer) gather() time.Duration {
+	if c.trickling {
+		return batchedGather
+	}
+	return claimGather
+}
 
 // ExpireEvery is how often every claimer times out the batched attempts whose deadline or
 // heartbeat timeout has passed: an attempt is timed out within this of its moment, never
@@ -179,6 +202,7 @@ func (c *Claimer) pass(ctx context.Context) bool {
 		return false
 	}
 	completed := true
+	c.trickling = false
 	for _, q := range queues {
 		if q.PushURL == "" {
 			continue // nowhere to push: tasks wait (the claim decides it again in its transaction)
@@ -196,6 +220,9 @@ func (c *Claimer) pass(ctx context.Context) bool {
 				}
 				completed = false
 				break
+			}
+			if q.Batched() && claim.Drained && len(claim.Attempts) > 0 && len(claim.Attempts) < batchedFill {
+				c.trickling = true
 			}
 			if claim.Batch != "" {
 				c.startBatchAsync(ctx, q.Name, max(q.PushBatchSize, 1), claim.Batch, claim.Attempts)

@@ -215,20 +215,32 @@ func timerOfRecord(r courier.TimerRecord) api.Timer {
 	return t
 }
 
-// cancelRow cancels a timer in its row, and tells a timer of its own's run; found is false when
-// the timer has no row.
-func (s *Service) cancelRow(ctx context.Context, bizType, bizID string) (t api.Timer, found bool, err error) {
+// changeRow runs change, a change of a timer's row; found is false when the timer has no row
+// (or the service keeps none).
+func (s *Service) changeRow(change func() (courier.TimerRecord, bool, error)) (rec courier.TimerRecord, changed, found bool, err error) {
 	if s.rows == nil {
-		return t, false, nil
+		return rec, false, false, nil
 	}
-	rec, changed, err := s.rows.CancelTimerRecord(ctx, bizType, bizID)
+	rec, changed, err = change()
 	switch {
 	case courier.ErrorCode(err) == courier.CodeNotFound:
-		return t, false, nil
+		return rec, false, false, nil
 	case err != nil:
-		return t, true, err
+		return rec, false, true, err
 	}
-	t = timerOfRecord(rec)
+	return rec, changed, true, nil
+}
+
+// cancelRow cancels a timer in its row, and tells a timer of its own's run; found is false when
+// the timer has no row.
+func (s *Service) cancelRow(ctx context.Context, bizType, bizID string) (api.Timer, bool, error) {
+	rec, changed, found, err := s.changeRow(func() (courier.TimerRecord, bool, error) {
+		return s.rows.CancelTimerRecord(ctx, bizType, bizID)
+	})
+	if !found || err != nil {
+		return api.Timer{}, found, err
+	}
+	t := timerOfRecord(rec)
 	if !changed && rec.State != courier.TimerCancelled {
 		return api.Timer{}, true, closedConflict(t)
 	}
@@ -240,18 +252,14 @@ func (s *Service) cancelRow(ctx context.Context, bizType, bizID string) (t api.T
 
 // rescheduleRow moves a timer in its row, and arms a bucketed timer's new bucket or tells a
 // timer of its own's run; found is false when the timer has no row.
-func (s *Service) rescheduleRow(ctx context.Context, bizType, bizID string, fireAt time.Time) (t api.Timer, found bool, err error) {
-	if s.rows == nil {
-		return t, false, nil
+func (s *Service) rescheduleRow(ctx context.Context, bizType, bizID string, fireAt time.Time) (api.Timer, bool, error) {
+	rec, changed, found, err := s.changeRow(func() (courier.TimerRecord, bool, error) {
+		return s.rows.RescheduleTimerRecord(ctx, bizType, bizID, fireAt)
+	})
+	if !found || err != nil {
+		return api.Timer{}, found, err
 	}
-	rec, changed, err := s.rows.RescheduleTimerRecord(ctx, bizType, bizID, fireAt)
-	switch {
-	case courier.ErrorCode(err) == courier.CodeNotFound:
-		return t, false, nil
-	case err != nil:
-		return t, true, err
-	}
-	t = timerOfRecord(rec)
+	t := timerOfRecord(rec)
 	if !changed {
 		return api.Timer{}, true, closedConflict(t)
 	}

@@ -82,6 +82,31 @@ var loadBizTypeOptions = workflow.LocalActivityOptions{
 // timerDeliveryNonRetryable are the delivery's error types that no retry can fix.
 var timerDeliveryNonRetryable = []string{contract.ErrTypePermanentDelivery, contract.ErrTypeUnknownBizType}
 
+// setTimerUpdates registers a timer's reschedule and cancel updates (both modes): each is
+// accepted only while the timer *st is scheduled, and applied by reschedule or cancel.
+func setTimerUpdates(ctx workflow.Context, st *TimerSnapshot,
+	reschedule func(workflow.Context, RescheduleRequest) (TimerSnapshot, error),
+	cancel func(workflow.Context) (TimerSnapshot, error)) error {
+	mustBeScheduled := func(verb string) error {
+		if st.State != courier.TimerScheduled {
+			return temporal.NewApplicationError(fmt.Sprintf("timer is %s; it cannot be %s", st.State, verb), ErrTypeTimerClosed)
+		}
+		return nil
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateReschedule, reschedule,
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, req RescheduleRequest) error {
+			if req.FireAt.IsZero() {
+				return errors.New("fire_at is required")
+			}
+			return mustBeScheduled("rescheduled")
+		}},
+	); err != nil {
+		return err
+	}
+	return workflow.SetUpdateHandlerWithOptions(ctx, UpdateCancel, cancel,
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context) error { return mustBeScheduled("cancelled") }})
+}
+
 // timerFailureNotifyChange guards what runs recorded before it did not do: a timer that fails
 // for good notifies its business type's failure target, and says how many attempts it made.
 const timerFailureNotifyChange = "timer-failure-notify"
@@ -121,36 +146,19 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerSnapshot, error) {
 	if err := workflow.SetQueryHandler(ctx, QueryTimerState, func() (TimerSnapshot, error) { return st, nil }); err != nil {
 		return st, err
 	}
-	mustBeScheduled := func(verb string) error {
-		if st.State != courier.TimerScheduled {
-			return temporal.NewApplicationError(fmt.Sprintf("timer is %s; it cannot be %s", st.State, verb), ErrTypeTimerClosed)
-		}
-		return nil
-	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateReschedule,
+	if err := setTimerUpdates(ctx, &st,
 		func(ctx workflow.Context, req RescheduleRequest) (TimerSnapshot, error) {
 			st.FireAt, changed = req.FireAt, true
 			st.Version++
 			updates++
 			return st, nil
 		},
-		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, req RescheduleRequest) error {
-			if req.FireAt.IsZero() {
-				return errors.New("fire_at is required")
-			}
-			return mustBeScheduled("rescheduled")
-		}},
-	); err != nil {
-		return st, err
-	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateCancel,
 		func(ctx workflow.Context) (TimerSnapshot, error) {
 			st.State, changed = courier.TimerCancelled, true
 			st.Version++
 			updates++
 			return st, nil
 		},
-		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context) error { return mustBeScheduled("cancelled") }},
 	); err != nil {
 		return st, err
 	}
@@ -225,14 +233,24 @@ func Timer(ctx workflow.Context, p TimerParams) (TimerSnapshot, error) {
 	}
 	if st.State == courier.TimerFailed && cfg.NotifyFailure &&
 		workflow.GetVersion(ctx, timerFailureNotifyChange, workflow.DefaultVersion, 1) >= 1 {
-		nctx := workflow.WithActivityOptions(ctx, notifyFailureOptions)
-		nctx = workflow.WithTaskQueue(nctx, cfg.TaskQueue)
-		// A notification that could not be sent leaves the timer failed all the same: the
-		// activity logs it, and the timer is listed and redeliverable.
-		_ = workflow.ExecuteActivity(nctx, contract.NotifyTimerFailureName, contract.NotifyTimerFailureParams{
-			BizType: p.BizType, BizID: p.BizID, FireAt: st.FireAt, Attempts: st.Attempts, LastError: st.LastError,
-			DeliveryID: deliveryID(ctx, p)}).Get(ctx, nil)
+		notifyTimerFailure(ctx, p, cfg, st)
 	}
+	return timerEnd(ctx, st)
+}
+
+// notifyTimerFailure tells the business type's failure_url or failure_topic that the timer
+// failed for good. A notification that could not be sent leaves the timer failed all the same:
+// the activity logs it, and the timer is listed and redeliverable.
+func notifyTimerFailure(ctx workflow.Context, p TimerParams, cfg contract.BizTypeDelivery, st TimerSnapshot) {
+	nctx := workflow.WithTaskQueue(workflow.WithActivityOptions(ctx, notifyFailureOptions), cfg.TaskQueue)
+	_ = workflow.ExecuteActivity(nctx, contract.NotifyTimerFailureName, contract.NotifyTimerFailureParams{
+		BizType: p.BizType, BizID: p.BizID, FireAt: st.FireAt, Attempts: st.Attempts, LastError: st.LastError,
+		DeliveryID: deliveryID(ctx, p)}).Get(ctx, nil)
+}
+
+// timerEnd ends a timer's run (either mode) once its update handlers have finished: with the
+// failure if it failed for good.
+func timerEnd(ctx workflow.Context, st TimerSnapshot) (TimerSnapshot, error) {
 	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 		return st, err
 	}

@@ -97,30 +97,13 @@ func RowTimer(ctx workflow.Context, p TimerParams) (TimerSnapshot, error) {
 		}
 		return st, nil
 	}
-	mustBeScheduled := func(verb string) error {
-		if st.State != courier.TimerScheduled {
-			return temporal.NewApplicationError(fmt.Sprintf("timer is %s; it cannot be %s", st.State, verb), ErrTypeTimerClosed)
-		}
-		return nil
-	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateReschedule,
+	if err := setTimerUpdates(ctx, &st,
 		func(ctx workflow.Context, req RescheduleRequest) (TimerSnapshot, error) {
 			return decide(ctx, contract.ChangeTimerRowParams{BizType: p.BizType, BizID: p.BizID, FireAt: req.FireAt}, "rescheduled")
 		},
-		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, req RescheduleRequest) error {
-			if req.FireAt.IsZero() {
-				return errors.New("fire_at is required")
-			}
-			return mustBeScheduled("rescheduled")
-		}},
-	); err != nil {
-		return st, err
-	}
-	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateCancel,
 		func(ctx workflow.Context) (TimerSnapshot, error) {
 			return decide(ctx, contract.ChangeTimerRowParams{BizType: p.BizType, BizID: p.BizID, Cancel: true}, "cancelled")
 		},
-		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context) error { return mustBeScheduled("cancelled") }},
 	); err != nil {
 		return st, err
 	}
@@ -230,19 +213,8 @@ func RowTimer(ctx workflow.Context, p TimerParams) (TimerSnapshot, error) {
 		workflow.GetLogger(ctx).Error("timer failed for good: redeliver it once the cause is fixed",
 			"biz_type", p.BizType, "biz_id", p.BizID, "attempts", st.Attempts, "error", st.LastError)
 		if cfg.NotifyFailure {
-			nctx := workflow.WithTaskQueue(workflow.WithActivityOptions(ctx, notifyFailureOptions), cfg.TaskQueue)
-			// A notification that could not be sent leaves the timer failed all the same: the
-			// activity logs it, and the timer is listed and redeliverable.
-			_ = workflow.ExecuteActivity(nctx, contract.NotifyTimerFailureName, contract.NotifyTimerFailureParams{
-				BizType: p.BizType, BizID: p.BizID, FireAt: st.FireAt, Attempts: st.Attempts, LastError: st.LastError,
-				DeliveryID: deliveryID(ctx, p)}).Get(ctx, nil)
+			notifyTimerFailure(ctx, p, cfg, st)
 		}
 	}
-	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
-		return st, err
-	}
-	if st.State == courier.TimerFailed {
-		return st, timerFailure(st)
-	}
-	return st, nil
+	return timerEnd(ctx, st)
 }

@@ -268,34 +268,24 @@ func (a *app) startWorker(ctx context.Context) (*worker.Worker, error) {
 func (a *app) newGateway(wake, wakeTasks func()) http.Handler {
 	extra := map[string]gateway.OutboxStore{}
 	for _, src := range a.sources {
-		a.reg.MustRegister(metrics.NewOutboxTableCollector(src.Name, tableStats(src.Store)))
+		a.reg.MustRegister(metrics.NewOutboxTableCollector(src.Name, atScrape(tableStats(src.Store))))
 		if src.Name != courier.DefaultSource {
 			extra[src.Name] = src.Store
 		}
 	}
 	svc := timers.New(a.temporal, a.cfg.Temporal.Namespace, a.store, a.store, relay.DefaultTaskQueue)
-	a.reg.MustRegister(metrics.NewTimerStateCollector(func() (map[string]int64, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		return svc.CountByState(ctx)
-	}))
-	a.reg.MustRegister(metrics.NewTaskTableCollector(taskStatuses(), taskStats(a.store)))
-	a.reg.MustRegister(metrics.NewTaskBacklogCollector(func() ([]courier.QueueBacklog, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
+	a.reg.MustRegister(metrics.NewTimerStateCollector(atScrape(svc.CountByState)))
+	a.reg.MustRegister(metrics.NewTaskTableCollector(taskStatuses(), atScrape(taskStats(a.store))))
+	a.reg.MustRegister(metrics.NewTaskBacklogCollector(atScrape(func(ctx context.Context) ([]courier.QueueBacklog, error) {
 		return a.store.QueueBacklogs(ctx, time.Now())
-	}))
+	})))
 	pauseSvc := pauses.NewService(a.store, a.log)
 	pauseSvc.OnChange(func(context.Context, courier.Pause, bool) {
 		if a.watcher != nil { // a worker in this process: it sees the change now
 			a.watcher.Kick()
 		}
 	})
-	a.reg.MustRegister(metrics.NewPausedCollector(func() ([]courier.Pause, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		return a.store.ListPauses(ctx)
-	}))
+	a.reg.MustRegister(metrics.NewPausedCollector(atScrape(a.store.ListPauses)))
 	// A worker in this process (courier dev): its pollers and loops are the process's readiness too.
 	checks := append(a.dependencyChecks(), a.workerChecks...)
 	a.gatewayHealth(checks)
@@ -322,11 +312,22 @@ func (a *app) newGateway(wake, wakeTasks func()) http.Handler {
 	})
 }
 
-// tableStats reads one outbox table for the scrape-time gauges.
-func tableStats(st *store.Store) func() (metrics.OutboxTableStats, error) {
-	return func() (metrics.OutboxTableStats, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+// scrapeTimeout bounds one read of a scrape-time collector.
+const scrapeTimeout = 5 * time.Second
+
+// atScrape is read as a scrape-time collector calls it: each call on its own context, bounded
+// by scrapeTimeout.
+func atScrape[T any](read func(context.Context) (T, error)) func() (T, error) {
+	return func() (T, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 		defer cancel()
+		return read(ctx)
+	}
+}
+
+// tableStats reads one outbox table for the scrape-time gauges.
+func tableStats(st *store.Store) func(context.Context) (metrics.OutboxTableStats, error) {
+	return func(ctx context.Context) (metrics.OutboxTableStats, error) {
 		s, err := st.OutboxStats(ctx)
 		if err != nil {
 			return metrics.OutboxTableStats{}, err
@@ -351,10 +352,8 @@ func taskStatuses() []string {
 }
 
 // taskStats reads the task tables for the scrape-time gauges.
-func taskStats(st *store.Store) func() (metrics.TaskTableStats, error) {
-	return func() (metrics.TaskTableStats, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
+func taskStats(st *store.Store) func(context.Context) (metrics.TaskTableStats, error) {
+	return func(ctx context.Context) (metrics.TaskTableStats, error) {
 		s, err := st.TaskStats(ctx)
 		if err != nil {
 			return metrics.TaskTableStats{}, err

@@ -44,11 +44,7 @@ type brokerSpec struct{ Name, URL string }
 type brokerList []brokerSpec
 
 func (l *brokerList) String() string {
-	parts := make([]string, len(*l))
-	for i, b := range *l {
-		parts[i] = b.Name + "=" + mq.RedactURL(b.URL)
-	}
-	return strings.Join(parts, ",")
+	return joinPairs(*l, func(b brokerSpec) (string, string) { return b.Name, mq.RedactURL(b.URL) })
 }
 
 // startsBroker matches the start of one name=url item: a URL may itself hold commas (a list of
@@ -81,26 +77,17 @@ func (l *brokerList) Set(v string) error {
 type routeList []mq.Route
 
 func (l *routeList) String() string {
-	parts := make([]string, len(*l))
-	for i, r := range *l {
-		parts[i] = r.Pattern + "=" + r.Broker
-	}
-	return strings.Join(parts, ",")
+	return joinPairs(*l, func(r mq.Route) (string, string) { return r.Pattern, r.Broker })
 }
 
 func (l *routeList) Set(v string) error {
-	for _, part := range strings.Split(v, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		pattern, broker, ok := strings.Cut(part, "=")
-		if !ok || pattern == "" || broker == "" {
+	return splitPairs(v, func(part, pattern, broker string) error {
+		if pattern == "" || broker == "" {
 			return fmt.Errorf("route %q: want pattern=broker, such as points.>=points", part)
 		}
 		*l = append(*l, mq.Route{Pattern: strings.TrimSpace(pattern), Broker: strings.TrimSpace(broker)})
-	}
-	return nil
+		return nil
+	})
 }
 
 // bindBrokers registers the broker flags (shared by every role, courier dev included).

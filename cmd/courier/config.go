@@ -115,29 +115,45 @@ type sourceList []sourceSpec
 type sourceSpec struct{ Name, URL string }
 
 func (s *sourceList) String() string {
-	parts := make([]string, len(*s))
-	for i, v := range *s {
-		parts[i] = v.Name + "=" + v.URL
-	}
-	return strings.Join(parts, ",")
+	return joinPairs(*s, func(v sourceSpec) (string, string) { return v.Name, v.URL })
 }
 
 func (s *sourceList) Set(v string) error {
-	for _, part := range strings.Split(v, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		name, url, ok := strings.Cut(part, "=")
-		if !ok || name == "" || url == "" {
+	return splitPairs(v, func(part, name, url string) error {
+		if name == "" || url == "" {
 			return fmt.Errorf("outbox source %q: want name=database-url", part)
 		}
 		if name == courier.DefaultSource || !courier.ValidName(name) {
 			return fmt.Errorf("outbox source name %q is reserved or breaks the name rule (1-64 of a-z, 0-9, '_', '.', '-')", name)
 		}
 		*s = append(*s, sourceSpec{Name: name, URL: url})
+		return nil
+	})
+}
+
+// splitPairs calls each with every item of a comma-separated list of key=value pairs (blank
+// items skipped): the item, trimmed, and its two sides (the value "" when it has no "=").
+func splitPairs(v string, each func(part, key, value string) error) error {
+	for _, part := range strings.Split(v, ",") {
+		if part = strings.TrimSpace(part); part == "" {
+			continue
+		}
+		key, value, _ := strings.Cut(part, "=")
+		if err := each(part, key, value); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// joinPairs writes items as a comma-separated list of key=value pairs, the flag's own form.
+func joinPairs[T any](items []T, pair func(T) (string, string)) string {
+	parts := make([]string, len(items))
+	for i, it := range items {
+		k, v := pair(it)
+		parts[i] = k + "=" + v
+	}
+	return strings.Join(parts, ",")
 }
 
 func env(name, def string) string {

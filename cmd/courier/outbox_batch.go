@@ -13,12 +13,10 @@ import (
 // Its zero value, the default, batches nothing.
 func (c *Config) bindOutboxBatch(fs *flag.FlagSet) {
 	b := &c.Outbox.Batch
-	b.Sources = splitList(env("COURIER_OUTBOX_BATCH_SOURCES", ""))
-	b.Topics = splitList(env("COURIER_OUTBOX_BATCH_TOPICS", ""))
-	fs.Func("outbox-batch-sources", "outbox sources whose records are delivered in batches (one workflow per claimed batch), comma-separated; \"default\" is courier's own database (COURIER_OUTBOX_BATCH_SOURCES)",
-		func(s string) error { b.Sources = splitList(s); return nil })
-	fs.Func("outbox-batch-topics", "topic patterns (orders.*, audit.>) whose records are delivered in batches, comma-separated (COURIER_OUTBOX_BATCH_TOPICS)",
-		func(s string) error { b.Topics = splitList(s); return nil })
+	listFlag(fs, &b.Sources, "outbox-batch-sources", "COURIER_OUTBOX_BATCH_SOURCES",
+		"outbox sources whose records are delivered in batches (one workflow per claimed batch), comma-separated; \"default\" is courier's own database (COURIER_OUTBOX_BATCH_SOURCES)")
+	listFlag(fs, &b.Topics, "outbox-batch-topics", "COURIER_OUTBOX_BATCH_TOPICS",
+		"topic patterns (orders.*, audit.>) whose records are delivered in batches, comma-separated (COURIER_OUTBOX_BATCH_TOPICS)")
 	fs.IntVar(&b.Max, "outbox-batch-max", c.env.integer("COURIER_OUTBOX_BATCH_MAX", relay.DefaultBatchMax), "most records in one batch, and in one claim from a source that batches (COURIER_OUTBOX_BATCH_MAX)")
 	fs.DurationVar(&b.Linger, "outbox-batch-linger", c.env.duration("COURIER_OUTBOX_BATCH_LINGER", relay.DefaultBatchLinger), "least time between two batches of one source; records committed meanwhile share the next one (COURIER_OUTBOX_BATCH_LINGER)")
 }
@@ -32,6 +30,13 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// listFlag binds a comma-separated list to the flag name, its default read from the
+// environment variable envName.
+func listFlag(fs *flag.FlagSet, dst *[]string, name, envName, usage string) {
+	*dst = splitList(env(envName, ""))
+	fs.Func(name, usage, func(s string) error { *dst = splitList(s); return nil })
 }
 
 // validateOutboxBatch checks the batch mode's settings.

@@ -9,12 +9,10 @@ import (
 // "Ordered keys in the outbox"). Its zero value, the default, orders nothing.
 func (c *Config) bindOutboxOrdered(fs *flag.FlagSet) {
 	o := &c.Outbox.Ordered
-	o.Sources = splitList(env("COURIER_OUTBOX_ORDERED_SOURCES", ""))
-	o.Topics = splitList(env("COURIER_OUTBOX_ORDERED_TOPICS", ""))
-	fs.Func("outbox-ordered-sources", "outbox sources whose keyed records are published in commit order per key, comma-separated; \"default\" is courier's own database (COURIER_OUTBOX_ORDERED_SOURCES)",
-		func(s string) error { o.Sources = splitList(s); return nil })
-	fs.Func("outbox-ordered-topics", "topic patterns (orders.>, audit.*) whose keyed records are published in commit order per key, comma-separated (COURIER_OUTBOX_ORDERED_TOPICS)",
-		func(s string) error { o.Topics = splitList(s); return nil })
+	listFlag(fs, &o.Sources, "outbox-ordered-sources", "COURIER_OUTBOX_ORDERED_SOURCES",
+		"outbox sources whose keyed records are published in commit order per key, comma-separated; \"default\" is courier's own database (COURIER_OUTBOX_ORDERED_SOURCES)")
+	listFlag(fs, &o.Topics, "outbox-ordered-topics", "COURIER_OUTBOX_ORDERED_TOPICS",
+		"topic patterns (orders.>, audit.*) whose keyed records are published in commit order per key, comma-separated (COURIER_OUTBOX_ORDERED_TOPICS)")
 	fs.IntVar(&o.Max, "outbox-ordered-max", c.env.integer("COURIER_OUTBOX_ORDERED_MAX", 0), "most records of one key claimed and published one after another in one activity; default 100, or the batch max when the batch mode is on (COURIER_OUTBOX_ORDERED_MAX)")
 }
 
