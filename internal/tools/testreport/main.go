@@ -23,6 +23,7 @@ func main() {
 		output                  = map[string]*capped{} // package/test -> output
 		failures                []string
 		skips                   []string
+		durations               []timed // top-level tests that ended, for the slowest list
 		pkgFailed               bool
 	)
 	key := func(e event) string { return e.Package + " " + e.Test }
@@ -59,6 +60,9 @@ func main() {
 				}
 				continue
 			}
+			if !strings.Contains(e.Test, "/") {
+				durations = append(durations, timed{e.Package + " " + e.Test, e.Elapsed})
+			}
 			switch e.Action {
 			case "pass":
 				passed++
@@ -85,6 +89,7 @@ func main() {
 			fmt.Println(s)
 		}
 	}
+	printSlowest(durations, slowestShown)
 	fmt.Printf("\n%d passed, %d failed, %d skipped\n", passed, failed, skipped)
 	if failed > 0 || pkgFailed {
 		os.Exit(1)
@@ -143,4 +148,25 @@ func skipReason(b *capped) string {
 		return l
 	}
 	return "(no reason given)"
+}
+
+// timed is a test and how long it took, in seconds.
+type timed struct {
+	name    string
+	elapsed float64
+}
+
+// slowestShown is how many of the slowest top-level tests the report lists: where to look when
+// make test grows past its budget.
+const slowestShown = 15
+
+func printSlowest(ts []timed, n int) {
+	if len(ts) == 0 {
+		return
+	}
+	sort.Slice(ts, func(i, j int) bool { return ts[i].elapsed > ts[j].elapsed })
+	fmt.Println("\n=== slowest tests")
+	for _, t := range ts[:min(n, len(ts))] {
+		fmt.Printf("%7.1fs %s\n", t.elapsed, t.name)
+	}
 }
