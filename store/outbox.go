@@ -341,30 +341,30 @@ func (s *Store) RecordOutboxAttempt(ctx context.Context, id int64, lastErr strin
 // not due again until horizon has passed, when any relay re-ensures that their workflow still
 // exists (an idempotent start). Without it every started row would be re-claimed each lease.
 func (s *Store) MarkOutboxStarted(ctx context.Context, ids []int64, horizon time.Duration) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	_, err := s.db.NewUpdate().Model((*outboxRow)(nil)).
-		Set("next_attempt_at = "+s.nowPlusSQL(horizon)).
-		Where("id IN (?)", bun.List(ids)).
-		Where("status = ?", courier.OutboxDispatched).
-		Exec(ctx)
-	return err
+	return s.markOutboxStarted(ctx, ids, "", horizon)
 }
 
 // MarkOutboxBatchStarted is MarkOutboxStarted for a started batch's records: it moves only
 // those still dispatched under the batch's workflow id, so a late mark never touches a record a
 // later claim has taken again (the claim clears workflow_id).
 func (s *Store) MarkOutboxBatchStarted(ctx context.Context, ids []int64, workflowID string, horizon time.Duration) error {
+	return s.markOutboxStarted(ctx, ids, workflowID, horizon)
+}
+
+// markOutboxStarted moves the dispatched records among ids (only those under workflowID, when
+// it is set) to horizon from now.
+func (s *Store) markOutboxStarted(ctx context.Context, ids []int64, workflowID string, horizon time.Duration) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	_, err := s.db.NewUpdate().Model((*outboxRow)(nil)).
+	q := s.db.NewUpdate().Model((*outboxRow)(nil)).
 		Set("next_attempt_at = "+s.nowPlusSQL(horizon)).
 		Where("id IN (?)", bun.List(ids)).
-		Where("status = ?", courier.OutboxDispatched).
-		Where("workflow_id = ?", workflowID).
-		Exec(ctx)
+		Where("status = ?", courier.OutboxDispatched)
+	if workflowID != "" {
+		q = q.Where("workflow_id = ?", workflowID)
+	}
+	_, err := q.Exec(ctx)
 	return err
 }
 
